@@ -1,0 +1,119 @@
+"""The `hpcsched` command: a thin layer over the library.
+
+    hpcsched demo                      schedule a small workload on the embedded test rig
+    hpcsched simulate TRACE [options]  replay an SWF trace, print metrics, write results
+
+Exit status: 0 success, 1 a bad trace or configuration (one line on stderr), 2 bad usage.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+
+from .config import parse_depth
+from .errors import ConfigError, SchedulerError
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message):  # one line, exit 2, as PBS-style commands do
+        self.exit(2, f"{self.prog}: {message}\n")
+
+
+def _progress(stream):
+    """A progress line on stderr, redrawn at most 5 times a second (terminals only)."""
+    last = [0.0]
+    start = time.monotonic()
+
+    def show(read: int, done: int) -> None:
+        t = time.monotonic()
+        if t - last[0] >= 0.2:
+            last[0] = t
+            stream.write(f"\r{read} records read, {done} jobs finished, {t - start:.1f} s")
+            stream.flush()
+    return show
+
+
+def cmd_simulate(args) -> int:
+    from .simulate import simulate
+    try:
+        parse_depth(args.backfill)
+    except ConfigError as e:
+        print(f"hpcsched simulate: {e}", file=sys.stderr)
+        return 2
+    if not os.path.exists(args.trace):
+        print(f"hpcsched simulate: {args.trace}: no such file", file=sys.stderr)
+        return 1
+    progress = _progress(sys.stderr) if sys.stderr.isatty() and not args.quiet else None
+    try:
+        result = simulate(args.trace, policy=args.policy, backfill=args.backfill, nodes=args.nodes,
+                          ppn=args.ppn, shared=args.shared, period=args.period, skip_bad=args.skip_bad,
+                          warmup=args.warmup, progress=progress)
+    except (SchedulerError, OSError, EOFError) as e:
+        if progress:
+            sys.stderr.write("\n")
+        print(f"hpcsched simulate: {args.trace}: {e}", file=sys.stderr)
+        return 1
+    if progress:
+        sys.stderr.write("\n")
+    print(result.summary())
+    if args.out:
+        os.makedirs(args.out, exist_ok=True)
+        _write_atomic(os.path.join(args.out, "results.json"),
+                      lambda f: json.dump(result.to_json(), f, indent=1))
+        _write_atomic(os.path.join(args.out, "schedule.swf"), result.write_swf)
+        print(f"wrote {os.path.join(args.out, 'results.json')} and {os.path.join(args.out, 'schedule.swf')}")
+    return 0
+
+
+def _write_atomic(path: str, write) -> None:
+    tmp = f"{path}.tmp{os.getpid()}"
+    with open(tmp, "w") as f:
+        write(f)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+
+
+def cmd_demo(args) -> int:
+    from .demo import run
+    return run(sys.stdout)
+
+
+def main(argv=None) -> int:
+    ap = _Parser(prog="hpcsched", description="hpcsched: batch scheduling core, simulator and commands")
+    sub = ap.add_subparsers(dest="command", required=True, parser_class=_Parser)
+    d = sub.add_parser("demo", help="schedule a small workload on the embedded default test rig")
+    d.set_defaults(func=cmd_demo)
+    s = sub.add_parser("simulate", help="replay an SWF trace on the scheduling core")
+    s.add_argument("trace", help="SWF file, plain or gzipped")
+    s.add_argument("--policy", choices=["fifo", "cobalt", "simon"], default="fifo")
+    s.add_argument("--backfill", default="easy", help="none, easy, conservative or depth=N")
+    s.add_argument("--nodes", type=int, help="nodes in the machine (default: the header's MaxProcs)")
+    s.add_argument("--ppn", type=int, help="cores per node (default 1)")
+    s.add_argument("--shared", action="store_true", help="jobs share nodes core by core")
+    s.add_argument("--period", type=float, help="also pass every PERIOD seconds while jobs wait")
+    s.add_argument("--skip-bad", action="store_true", help="skip and count malformed lines")
+    s.add_argument("--warmup", type=float, default=0.0, help="fraction of first jobs left out of statistics")
+    s.add_argument("--out", help="directory for results.json and schedule.swf")
+    s.add_argument("--quiet", action="store_true", help="no progress line")
+    s.set_defaults(func=cmd_simulate)
+    args = ap.parse_args(argv)
+    if getattr(args, "nodes", None) is not None and args.nodes < 1 or getattr(args, "ppn", None) is not None \
+            and args.ppn < 1:
+        ap.error("--nodes and --ppn must be at least 1")
+    if getattr(args, "warmup", 0.0) and not 0 <= args.warmup < 1:
+        ap.error("--warmup must be a fraction in [0, 1)")
+    try:
+        return args.func(args)
+    except KeyboardInterrupt:
+        return 130
+    except BrokenPipeError:  # `hpcsched demo | head`: the reader left; not an error
+        sys.stderr.close()
+        return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,174 @@
+"""Site configuration: a plain dict (as `tomllib` reads a site's TOML file) -> a Scheduler.
+
+Every problem is reported as one ConfigError line naming the key, e.g.
+`queues.prod-short.max_walltime: bad duration 'six hours'`.
+"""
+from __future__ import annotations
+
+import tomllib
+from datetime import datetime
+
+from .errors import ConfigError, InvalidRequest
+from .plan import ALL
+from .prioritise import make_policy
+from .reservations import Reservation
+from .route import Queue, Router
+from .scheduler import Scheduler, Settings
+from .timefmt import parse_duration
+from .topology import NodePool
+
+#: Top-level keys the core reads; drivers (commands, server) add their own via `extra_keys`.
+CORE_KEYS = frozenset({"server_name", "backfill", "interval", "overrun_grace", "reservation_slop",
+                       "default_queue", "priority", "queues", "nodes", "reservations"})
+
+#: The embedded default: a small test rig with ALCF-style routing and EASY backfill.
+DEFAULT_TOML = """\
+server_name = "localhost"
+backfill = "easy"
+default_queue = "default"
+
+[priority]
+policy = "fifo"
+
+[[nodes]]
+names = "node[01-16]"
+cores = 4
+memory = 8000
+
+[queues.default]
+route_to = ["prod-capability", "prod-short", "prod-long"]
+
+[queues.prod-capability]
+min_fraction = 0.2
+max_walltime = "24:00:00"
+
+[queues.prod-short]
+max_walltime = "6:00:00"
+
+[queues.prod-long]
+max_walltime = "24:00:00"
+max_running_fraction = 0.3334
+"""
+
+
+def parse_depth(value) -> float:
+    """`"none"` 0, `"easy"` 1, `"conservative"` ALL, `"depth=N"` or an integer N."""
+    if isinstance(value, int) and not isinstance(value, bool) and value >= 0:
+        return value
+    text = str(value).strip().lower()
+    named = {"none": 0, "easy": 1, "conservative": ALL, "all": ALL}
+    if text in named:
+        return named[text]
+    if text.startswith("depth="):
+        n = text[6:]
+        if n in ("all", "inf"):
+            return ALL
+        if n.isdigit():
+            return int(n)
+    raise ConfigError(f"backfill: {value!r} is not none, easy, conservative or depth=N")
+
+
+def _number(config: dict, key: str, default: float, positive: bool = False) -> float:
+    value = config.get(key, default)
+    if isinstance(value, str):
+        try:
+            value = parse_duration(value)
+        except InvalidRequest as e:
+            raise ConfigError(f"{key}: {e}") from None
+    if not isinstance(value, (int, float)) or isinstance(value, bool) or value < 0 or (positive and value == 0):
+        raise ConfigError(f"{key}: must be a {'positive' if positive else 'non-negative'} number of seconds")
+    return float(value)
+
+
+def _time(value, where: str) -> float:
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        return float(value)
+    if isinstance(value, datetime):
+        return value.timestamp()
+    try:
+        return datetime.fromisoformat(str(value)).timestamp()
+    except ValueError:
+        raise ConfigError(f"{where}: {value!r} is neither epoch seconds nor an ISO date") from None
+
+
+def reservation_from_config(d: dict, where: str) -> Reservation:
+    allowed = {"name", "start", "duration", "nodes", "count", "users", "groups", "projects", "queue",
+               "period", "owner"}
+    for key in d:
+        if key not in allowed:
+            raise ConfigError(f"{where}.{key}: unknown key")
+    for key in ("name", "start", "duration"):
+        if key not in d:
+            raise ConfigError(f"{where}.{key}: missing")
+    from . import nodelist
+    try:
+        period = {"daily": 86400.0, "weekly": 604800.0}.get(d.get("period"), None)
+        if period is None:
+            period = parse_duration(d.get("period", 0))
+        nodes = d.get("nodes", [])
+        nodes = nodelist.expand(nodes) if isinstance(nodes, str) else list(nodes)
+        return Reservation(name=str(d["name"]), start=_time(d["start"], f"{where}.start"),
+                           duration=parse_duration(d["duration"]), nodes=tuple(nodes),
+                           count=int(d.get("count", 0)), users=frozenset(d.get("users", ())),
+                           groups=frozenset(d.get("groups", ())), projects=frozenset(d.get("projects", ())),
+                           queue=str(d.get("queue", "")), period=period, owner=str(d.get("owner", "")))
+    except (InvalidRequest, TypeError, ValueError) as e:
+        raise ConfigError(f"{where}: {e}") from None
+
+
+def build(config: dict, extra_keys=(), now: float = 0.0) -> Scheduler:
+    """A Scheduler configured by `config`; reservations in it are added at `now`."""
+    if not isinstance(config, dict):
+        raise ConfigError("config: must be a table")
+    for key in config:
+        if key not in CORE_KEYS and key not in extra_keys:
+            raise ConfigError(f"{key}: unknown key")
+    nodes = config.get("nodes")
+    if not isinstance(nodes, list) or not nodes:
+        raise ConfigError("nodes: need at least one [[nodes]] table")
+    topology = NodePool.from_config(nodes)
+    queues_cfg = config.get("queues", {"batch": {}})
+    if not isinstance(queues_cfg, dict) or not queues_cfg:
+        raise ConfigError("queues: need at least one [queues.NAME] table")
+    queues = {}
+    for name, q in queues_cfg.items():
+        if not isinstance(q, dict):
+            raise ConfigError(f"queues.{name}: must be a table")
+        queues[name] = Queue.from_config(name, q)
+    default = config.get("default_queue", next(iter(queues)) if len(queues) == 1 else "")
+    if not isinstance(default, str):
+        raise ConfigError("default_queue: must be a queue name")
+    router = Router(queues, default)
+    prio = config.get("priority", {})
+    if not isinstance(prio, dict):
+        raise ConfigError("priority: must be a table")
+    prio = dict(prio)
+    policy = make_policy(str(prio.pop("policy", "fifo")), prio)
+    settings = Settings(depth=parse_depth(config.get("backfill", "easy")),
+                        interval=_number(config, "interval", 15.0, positive=True),
+                        overrun_grace=_number(config, "overrun_grace", 300.0),
+                        reservation_slop=_number(config, "reservation_slop", 0.0))
+    sched = Scheduler(topology, router, policy, settings)
+    for k, d in enumerate(config.get("reservations", [])):
+        where = f"reservations[{k}]"
+        if not isinstance(d, dict):
+            raise ConfigError(f"{where}: must be a table")
+        try:
+            sched.add_reservation(reservation_from_config(d, where), now)
+        except ConfigError:
+            raise
+        except Exception as e:  # Rejected, InvalidRequest: one line naming the table
+            raise ConfigError(f"{where}: {e}") from None
+    return sched
+
+
+def loads(text: str) -> dict:
+    """Parse TOML text, turning syntax errors into one ConfigError line."""
+    try:
+        return tomllib.loads(text)
+    except tomllib.TOMLDecodeError as e:
+        raise ConfigError(f"config: {e}") from None
+
+
+def default_config() -> dict:
+    return loads(DEFAULT_TOML)

@@ -1,0 +1,226 @@
+"""Jobs, their resource requests, and the job state machine.
+
+A job's state follows an explicit whitelist (`TRANSITIONS`); every state change goes
+through `Job.move_to`, which refuses anything else.  Which *waiting* state a job is in is
+not chosen by callers: `Job.settle` derives it from the job's holds, dependencies and
+start-after time, in that order of precedence (as PBS shows a held job as held even when it
+also waits on a dependency).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field, fields, replace
+from enum import Enum
+
+from .errors import InvalidRequest, InvalidState
+
+
+class State(str, Enum):
+    QUEUED = "queued"  # runnable: the only state that accrues eligible time
+    HELD = "held"  # at least one user/operator/system hold
+    WAITING = "waiting"  # its start-after time (qsub -a) is still ahead
+    DEP_HOLD = "dep_hold"  # a dependency is not yet satisfied
+    DEP_FAIL = "dep_fail"  # a dependency can never be satisfied (Cobalt's dep_fail)
+    RUNNING = "running"
+    EXITING = "exiting"  # told to stop (deleted or killed); its nodes are still in use
+    COMPLETED = "completed"
+    DELETED = "deleted"  # removed before it ever ran
+
+
+S = State
+PENDING = frozenset({S.QUEUED, S.HELD, S.WAITING, S.DEP_HOLD, S.DEP_FAIL})
+ACTIVE = frozenset({S.RUNNING, S.EXITING})
+FINISHED = frozenset({S.COMPLETED, S.DELETED})
+
+#: Every allowed state change; anything else raises InvalidState.
+TRANSITIONS: dict[State, frozenset[State]] = {
+    S.QUEUED: frozenset({S.HELD, S.WAITING, S.DEP_HOLD, S.DEP_FAIL, S.RUNNING, S.DELETED}),
+    S.HELD: frozenset({S.QUEUED, S.WAITING, S.DEP_HOLD, S.DEP_FAIL, S.DELETED}),
+    S.WAITING: frozenset({S.QUEUED, S.HELD, S.DEP_HOLD, S.DEP_FAIL, S.DELETED}),
+    S.DEP_HOLD: frozenset({S.QUEUED, S.HELD, S.WAITING, S.DEP_FAIL, S.DELETED}),
+    S.DEP_FAIL: frozenset({S.QUEUED, S.HELD, S.WAITING, S.DEP_HOLD, S.DELETED}),
+    # RUNNING -> QUEUED is a requeue (launch failure, rerunnable job after a crash).
+    S.RUNNING: frozenset({S.EXITING, S.COMPLETED, S.QUEUED}),
+    S.EXITING: frozenset({S.COMPLETED}),
+    S.COMPLETED: frozenset(),
+    S.DELETED: frozenset(),
+}
+
+
+class Hold(str, Enum):
+    USER = "u"
+    OPERATOR = "o"
+    SYSTEM = "s"
+
+
+class DepType(str, Enum):
+    AFTEROK = "afterok"  # parent ended with exit status 0
+    AFTERNOTOK = "afternotok"  # parent ended non-zero, was killed, or was deleted
+    AFTERANY = "afterany"  # parent ended in any way
+
+
+@dataclass(frozen=True)
+class Request:
+    """What a job asks for.
+
+    Either `nodes` chunks of `ppn` cores each, or (when `cores` > 0) a total core count
+    packed onto as few shared nodes as possible.  `mem` is MB per chunk (per node); on
+    shared nodes it is converted to cores at the node's MB-per-core rate.  `features` are
+    node properties every chosen node must have.
+    """
+
+    nodes: int = 1
+    ppn: int = 1
+    cores: int = 0
+    mem: int = 0
+    features: tuple[str, ...] = ()
+
+    def __post_init__(self):
+        for name in ("nodes", "ppn", "cores", "mem"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+                raise InvalidRequest(f"request {name} must be a non-negative integer, not {value!r}")
+        if self.cores == 0 and (self.nodes < 1 or self.ppn < 1):
+            raise InvalidRequest("request needs nodes >= 1 and ppn >= 1, or cores >= 1")
+        object.__setattr__(self, "features", tuple(sorted(set(self.features))))
+
+    @property
+    def processors(self) -> int:
+        return self.cores if self.cores else self.nodes * self.ppn
+
+    def to_dict(self) -> dict:
+        return {f.name: (list(v) if isinstance(v := getattr(self, f.name), tuple) else v)
+                for f in fields(self) if getattr(self, f.name) != f.default}
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "Request":
+        d = dict(d)
+        if "features" in d:
+            d["features"] = tuple(d["features"])
+        return cls(**d)
+
+
+@dataclass
+class Dependency:
+    kind: DepType
+    job_id: int
+    met: bool | None = None  # None: parent has not ended yet
+
+    def resolve(self, exit_status: int | None) -> None:
+        """Record how the parent ended (exit_status None: deleted before it ran)."""
+        ok = exit_status == 0
+        self.met = {DepType.AFTEROK: ok, DepType.AFTERNOTOK: not ok, DepType.AFTERANY: True}[self.kind]
+
+
+@dataclass
+class Job:
+    """One batch job.  Times are seconds on the caller's clock; the core never reads one."""
+
+    id: int = 0
+    name: str = "STDIN"
+    owner: str = "nobody"
+    group: str = ""
+    account: str = ""
+    queue: str = ""  # the execution queue the job is in
+    submitted_queue: str = ""  # the queue it was submitted to (a routing queue, maybe)
+    request: Request = field(default_factory=Request)
+    walltime: float = 3600.0
+    submit_time: float = 0.0
+    start_after: float | None = None
+    holds: set[Hold] = field(default_factory=set)
+    dependencies: list[Dependency] = field(default_factory=list)
+    priority: int = 0  # the user's own priority (qsub -p)
+    score: float = 0.0  # the priority policy's score
+    state: State = S.QUEUED
+    exit_status: int | None = None
+    start_time: float | None = None
+    end_time: float | None = None
+    nodes: tuple[str, ...] = ()  # allocated node names, one per chunk or node used
+    cores: tuple[tuple[int, ...], ...] = ()  # allocated core indices, parallel to nodes
+    eligible_time: float = 0.0  # seconds spent QUEUED (runnable) so far
+    eligible_since: float | None = None
+    score_at_start: float | None = None
+    run_count: int = 0
+    comment: str = ""
+    extra: dict = field(default_factory=dict)  # opaque to the core: the commands' attributes
+
+    # --- state machine -------------------------------------------------------------
+    def move_to(self, new: State, now: float) -> None:
+        """Change state if the whitelist allows it, keeping eligible time exact."""
+        if new == self.state:
+            return
+        if new not in TRANSITIONS[self.state]:
+            raise InvalidState(f"job {self.id}: cannot go from {self.state.value} to {new.value}")
+        if self.state == S.QUEUED and self.eligible_since is not None:
+            self.eligible_time += now - self.eligible_since
+            self.eligible_since = None
+        if new == S.QUEUED:
+            self.eligible_since = now
+        self.state = new
+
+    def eligible(self, now: float) -> float:
+        """Seconds this job has been runnable, up to `now` (held time excluded)."""
+        if self.state == S.QUEUED and self.eligible_since is not None:
+            return self.eligible_time + now - self.eligible_since
+        return self.eligible_time
+
+    def pending_state(self, now: float) -> State:
+        """The waiting state this job's holds, dependencies and start time call for."""
+        if self.holds:
+            return S.HELD
+        if any(d.met is False for d in self.dependencies):
+            return S.DEP_FAIL
+        if any(d.met is None for d in self.dependencies):
+            return S.DEP_HOLD
+        if self.start_after is not None and self.start_after > now:
+            return S.WAITING
+        return S.QUEUED
+
+    def settle(self, now: float) -> None:
+        """Move a pending job to the state its attributes call for."""
+        if self.state in PENDING:
+            self.move_to(self.pending_state(now), now)
+
+    # --- JSON ------------------------------------------------------------------------
+    def to_dict(self) -> dict:
+        d = {}
+        for f in fields(self):
+            v = getattr(self, f.name)
+            if f.name == "request":
+                v = v.to_dict()
+            elif f.name == "holds":
+                v = sorted(h.value for h in v)
+            elif f.name == "dependencies":
+                v = [[dep.kind.value, dep.job_id, dep.met] for dep in v]
+            elif f.name == "state":
+                v = v.value
+            elif f.name in ("nodes",):
+                v = list(v)
+            elif f.name == "cores":
+                v = [list(c) for c in v]
+            d[f.name] = v
+        return d
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "Job":
+        known = {f.name for f in fields(cls)}
+        unknown = set(d) - known
+        if unknown:
+            raise InvalidRequest(f"unknown job field {sorted(unknown)[0]!r}")
+        d = dict(d)
+        if "request" in d:
+            d["request"] = Request.from_dict(d["request"])
+        if "holds" in d:
+            d["holds"] = {Hold(h) for h in d["holds"]}
+        if "dependencies" in d:
+            d["dependencies"] = [Dependency(DepType(k), int(i), m) for k, i, m in d["dependencies"]]
+        if "state" in d:
+            d["state"] = State(d["state"])
+        if "nodes" in d:
+            d["nodes"] = tuple(d["nodes"])
+        if "cores" in d:
+            d["cores"] = tuple(tuple(c) for c in d["cores"])
+        return cls(**d)
+
+    def copy(self) -> "Job":
+        return replace(self, holds=set(self.holds),
+                       dependencies=[replace(x) for x in self.dependencies], extra=dict(self.extra))

@@ -1,0 +1,128 @@
+"""Node-list syntax, both ways.
+
+Host lists as Torque/Slurm write them (`n[001-128]`, `a,b,c[1-3,7]`, `r[1-2]n[01-02]`) and
+PSC's node-id ranges (`10..20,30..60`, the `YOD_NIDLIST` style `pbsyod` passes on).
+"""
+from __future__ import annotations
+
+import re
+
+from .errors import InvalidRequest
+
+_RANGE = re.compile(r"^(\d+)(?:-(\d+))?$")
+
+
+def _split_top(text: str) -> list[str]:
+    """Split on commas that are not inside brackets."""
+    parts, depth, cur = [], 0, []
+    for ch in text:
+        if ch == "[":
+            depth += 1
+        elif ch == "]":
+            depth -= 1
+            if depth < 0:
+                raise InvalidRequest(f"unbalanced ']' in node list {text!r}")
+        if ch == "," and depth == 0:
+            parts.append("".join(cur))
+            cur = []
+        else:
+            cur.append(ch)
+    if depth:
+        raise InvalidRequest(f"unbalanced '[' in node list {text!r}")
+    parts.append("".join(cur))
+    return parts
+
+
+def _expand_one(token: str, whole: str) -> list[str]:
+    start = token.find("[")
+    if start < 0:
+        if not token or "]" in token:
+            raise InvalidRequest(f"bad node list {whole!r}")
+        return [token]
+    end = token.find("]", start)
+    prefix, body, rest = token[:start], token[start + 1:end], token[end + 1:]
+    values = []
+    for piece in body.split(","):
+        m = _RANGE.match(piece.strip())
+        if not m:
+            raise InvalidRequest(f"bad range {piece!r} in node list {whole!r}")
+        lo, hi = m.group(1), m.group(2) or m.group(1)
+        if int(hi) < int(lo):
+            raise InvalidRequest(f"descending range {piece!r} in node list {whole!r}")
+        width = len(lo) if lo.startswith("0") and len(lo) > 1 else 0
+        values.extend(f"{i:0{width}d}" for i in range(int(lo), int(hi) + 1))
+    tails = _expand_one(rest, whole) if rest else [""]
+    return [prefix + v + t for v in values for t in tails]
+
+
+def expand(hostlist: str) -> list[str]:
+    """`"n[01-03],x"` -> `["n01", "n02", "n03", "x"]` (order kept, duplicates kept)."""
+    text = hostlist.strip()
+    if not text:
+        return []
+    out = []
+    for token in _split_top(text):
+        out.extend(_expand_one(token.strip(), hostlist))
+    return out
+
+
+_NAME = re.compile(r"^(.*?)(\d+)$")
+
+
+def compress(names: list[str]) -> str:
+    """The shortest-obvious host list for `names`: runs of `prefix<number>` become ranges.
+
+    Zero padding is kept when all numbers of a run share one width.
+    """
+    groups: list[tuple[str, int, list[int]]] = []  # (prefix, width, numbers) in order
+    for name in names:
+        m = _NAME.match(name)
+        if not m:
+            groups.append((name, -1, []))
+            continue
+        prefix, digits = m.group(1), m.group(2)
+        width = len(digits) if digits.startswith("0") and len(digits) > 1 else 0
+        last = groups[-1] if groups else None
+        if last and last[0] == prefix and (last[1] == width or (last[1] > 0 and len(digits) == last[1])):
+            groups[-1][2].append(int(digits))
+        else:
+            groups.append((prefix, width, [int(digits)]))
+    out = []
+    for prefix, width, numbers in groups:
+        if width < 0:
+            out.append(prefix)
+        elif len(numbers) == 1:
+            out.append(f"{prefix}{numbers[0]:0{width}d}")
+        else:
+            out.append(f"{prefix}[{_ranges(numbers, '-', width)}]")
+    return ",".join(out)
+
+
+def _ranges(numbers: list[int], sep: str, width: int = 0) -> str:
+    runs = []
+    for n in numbers:
+        if runs and n == runs[-1][1] + 1:
+            runs[-1][1] = n
+        else:
+            runs.append([n, n])
+    return ",".join(f"{a:0{width}d}" if a == b else f"{a:0{width}d}{sep}{b:0{width}d}" for a, b in runs)
+
+
+def expand_nids(text: str) -> list[int]:
+    """PSC node-id ranges: `"10..12,30"` -> `[10, 11, 12, 30]`."""
+    out = []
+    for piece in text.strip().split(","):
+        piece = piece.strip()
+        lo, dots, hi = piece.partition("..")
+        if not lo.isdigit() or (dots and not hi.isdigit()):
+            raise InvalidRequest(f"bad node-id range {piece!r} in {text!r}")
+        a, b = int(lo), int(hi) if dots else int(lo)
+        if b < a:
+            raise InvalidRequest(f"descending node-id range {piece!r} in {text!r}")
+        out.extend(range(a, b + 1))
+    return out
+
+
+def compress_nids(nids: list[int]) -> str:
+    """`[10, 11, 12, 30]` -> `"10..12,30"` (sorted, duplicates dropped)."""
+    return _ranges(sorted(set(nids)), "..")

@@ -1,0 +1,390 @@
+"""Planning: start what fits in priority order, reserve for the top jobs, backfill the rest.
+
+The planner sees the machine as a *profile*: the free units (see topology.py) over time, a
+step function with one mask per segment.  Running jobs occupy their units until their
+expected end; reservations block their units for jobs that may not use them; each job the
+walk reserves for occupies its units from its planned start.  A job may start now only if
+some allocation is free over its whole walltime window in this profile, so it can never
+delay a reservation already made.  The reservation depth says how many waiting jobs get
+one: 0 none (first fit), 1 EASY, `ALL` conservative (Maui's RESERVATIONDEPTH).
+
+Which free units a job gets is chosen *tightest in time*: first the units whose free period
+ends soonest after the job would end, then those that became free most recently before it
+would start.  So a backfilled job prefers nodes a reservation needs only later, and a
+reservation prefers nodes that are busy now, which leaves the nodes free now to backfill.
+On a machine of identical nodes this makes the planner start exactly the jobs count-based
+EASY (Lifka) starts.
+"""
+from __future__ import annotations
+
+import math
+from bisect import bisect_left, bisect_right, insort
+from dataclasses import dataclass, field
+from typing import Callable
+
+from .jobs import Job, Request
+from .reservations import Access
+from .timefmt import hms
+from .topology import Allocation, Topology
+
+ALL = math.inf  # reservation depth for conservative backfill
+INF = math.inf
+HORIZON = 366 * 86400.0  # the planner looks no further ahead than this
+
+#: A job's reservation access: sorted ((reservation name, Access), ...) of every
+#: reservation it may use; () for most jobs.
+AccessKey = tuple
+
+
+class Profile:
+    """Free units over time, from `now` on: segment i is [times[i], times[i+1])."""
+
+    def __init__(self, now: float, free_units: int, reservations=(), slop: float = 0.0):
+        self.now = now
+        self.times: list[float] = [now]
+        self.free: list[int] = [free_units]
+        # per segment: ((reservation name, units, real), ...); real is False in the slop
+        # before an occurrence, which blocks but does not admit bound jobs
+        self.resv: list[tuple] = [()]
+        self._open: list[int | None] = [None]
+        self.reservations = [(r, u) for r, u in reservations]
+        self.slop = slop
+        self.horizon = now
+        self._laid: dict[str, float] = {}
+        self.limit = now + HORIZON
+        self.changes = 0  # bumped whenever free units change
+        # times after `now` at which units stop being free (bookings, reservations): the
+        # only places a unit's free period can end, which is what `tiers` looks for
+        self.takes: list[float] = []
+
+    @classmethod
+    def from_running(cls, now: float, available: int, busy: list[tuple[float, int]],
+                     reservations=(), slop: float = 0.0) -> "Profile":
+        """Build in O(len(busy)) mask operations from (expected end, units) pairs."""
+        p = cls(now, available, reservations, slop)
+        if busy:
+            busy = sorted(busy, key=lambda e: e[0])
+            ends = sorted({e for e, _ in busy if e > now})
+            p.times = [now] + ends
+            n = len(p.times)
+            p.free = [0] * n
+            p.free[-1] = available
+            held = 0
+            j = len(busy) - 1
+            for k in range(n - 2, -1, -1):
+                # segment k ends at times[k + 1]: busy are the jobs ending at or after it
+                while j >= 0 and busy[j][0] >= p.times[k + 1]:
+                    held |= busy[j][1]
+                    j -= 1
+                p.free[k] = available & ~held
+            p.resv = [()] * n
+            p._open = [None] * n
+        p.ensure(now + 7 * 86400.0)
+        return p
+
+    # --- structure -------------------------------------------------------------------
+    def _split(self, t: float) -> int:
+        """Index of the segment starting exactly at `t`, creating it if needed."""
+        i = bisect_right(self.times, t) - 1
+        if self.times[i] == t:
+            return i
+        self.times.insert(i + 1, t)
+        self.free.insert(i + 1, self.free[i])
+        self.resv.insert(i + 1, self.resv[i])
+        self._open.insert(i + 1, self._open[i])
+        return i + 1
+
+    def _span(self, t0: float, t1: float) -> range:
+        i0 = self._split(max(t0, self.now))
+        i1 = self._split(t1) if t1 < INF else len(self.times)
+        return range(i0, i1)
+
+    def occupy(self, units: int, t0: float, t1: float) -> None:
+        """Take `units` out of the free set over [t0, t1)."""
+        keep = ~units
+        for k in self._span(t0, t1):
+            self.free[k] &= keep
+            self._open[k] = None
+        self.changes += 1
+        if t0 > self.now:
+            insort(self.takes, t0)
+
+    def release(self, units: int, t0: float, t1: float) -> None:
+        """Give `units` back to the free set over [t0, t1) (undo an `occupy`)."""
+        for k in self._span(t0, t1):
+            self.free[k] |= units
+            self._open[k] = None
+        self.changes += 1
+
+    def advance(self, now: float) -> bool:
+        """Move the profile's start to `now` if nothing changes in between (no segment
+        boundary in (self.now, now]); False if it cannot."""
+        if len(self.times) > 1 and self.times[1] <= now:
+            return False
+        self.times[0] = self.now = now
+        return True
+
+    def holds(self, units: int, t0: float, t1: float, access: AccessKey) -> bool:
+        """Are all of `units` usable over [t0, t1)?"""
+        self.ensure(t1)
+        return self.window(t0, t1, access, units, units.bit_count()) == units
+
+    def ensure(self, until: float) -> None:
+        """Lay out reservation occurrences up to `until` (cyclic ones are unbounded)."""
+        until = min(until, self.limit)
+        if until <= self.horizon:
+            return
+        for res, units in self.reservations:
+            last = self._laid.get(res.name, -INF)
+            for s, e in res.occurrences(self.now, until + self.slop):
+                if s <= last:
+                    continue  # laid out by an earlier call
+                if self.slop:
+                    self._mark(res.name, units, s - self.slop, s, False)
+                self._mark(res.name, units, s, e, True)
+                self._laid[res.name] = s
+        self.horizon = until
+
+    def _mark(self, name: str, units: int, t0: float, t1: float, real: bool) -> None:
+        if t1 <= self.now:
+            return
+        entry = ((name, units, real),)
+        for k in self._span(t0, t1):
+            self.resv[k] = self.resv[k] + entry
+            self._open[k] = None
+        # both edges can end a free period: the start for jobs it blocks, the end for
+        # the jobs bound to it
+        for t in (t0, t1):
+            if self.now < t < INF:
+                insort(self.takes, t)
+
+    # --- queries ---------------------------------------------------------------------
+    def usable(self, k: int, access: AccessKey = ()) -> int:
+        """Units a job with `access` may take in segment k."""
+        if not access:
+            m = self._open[k]
+            if m is None:
+                m = self.free[k]
+                for _, units, _ in self.resv[k]:
+                    m &= ~units
+                self._open[k] = m
+            return m
+        rights = dict(access)
+        bound_to = any(a is Access.BOUND for a in rights.values())
+        m, inside = self.free[k], 0
+        for name, units, real in self.resv[k]:
+            a = rights.get(name)
+            if a is Access.ALLOWED:
+                continue
+            if a is Access.BOUND and real:
+                inside |= units
+                continue
+            m &= ~units
+        return m & inside if bound_to else m
+
+    def segment(self, t: float) -> int:
+        return bisect_right(self.times, t) - 1
+
+    def window(self, t0: float, t1: float, access: AccessKey, mask: int, need: int) -> int:
+        """Units of `mask` usable over all of [t0, t1); 0 as soon as fewer than `need` remain."""
+        k = self.segment(t0)
+        m = mask & self.usable(k, access)
+        if k == 0:
+            # From now on a unit stops being free only at a take (a booking or a
+            # reservation starting); running jobs only ever give units back.  So a window
+            # starting now need only look at the takes inside it.
+            takes = self.takes
+            i = bisect_right(takes, t0)
+            while m and i < len(takes) and takes[i] < t1:
+                m &= self.usable(self.segment(takes[i]), access)
+                i += 1
+        else:
+            times, n = self.times, len(self.times)
+            k += 1
+            while m and k < n and times[k] < t1:
+                m &= self.usable(k, access)
+                k += 1
+        return m if m.bit_count() >= need else 0
+
+    def tiers(self, m: int, t0: float, t1: float, access: AccessKey) -> list[int]:
+        """Split free units `m` of window [t0, t1) into preference tiers, tightest first."""
+        after, rem = [], m
+        for t in self.takes[bisect_left(self.takes, t1):]:
+            gone = rem & ~self.usable(self.segment(t), access)
+            if gone:
+                after.append(gone)
+                rem ^= gone
+                if not rem:
+                    break
+        if rem:
+            after.append(rem)
+        before, rem = [], m
+        k = self.segment(t0) - 1
+        while rem and k >= 0 and len(before) < 64:
+            gone = rem & ~self.usable(k, access)
+            if gone:
+                before.append(gone)
+                rem ^= gone
+            k -= 1
+        if rem:
+            before.append(rem)
+        if len(before) == 1:
+            return after
+        if len(after) == 1:
+            return before
+        return [a & b for a in after for b in before if a & b]
+
+    def fit(self, topology: Topology, request: Request, t0: float, duration: float,
+            access: AccessKey, need: int) -> Allocation | None:
+        """An allocation free over [t0, t0 + duration), or None."""
+        self.ensure(t0 + duration)
+        m = self.window(t0, t0 + duration, access, topology.eligible(request), need)
+        if not m:
+            return None
+        return topology.choose(request, self.tiers(m, t0, t0 + duration, access))
+
+    def earliest(self, topology: Topology, request: Request, duration: float, access: AccessKey,
+                 need: int, not_before: float) -> tuple[float, Allocation] | None:
+        """The earliest start at or after `not_before` with an allocation free for `duration`."""
+        eligible = topology.eligible(request)
+        c = self.segment(max(not_before, self.now))
+        while c < len(self.times):
+            t = max(self.times[c], not_before)
+            if t + duration > self.limit:
+                return None
+            self.ensure(t + duration)
+            if (eligible & self.usable(c, access)).bit_count() < need:
+                c += 1
+                continue
+            m = self.window(t, t + duration, access, eligible, need)
+            if m:
+                alloc = topology.choose(request, self.tiers(m, t, t + duration, access))
+                if alloc is not None:
+                    return t, alloc
+            c += 1
+        return None
+
+
+@dataclass(frozen=True)
+class Start:
+    job_id: int
+    allocation: Allocation
+    backfill: bool  # started while a job ahead of it waited for resources
+
+
+RESOURCES = "waiting for resources"
+
+
+@dataclass
+class Plan:
+    """One pass's decisions.  Reasons and estimated starts are there for every waiting job;
+    estimates for jobs without a reservation are worked out on first request."""
+
+    now: float
+    started: list[Start] = field(default_factory=list)
+    reserved: dict[int, tuple[float, Allocation]] = field(default_factory=dict)
+    reasons: dict[int, str] = field(default_factory=dict)
+    default_reason: str = RESOURCES
+    _estimate: Callable[[int], float | None] | None = None
+    _estimates: dict[int, float | None] = field(default_factory=dict)
+
+    def reason(self, job_id: int) -> str:
+        if any(s.job_id == job_id for s in self.started):
+            return "started"
+        if job_id in self.reserved:
+            t, alloc = self.reserved[job_id]
+            return f"reserved: starts at {t:g} (in {hms(t - self.now)}) on {len(alloc.nodes)} nodes"
+        return self.reasons.get(job_id, self.default_reason)
+
+    def estimate(self, job_id: int) -> float | None:
+        """Estimated start: now if started, the reservation if one was made, else the
+        earliest fit in this pass's final plan (None: not within the planning horizon)."""
+        for s in self.started:
+            if s.job_id == job_id:
+                return self.now
+        if job_id in self.reserved:
+            return self.reserved[job_id][0]
+        if job_id not in self._estimates:
+            self._estimates[job_id] = self._estimate(job_id) if self._estimate else None
+        return self._estimates[job_id]
+
+
+class Walk:
+    """The planning walk over the ordered runnable jobs (allocate, reserve, backfill)."""
+
+    def __init__(self, topology: Topology, profile: Profile, depth: float,
+                 access: Callable[[Job], AccessKey], gate: Callable[[Job], str | None] | None):
+        self.topology, self.profile, self.depth = topology, profile, depth
+        self.access, self.gate = access, gate
+        self.made = 0  # reservations made
+        self.waiting_ahead = False  # a job walked so far waits for resources
+        self.last = None  # the last job walked
+
+    def run(self, now: float, jobs: list[Job], plan: Plan, on_start: Callable[[Job, Start], None],
+            kept: dict[int, tuple[float, int]] | None = None) -> None:
+        """Walk `jobs` in order, carrying on from where an earlier `run` stopped.
+
+        `kept` holds last pass's reservations still valid, already occupied in the
+        profile: each job's own is given back just before its turn, so that it can only
+        move earlier and no job ahead can take it (conservative backfill's guarantee that
+        no reservation is ever delayed)."""
+        topo, prof, depth, gate, access = self.topology, self.profile, self.depth, self.gate, self.access
+        need_of = topo.need
+        kept = dict(kept or {})
+        made, waiting_ahead = self.made, self.waiting_ahead
+        if jobs:
+            self.last = jobs[-1]
+        failed: dict[tuple, list[tuple[int, float]]] = {}  # shape -> (amount, walltime) that did not fit now
+        free_now: dict[tuple, int] = {}  # (shape, access) -> eligible units free now
+        seen = -1  # prof.changes when the two caches above were filled
+        upper = 0  # units free now at all: no job can start on more
+        for job in jobs:
+            if prof.changes != seen:
+                failed.clear()
+                free_now.clear()
+                seen = prof.changes
+                upper = prof.free[0].bit_count()
+            if made >= depth and not upper and not kept:
+                break  # nothing is free now and no reservation is left to make
+            if kept and job.id in kept:
+                t0, units = kept.pop(job.id)
+                prof.release(units, t0, t0 + job.walltime)
+            if gate is not None:
+                why = gate(job)
+                if why:
+                    plan.reasons[job.id] = why
+                    continue
+            req = job.request
+            need = need_of(req)
+            if need > upper and made >= depth:
+                waiting_ahead = True
+                continue  # the common case in a full machine: settled by one comparison
+            wall, acc = job.walltime, access(job)
+            shape = (topo.shape(req), acc)
+            amount = req.cores or req.nodes
+            alloc = None
+            count = free_now.get(shape)
+            if count is None:
+                count = free_now[shape] = (prof.usable(0, acc) & topo.eligible(req)).bit_count()
+            if count >= need and not any(a <= amount and w <= wall for a, w in failed.get(shape, ())):
+                alloc = prof.fit(topo, req, now, wall, acc, need)
+                if alloc is None:
+                    failed.setdefault(shape, []).append((amount, wall))
+            if alloc is not None:
+                prof.occupy(alloc.units, now, now + wall)
+                start = Start(job.id, alloc, waiting_ahead)
+                plan.started.append(start)
+                on_start(job, start)
+                continue
+            waiting_ahead = True
+            if made < depth:
+                found = prof.earliest(topo, req, wall, acc, need, now)
+                if found is None:
+                    plan.reasons[job.id] = "no start found within the planning horizon with the nodes now up"
+                    continue
+                t, alloc = found
+                prof.occupy(alloc.units, t, t + wall)
+                plan.reserved[job.id] = found
+                made += 1
+        self.made, self.waiting_ahead = made, waiting_ahead
+

@@ -1,0 +1,86 @@
+"""Advance reservations: a set of nodes held for a time window, once or every period.
+
+A reservation blocks its nodes for every job that may not use it.  Who may use it: the
+users, groups and projects (accounts) in its ACL; a reservation with no ACL at all is a
+drain (Maui's standing maintenance reservations, PSC's target drains, Kraken's weekly
+drain) that no job may use.  A reservation with a `queue` is where that queue's jobs run:
+those jobs may run only inside it (Cobalt's reservation queues).
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from enum import Enum
+
+from .errors import InvalidRequest
+from .jobs import Job
+
+
+class Access(Enum):
+    BLOCKED = 0  # the job may not use these nodes while the reservation is active
+    ALLOWED = 1  # the job may use them (or any other free nodes)
+    BOUND = 2  # the job must run inside this reservation and nowhere else
+
+
+@dataclass
+class Reservation:
+    name: str
+    start: float
+    duration: float
+    nodes: tuple[str, ...] = ()  # explicit nodes, or resolved from `count` when added
+    count: int = 0  # a node count to choose from, when `nodes` is empty
+    users: frozenset[str] = field(default_factory=frozenset)
+    groups: frozenset[str] = field(default_factory=frozenset)
+    projects: frozenset[str] = field(default_factory=frozenset)
+    queue: str = ""
+    period: float = 0.0  # > 0: repeats every `period` seconds
+    owner: str = ""
+
+    def __post_init__(self):
+        if not self.name:
+            raise InvalidRequest("reservation needs a name")
+        if self.duration <= 0:
+            raise InvalidRequest(f"reservation {self.name}: duration must be positive")
+        if self.period and self.period < self.duration:
+            raise InvalidRequest(f"reservation {self.name}: period shorter than its duration")
+        if not self.nodes and self.count <= 0:
+            raise InvalidRequest(f"reservation {self.name}: give nodes or a node count")
+        self.nodes = tuple(self.nodes)
+        self.users, self.groups, self.projects = (frozenset(self.users), frozenset(self.groups),
+                                                  frozenset(self.projects))
+
+    def access(self, job: Job) -> Access:
+        if self.queue and job.queue == self.queue:
+            return Access.BOUND
+        if job.owner in self.users or (job.group and job.group in self.groups) \
+                or (job.account and job.account in self.projects):
+            return Access.ALLOWED
+        return Access.BLOCKED
+
+    def occurrences(self, since: float, until: float):
+        """(start, end) of every occurrence that overlaps [since, until)."""
+        if not self.period:
+            if self.start < until and self.start + self.duration > since:
+                yield self.start, self.start + self.duration
+            return
+        k = max(0, math.floor((since - self.start - self.duration) / self.period) + 1)
+        while True:
+            s = self.start + k * self.period
+            if s >= until:
+                return
+            if s + self.duration > since:
+                yield s, s + self.duration
+            k += 1
+
+    def expired(self, now: float) -> bool:
+        return not self.period and self.start + self.duration <= now
+
+    def to_dict(self) -> dict:
+        return {"name": self.name, "start": self.start, "duration": self.duration,
+                "nodes": list(self.nodes), "count": self.count, "users": sorted(self.users),
+                "groups": sorted(self.groups), "projects": sorted(self.projects),
+                "queue": self.queue, "period": self.period, "owner": self.owner}
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "Reservation":
+        return cls(**d)

@@ -1,0 +1,545 @@
+"""The scheduling core: the one pass every driver (library, simulator, commands, server) runs.
+
+    route -> prioritise -> plan (allocate, reserve, backfill) -> apply
+
+`Scheduler` holds the jobs, queues, reservations and machine; it does no I/O and never
+reads a clock: every call takes `now` (seconds on the caller's clock).  Its whole state
+round-trips through plain JSON-able dicts (`to_dict` / `restore`).
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+from .errors import InvalidRequest, InvalidState, Rejected, UnknownJob
+from .jobs import ACTIVE, FINISHED, PENDING, Dependency, DepType, Hold, Job, Request, State
+from .plan import ALL, Plan, Profile, Start, Walk
+from .prioritise import Context, Fifo, Policy
+from .reservations import Access, Reservation
+from .route import Router
+from .topology import NodePool, NodeState, Topology
+
+STATE_VERSION = 1
+
+#: What `alter` may change on a job that waits, and on one that runs.
+ALTERABLE = frozenset({"name", "walltime", "request", "queue", "priority", "start_after", "account",
+                       "group", "dependencies", "comment", "extra"})
+ALTERABLE_RUNNING = frozenset({"name", "walltime", "comment", "extra"})
+
+
+@dataclass
+class Settings:
+    """Planner settings (the site config's top-level planning keys)."""
+
+    depth: float = 1  # reservation depth: 0 none, 1 EASY, ALL conservative
+    interval: float = 15.0  # nominal seconds between passes (a policy's accrual unit)
+    overrun_grace: float = 300.0  # a job past its walltime is expected to end this much later
+    reservation_slop: float = 0.0  # keep this much clear before a reservation (Cobalt: 180)
+
+
+class Scheduler:
+    """Jobs, queues, reservations and a machine, and the pass that schedules them."""
+
+    def __init__(self, topology: Topology, router: Router, policy: Policy | None = None,
+                 settings: Settings | None = None):
+        self.topology = topology
+        self.router = router
+        self.policy = policy or Fifo()
+        self.settings = settings or Settings()
+        self.jobs: dict[int, Job] = {}
+        self.reservations: dict[str, Reservation] = {}
+        self.next_id = 1
+        self.last_pass: float | None = None
+        self.usage: dict[str, dict[str, float]] = {"user": {}, "group": {}, "project": {}}
+        # indexes, rebuilt from `jobs` on restore
+        self._queued: dict[int, Job] = {}
+        self._active: dict[int, Job] = {}
+        self._waiting: set[int] = set()
+        self._units: dict[int, int] = {}
+        self._res_units: dict[str, int] = {}
+        self._children: dict[int, list[int]] = {}
+        self._pending_count: dict[str, int] = {}
+        self._pending_user: dict[tuple[str, str], int] = {}
+        self._fits: dict[Request, bool] = {}
+        self._booked: dict[int, tuple[float, tuple, tuple]] = {}  # last pass's reservations
+        # the last pass, carried on while only new jobs arrive (see iterate)
+        self._walk: Walk | None = None
+        self._plan: Plan | None = None
+        self._tallies: dict | None = None
+        self._fresh: list[Job] = []
+        self._dirty = True
+
+    # --- reading ---------------------------------------------------------------------
+    def job(self, job_id: int) -> Job:
+        try:
+            return self.jobs[int(job_id)]
+        except (KeyError, ValueError, TypeError):
+            raise UnknownJob(job_id) from None
+
+    @property
+    def runnable(self) -> int:
+        """How many jobs are QUEUED (waiting for nothing but resources)."""
+        return len(self._queued)
+
+    def running(self) -> list[Job]:
+        return list(self._active.values())
+
+    def size(self, job: Job) -> int:
+        return self.topology.size(job.request)
+
+    def context(self, now: float) -> Context:
+        elapsed = 0.0 if self.last_pass is None else now - self.last_pass
+        return Context(now, elapsed, self.settings.interval, self.topology.node_count,
+                       self.size, lambda kind, name: self._usage(kind, name, now), self._active.values())
+
+    def _usage(self, kind: str, name: str, now: float) -> float:
+        """Node-seconds used so far, including what running jobs have used up to `now`."""
+        total = self.usage[kind].get(name, 0.0)
+        for j in self._active.values():
+            if _owner_key(j, kind) == name:
+                total += self.size(j) * (now - j.start_time)
+        return total
+
+    # --- bookkeeping -----------------------------------------------------------------
+    def _move(self, job: Job, new: State, now: float) -> None:
+        """The only place a job changes state: keeps every index in step."""
+        old = job.state
+        if old == new:
+            return
+        job.move_to(new, now)
+        self._dirty = True
+        jid = job.id
+        if old == State.QUEUED:
+            del self._queued[jid]
+        elif old == State.WAITING:
+            self._waiting.discard(jid)
+        elif old in ACTIVE and new not in ACTIVE:
+            del self._active[jid]
+            self._units.pop(jid, None)
+        if new == State.QUEUED:
+            self._queued[jid] = job
+        elif new == State.WAITING:
+            self._waiting.add(jid)
+        elif new in ACTIVE:
+            self._active[jid] = job
+        if (old in PENDING) != (new in PENDING):
+            self._count(job, 1 if new in PENDING else -1)
+
+    def _count(self, job: Job, delta: int) -> None:
+        self._pending_count[job.queue] = self._pending_count.get(job.queue, 0) + delta
+        key = (job.queue, job.owner)
+        self._pending_user[key] = self._pending_user.get(key, 0) + delta
+
+    def _settle(self, job: Job, now: float) -> None:
+        self._move(job, job.pending_state(now), now)
+
+    def _fits_anywhere(self, request: Request) -> bool:
+        ok = self._fits.get(request)
+        if ok is None:
+            ok = self._fits[request] = self.topology.fits_anywhere(request)
+        return ok
+
+    def _route(self, job: Job) -> str:
+        """Route `job` (not counted in the queue tallies) and check the machine can hold it."""
+        if not (job.walltime > 0 and math.isfinite(job.walltime)):
+            raise Rejected(f"walltime must be positive, not {job.walltime!r}")
+        size = self.size(job)
+        queue = self.router.route(job, size, self.topology.node_count, self._pending_count, self._pending_user)
+        if not self._fits_anywhere(job.request):
+            raise Rejected(f"requests more than the machine has ({size} nodes of {self.topology.node_count})")
+        return queue.name
+
+    def _link_dependencies(self, job: Job) -> None:
+        for dep in job.dependencies:
+            parent = self.jobs.get(dep.job_id)
+            if parent is None or dep.job_id == job.id:
+                raise Rejected(f"dependency on unknown job {dep.job_id}")
+            if parent.state in FINISHED:
+                dep.resolve(parent.exit_status if parent.state == State.COMPLETED else None)
+
+    def _register_children(self, job: Job) -> None:
+        for dep in job.dependencies:
+            kids = self._children.setdefault(dep.job_id, [])
+            if job.id not in kids:
+                kids.append(job.id)
+
+    # --- the pass API ----------------------------------------------------------------
+    def submit(self, job: Job, now: float) -> Job:
+        """Accept `job` (the scheduler keeps the object), route it and set its state.
+
+        `job.id` 0 takes the next id; a given id must be new, and ids stay increasing.
+        Raises Rejected with the reason in words.
+        """
+        if job.id in self.jobs:
+            raise Rejected(f"job id {job.id} is already in use")
+        if job.id < 0:
+            raise Rejected(f"job id {job.id} is negative")
+        job.submitted_queue = job.queue or self.router.default
+        job.queue = self._route(job)
+        self._link_dependencies(job)
+        if job.id == 0:
+            job.id = self.next_id
+        self.next_id = max(self.next_id, job.id + 1)
+        job.submit_time = now
+        job.state, job.eligible_since, job.eligible_time = State.QUEUED, now, 0.0
+        job.start_time = job.end_time = job.exit_status = None
+        job.nodes, job.cores = (), ()
+        self.jobs[job.id] = job
+        self._queued[job.id] = job
+        self._count(job, 1)
+        self._register_children(job)
+        self.policy.on_submit(job, self.context(now))
+        if job.dependencies and all(d.met for d in job.dependencies):
+            self.policy.on_dependencies_met(job, [self.jobs[d.job_id] for d in job.dependencies])
+        dirty = self._dirty
+        self._settle(job, now)
+        self._dirty = dirty  # a new job changes nothing the last pass planned...
+        if job.state == State.QUEUED:
+            self._fresh.append(job)  # ...it only joins the queue
+        return job
+
+    def iterate(self, now: float) -> Plan:
+        """Run one scheduling pass at `now`: start what can start and plan the rest.
+
+        The jobs started are RUNNING on return, on the nodes in `plan.started`; the caller
+        launches them (and calls `requeue` if a launch fails).
+        """
+        if self.last_pass is not None and now < self.last_pass:
+            raise InvalidRequest(f"time went backwards: pass at {now} after one at {self.last_pass}")
+        for jid in [j for j in self._waiting if self.jobs[j].start_after <= now]:
+            self._settle(self.jobs[jid], now)
+        for name in [n for n, r in self.reservations.items() if r.expired(now)]:
+            self.remove_reservation(name)
+        fresh, self._fresh = self._fresh, []
+        walk = self._walk
+        if (walk is not None and not self._dirty and self.policy.static and walk.profile.advance(now)
+                and self._sorts_after(fresh, walk.last, now)):
+            # Only new jobs since the last pass, all sorting after every job it walked, and
+            # nothing in the plan changed in between: the walk over the earlier jobs would
+            # come out the same, so carry it on with the new ones.
+            plan = Plan(now, reserved=dict(self._plan.reserved), reasons=dict(self._plan.reasons))
+            walk.run(now, self.policy.order(fresh, self.context(now)), plan, self._applier(now))
+        else:
+            ctx = self.context(now)
+            runnable = list(self._queued.values())
+            self.policy.prioritise(runnable, ctx)
+            order = self.policy.order(runnable, ctx)
+            plan = Plan(now)
+            gate = None
+            if self._gated():
+                self._tallies = self._tally()
+                gate = lambda job: self._gate(job, ctx, self._tallies)  # noqa: E731
+            walk = self._walk = Walk(self.topology, self._profile(now), self.settings.depth, self._access, gate)
+            walk.run(now, order, plan, self._applier(now), self._keep(walk.profile, now))
+        self.last_pass = now
+        self._plan = plan
+        self._dirty = False
+        profile = walk.profile
+        if self.settings.depth > 1:
+            self._booked = {jid: (t, a.nodes, a.cores) for jid, (t, a) in plan.reserved.items()}
+
+        def estimate(job_id: int) -> float | None:
+            job = self.jobs.get(job_id)
+            if job is None or job.state not in (State.QUEUED, State.WAITING):
+                return None
+            found = profile.earliest(self.topology, job.request, job.walltime, self._access(job),
+                                     self.topology.need(job.request), max(now, job.start_after or now))
+            return found[0] if found else None
+
+        plan._estimate = estimate
+        return plan
+
+    def _applier(self, now: float):
+        """What the walk calls for each job it starts: the apply step."""
+        def apply(job: Job, start: Start) -> None:
+            a = start.allocation
+            job.nodes, job.cores, job.start_time = a.nodes, a.cores, now
+            job.score_at_start, job.run_count = job.score, job.run_count + 1
+            self._move(job, State.RUNNING, now)
+            self._units[job.id] = a.units
+            if self._tallies is not None:
+                self._tally_start(job, self._tallies)
+                self.policy.started(job, self._tallies)
+        return apply
+
+    def _sorts_after(self, fresh: list[Job], last: Job | None, now: float) -> bool:
+        if last is None or not fresh:
+            return True
+        ctx = self.context(now)
+        bound = self.policy.key(last, ctx)
+        return all(self.policy.key(j, ctx) > bound for j in fresh)
+
+    def _gated(self) -> bool:
+        """Can a queue limit or the policy hold a job back? (Else the walk skips the check.)"""
+        return type(self.policy).hold_back is not Policy.hold_back or any(
+            not q.started or q.max_running is not None or q.max_running_per_user is not None
+            or q.max_running_fraction is not None for q in self.router.queues.values())
+
+    def job_ended(self, job_id: int, now: float, exit_status: int) -> Job:
+        """A running (or exiting) job has ended: free its nodes, settle its dependants."""
+        job = self.job(job_id)
+        if job.state not in ACTIVE:
+            raise InvalidState(f"job {job.id} is {job.state.value}, not running")
+        job.end_time, job.exit_status = now, exit_status
+        size = self.size(job)
+        for kind in self.usage:
+            name = _owner_key(job, kind)
+            self.usage[kind][name] = self.usage[kind].get(name, 0.0) + size * (now - job.start_time)
+        self._move(job, State.COMPLETED, now)
+        self._resolve_children(job, exit_status, now)
+        return job
+
+    def delete(self, job_id: int, now: float) -> Job:
+        """qdel: a waiting job is deleted at once; a running one goes EXITING until the
+        caller reports its end with `job_ended`."""
+        job = self.job(job_id)
+        if job.state in PENDING:
+            job.end_time = now
+            self._move(job, State.DELETED, now)
+            self._resolve_children(job, None, now)
+        elif job.state == State.RUNNING:
+            self._move(job, State.EXITING, now)
+        else:
+            raise InvalidState(f"job {job.id} is {job.state.value}: nothing to delete")
+        return job
+
+    def requeue(self, job_id: int, now: float) -> Job:
+        """Put a running job back in the queue (a launch failed, or it is to be rerun)."""
+        job = self.job(job_id)
+        if job.state != State.RUNNING:
+            raise InvalidState(f"job {job.id} is {job.state.value}, not running")
+        job.nodes, job.cores, job.start_time = (), (), None
+        self._move(job, State.QUEUED, now)
+        self._settle(job, now)
+        return job
+
+    def hold(self, job_id: int, now: float, kind: Hold = Hold.USER) -> Job:
+        job = self.job(job_id)
+        if job.state not in PENDING:
+            raise InvalidState(f"job {job.id} is {job.state.value}: only a waiting job can be held")
+        job.holds.add(Hold(kind))
+        self._settle(job, now)
+        return job
+
+    def release(self, job_id: int, now: float, kind: Hold = Hold.USER) -> Job:
+        job = self.job(job_id)
+        if job.state not in PENDING:
+            raise InvalidState(f"job {job.id} is {job.state.value}: only a waiting job can be released")
+        job.holds.discard(Hold(kind))
+        self._settle(job, now)
+        return job
+
+    def alter(self, job_id: int, now: float, **changes) -> Job:
+        """qalter: change a waiting job (re-routed and re-checked), or a running job's
+        name and walltime.  Nothing changes if any part is refused."""
+        job = self.job(job_id)
+        allowed = ALTERABLE if job.state in PENDING else ALTERABLE_RUNNING if job.state in ACTIVE else frozenset()
+        for key in changes:
+            if key not in ALTERABLE:
+                raise InvalidRequest(f"cannot alter {key!r}")
+            if key not in allowed:
+                raise InvalidState(f"job {job.id} is {job.state.value}: cannot alter {key}")
+        new = job.copy()
+        for key, value in changes.items():
+            if key == "request" and isinstance(value, dict):
+                value = Request.from_dict(value)
+            if key == "dependencies":
+                value = [d if isinstance(d, Dependency) else Dependency(DepType(d[0]), int(d[1]))
+                         for d in value]
+            setattr(new, key, value)
+        if "walltime" in changes and not (new.walltime > 0 and math.isfinite(new.walltime)):
+            raise Rejected(f"walltime must be positive, not {new.walltime!r}")
+        if job.state in PENDING:
+            self._count(job, -1)
+            try:
+                if changes.keys() & {"walltime", "request", "queue", "account", "group"}:
+                    # route again from where the job was submitted, or the queue asked for now
+                    new.submitted_queue = new.queue = changes.get("queue", job.submitted_queue)
+                    new.queue = self._route(new)
+                if "dependencies" in changes:
+                    self._link_dependencies(new)
+            finally:
+                self._count(job, 1)
+        rerouted = new.queue != job.queue
+        if rerouted:
+            self._count(job, -1)
+        for key in ALTERABLE | {"submitted_queue"}:
+            setattr(job, key, getattr(new, key))
+        if rerouted:
+            self._count(job, 1)
+            self.policy.on_route_change(job, self.context(now))
+        if "dependencies" in changes:
+            self._register_children(job)
+            if job.dependencies and all(d.met for d in job.dependencies):
+                self.policy.on_dependencies_met(job, [self.jobs[d.job_id] for d in job.dependencies])
+        if job.state in PENDING:
+            self._settle(job, now)
+        self._dirty = True
+        return job
+
+    def forget(self, job_id: int) -> Job:
+        """Drop a finished job from memory (a trace replay or a retention policy does)."""
+        job = self.job(job_id)
+        if job.state not in FINISHED:
+            raise InvalidState(f"job {job.id} is {job.state.value}, not finished")
+        del self.jobs[job.id]
+        self._children.pop(job.id, None)
+        return job
+
+    def _resolve_children(self, parent: Job, exit_status: int | None, now: float) -> None:
+        for cid in self._children.pop(parent.id, ()):
+            child = self.jobs.get(cid)
+            if child is None or child.state not in PENDING:
+                continue
+            for dep in child.dependencies:
+                if dep.job_id == parent.id:
+                    dep.resolve(exit_status)
+            if all(d.met for d in child.dependencies):
+                self.policy.on_dependencies_met(child, [self.jobs[d.job_id] for d in child.dependencies
+                                                        if d.job_id in self.jobs])
+            self._settle(child, now)
+
+    # --- reservations and nodes --------------------------------------------------------
+    def add_reservation(self, res: Reservation, now: float) -> Reservation:
+        """Add an advance reservation; a node count is turned into nodes free over its
+        first occurrence (running jobs' walltimes and other reservations respected)."""
+        if res.name in self.reservations:
+            raise Rejected(f"reservation {res.name} already exists")
+        if res.nodes:
+            try:
+                units = self.topology.units_of_nodes(res.nodes)
+            except InvalidRequest as e:
+                raise Rejected(f"reservation {res.name}: {e}") from None
+        else:
+            request = Request(nodes=res.count)
+            start = max(res.start, now)
+            alloc = self._profile(now).fit(self.topology, request, start, res.start + res.duration - start,
+                                           (), self.topology.need(request))
+            if alloc is None:
+                raise Rejected(f"reservation {res.name}: {res.count} nodes are not free "
+                               f"for its whole window")
+            res.nodes, units = alloc.nodes, self.topology.units_of_nodes(alloc.nodes)
+            res.count = 0
+        self.reservations[res.name] = res
+        self._res_units[res.name] = units
+        self._dirty = True
+        return res
+
+    def remove_reservation(self, name: str) -> Reservation:
+        if name not in self.reservations:
+            raise InvalidRequest(f"unknown reservation {name!r}")
+        self._res_units.pop(name)
+        self._dirty = True
+        return self.reservations.pop(name)
+
+    def set_node_state(self, name: str, state: NodeState) -> None:
+        self.topology.set_state(name, NodeState(state))
+        self._dirty = True
+
+    # --- planning helpers ------------------------------------------------------------
+    def _profile(self, now: float) -> Profile:
+        # a job past its walltime is still there: expect it to end `overrun_grace` from now
+        grace = max(self.settings.overrun_grace, 1.0)
+        busy = []
+        for j in self._active.values():
+            end = j.start_time + j.walltime
+            busy.append((end if end > now else now + grace, self._units[j.id]))
+        resv = [(r, self._res_units[r.name]) for r in self.reservations.values()]
+        return Profile.from_running(now, self.topology.available(), busy, resv, self.settings.reservation_slop)
+
+    def _keep(self, profile: Profile, now: float) -> dict[int, tuple[float, int]]:
+        """Last pass's reservations that still hold, occupied in `profile` (depth > 1)."""
+        kept = {}
+        if self.settings.depth <= 1:
+            return kept
+        for jid, (t, nodes, cores) in self._booked.items():
+            job = self._queued.get(jid)
+            if job is None:
+                continue
+            t0, units = max(t, now), self.topology.units_of(nodes, cores)
+            if profile.holds(units, t0, t0 + job.walltime, self._access(job)):
+                profile.occupy(units, t0, t0 + job.walltime)
+                kept[jid] = (t0, units)
+        return kept
+
+    def _access(self, job: Job) -> tuple:
+        if not self.reservations:
+            return ()
+        return tuple(sorted((r.name, a) for r in self.reservations.values()
+                            if (a := r.access(job)) is not Access.BLOCKED))
+
+    def _tally(self) -> dict:
+        tally: dict = {"q": {}, "qu": {}, "qn": {}}
+        for j in self._active.values():
+            self._tally_start(j, tally)
+        return tally
+
+    def _tally_start(self, job: Job, tally: dict) -> None:
+        q, qu = job.queue, (job.queue, job.owner)
+        tally["q"][q] = tally["q"].get(q, 0) + 1
+        tally["qu"][qu] = tally["qu"].get(qu, 0) + 1
+        tally["qn"][q] = tally["qn"].get(q, 0) + self.size(job)
+
+    def _gate(self, job: Job, ctx: Context, tally: dict) -> str | None:
+        q = self.router.queues.get(job.queue)
+        if q is not None:
+            why = q.hold_back(job, self.size(job), self.topology.node_count, tally["q"].get(q.name, 0),
+                              tally["qu"].get((q.name, job.owner), 0), tally["qn"].get(q.name, 0))
+            if why:
+                return why
+        return self.policy.hold_back(job, ctx, tally)
+
+    # --- state as plain dicts ----------------------------------------------------------
+    def to_dict(self) -> dict:
+        return {"version": STATE_VERSION, "next_id": self.next_id, "last_pass": self.last_pass,
+                "jobs": [j.to_dict() for j in self.jobs.values()],
+                "reservations": [r.to_dict() for r in self.reservations.values()],
+                "nodes": self.topology.node_states(),
+                "usage": {k: dict(v) for k, v in self.usage.items()},
+                "booked": [[jid, t, list(nodes), [list(c) for c in cores]]
+                           for jid, (t, nodes, cores) in self._booked.items()]}
+
+    def restore(self, state: dict) -> "Scheduler":
+        """Load a state saved by `to_dict` into this (freshly configured) scheduler."""
+        if not isinstance(state, dict) or state.get("version") != STATE_VERSION:
+            found = state.get("version") if isinstance(state, dict) else None
+            raise InvalidRequest(f"state version {found!r} is not supported (this is version {STATE_VERSION})")
+        try:
+            for name, value in state.get("nodes", {}).items():
+                self.topology.set_state(name, NodeState(value))
+            for d in state.get("reservations", []):
+                res = Reservation.from_dict(d)
+                self.reservations[res.name] = res
+                self._res_units[res.name] = self.topology.units_of_nodes(res.nodes)
+            for d in state.get("jobs", []):
+                job = Job.from_dict(d)
+                self.jobs[job.id] = job
+                if job.state == State.QUEUED:
+                    self._queued[job.id] = job
+                elif job.state == State.WAITING:
+                    self._waiting.add(job.id)
+                elif job.state in ACTIVE:
+                    self._active[job.id] = job
+                    self._units[job.id] = self.topology.units_of(job.nodes, job.cores)
+                if job.state in PENDING:
+                    self._count(job, 1)
+                    if any(d.met is None for d in job.dependencies):
+                        self._register_children(job)
+            self.next_id = int(state.get("next_id", max(self.jobs, default=0) + 1))
+            self.last_pass = state.get("last_pass")
+            self._booked = {int(jid): (float(t), tuple(nodes), tuple(tuple(c) for c in cores))
+                            for jid, t, nodes, cores in state.get("booked", [])}
+            self._dirty = True
+            usage = state.get("usage", {})
+            for kind in self.usage:
+                self.usage[kind] = {str(k): float(v) for k, v in usage.get(kind, {}).items()}
+        except (KeyError, TypeError, ValueError, AttributeError) as e:
+            raise InvalidRequest(f"state is malformed: {e}") from None
+        return self
+
+
+def _owner_key(job: Job, kind: str) -> str:
+    return {"user": job.owner, "group": job.group, "project": job.account}[kind]
+
+
+__all__ = ["Scheduler", "Settings", "ALL", "NodePool"]

@@ -1,0 +1,310 @@
+"""Trace-driven simulation on the scheduling core, with a simulated clock.
+
+    result = simulate("trace.swf.gz", policy="fifo", backfill="easy")
+    print(result.summary())
+
+The engine is a discrete-event loop: submissions at their trace times, ends at start +
+run time, and one scheduling pass (`Scheduler.iterate`, the same pass the commands and the
+server run) after all events of one instant, optionally also every `period` seconds while
+jobs wait (Cobalt passes every 15 s).  Events of one instant are taken ends first, then
+submissions in trace order, so runs are deterministic.
+"""
+from __future__ import annotations
+
+import heapq
+import math
+import os
+from dataclasses import dataclass, field
+from typing import Callable, Iterable
+
+from . import swf
+from .config import build
+from .errors import SchedulerError
+from .jobs import Job, Request
+from .metrics import Metrics, compute
+from .scheduler import Scheduler
+
+
+class SimulationError(SchedulerError):
+    """A workload the simulator cannot replay (unsorted, or no machine size)."""
+
+
+@dataclass(frozen=True)
+class Machine:
+    """What the trace runs on: `nodes` nodes of `ppn` cores.  Exclusive nodes take
+    ceil(procs / ppn) whole nodes per job; shared nodes take `procs` cores."""
+
+    nodes: int
+    ppn: int = 1
+    shared: bool = False
+
+    def config(self) -> list[dict]:
+        width = len(str(self.nodes - 1))
+        return [{"names": f"n[{0:0{width}d}-{self.nodes - 1:0{width}d}]" if self.nodes > 1 else "n0",
+                 "cores": self.ppn, "shared": self.shared}]
+
+    @property
+    def units(self) -> int:
+        return self.nodes * self.ppn if self.shared else self.nodes
+
+
+def machine_for(header: swf.Header, nodes: int | None = None, ppn: int | None = None,
+                shared: bool = False) -> Machine:
+    """The machine a trace runs on: options first, then the header.
+
+    With no options, each of the header's MaxProcs processors is a schedulable unit
+    (nodes = MaxProcs, ppn = 1), as the archive's logs record processors; give --nodes and
+    --ppn to schedule whole nodes instead."""
+    if ppn is None:
+        ppn = 1
+    if nodes is None:
+        procs = header.max_procs or header.max_nodes
+        if procs is None:
+            raise SimulationError("the trace header has neither MaxProcs nor MaxNodes: give --nodes")
+        nodes = max(1, procs // ppn)
+    if nodes < 1 or ppn < 1:
+        raise SimulationError("--nodes and --ppn must be at least 1")
+    return Machine(nodes, ppn, shared)
+
+
+@dataclass
+class MapStats:
+    """How the trace was mapped onto the machine (reported in every summary)."""
+
+    records: int = 0
+    skipped_bad_lines: int = 0
+    skipped_no_procs: int = 0  # neither allocated nor requested processors known
+    skipped_never_ran: int = 0  # run time unknown (-1): cancelled before it started
+    skipped_too_large: int = 0  # more processors than the machine has
+    estimate_from_run: int = 0  # no requested time: the actual run time was used
+    cut_at_request: int = 0  # ran longer than requested: killed at the request
+
+    @property
+    def simulated(self) -> int:
+        return (self.records - self.skipped_no_procs - self.skipped_never_ran
+                - self.skipped_too_large)
+
+
+def map_record(rec: swf.Record, machine: Machine, stats: MapStats) -> tuple[Request, float, float] | None:
+    """(request, walltime, run time) for one record, or None if it cannot be replayed."""
+    stats.records += 1
+    procs = rec.procs if rec.procs > 0 else rec.req_procs
+    if procs <= 0:
+        stats.skipped_no_procs += 1
+        return None
+    if rec.run < 0:
+        stats.skipped_never_ran += 1
+        return None
+    capacity = machine.nodes * machine.ppn
+    if procs > capacity:
+        stats.skipped_too_large += 1
+        return None
+    estimate = rec.req_time
+    if estimate <= 0:
+        stats.estimate_from_run += 1
+        estimate = rec.run
+    estimate = max(float(estimate), 1.0)
+    run = float(rec.run)
+    if run > estimate:
+        stats.cut_at_request += 1
+        run = estimate
+    if machine.shared:
+        request = Request(cores=procs)
+    elif machine.ppn == 1:
+        request = Request(nodes=procs)
+    else:
+        request = Request(nodes=math.ceil(procs / machine.ppn), ppn=min(procs, machine.ppn))
+    return request, estimate, run
+
+
+class Finished:
+    """One replayed job: its trace record and what the simulation did with it."""
+
+    __slots__ = ("record", "start", "end", "size", "units", "backfill")
+
+    def __init__(self, record: swf.Record, start: float, end: float, size: int, units: int, backfill: bool):
+        self.record, self.start, self.end = record, start, end
+        self.size, self.units, self.backfill = size, units, backfill
+
+    @property
+    def submit(self) -> float:
+        return self.record.submit
+
+    @property
+    def wait(self) -> float:
+        return self.start - self.record.submit
+
+    @property
+    def run(self) -> float:
+        return self.end - self.start
+
+    @property
+    def response(self) -> float:
+        return self.end - self.record.submit
+
+    def as_record(self) -> swf.Record:
+        """The trace record with the simulated wait and run time."""
+        return self.record._replace(wait=self.wait, run=self.run)
+
+
+@dataclass
+class Result:
+    jobs: list[Finished]
+    metrics: Metrics
+    machine: Machine
+    mapping: MapStats
+    policy: str
+    backfill: str
+    header: swf.Header = field(default_factory=swf.Header)
+
+    def summary(self) -> str:
+        return self.metrics.text(self)
+
+    def to_json(self) -> dict:
+        return {"policy": self.policy, "backfill": self.backfill,
+                "machine": {"nodes": self.machine.nodes, "ppn": self.machine.ppn, "shared": self.machine.shared},
+                "mapping": vars(self.mapping) | {"simulated": self.mapping.simulated},
+                "metrics": self.metrics.to_json(),
+                "jobs": [{"job": f.record.job, "submit": f.submit, "start": f.start, "end": f.end,
+                          "wait": f.wait, "run": f.run, "size": f.size, "backfill": f.backfill}
+                         for f in self.jobs]}
+
+    def write_swf(self, out) -> int:
+        comments = [f"Version: 2.2", f"Note: schedule simulated by hpcsched, policy={self.policy} "
+                    f"backfill={self.backfill}",
+                    f"MaxNodes: {self.machine.nodes}", f"MaxProcs: {self.machine.nodes * self.machine.ppn}"]
+        if self.header.unix_start_time is not None:
+            comments.append(f"UnixStartTime: {self.header.unix_start_time}")
+        if self.header.time_zone:
+            comments.append(f"TimeZoneString: {self.header.time_zone}")
+        return swf.write(out, (f.as_record() for f in sorted(self.jobs, key=lambda f: f.record.job)),
+                         comments)
+
+    def start_times(self) -> dict[int, float]:
+        return {f.record.job: f.start for f in self.jobs}
+
+
+class Engine:
+    """The discrete-event loop around one Scheduler."""
+
+    def __init__(self, scheduler: Scheduler, machine: Machine, period: float | None = None,
+                 progress: Callable[[int, int], None] | None = None):
+        self.scheduler, self.machine, self.period, self.progress = scheduler, machine, period, progress
+
+    def run(self, records: Iterable[swf.Record], mapping: MapStats) -> tuple[list[Finished], dict]:
+        sched = self.scheduler
+        ends: list[tuple[float, int]] = []  # (end time, job id)
+        pending: dict[int, tuple] = {}  # running: record, start, size, units, backfill
+        records_by_id: dict[int, tuple[swf.Record, float]] = {}  # waiting: record, run
+        finished: list[Finished] = []
+        source = iter(records)
+        nxt = self._next(source, mapping)
+        total_units = sched.topology.available().bit_count()
+        busy_units = 0
+        acc = {"busy": 0.0, "idle_while_waiting": 0.0, "first": None, "last": 0.0, "passes": 0}
+        last_t = None
+        next_tick = None
+        last_submit = -math.inf
+        while nxt is not None or ends or (next_tick is not None and sched.runnable):
+            candidates = [t for t in (nxt[0].submit if nxt else None, ends[0][0] if ends else None,
+                                      next_tick if sched.runnable else None) if t is not None]
+            now = min(candidates)
+            if last_t is not None:
+                dt = now - last_t
+                acc["busy"] += busy_units * dt
+                if sched.runnable:
+                    acc["idle_while_waiting"] += (total_units - busy_units) * dt
+            last_t = now
+            while ends and ends[0][0] == now:
+                _, jid = heapq.heappop(ends)
+                rec, start, size, units, backfill = pending.pop(jid)
+                sched.job_ended(jid, now, 0)
+                sched.forget(jid)
+                busy_units -= units
+                finished.append(Finished(rec, start, now, size, units, backfill))
+                acc["last"] = now
+            while nxt is not None and nxt[0].submit == now:
+                rec, (request, wall, run) = nxt
+                job = sched.submit(Job(id=rec.job, owner=f"u{rec.user}", group=f"g{rec.group}",
+                                       request=request, walltime=wall), now)
+                records_by_id[job.id] = (rec, run)
+                if acc["first"] is None:
+                    acc["first"] = now
+                nxt = self._next(source, mapping)
+                if nxt is not None and nxt[0].submit < now:
+                    raise SimulationError(f"trace not sorted by submit time at job {nxt[0].job}")
+            plan = sched.iterate(now)
+            acc["passes"] += 1
+            for st in plan.started:
+                rec, run = records_by_id.pop(st.job_id)
+                units = st.allocation.units.bit_count()
+                busy_units += units
+                pending[st.job_id] = (rec, now, sched.topology.size(sched.jobs[st.job_id].request), units,
+                                      st.backfill)
+                heapq.heappush(ends, (now + run, st.job_id))
+            if self.period:
+                next_tick = (math.floor(now / self.period) + 1) * self.period
+            if self.progress:
+                self.progress(mapping.records, len(finished))
+        acc["units"] = total_units
+        return finished, acc
+
+    def _next(self, source, mapping: MapStats):
+        for rec in source:
+            mapped = map_record(rec, self.machine, mapping)
+            if mapped is not None:
+                return rec, mapped
+        return None
+
+
+def _records(workload, skip_bad: bool, header: swf.Header, read_stats: swf.ReadStats):
+    if isinstance(workload, (str, os.PathLike)):
+        return swf.read(workload, skip_bad=skip_bad, stats=read_stats, header_out=header)
+    return (r if isinstance(r, swf.Record) else record(*r) for r in workload)
+
+
+def record(job: int, submit: float, procs: int, run: float, req_time: float = -1, user: int = 1,
+           group: int = 1, queue: int = -1, status: int = 1) -> swf.Record:
+    """A trace record from the fields that matter, for workloads built in code or tests."""
+    return swf.Record(job, submit, -1, run, procs, -1, -1, procs, req_time, -1, status, user, group, -1,
+                      queue, -1, -1, -1)
+
+
+def simulate(workload, *, policy: str = "fifo", backfill: str = "easy", nodes: int | None = None,
+             ppn: int | None = None, shared: bool = False, period: float | None = None,
+             skip_bad: bool = False, warmup: float = 0.0, config: dict | None = None,
+             progress: Callable[[int, int], None] | None = None) -> Result:
+    """Replay `workload` (an SWF path, or Records / `record(...)` tuples sorted by submit
+    time) under a policy and backfill mode; returns the schedule and its metrics.
+
+    `config` may give extra scheduler settings (priority options, queues); the machine
+    always comes from the trace header or `nodes`/`ppn`/`shared`.  `warmup` excludes that
+    fraction of the first jobs (by submit order) from the per-job statistics."""
+    header = swf.Header()
+    read_stats = swf.ReadStats()
+    if isinstance(workload, (str, os.PathLike)):
+        header = swf.header(workload)
+        header_out = swf.Header()  # the reader fills it again; the first parse sized the machine
+    else:
+        workload = list(workload)
+        header_out = None
+    if nodes is None and not header.fields:
+        recs = [r if isinstance(r, swf.Record) else record(*r) for r in workload]
+        workload = recs
+        nodes = max((r.procs if r.procs > 0 else r.req_procs for r in recs), default=1)
+    machine = machine_for(header, nodes, ppn, shared)
+    cfg = dict(config or {})
+    cfg["nodes"] = machine.config()
+    cfg.setdefault("queues", {"batch": {}})
+    cfg["priority"] = dict(cfg.get("priority", {}), policy=policy)
+    cfg["backfill"] = backfill
+    if period:
+        cfg.setdefault("interval", period)
+    sched = build(cfg)
+    mapping = MapStats()
+    engine = Engine(sched, machine, period, progress)
+    records = _records(workload, skip_bad, header_out or swf.Header(), read_stats)
+    finished, acc = engine.run(records, mapping)
+    mapping.skipped_bad_lines = read_stats.skipped
+    metrics = compute(finished, acc, warmup)
+    return Result(finished, metrics, machine, mapping, policy, backfill, header)

@@ -1,0 +1,38 @@
+import pytest
+
+from hpcsched import InvalidRequest
+from hpcsched.nodelist import compress, compress_nids, expand, expand_nids
+
+
+def test_expand_hostlists():
+    assert expand("n[001-003]") == ["n001", "n002", "n003"]
+    assert expand("a,b,c[1-2,7]") == ["a", "b", "c1", "c2", "c7"]
+    assert expand("r[1-2]n[01-02]") == ["r1n01", "r1n02", "r2n01", "r2n02"]
+    assert expand("") == []
+    assert len(expand("n[001-128]")) == 128
+
+
+def test_compress_is_the_inverse():
+    names = expand("n[001-128],login,x[7-9]")
+    assert compress(names) == "n[001-128],login,x[7-9]"
+    assert expand(compress(names)) == names
+    assert compress(["n1", "n2", "n4"]) == "n[1-2,4]"
+    assert compress(["n5"]) == "n5"
+
+
+@pytest.mark.parametrize("bad", ["n[1-", "n]", "n[a-b]", "n[5-2]", "a,,b"])
+def test_bad_hostlists(bad):
+    with pytest.raises(InvalidRequest):
+        expand(bad)
+
+
+def test_psc_nid_ranges_both_ways():
+    assert expand_nids("10..12,30,40..41") == [10, 11, 12, 30, 40, 41]
+    assert compress_nids([41, 10, 11, 12, 30, 40, 12]) == "10..12,30,40..41"
+    assert compress_nids(expand_nids("10..20,30..60")) == "10..20,30..60"
+
+
+@pytest.mark.parametrize("bad", ["10..", "a..b", "5..2", "1,,2", "-1"])
+def test_bad_nid_ranges(bad):
+    with pytest.raises(InvalidRequest):
+        expand_nids(bad)

@@ -1,0 +1,188 @@
+"""Planning: EASY worked by hand, conservative, depth 0, reservations, overruns, estimates."""
+import pytest
+
+from hpcsched import ALL, Access, Job, Queue, Rejected, Request, Reservation
+from helpers import job, scheduler
+
+
+def started(plan):
+    return [s.job_id for s in plan.started]
+
+
+def easy_example(depth=1):
+    """10 nodes.  A (6 nodes) runs until t=100.  Then, in queue order:
+    J1 8 nodes 50 s  -> cannot start (4 free); shadow = 100, extra = 10 - 8 = 2
+    J2 4 nodes 200 s -> fits now, but ends after the shadow and 4 > extra: waits
+    J3 2 nodes 300 s -> 2 <= extra: backfills (extra -> 0, free -> 2)
+    J4 2 nodes  90 s -> ends at 90 <= shadow: backfills (free -> 0)
+    J5 1 node   10 s -> nothing free: waits"""
+    s = scheduler(10, depth=depth)
+    s.submit(job(6, 100), 0)
+    assert started(s.iterate(0)) == [1]
+    for n, w in [(8, 50), (4, 200), (2, 300), (2, 90), (1, 10)]:
+        s.submit(job(n, w), 0)
+    return s
+
+
+def test_easy_by_hand():
+    s = easy_example()
+    plan = s.iterate(0)
+    assert started(plan) == [4, 5]  # J3, J4 (job ids are one more than the J numbers)
+    assert all(st.backfill for st in plan.started)
+    start, alloc = plan.reserved[2]
+    assert start == 100
+    # J1's reservation takes A's six nodes and the two free-now nodes J4 borrows until 90
+    assert set(alloc.nodes) == set(s.job(1).nodes) | set(s.job(5).nodes)
+    assert not set(alloc.nodes) & set(s.job(4).nodes)
+    assert plan.reason(3) == "waiting for resources"
+    assert plan.reason(6) == "waiting for resources"
+    assert plan.estimate(2) == 100
+    assert plan.estimate(3) == 150  # after J1's reserved window
+    # J1 then starts at its shadow time when A and J4 are gone
+    s.job_ended(5, 90, 0)
+    assert started(s.iterate(90)) == [6]  # J5 fits in [90, 100)
+    s.job_ended(6, 100, 0)
+    s.job_ended(1, 100, 0)
+    assert started(s.iterate(100)) == [2]
+
+
+def test_depth_zero_is_first_fit():
+    s = easy_example(depth=0)
+    plan = s.iterate(0)
+    assert started(plan) == [3]  # J2 takes the four free nodes; nothing is reserved
+    assert plan.reserved == {}
+
+
+def test_conservative_reserves_every_job():
+    s = easy_example(depth=ALL)
+    plan = s.iterate(0)
+    assert set(plan.reserved) == {2, 3, 4, 6} or set(plan.reserved) == {2, 3, 6}
+    assert started(plan) == [5] or started(plan) == [4, 5]
+    for jid, (t, _) in plan.reserved.items():
+        assert plan.estimate(jid) == t
+
+
+def test_conservative_backfill_never_delays_a_later_reservation():
+    # 4 nodes, 2 busy until 100.  J1 (4 nodes) reserved at 100; J2 (2 nodes, 150 s) would
+    # fit now under EASY (it is not the head, and 2 <= free) only if it ends before 100.
+    s = scheduler(4, depth=ALL)
+    s.submit(job(2, 100), 0)
+    s.iterate(0)
+    s.submit(job(4, 100), 0)
+    s.submit(job(2, 150), 0)
+    s.submit(job(2, 100), 0)
+    plan = s.iterate(0)
+    assert started(plan) == [4]  # ends at 100: delays nobody
+    assert plan.reserved[2][0] == 100 and plan.reserved[3][0] == 200
+
+
+def test_reservation_blocks_nodes_for_others_and_admits_its_acl():
+    s = scheduler(4)
+    s.add_reservation(Reservation("maint", start=50, duration=100, nodes=("n00", "n01"), users={"ops"}), 0)
+    s.submit(job(2, 100, owner="u"), 0)  # would overlap the reservation on n00-n01
+    s.submit(job(2, 100, owner="u"), 0)
+    s.submit(job(2, 40, owner="u"), 0)  # ends before it starts: may use them
+    s.submit(job(1, 500, owner="ops"), 0)
+    plan = s.iterate(0)
+    assert started(plan) == [1, 3]
+    assert s.job(1).nodes == ("n02", "n03")
+    assert s.job(3).nodes == ("n00", "n01")
+    assert plan.reserved[2][0] == 100  # after job 1 ends on n02-n03
+    plan = s.iterate(40)
+    s.job_ended(3, 40, 0)
+    plan = s.iterate(40)
+    assert 4 in started(plan) and s.job(4).nodes[0] in ("n00", "n01")
+
+
+def test_drain_reservation_with_no_acl_blocks_everyone():
+    s = scheduler(2)
+    s.add_reservation(Reservation("drain", start=0, duration=1000, count=2), 0)
+    s.submit(job(1, 10, owner="root"), 0)
+    plan = s.iterate(0)
+    assert started(plan) == []
+    assert plan.reserved[1][0] == 1000
+
+
+def test_queue_bound_reservation_runs_its_queue_inside_only():
+    s = scheduler(4, queues={"batch": Queue("batch"), "R.demo": Queue("R.demo")})
+    s.add_reservation(Reservation("demo", start=100, duration=200, nodes=("n03",), queue="R.demo"), 0)
+    s.submit(job(1, 50, queue="R.demo"), 0)
+    s.submit(job(1, 500, queue="R.demo"), 0)  # longer than the reservation: never fits
+    plan = s.iterate(0)
+    assert started(plan) == []
+    assert plan.reserved[1] [0] == 100 and plan.reserved[1][1].nodes == ("n03",)
+    plan = s.iterate(100)
+    assert started(plan) == [1] and s.job(1).nodes == ("n03",)
+    assert "planning horizon" in plan.reason(2)
+
+
+def test_cyclic_reservation_blocks_every_occurrence():
+    day = 86400.0
+    s = scheduler(1)
+    s.add_reservation(Reservation("weekly", start=2 * day, duration=3600, count=1, period=7 * day), 0)
+    s.submit(job(1, 3 * day), 0)  # would run into the first occurrence
+    s.submit(job(1, 7 * day), 0)  # longer than the gap between occurrences: never fits
+    plan = s.iterate(0)
+    assert started(plan) == []
+    assert plan.reserved[1][0] == 2 * day + 3600
+    assert plan.estimate(1) == 2 * day + 3600
+    assert plan.estimate(2) is None
+    # a later job lands after the second occurrence, and blocks within the first week
+    s.submit(job(1, 6 * day), 0)
+    plan = s.iterate(0)
+    assert plan.estimate(3) == 9 * day + 3600
+
+
+def test_reservation_slop_keeps_jobs_clear():
+    s = scheduler(1, reservation_slop=180)
+    s.add_reservation(Reservation("r", start=1000, duration=10, count=1), 0)
+    s.submit(job(1, 900), 0)  # ends at 900 > 1000 - 180
+    plan = s.iterate(0)
+    assert started(plan) == [] and plan.reserved[1][0] == 1010
+    s.submit(job(1, 820), 0)  # ends at 820 <= 820: fits
+    assert started(s.iterate(0)) == [2]
+
+
+def test_count_reservation_needs_free_nodes():
+    s = scheduler(2)
+    s.submit(job(2, 1000), 0)
+    s.iterate(0)
+    with pytest.raises(Rejected, match="not free"):
+        s.add_reservation(Reservation("r", start=500, duration=10, count=1), 0)
+    r = s.add_reservation(Reservation("r", start=1000, duration=10, count=1), 0)
+    assert r.nodes == ("n00",)
+
+
+def test_overrunning_job_still_casts_a_shadow():
+    s = scheduler(2, overrun_grace=300)
+    s.submit(job(2, 100), 0)
+    s.iterate(0)
+    s.submit(job(2, 10), 150)
+    plan = s.iterate(150)  # the first job is 50 s past its walltime, still running
+    assert started(plan) == []
+    assert plan.reserved[2][0] == 450
+
+
+def test_shared_nodes_pack_jobs():
+    s = scheduler(2, cores=4, shared=True)
+    for _ in range(3):
+        s.submit(job(request=Request(cores=3)), 0)
+    plan = s.iterate(0)
+    assert started(plan) == [1, 2]
+    assert s.job(1).nodes == ("n00",) and s.job(2).nodes == ("n01",)
+    assert s.job(3).state.value == "queued"
+    s.submit(job(request=Request(cores=2)), 0)
+    plan = s.iterate(0)
+    assert started(plan) == [4]  # one core on each node
+    assert s.job(4).nodes == ("n00", "n01")
+
+
+def test_features_restrict_nodes():
+    from hpcsched import Node, NodePool, Router, Scheduler
+    p = NodePool([Node("a"), Node("b", features=frozenset({"gpu"}))])
+    s = Scheduler(p, Router({"q": Queue("q")}, "q"))
+    s.submit(job(request=Request(nodes=1, features=("gpu",))), 0)
+    s.submit(job(request=Request(nodes=1, features=("gpu",))), 0)
+    plan = s.iterate(0)
+    assert started(plan) == [1] and s.job(1).nodes == ("b",)
+    assert plan.reserved[2][0] == 100

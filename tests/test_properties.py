@@ -1,0 +1,106 @@
+"""Properties of the planner on random workloads, and a naive EASY oracle."""
+import heapq
+import random
+
+import pytest
+
+from hpcsched import ALL, Job, Request
+from helpers import scheduler
+from oracle import naive_easy
+
+
+def workload(seed, n=120, machine=32, exact=True):
+    rng = random.Random(seed)
+    t, jobs = 0.0, []
+    for _ in range(n):
+        t += rng.choice([0, 0, 5, 30, 120, 600])
+        size = min(machine, int(2 ** rng.uniform(0, 5.3)))
+        wall = rng.choice([60, 300, 900, 1800, 3600, 7200])
+        run = wall if exact else max(1, int(wall * rng.uniform(0.05, 1.0)))
+        jobs.append((t, size, float(wall), float(run)))
+    return jobs
+
+
+def replay(sched, jobs, check=None):
+    """Drive `sched` with the workload: events at each time, then one pass.  Returns starts."""
+    events = [(t, 1, i) for i, (t, *_rest) in enumerate(jobs)]
+    heapq.heapify(events)
+    starts, ids = {}, {}
+    while events:
+        now = events[0][0]
+        while events and events[0][0] == now:
+            _, kind, i = heapq.heappop(events)
+            if kind == 0:
+                sched.job_ended(ids[i], now, 0)
+            else:
+                _, size, wall, _ = jobs[i]
+                ids[i] = sched.submit(Job(owner=f"u{i % 3}", request=Request(nodes=size), walltime=wall), now).id
+        plan = sched.iterate(now)
+        back = {v: k for k, v in ids.items()}
+        for st in plan.started:
+            i = back[st.job_id]
+            starts[i] = now
+            heapq.heappush(events, (now + jobs[i][3], 0, i))
+        if check:
+            check(sched, plan, back)
+    return starts
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_planner_matches_naive_easy(seed):
+    jobs = workload(seed, exact=seed % 2 == 0)
+    assert replay(scheduler(32, depth=1), jobs) == naive_easy(jobs, 32)
+
+
+@pytest.mark.parametrize("depth", [0, 1, 3, ALL])
+@pytest.mark.parametrize("seed", range(4))
+def test_no_node_is_ever_allocated_twice(seed, depth):
+    def check(sched, plan, back):
+        seen = set()
+        for j in sched.running():
+            assert not seen & set(j.nodes)
+            seen |= set(j.nodes)
+        for _, (t, alloc) in plan.reserved.items():
+            assert t > plan.now
+    replay(scheduler(32, depth=depth), workload(seed, exact=False), check)
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_easy_reserved_job_never_starts_after_its_shadow(seed):
+    promised = {}
+
+    def check(sched, plan, back):
+        for jid, (t, _) in plan.reserved.items():
+            promised[jid] = min(t, promised.get(jid, t))
+
+    s = scheduler(32, depth=1)
+    replay(s, workload(seed, exact=True), check)
+    assert promised
+    for jid, t in promised.items():
+        assert s.job(jid).start_time <= t
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_conservative_never_delays_a_reservation(seed):
+    promised = {}
+
+    def check(sched, plan, back):
+        for jid, (t, _) in plan.reserved.items():
+            assert t <= promised.get(jid, t), f"job {jid} moved later"
+            promised[jid] = t
+
+    s = scheduler(32, depth=ALL)
+    replay(s, workload(seed, exact=True), check)
+    for jid, t in promised.items():
+        assert s.job(jid).start_time <= t
+
+
+@pytest.mark.parametrize("depth", [1, ALL])
+def test_same_inputs_same_decisions(depth):
+    jobs = workload(99, exact=False)
+    runs = []
+    for _ in range(2):
+        s = scheduler(32, depth=depth)
+        replay(s, jobs)
+        runs.append([(j.id, j.start_time, j.nodes) for j in s.jobs.values()])
+    assert runs[0] == runs[1]

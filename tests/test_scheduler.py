@@ -1,0 +1,197 @@
+"""The pass API: submit, iterate, job_ended, hold/release/alter/delete, dependencies, state."""
+import json
+
+import pytest
+
+from hpcsched import (ConfigError, Dependency, DepType, Hold, InvalidRequest, InvalidState, Rejected,
+                      Request, Reservation, State, UnknownJob, build, default_config)
+from helpers import job, scheduler
+
+
+def test_dependencies_release_or_fail_children():
+    s = scheduler(4)
+    a = s.submit(job(1, 100), 0)
+    ok = s.submit(job(1, 10, dependencies=[Dependency(DepType.AFTEROK, a.id)]), 0)
+    notok = s.submit(job(1, 10, dependencies=[Dependency(DepType.AFTERNOTOK, a.id)]), 0)
+    anyd = s.submit(job(1, 10, dependencies=[Dependency(DepType.AFTERANY, a.id)]), 0)
+    assert ok.state == notok.state == anyd.state == State.DEP_HOLD
+    assert [st.job_id for st in s.iterate(0).started] == [a.id]
+    s.job_ended(a.id, 50, exit_status=1)
+    assert ok.state == State.DEP_FAIL
+    assert notok.state == State.QUEUED and anyd.state == State.QUEUED
+    assert sorted(st.job_id for st in s.iterate(50).started) == [notok.id, anyd.id]
+    # the user fixes a dep_fail job by dropping the dependency
+    s.alter(ok.id, 60, dependencies=[])
+    assert ok.state == State.QUEUED
+
+
+def test_deleting_a_parent_fails_afterok_children():
+    s = scheduler(1)
+    a = s.submit(job(1, 100, holds={Hold.USER}), 0)
+    child = s.submit(job(1, 10, dependencies=[Dependency(DepType.AFTEROK, a.id)]), 0)
+    s.delete(a.id, 5)
+    assert a.state == State.DELETED and child.state == State.DEP_FAIL
+
+
+def test_dependency_on_finished_or_unknown_job():
+    s = scheduler(1)
+    a = s.submit(job(1, 10), 0)
+    s.iterate(0)
+    s.job_ended(a.id, 10, 0)
+    b = s.submit(job(1, 10, dependencies=[Dependency(DepType.AFTEROK, a.id)]), 20)
+    assert b.state == State.QUEUED
+    with pytest.raises(Rejected, match="dependency on unknown job 99"):
+        s.submit(job(1, 10, dependencies=[Dependency(DepType.AFTEROK, 99)]), 20)
+
+
+def test_holds_keep_jobs_out_and_exclude_eligible_time():
+    s = scheduler(1)
+    j = s.submit(job(1, 10), 0)
+    s.hold(j.id, 10, Hold.OPERATOR)
+    s.hold(j.id, 10, Hold.USER)
+    assert s.iterate(20).started == []
+    s.release(j.id, 30, Hold.USER)
+    assert j.state == State.HELD  # the operator hold remains
+    s.release(j.id, 40, "o")
+    assert j.state == State.QUEUED and j.eligible(50) == 20.0
+    assert [st.job_id for st in s.iterate(50).started] == [j.id]
+    with pytest.raises(InvalidState, match="only a waiting job can be held"):
+        s.hold(j.id, 60)
+
+
+def test_start_after_waits_then_runs():
+    s = scheduler(1)
+    j = s.submit(job(1, 10, start_after=100.0), 0)
+    assert j.state == State.WAITING
+    assert s.iterate(50).started == []
+    assert [st.job_id for st in s.iterate(100).started] == [j.id]
+
+
+def test_delete_and_end_running_job():
+    s = scheduler(1)
+    j = s.submit(job(1, 100), 0)
+    s.iterate(0)
+    s.delete(j.id, 10)
+    assert j.state == State.EXITING
+    with pytest.raises(InvalidState):
+        s.delete(j.id, 11)
+    s.submit(job(1, 10), 10)
+    assert s.iterate(10).started == []  # exiting job keeps its node
+    s.job_ended(j.id, 12, 271)
+    assert j.state == State.COMPLETED and j.exit_status == 271
+    assert [st.job_id for st in s.iterate(12).started] == [2]
+    with pytest.raises(InvalidState, match="nothing to delete"):
+        s.delete(j.id, 13)
+    with pytest.raises(UnknownJob, match="Unknown Job Id 77"):
+        s.delete(77, 13)
+
+
+def test_requeue_puts_a_running_job_back():
+    s = scheduler(2)
+    j = s.submit(job(1, 100), 0)
+    s.iterate(0)
+    first = j.nodes
+    s.set_node_state(first[0], "bad")
+    s.requeue(j.id, 1)
+    assert j.state == State.QUEUED and j.nodes == ()
+    s.iterate(1)
+    assert j.state == State.RUNNING and j.nodes != first and j.run_count == 2
+
+
+def test_alter_reroutes_and_refuses_atomically():
+    s = build(default_config())
+    j = s.submit(job(1, 3600), 0)
+    assert j.queue == "prod-short"
+    s.alter(j.id, 5, walltime=8 * 3600)
+    assert j.queue == "prod-long"
+    with pytest.raises(Rejected):
+        s.alter(j.id, 5, walltime=99 * 3600, name="new")
+    assert j.walltime == 8 * 3600 and j.name == "STDIN" and j.queue == "prod-long"
+    with pytest.raises(InvalidRequest, match="cannot alter 'owner'"):
+        s.alter(j.id, 5, owner="mallory")
+    s.iterate(5)
+    assert j.state == State.RUNNING
+    with pytest.raises(InvalidState, match="cannot alter request"):
+        s.alter(j.id, 6, request=Request(nodes=2))
+    s.alter(j.id, 6, walltime=9 * 3600)
+    assert j.walltime == 9 * 3600
+
+
+def test_time_may_not_go_backwards_and_ids_increase():
+    s = scheduler(1)
+    s.iterate(10)
+    with pytest.raises(InvalidRequest, match="time went backwards"):
+        s.iterate(5)
+    a = s.submit(job(), 10)
+    b = s.submit(job(id=40), 10)
+    c = s.submit(job(), 10)
+    assert (a.id, b.id, c.id) == (1, 40, 41)
+    with pytest.raises(Rejected, match="already in use"):
+        s.submit(job(id=40), 10)
+
+
+def decisions(plan):
+    return ([(st.job_id, st.allocation.nodes, st.backfill) for st in plan.started],
+            sorted((k, v[0], v[1].nodes) for k, v in plan.reserved.items()))
+
+
+def test_state_round_trips_through_json_with_identical_decisions():
+    cfg = default_config()
+    cfg["priority"] = {"policy": "cobalt"}
+    s = build(cfg)
+    s.add_reservation(Reservation("r", start=5000, duration=600, count=2, users={"bob"}, period=86400), 0)
+    s.submit(job(4, 3600, owner="a"), 0)
+    s.submit(job(12, 7200, owner="b", account="p1"), 0)
+    s.submit(job(8, 600, owner="c", holds={Hold.USER}), 0)
+    s.submit(job(2, 60, owner="d", dependencies=[Dependency(DepType.AFTEROK, 1)]), 0)
+    s.iterate(0)
+    s.submit(job(16, 1800, owner="e"), 30)
+    s.iterate(30)
+    text = json.dumps(s.to_dict())
+    t = build(cfg).restore(json.loads(text))
+    assert json.dumps(t.to_dict()) == text
+    for now in (45, 3600, 3700):
+        for sched in (s, t):
+            if now == 3600:
+                sched.job_ended(1, now, 0)
+        assert decisions(s.iterate(now)) == decisions(t.iterate(now))
+    assert json.dumps(s.to_dict()) == json.dumps(t.to_dict())
+
+
+@pytest.mark.parametrize("state,msg", [({"version": 99}, "state version 99 is not supported"),
+                                       ([], "state version None"),
+                                       ({"version": 1, "jobs": [{"id": "x", "state": "nope"}]}, "malformed")])
+def test_bad_state_is_refused(state, msg):
+    with pytest.raises(InvalidRequest, match=msg):
+        scheduler(1).restore(state)
+
+
+@pytest.mark.parametrize("patch,msg", [
+    ({"backfill": "sometimes"}, "backfill: 'sometimes' is not none"),
+    ({"nodes": []}, "nodes: need at least one"),
+    ({"colour": 1}, "colour: unknown key"),
+    ({"priority": {"policy": "lottery"}}, "priority.policy: unknown policy 'lottery'"),
+    ({"priority": {"policy": "cobalt", "wall_floor": -1}}, "priority.wall_floor: must be a non-negative"),
+    ({"priority": {"policy": "fifo", "dep_frac": 1}}, "priority.dep_frac: unknown option"),
+    ({"interval": 0}, "interval: must be a positive"),
+    ({"default_queue": "nope"}, "default_queue: unknown queue 'nope'"),
+    ({"reservations": [{"name": "r", "start": "tomorrow", "duration": 60, "count": 1}]},
+     r"reservations\[0\].start: 'tomorrow'"),
+    ({"reservations": [{"name": "r", "start": 0, "duration": 60, "count": 99}]},
+     r"reservations\[0\]: reservation r: 99 nodes are not free")])
+def test_bad_config_gives_one_line_naming_the_key(patch, msg):
+    cfg = default_config()
+    cfg.update(patch)
+    with pytest.raises(ConfigError, match=msg) as e:
+        build(cfg)
+    assert "\n" not in str(e.value)
+
+
+def test_config_reservations_and_depths():
+    cfg = default_config()
+    cfg["backfill"] = "depth=3"
+    cfg["reservations"] = [{"name": "pm", "start": "2026-01-05T08:00:00", "duration": "8:00:00",
+                            "nodes": "node[01-16]", "period": "weekly"}]
+    s = build(cfg)
+    assert s.settings.depth == 3 and s.reservations["pm"].period == 604800
+    assert len(s.reservations["pm"].nodes) == 16

@@ -1,0 +1,233 @@
+"""The trace simulator: SWF in, schedule and metrics out, on the scheduling core."""
+import gzip
+import io
+import json
+import os
+import random
+import subprocess
+import sys
+
+import pytest
+
+from hpcsched import swf
+from hpcsched.simulate import Machine, MapStats, map_record, record, simulate
+from hpcsched.testing import assert_schedule
+from oracle import naive_easy
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+TRACES = os.path.join(ROOT, "..", "shared", "traces")
+KTH = os.path.join(TRACES, "KTH-SP2-1996-2.1-cln.swf.gz")
+
+HEADER = """; Version: 2.2
+; Computer: Test rig
+;       MaxNodes: 8
+; MaxProcs: 8
+; UnixStartTime: 1000000
+; TimeZoneString: Europe/Paris
+; Note: first note
+; Note: second note
+"""
+LINES = [
+    "1 0 -1 100 4 -1 -1 4 120 -1 1 1 1 -1 1 -1 -1 -1",
+    "2 10 -1 50 8 -1 -1 8 60 -1 1 2 1 -1 1 -1 -1 -1",
+    "3 20 -1 30 2 -1 -1 2 -1 -1 1 1 1 -1 2 -1 -1 -1",   # no request: run time is the estimate
+    "4 20 -1 500 2 -1 -1 2 100 -1 0 3 1 -1 2 -1 -1 -1",  # ran past its request: cut at 100
+    "5 25 -1 -1 2 -1 -1 2 100 -1 5 3 1 -1 2 -1 -1 -1",   # never ran
+    "6 30 -1 10 16 -1 -1 16 100 -1 1 3 1 -1 2 -1 -1 -1",  # larger than the machine
+    "7 31 -1 10.5 -1 -1 -1 1 100 -1 1 3 1 -1 2 -1 -1 -1",  # allocated unknown: requested used
+]
+
+
+def write_trace(tmp_path, lines=LINES, gz=False, name="t.swf"):
+    path = tmp_path / (name + (".gz" if gz else ""))
+    text = HEADER + "\n".join(lines) + "\n"
+    if gz:
+        with gzip.open(path, "wt") as f:
+            f.write(text)
+    else:
+        path.write_text(text)
+    return str(path)
+
+
+@pytest.mark.parametrize("gz", [False, True])
+def test_reader_streams_records_and_header(tmp_path, gz):
+    path = write_trace(tmp_path, gz=gz)
+    h = swf.header(path)
+    assert h.max_nodes == 8 and h.max_procs == 8 and h.unix_start_time == 1000000
+    assert h.time_zone == "Europe/Paris" and h.fields["note"] == ["first note", "second note"]
+    recs = list(swf.read(path))
+    assert len(recs) == 7 and recs[0].job == 1 and recs[6].run == 10.5 and recs[6].procs == -1
+    assert isinstance(recs[0].procs, int) and isinstance(recs[0].submit, float)
+
+
+def test_malformed_line_is_reported_or_skipped(tmp_path):
+    short = "3 20 -1 30 2 -1"
+    word = "4 x -1 1 1 -1 -1 1 1 -1 1 1 1 -1 1 -1 -1 -1"
+    path = write_trace(tmp_path, LINES[:2] + [short] + LINES[3:4] + [word])
+    with pytest.raises(swf.SwfError, match="line 11: expected 18 fields, found 6"):
+        list(swf.read(path))
+    stats = swf.ReadStats()
+    assert [r.job for r in swf.read(path, skip_bad=True, stats=stats)] == [1, 2, 4]
+    assert stats.skipped == 2 and "line 11" in stats.first_bad
+    path = write_trace(tmp_path, LINES[:1] + [word], name="w.swf")
+    with pytest.raises(swf.SwfError, match="line 10: field submit is not a number: 'x'"):
+        list(swf.read(path))
+
+
+def test_mapping_counts_every_adjustment():
+    stats = MapStats()
+    m = Machine(8)
+    out = [map_record(swf.parse_line(line, i), m, stats) for i, line in enumerate(LINES, 1)]
+    assert out[2][1] == 30.0 and out[3][1:] == (100.0, 100.0)
+    assert out[4] is None and out[5] is None and out[6][0].nodes == 1
+    assert (stats.estimate_from_run, stats.cut_at_request, stats.skipped_never_ran,
+            stats.skipped_too_large, stats.simulated) == (1, 1, 1, 1, 5)
+    whole = map_record(swf.parse_line(LINES[0], 1), Machine(4, ppn=4), MapStats())
+    assert whole[0].nodes == 1 and whole[0].ppn == 4
+    shared = map_record(swf.parse_line(LINES[0], 1), Machine(2, ppn=4, shared=True), MapStats())
+    assert shared[0].cores == 4
+
+
+def test_simulation_by_hand(tmp_path):
+    # 8 processors; estimates are what EASY plans with, run times what happens.
+    # t=0  job 1 (4 procs, est 120, runs 100) starts.
+    # t=10 job 2 (8 procs) cannot: reserved at job 1's expected end, 120; extra = 0.
+    # t=20 job 3 (2, est 30) ends by 50 <= 120: backfills.  Job 4 (2, est 100, killed at
+    #      its request 100) ends by 120 <= 120: backfills too.  The machine is full.
+    # t=31 job 7 (1 proc, est 100): nothing free.  At 50 and 100 it would end after the
+    #      shadow (120) and there is no extra: it waits.
+    # t=120 job 4 ends: job 2 starts, runs 50; t=170 job 7 starts, runs 10.5.
+    r = simulate(write_trace(tmp_path))
+    assert r.start_times() == {1: 0, 2: 120, 3: 20, 4: 20, 7: 170}
+    assert r.metrics.jobs == 5 and r.metrics.makespan == 180.5
+    busy = 4 * 100 + 8 * 50 + 2 * 30 + 2 * 100 + 1 * 10.5
+    assert r.metrics.utilization == pytest.approx(busy / (8 * 180.5))
+    assert r.metrics.overall["wait"]["max"] == 139 and r.metrics.backfill_share == pytest.approx(2 / 5)
+    assert r.metrics.overall["wait"]["median"] == 0
+    assert set(r.metrics.by_queue) == {"1", "2"}
+    text = r.summary()
+    assert "1 cut at their requested time" in text and "bsld = max(1, response / max(run, 10 s))" in text
+
+
+def test_schedule_writer_round_trips(tmp_path):
+    r = simulate(write_trace(tmp_path))
+    buf = io.StringIO()
+    assert r.write_swf(buf) == 5
+    out = tmp_path / "sched.swf"
+    out.write_text(buf.getvalue())
+    back = {rec.job: rec for rec in swf.read(str(out))}
+    assert back[7].wait == 139 and back[4].run == 100 and back[2].wait == 110
+    assert swf.header(str(out)).unix_start_time == 1000000
+
+
+def test_same_trace_same_schedule(tmp_path):
+    path = write_trace(tmp_path)
+    a, b = simulate(path, policy="cobalt", period=15), simulate(path, policy="cobalt", period=15)
+    assert a.to_json() == b.to_json()
+
+
+@pytest.mark.parametrize("policy", ["fifo", "cobalt", "simon"])
+@pytest.mark.parametrize("backfill", ["none", "easy", "conservative", "depth=2"])
+def test_every_policy_and_backfill_runs_to_completion(policy, backfill):
+    rng = random.Random(7)
+    recs, t = [], 0.0
+    for i in range(1, 150):
+        t += rng.choice([0, 10, 60, 300])
+        run = rng.randrange(1, 3000)
+        recs.append(record(i, t, rng.choice([1, 2, 4, 8, 16, 32]), run, run + rng.randrange(0, 600)))
+    r = simulate(recs, policy=policy, backfill=backfill, nodes=32)
+    assert_schedule(r, min_utilization=0.3)
+    assert r.metrics.jobs == 149
+
+
+def test_assert_schedule_reports_the_broken_bound():
+    r = simulate([record(1, 0, 2, 100, 100), record(2, 0, 2, 100, 100)], nodes=2)
+    assert_schedule(r, max_wait=100, min_utilization=0.99)
+    with pytest.raises(AssertionError, match="job 2 waited 100 s > max_wait 50 s"):
+        assert_schedule(r, max_wait=50)
+    with pytest.raises(AssertionError, match="mean wait 50 is not <= 10"):
+        assert_schedule(r, max_mean_wait=10)
+
+
+def oracle_jobs(records, machine):
+    """The oracle's own, separately written view of the mapping rules."""
+    jobs, ids = [], []
+    for r in records:
+        procs = r.procs if r.procs > 0 else r.req_procs
+        if procs <= 0 or r.run < 0 or procs > machine:
+            continue
+        est = max(r.req_time if r.req_time > 0 else r.run, 1.0)
+        jobs.append((r.submit, procs, est, min(r.run, est)))
+        ids.append(r.job)
+    return jobs, ids
+
+
+@pytest.mark.skipif(not os.path.exists(KTH), reason="../shared/traces is not beside the checkout")
+def test_easy_matches_the_naive_oracle_on_kth():
+    records = []
+    for rec in swf.read(KTH):
+        records.append(rec)
+        if len(records) == 2000:
+            break
+    r = simulate(records, nodes=100)
+    jobs, ids = oracle_jobs(records, 100)
+    expected = {ids[i]: t for i, t in naive_easy(jobs, 100).items()}
+    assert r.start_times() == expected
+    assert len(expected) > 1990
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_easy_matches_the_naive_oracle_on_random_workloads(seed):
+    rng = random.Random(seed)
+    records, t = [], 0.0
+    for i in range(1, 400):
+        t += rng.choice([0, 0, 1, 30, 200, 900])
+        run = rng.choice([0, 5, 60, 600, 3600, 7200])
+        req = rng.choice([-1, run, run * 2 + 1, max(1, run // 2)])
+        records.append(record(i, t, rng.randint(1, 64), run, req))
+    r = simulate(records, nodes=64)
+    jobs, ids = oracle_jobs(records, 64)
+    assert r.start_times() == {ids[i]: t for i, t in naive_easy(jobs, 64).items()}
+
+
+def run_cli(*args):
+    return subprocess.run([sys.executable, "-m", "hpcsched", *args], cwd=ROOT, capture_output=True,
+                          text=True, timeout=120)
+
+
+def test_cli_writes_summary_json_and_swf(tmp_path):
+    path = write_trace(tmp_path)
+    out = tmp_path / "out"
+    p = run_cli("simulate", path, "--backfill", "conservative", "--out", str(out))
+    assert p.returncode == 0, p.stderr
+    assert "utilization" in p.stdout and p.stderr == ""  # no progress line off a terminal
+    data = json.loads((out / "results.json").read_text())
+    assert data["backfill"] == "conservative" and len(data["jobs"]) == 5
+    assert isinstance(data["metrics"]["utilization"], float)
+    assert len(list(swf.read(str(out / "schedule.swf")))) == 5
+
+
+@pytest.mark.parametrize("args,code,msg", [
+    (["simulate", "nope.swf"], 1, "nope.swf: no such file"),
+    (["simulate", "X", "--backfill", "maybe"], 2, "backfill: 'maybe' is not none"),
+    (["simulate", "X", "--policy", "lottery"], 2, "invalid choice"),
+    (["simulate", "X", "--nodes", "0"], 2, "--nodes and --ppn must be at least 1"),
+    (["frobnicate"], 2, "invalid choice")])
+def test_cli_usage_errors(args, code, msg):
+    p = run_cli(*args)
+    assert p.returncode == code and msg in p.stderr and p.stderr.count("\n") == 1
+    assert "Traceback" not in p.stderr
+
+
+def test_cli_bad_trace_line_is_one_line_error(tmp_path):
+    path = write_trace(tmp_path, LINES + ["8 40 -1 10 1 -1"])
+    p = run_cli("simulate", path)
+    assert p.returncode == 1 and "line 16: expected 18 fields, found 6" in p.stderr
+    assert p.stderr.count("\n") == 1
+    p = run_cli("simulate", path, "--skip-bad")
+    assert p.returncode == 0 and "1 malformed lines" in p.stdout
+
+
+def test_cli_demo_runs():
+    p = run_cli("demo")
+    assert p.returncode == 0 and "prod-long" in p.stdout and "(backfill)" in p.stdout

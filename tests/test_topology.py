@@ -1,0 +1,77 @@
+import pytest
+
+from hpcsched import ConfigError, Node, NodePool, NodeState, Request
+from hpcsched.topology import lowest, mask_of, set_bits
+
+
+def test_bits_helpers():
+    assert set_bits(0b101100) == [2, 3, 5]
+    assert set_bits(0b101100, 2) == [2, 3]
+    assert mask_of([2, 3, 5]) == 0b101100
+    assert mask_of([]) == 0
+    big = mask_of(list(range(0, 50000, 7)))
+    assert set_bits(big) == list(range(0, 50000, 7))
+
+
+def test_whole_node_choice_is_lowest_first_and_respects_tiers():
+    p = NodePool([Node(f"n{i}") for i in range(6)])
+    a = p.choose(Request(nodes=2), [p.available()])
+    assert a.nodes == ("n0", "n1")
+    a = p.choose(Request(nodes=3), [0b110000, 0b001111])  # best tier first
+    assert a.nodes == ("n0", "n4", "n5")
+    assert p.choose(Request(nodes=7), [p.available()]) is None
+
+
+def test_eligibility_by_features_cores_memory_and_state():
+    p = NodePool([Node("a", cores=4, memory=1000, features=frozenset({"ib"})),
+                  Node("b", cores=8, memory=4000), Node("c", cores=8, memory=4000, features=frozenset({"ib"}))])
+    assert p.choose(Request(nodes=2, features=("ib",)), [p.available()]).nodes == ("a", "c")
+    assert p.choose(Request(nodes=1, ppn=8), [p.available()]).nodes == ("b",)
+    assert p.choose(Request(nodes=2, mem=2000), [p.available()]).nodes == ("b", "c")
+    assert not p.fits_anywhere(Request(nodes=3, ppn=8))
+    p.set_state("b", NodeState.DOWN)
+    assert p.choose(Request(nodes=1, ppn=8), [p.available()]).nodes == ("c",)
+    p.set_state("b", NodeState.UP)
+    assert p.node_states() == {}
+
+
+def test_shared_nodes_allocate_cores():
+    p = NodePool([Node("s0", cores=4, memory=4000, shared=True), Node("s1", cores=4, memory=4000, shared=True)])
+    a = p.choose(Request(nodes=2, ppn=3), [p.available()])
+    assert a.nodes == ("s0", "s1") and a.cores == ((0, 1, 2), (0, 1, 2))
+    free = p.available() & ~a.units
+    # a core count is packed: the one free core of each node
+    b = p.choose(Request(cores=2), [free])
+    assert b.nodes == ("s0", "s1") and b.cores == ((3,), (3,))
+    # memory is bought as cores at the node's MB-per-core rate: 2500 MB -> 3 cores
+    c = p.choose(Request(nodes=1, ppn=1, mem=2500), [p.available()])
+    assert c.cores == ((0, 1, 2),)
+    assert p.units_of(a.nodes, a.cores) == a.units
+    assert p.choose(Request(nodes=1, ppn=2), [free]) is None
+
+
+def test_from_config_and_errors():
+    p = NodePool.from_config([{"names": "n[01-04]", "cores": 8, "features": ["ib"]},
+                              {"names": "big1", "cores": 64, "memory": 512000, "first_nid": 100}])
+    assert [n.name for n in p.nodes] == ["n01", "n02", "n03", "n04", "big1"]
+    assert [n.nid for n in p.nodes] == [0, 1, 2, 3, 100]
+    for bad, msg in [([{"cores": 2}], r"nodes\[0\].names: missing"),
+                     ([{"names": "a", "cores": 0}], r"nodes\[0\].cores"),
+                     ([{"names": "a", "colour": 1}], r"nodes\[0\].colour: unknown key"),
+                     ([{"names": "a"}, {"names": "a"}], "defined twice"),
+                     ([{"names": "n[1-"}], r"nodes\[0\].names")]:
+        with pytest.raises(ConfigError, match=msg):
+            NodePool.from_config(bad)
+
+
+def test_set_bits_agrees_with_a_plain_loop():
+    import random
+    rng = random.Random(3)
+    for _ in range(200):
+        n = rng.choice([5, 64, 1023, 1024, 1025, 5000])
+        mask = rng.getrandbits(n) & rng.getrandbits(n) if rng.random() < .5 else rng.getrandbits(n)
+        bits = [i for i in range(n) if mask >> i & 1]
+        k = rng.randrange(0, len(bits) + 2)
+        assert set_bits(mask) == bits
+        assert set_bits(mask, k) == bits[:k]
+        assert mask_of(bits[:k]) == sum(1 << b for b in bits[:k]) == lowest(mask, k)
