@@ -19,7 +19,7 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from hpcsched import Job, Request, build, parse_depth  # noqa: E402
+from hpcsched import Job, Request, build, parse_backfill  # noqa: E402
 
 CASES = [(1024, 1000), (49152, 10000), (816, 100000)]
 TARGETS = {(49152, 10000): 0.050, (816, 100000): 1.0}
@@ -50,7 +50,7 @@ def main(argv=None) -> int:
     ap.add_argument("--policy", default="fifo")
     ap.add_argument("--backfill", default="easy")
     args = ap.parse_args(argv)
-    parse_depth(args.backfill)
+    parse_backfill(args.backfill)
     print(f"one scheduling pass, policy={args.policy} backfill={args.backfill}, "
           f"median (best) of {args.repeat} fresh runs")
     for nodes, queued in CASES:

@@ -5,7 +5,7 @@
     sched.submit(Job(owner="alice", request=Request(nodes=2), walltime=600), now=0)
     plan = sched.iterate(now=0)
 """
-from .config import build, default_config, loads, parse_depth
+from .config import build, default_config, loads, parse_backfill
 from .errors import (ConfigError, InvalidRequest, InvalidState, Rejected, SchedulerError,
                      UnknownJob)
 from .jobs import Dependency, DepType, Hold, Job, Request, State, TRANSITIONS
@@ -23,5 +23,5 @@ __all__ = [
     "Hold", "InvalidRequest", "InvalidState", "Job", "Node", "NodePool", "NodeState", "Plan", "Policy",
     "Queue", "Rejected", "Request", "Reservation", "Router", "Scheduler", "SchedulerError", "Settings",
     "Simon", "Start", "State", "TRANSITIONS", "Topology", "UnknownJob", "build", "default_config", "loads",
-    "make_policy", "parse_depth",
+    "make_policy", "parse_backfill",
 ]

@@ -13,7 +13,7 @@ import os
 import sys
 import time
 
-from .config import parse_depth
+from .config import parse_backfill
 from .errors import ConfigError, SchedulerError
 
 
@@ -39,7 +39,7 @@ def _progress(stream):
 def cmd_simulate(args) -> int:
     from .simulate import simulate
     try:
-        parse_depth(args.backfill)
+        parse_backfill(args.backfill)
     except ConfigError as e:
         print(f"hpcsched simulate: {e}", file=sys.stderr)
         return 2

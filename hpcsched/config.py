@@ -51,20 +51,24 @@ max_running_fraction = 0.3334
 """
 
 
-def parse_depth(value) -> float:
-    """`"none"` 0, `"easy"` 1, `"conservative"` ALL, `"depth=N"` or an integer N."""
+def parse_backfill(value) -> tuple[float, bool]:
+    """(reservation depth, backfill on?) for a `backfill` setting.
+
+    `"none"`: strict order, no job starts past one that cannot (the first waiting job
+    still gets a reservation, for its estimate); `"easy"`: depth 1; `"conservative"`:
+    every job; `"depth=N"` (or an integer N): N reservations, `depth=0` being first fit."""
     if isinstance(value, int) and not isinstance(value, bool) and value >= 0:
-        return value
+        return value, True
     text = str(value).strip().lower()
-    named = {"none": 0, "easy": 1, "conservative": ALL, "all": ALL}
+    named = {"none": (1, False), "easy": (1, True), "conservative": (ALL, True), "all": (ALL, True)}
     if text in named:
         return named[text]
     if text.startswith("depth="):
         n = text[6:]
         if n in ("all", "inf"):
-            return ALL
+            return ALL, True
         if n.isdigit():
-            return int(n)
+            return int(n), True
     raise ConfigError(f"backfill: {value!r} is not none, easy, conservative or depth=N")
 
 
@@ -144,7 +148,8 @@ def build(config: dict, extra_keys=(), now: float = 0.0) -> Scheduler:
         raise ConfigError("priority: must be a table")
     prio = dict(prio)
     policy = make_policy(str(prio.pop("policy", "fifo")), prio)
-    settings = Settings(depth=parse_depth(config.get("backfill", "easy")),
+    depth, backfill = parse_backfill(config.get("backfill", "easy"))
+    settings = Settings(depth=depth, backfill=backfill,
                         interval=_number(config, "interval", 15.0, positive=True),
                         overrun_grace=_number(config, "overrun_grace", 300.0),
                         reservation_slop=_number(config, "reservation_slop", 0.0))

@@ -313,9 +313,11 @@ class Walk:
     """The planning walk over the ordered runnable jobs (allocate, reserve, backfill)."""
 
     def __init__(self, topology: Topology, profile: Profile, depth: float,
-                 access: Callable[[Job], AccessKey], gate: Callable[[Job], str | None] | None):
+                 access: Callable[[Job], AccessKey], gate: Callable[[Job], str | None] | None,
+                 backfill: bool = True):
         self.topology, self.profile, self.depth = topology, profile, depth
-        self.access, self.gate = access, gate
+        self.access, self.gate, self.backfill = access, gate, backfill
+        self.blocked = False  # strict order (no backfill) and a job could not start
         self.made = 0  # reservations made
         self.waiting_ahead = False  # a job walked so far waits for resources
         self.last = None  # the last job walked
@@ -334,6 +336,8 @@ class Walk:
         made, waiting_ahead = self.made, self.waiting_ahead
         if jobs:
             self.last = jobs[-1]
+        if self.blocked:
+            return
         failed: dict[tuple, list[tuple[int, float]]] = {}  # shape -> (amount, walltime) that did not fit now
         free_now: dict[tuple, int] = {}  # (shape, access) -> eligible units free now
         seen = -1  # prof.changes when the two caches above were filled
@@ -381,10 +385,14 @@ class Walk:
                 found = prof.earliest(topo, req, wall, acc, need, now)
                 if found is None:
                     plan.reasons[job.id] = "no start found within the planning horizon with the nodes now up"
-                    continue
-                t, alloc = found
-                prof.occupy(alloc.units, t, t + wall)
-                plan.reserved[job.id] = found
-                made += 1
+                else:
+                    t, alloc = found
+                    prof.occupy(alloc.units, t, t + wall)
+                    plan.reserved[job.id] = found
+                    made += 1
+            if not self.backfill:
+                self.blocked = True
+                plan.default_reason = f"waiting behind job {job.id} (no backfill)"
+                break
         self.made, self.waiting_ahead = made, waiting_ahead
 

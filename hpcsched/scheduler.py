@@ -32,6 +32,7 @@ class Settings:
     """Planner settings (the site config's top-level planning keys)."""
 
     depth: float = 1  # reservation depth: 0 none, 1 EASY, ALL conservative
+    backfill: bool = True  # False: no job starts past the first that cannot (strict order)
     interval: float = 15.0  # nominal seconds between passes (a policy's accrual unit)
     overrun_grace: float = 300.0  # a job past its walltime is expected to end this much later
     reservation_slop: float = 0.0  # keep this much clear before a reservation (Cobalt: 180)
@@ -217,7 +218,8 @@ class Scheduler:
             # Only new jobs since the last pass, all sorting after every job it walked, and
             # nothing in the plan changed in between: the walk over the earlier jobs would
             # come out the same, so carry it on with the new ones.
-            plan = Plan(now, reserved=dict(self._plan.reserved), reasons=dict(self._plan.reasons))
+            plan = Plan(now, reserved=dict(self._plan.reserved), reasons=dict(self._plan.reasons),
+                        default_reason=self._plan.default_reason)
             walk.run(now, self.policy.order(fresh, self.context(now)), plan, self._applier(now))
         else:
             ctx = self.context(now)
@@ -229,7 +231,8 @@ class Scheduler:
             if self._gated():
                 self._tallies = self._tally()
                 gate = lambda job: self._gate(job, ctx, self._tallies)  # noqa: E731
-            walk = self._walk = Walk(self.topology, self._profile(now), self.settings.depth, self._access, gate)
+            walk = self._walk = Walk(self.topology, self._profile(now), self.settings.depth, self._access, gate,
+                                     self.settings.backfill)
             walk.run(now, order, plan, self._applier(now), self._keep(walk.profile, now))
         self.last_pass = now
         self._plan = plan

@@ -9,14 +9,14 @@ def started(plan):
     return [s.job_id for s in plan.started]
 
 
-def easy_example(depth=1):
+def easy_example(depth=1, backfill=True):
     """10 nodes.  A (6 nodes) runs until t=100.  Then, in queue order:
     J1 8 nodes 50 s  -> cannot start (4 free); shadow = 100, extra = 10 - 8 = 2
     J2 4 nodes 200 s -> fits now, but ends after the shadow and 4 > extra: waits
     J3 2 nodes 300 s -> 2 <= extra: backfills (extra -> 0, free -> 2)
     J4 2 nodes  90 s -> ends at 90 <= shadow: backfills (free -> 0)
     J5 1 node   10 s -> nothing free: waits"""
-    s = scheduler(10, depth=depth)
+    s = scheduler(10, depth=depth, backfill=backfill)
     s.submit(job(6, 100), 0)
     assert started(s.iterate(0)) == [1]
     for n, w in [(8, 50), (4, 200), (2, 300), (2, 90), (1, 10)]:
@@ -44,6 +44,15 @@ def test_easy_by_hand():
     s.job_ended(6, 100, 0)
     s.job_ended(1, 100, 0)
     assert started(s.iterate(100)) == [2]
+
+
+def test_no_backfill_keeps_strict_order():
+    s = easy_example(backfill=False)
+    plan = s.iterate(0)
+    assert started(plan) == [] and plan.reserved[2][0] == 100
+    assert plan.reason(6) == "waiting behind job 2 (no backfill)"
+    s.submit(job(1, 1), 0)  # carried on incrementally: still blocked
+    assert started(s.iterate(0)) == []
 
 
 def test_depth_zero_is_first_fit():

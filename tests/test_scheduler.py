@@ -194,4 +194,7 @@ def test_config_reservations_and_depths():
                             "nodes": "node[01-16]", "period": "weekly"}]
     s = build(cfg)
     assert s.settings.depth == 3 and s.reservations["pm"].period == 604800
+    assert s.settings.backfill
+    cfg["backfill"] = "none"
+    assert not build(cfg).settings.backfill
     assert len(s.reservations["pm"].nodes) == 16

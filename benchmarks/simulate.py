@@ -1,0 +1,82 @@
+"""Parse and simulate real traces: seconds, jobs per second, peak memory.
+
+    python3 benchmarks/simulate.py [--traces DIR] [--only KTH|RICC] [--timeout S]
+
+For each trace: the time to merely parse it (read every record), and the time to
+simulate it under FIFO without backfill and under FIFO with EASY backfill, each in a
+fresh child process so that its peak resident memory is its own.  Targets: KTH-SP2 under
+EASY in under 1 s; RICC-2010 under EASY in under 30 s; peak memory under 1 GB.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import subprocess
+import sys
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+TRACES = {"KTH": "KTH-SP2-1996-2.1-cln.swf.gz", "RICC": "RICC-2010-2.swf.gz"}
+TARGETS = {"KTH": 1.0, "RICC": 30.0}
+
+CHILD = r"""
+import resource, sys, time
+sys.path.insert(0, {root!r})
+from hpcsched import swf
+from hpcsched.simulate import simulate
+path, what = {path!r}, {what!r}
+t = time.perf_counter()
+if what == "parse":
+    n = sum(1 for _ in swf.read(path))
+else:
+    r = simulate(path, policy="fifo", backfill=what)
+    n = r.metrics.jobs
+dt = time.perf_counter() - t
+print(n, dt, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)
+"""
+
+
+def measure(path: str, what: str, timeout: float):
+    code = CHILD.format(root=ROOT, path=path, what=what)
+    try:
+        p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=timeout)
+    except subprocess.TimeoutExpired:
+        return None
+    if p.returncode:
+        raise SystemExit(f"child failed: {p.stderr.strip().splitlines()[-1]}")
+    n, dt, rss = p.stdout.split()
+    return int(n), float(dt), int(rss) / 1024  # ru_maxrss is KiB on Linux
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--traces", default=os.path.join(ROOT, "..", "shared", "traces"))
+    ap.add_argument("--only", choices=sorted(TRACES))
+    ap.add_argument("--timeout", type=float, default=1800.0, help="give up on one run after S seconds")
+    args = ap.parse_args(argv)
+    print(f"{'trace':<6}{'run':<16}{'jobs':>8}{'seconds':>10}{'jobs/s':>10}{'x parse':>9}{'peak MB':>9}")
+    for name, file in TRACES.items():
+        if args.only and name != args.only:
+            continue
+        path = os.path.join(args.traces, file)
+        if not os.path.exists(path):
+            print(f"{name:<6}skipped: {path} not found")
+            continue
+        parse = None
+        for what, label in (("parse", "parse only"), ("none", "FIFO"), ("easy", "FIFO + EASY")):
+            m = measure(path, what, args.timeout)
+            if m is None:
+                print(f"{name:<6}{label:<16}  did not finish in {args.timeout:.0f} s")
+                continue
+            n, dt, mb = m
+            parse = dt if what == "parse" else parse
+            ratio = f"{dt / parse:8.1f}x" if parse and what != "parse" else f"{'':>9}"
+            verdict = ""
+            if what == "easy":
+                verdict = f"  target < {TARGETS[name]:.0f} s: {'met' if dt < TARGETS[name] else 'MISSED'}"
+            print(f"{name:<6}{label:<16}{n:>8}{dt:>10.2f}{n / dt:>10.0f}{ratio}{mb:>9.0f}{verdict}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
