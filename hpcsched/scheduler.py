@@ -213,7 +213,10 @@ class Scheduler:
             self.remove_reservation(name)
         fresh, self._fresh = self._fresh, []
         walk = self._walk
-        if (walk is not None and not self._dirty and self.policy.static and walk.profile.advance(now)
+        if not self._queued:
+            # nothing to start or reserve: the plan is empty (estimates are still there)
+            plan, self._walk = Plan(now), None
+        elif (walk is not None and not self._dirty and self.policy.static and walk.profile.advance(now)
                 and self._sorts_after(fresh, walk.last, now)):
             # Only new jobs since the last pass, all sorting after every job it walked, and
             # nothing in the plan changed in between: the walk over the earlier jobs would
@@ -237,7 +240,7 @@ class Scheduler:
         self.last_pass = now
         self._plan = plan
         self._dirty = False
-        profile = walk.profile
+        profiles = [self._walk.profile] if self._walk else []
         if self.settings.depth > 1:
             self._booked = {jid: (t, a.nodes, a.cores) for jid, (t, a) in plan.reserved.items()}
 
@@ -245,7 +248,9 @@ class Scheduler:
             job = self.jobs.get(job_id)
             if job is None or job.state not in (State.QUEUED, State.WAITING):
                 return None
-            found = profile.earliest(self.topology, job.request, job.walltime, self._access(job),
+            if not profiles:
+                profiles.append(self._profile(now))
+            found = profiles[0].earliest(self.topology, job.request, job.walltime, self._access(job),
                                      self.topology.need(job.request), max(now, job.start_after or now))
             return found[0] if found else None
 
@@ -317,18 +322,22 @@ class Scheduler:
         return job
 
     def hold(self, job_id: int, now: float, kind: Hold = Hold.USER) -> Job:
-        job = self.job(job_id)
-        if job.state not in PENDING:
-            raise InvalidState(f"job {job.id} is {job.state.value}: only a waiting job can be held")
-        job.holds.add(Hold(kind))
-        self._settle(job, now)
-        return job
+        """qhold: add a user (u), operator (o) or system (s) hold to a waiting job."""
+        return self._hold(job_id, now, Hold(kind), True)
 
     def release(self, job_id: int, now: float, kind: Hold = Hold.USER) -> Job:
+        """qrls: remove that hold; the job goes back to whatever else it waits for."""
+        return self._hold(job_id, now, Hold(kind), False)
+
+    def _hold(self, job_id: int, now: float, kind: Hold, on: bool) -> Job:
         job = self.job(job_id)
         if job.state not in PENDING:
-            raise InvalidState(f"job {job.id} is {job.state.value}: only a waiting job can be released")
-        job.holds.discard(Hold(kind))
+            verb = "held" if on else "released"
+            raise InvalidState(f"job {job.id} is {job.state.value}: only a waiting job can be {verb}")
+        if on:
+            job.holds.add(kind)
+        else:
+            job.holds.discard(kind)
         self._settle(job, now)
         return job
 

@@ -198,3 +198,28 @@ def test_config_reservations_and_depths():
     cfg["backfill"] = "none"
     assert not build(cfg).settings.backfill
     assert len(s.reservations["pm"].nodes) == 16
+
+
+def test_usage_accumulates_per_user_group_and_project():
+    s = scheduler(4)
+    a = s.submit(job(2, 100, owner="ann", group="g1", account="p1"), 0)
+    s.submit(job(1, 100, owner="bob", group="g1", account="p2"), 0)
+    s.iterate(0)
+    ctx = s.context(50)
+    assert ctx.usage("user", "ann") == 100.0  # 2 nodes x 50 s, still running
+    assert ctx.usage("group", "g1") == 150.0
+    s.job_ended(a.id, 80, 0)
+    ctx = s.context(90)
+    assert ctx.usage("user", "ann") == 160.0 and ctx.usage("project", "p2") == 90.0
+    assert s.to_dict()["usage"]["user"] == {"ann": 160.0}
+
+
+def test_estimates_for_waiting_and_held_jobs():
+    s = scheduler(2)
+    s.submit(job(2, 100), 0)
+    w = s.submit(job(1, 10, start_after=500.0), 0)
+    h = s.submit(job(1, 10, holds={Hold.USER}), 0)
+    plan = s.iterate(0)
+    assert plan.estimate(w.id) == 500.0
+    assert plan.estimate(h.id) is None
+    assert plan.reason(1) == "started"
