@@ -58,10 +58,9 @@ class Profile:
         self.takes: list[float] = []
 
     @classmethod
-    def from_running(cls, now: float, available: int, busy: list[tuple[float, int]],
-                     reservations=(), slop: float = 0.0) -> "Profile":
+    def from_running(cls, now: float, available: int, busy: list[tuple[float, int]]) -> "Profile":
         """Build in O(len(busy)) mask operations from (expected end, units) pairs."""
-        p = cls(now, available, reservations, slop)
+        p = cls(now, available)
         if busy:
             busy = sorted(busy, key=lambda e: e[0])
             ends = sorted({e for e, _ in busy if e > now})
@@ -79,8 +78,23 @@ class Profile:
                 p.free[k] = available & ~held
             p.resv = [()] * n
             p._open = [None] * n
+        return p
+
+    def derive(self, now: float, reservations=(), slop: float = 0.0) -> "Profile":
+        """A copy from `now` on, with reservations laid out, for one pass to plan in
+        (this profile, of running jobs only, is kept up to date between passes)."""
+        self.drop_before(now)
+        p = Profile(now, 0, reservations, slop)
+        p.times, p.free, p.resv, p._open = self.times[:], self.free[:], self.resv[:], self._open[:]
         p.ensure(now + 7 * 86400.0)
         return p
+
+    def drop_before(self, now: float) -> None:
+        """Forget the segments that ended by `now`; the profile starts at `now`."""
+        k = bisect_right(self.times, now) - 1
+        if k > 0:
+            del self.times[:k], self.free[:k], self.resv[:k], self._open[:k]
+        self.times[0] = self.now = now
 
     # --- structure -------------------------------------------------------------------
     def _split(self, t: float) -> int:
@@ -111,10 +125,15 @@ class Profile:
 
     def release(self, units: int, t0: float, t1: float) -> None:
         """Give `units` back to the free set over [t0, t1) (undo an `occupy`)."""
-        for k in self._span(t0, t1):
+        span = self._span(t0, t1)
+        for k in span:
             self.free[k] |= units
             self._open[k] = None
         self.changes += 1
+        # a boundary that no longer changes anything goes, so profiles do not silt up
+        for k in (span.stop, span.start):
+            if 0 < k < len(self.times) and self.free[k] == self.free[k - 1] and self.resv[k] == self.resv[k - 1]:
+                del self.times[k], self.free[k], self.resv[k], self._open[k]
 
     def advance(self, now: float) -> bool:
         """Move the profile's start to `now` if nothing changes in between (no segment
@@ -372,8 +391,9 @@ class Walk:
                 count = free_now[shape] = (prof.usable(0, acc) & topo.eligible(req)).bit_count()
             if count >= need and not any(a <= amount and w <= wall for a, w in failed.get(shape, ())):
                 alloc = prof.fit(topo, req, now, wall, acc, need)
-                if alloc is None:
-                    failed.setdefault(shape, []).append((amount, wall))
+                if alloc is None:  # keep only the failures no other one implies
+                    failed[shape] = [(a, w) for a, w in failed.get(shape, ()) if a < amount or w < wall]
+                    failed[shape].append((amount, wall))
             if alloc is not None:
                 prof.occupy(alloc.units, now, now + wall)
                 start = Start(job.id, alloc, waiting_ahead)

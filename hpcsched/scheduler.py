@@ -8,6 +8,7 @@ round-trips through plain JSON-able dicts (`to_dict` / `restore`).
 """
 from __future__ import annotations
 
+import heapq
 import math
 from dataclasses import dataclass, field
 
@@ -69,6 +70,10 @@ class Scheduler:
         self._tallies: dict | None = None
         self._fresh: list[Job] = []
         self._dirty = True
+        # running jobs' units over time, kept up to date as jobs start and end (see _profile)
+        self._base: Profile | None = None
+        self._ends: list[tuple[float, int]] = []  # (start + walltime, job id) of running jobs
+        self._overrun: set[int] = set()  # running past their walltime
 
     # --- reading ---------------------------------------------------------------------
     def job(self, job_id: int) -> Job:
@@ -116,7 +121,10 @@ class Scheduler:
             self._waiting.discard(jid)
         elif old in ACTIVE and new not in ACTIVE:
             del self._active[jid]
-            self._units.pop(jid, None)
+            units = self._units.pop(jid, None)
+            if self._base is not None and units:
+                self._base.release(units, now, job.start_time + job.walltime)
+            self._overrun.discard(jid)
         if new == State.QUEUED:
             self._queued[jid] = job
         elif new == State.WAITING:
@@ -265,6 +273,9 @@ class Scheduler:
             job.score_at_start, job.run_count = job.score, job.run_count + 1
             self._move(job, State.RUNNING, now)
             self._units[job.id] = a.units
+            if self._base is not None:
+                self._base.occupy(a.units, now, now + job.walltime)
+            heapq.heappush(self._ends, (now + job.walltime, job.id))
             if self._tallies is not None:
                 self._tally_start(job, self._tallies)
                 self.policy.started(job, self._tallies)
@@ -386,6 +397,8 @@ class Scheduler:
                 self.policy.on_dependencies_met(job, [self.jobs[d.job_id] for d in job.dependencies])
         if job.state in PENDING:
             self._settle(job, now)
+        elif "walltime" in changes:
+            self._base = None  # a running job's expected end moved: rebuild the profile
         self._dirty = True
         return job
 
@@ -447,17 +460,29 @@ class Scheduler:
     def set_node_state(self, name: str, state: NodeState) -> None:
         self.topology.set_state(name, NodeState(state))
         self._dirty = True
+        self._base = None  # the schedulable units changed
 
     # --- planning helpers ------------------------------------------------------------
     def _profile(self, now: float) -> Profile:
-        # a job past its walltime is still there: expect it to end `overrun_grace` from now
-        grace = max(self.settings.overrun_grace, 1.0)
-        busy = []
-        for j in self._active.values():
-            end = j.start_time + j.walltime
-            busy.append((end if end > now else now + grace, self._units[j.id]))
+        """This pass's profile: running jobs (kept between passes), reservations, overruns."""
+        base = self._base
+        if base is None:
+            base = self._base = Profile.from_running(now, self.topology.available(), [
+                (j.start_time + j.walltime, self._units[j.id]) for j in self._active.values()])
+            self._ends = [(j.start_time + j.walltime, j.id) for j in self._active.values()]
+            heapq.heapify(self._ends)
         resv = [(r, self._res_units[r.name]) for r in self.reservations.values()]
-        return Profile.from_running(now, self.topology.available(), busy, resv, self.settings.reservation_slop)
+        profile = base.derive(now, resv, self.settings.reservation_slop)
+        # a job past its walltime is still there: expect it to end `overrun_grace` from now
+        while self._ends and self._ends[0][0] <= now:
+            end, jid = heapq.heappop(self._ends)
+            job = self._active.get(jid)
+            if job is not None and job.start_time + job.walltime == end:
+                self._overrun.add(jid)
+        grace = max(self.settings.overrun_grace, 1.0)
+        for jid in sorted(self._overrun):
+            profile.occupy(self._units[jid], now, now + grace)
+        return profile
 
     def _keep(self, profile: Profile, now: float) -> dict[int, tuple[float, int]]:
         """Last pass's reservations that still hold, occupied in `profile` (depth > 1)."""
@@ -542,6 +567,7 @@ class Scheduler:
             self._booked = {int(jid): (float(t), tuple(nodes), tuple(tuple(c) for c in cores))
                             for jid, t, nodes, cores in state.get("booked", [])}
             self._dirty = True
+            self._base = None
             usage = state.get("usage", {})
             for kind in self.usage:
                 self.usage[kind] = {str(k): float(v) for k, v in usage.get(kind, {}).items()}

@@ -116,23 +116,31 @@ def header(path) -> Header:
 
 
 def parse_line(line: str, lineno: int) -> Record:
-    parts = line.split()
-    if len(parts) != 18:
-        raise SwfError(f"line {lineno}: expected 18 fields, found {len(parts)}")
-    try:
-        values = [int(p) if i in _INT else float(p) for i, p in enumerate(parts)]
+    v = line.split()
+    if len(v) != 18:
+        raise SwfError(f"line {lineno}: expected 18 fields, found {len(v)}")
+    try:  # spelled out: this is the reader's inner loop
+        return Record(int(v[0]), float(v[1]), float(v[2]), float(v[3]), int(v[4]), float(v[5]),
+                      float(v[6]), int(v[7]), float(v[8]), float(v[9]), int(v[10]), int(v[11]),
+                      int(v[12]), int(v[13]), int(v[14]), int(v[15]), int(v[16]), float(v[17]))
     except ValueError:
-        bad = next(p for i, p in enumerate(parts) if not _is_number(p, i in _INT))
-        raise SwfError(f"line {lineno}: field {FIELDS[parts.index(bad)]} is not a number: {bad!r}") from None
+        return _parse_slow(v, lineno)
+
+
+def _parse_slow(parts: list[str], lineno: int) -> Record:
+    """Integer fields written as whole floats ("4.0") are accepted; anything else is an error."""
+    values = []
+    for i, p in enumerate(parts):
+        try:
+            x = float(p)
+        except ValueError:
+            raise SwfError(f"line {lineno}: field {FIELDS[i]} is not a number: {p!r}") from None
+        if i in _INT:
+            if not x.is_integer():
+                raise SwfError(f"line {lineno}: field {FIELDS[i]} is not a whole number: {p!r}")
+            x = int(x)
+        values.append(x)
     return Record(*values)
-
-
-def _is_number(text: str, integer: bool) -> bool:
-    try:
-        int(text) if integer else float(text)
-        return True
-    except ValueError:
-        return False
 
 
 @dataclass

@@ -195,3 +195,13 @@ def test_features_restrict_nodes():
     plan = s.iterate(0)
     assert started(plan) == [1] and s.job(1).nodes == ("b",)
     assert plan.reserved[2][0] == 100
+
+
+def test_running_walltime_change_moves_the_shadow():
+    s = scheduler(2)
+    s.submit(job(2, 100), 0)
+    s.iterate(0)
+    s.submit(job(2, 10), 10)
+    assert s.iterate(10).reserved[2][0] == 100
+    s.alter(1, 20, walltime=300)
+    assert s.iterate(20).reserved[2][0] == 300
