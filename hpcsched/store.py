@@ -1,0 +1,201 @@
+"""The state store: one directory, JSON on disk, every change atomic and locked.
+
+    $HPCSCHED_HOME, else $XDG_DATA_HOME/hpcsched, else ~/.local/share/hpcsched
+        state.json     the last snapshot (a Scheduler.to_dict() and the journal seq it covers)
+        journal.jsonl  one JSON record per change since, appended and fsync'd
+        lock           flock(2) target: writers hold it exclusively, readers shared
+
+Appending costs the same whatever the store holds: the next sequence number is read from
+the journal's last line, not from the whole file.  `compact` writes a new snapshot
+(temporary file, fsync, rename, fsync of the directory) and then a journal holding only
+what the snapshot does not cover; a crash between the two leaves records the snapshot
+already covers, which readers skip by sequence number.  A torn last line (a crash in the
+middle of an append that was never acknowledged) is dropped with a warning; any other
+damage is an error, and nothing is ever silently replaced by an empty state.
+"""
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import json
+import os
+from pathlib import Path
+
+from .errors import SchedulerError
+
+STORE_VERSION = 1
+STATE, JOURNAL, LOCK = "state.json", "journal.jsonl", "lock"
+
+
+class StoreError(SchedulerError):
+    """The store cannot be read or written as it is; the message says which file and why."""
+
+
+def default_home() -> Path:
+    """The store directory: $HPCSCHED_HOME, else a per-user directory that needs no root."""
+    if os.environ.get("HPCSCHED_HOME"):
+        return Path(os.environ["HPCSCHED_HOME"])
+    data = os.environ.get("XDG_DATA_HOME") or os.path.join(os.path.expanduser("~"), ".local", "share")
+    return Path(data) / "hpcsched"
+
+
+def write_atomic(path: Path, text: str) -> None:
+    """Replace `path` with `text` so that a crash leaves either the old or the new file."""
+    tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
+    with open(tmp, "w", encoding="utf-8") as f:
+        f.write(text)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+    fd = os.open(path.parent, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+class Store:
+    def __init__(self, home: str | os.PathLike | None = None):
+        self.home = Path(home) if home is not None else default_home()
+        self.warnings: list[str] = []
+
+    # --- locking ---------------------------------------------------------------------
+    @contextlib.contextmanager
+    def locked(self, exclusive: bool = True):
+        """Hold the store's lock (exclusive for writers, shared for readers)."""
+        try:
+            self.home.mkdir(parents=True, exist_ok=True)
+            fd = os.open(self.home / LOCK, os.O_RDWR | os.O_CREAT, 0o644)
+        except OSError as e:
+            raise StoreError(f"{self.home}: cannot open the store: {e.strerror}") from None
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH)
+            yield self
+        finally:
+            os.close(fd)  # closing releases the lock
+
+    # --- reading -----------------------------------------------------------------------
+    def read(self) -> tuple[dict | None, list[dict]]:
+        """(snapshot or None, journal records it does not cover), in order.  Call it with
+        the lock held."""
+        snapshot = self._read_snapshot()
+        covered = snapshot.get("journal_seq", 0) if snapshot else 0
+        records = [r for r in self._read_journal() if r["seq"] > covered]
+        return snapshot, records
+
+    def _read_snapshot(self) -> dict | None:
+        path = self.home / STATE
+        try:
+            text = path.read_text(encoding="utf-8")
+        except FileNotFoundError:
+            return None
+        except OSError as e:
+            raise StoreError(f"{path}: cannot read: {e.strerror}") from None
+        try:
+            data = json.loads(text)
+        except json.JSONDecodeError as e:
+            raise StoreError(f"{path}: corrupt or truncated ({e.msg} at line {e.lineno}); "
+                             f"left as it is") from None
+        if not isinstance(data, dict) or "store_version" not in data:
+            raise StoreError(f"{path}: not an hpcsched state file")
+        if data["store_version"] != STORE_VERSION:
+            raise StoreError(f"{path}: store version {data['store_version']!r} is not supported "
+                             f"(this hpcsched reads version {STORE_VERSION})")
+        return data
+
+    def _read_journal(self) -> list[dict]:
+        path = self.home / JOURNAL
+        try:
+            data = path.read_bytes()
+        except FileNotFoundError:
+            return []
+        lines = data.split(b"\n")
+        tail = lines.pop()  # b"" when the file ends with a newline
+        if tail:
+            self.warnings.append(f"{path}: dropped a torn last record (an append that never finished)")
+        records, last = [], 0
+        for n, line in enumerate(lines, 1):
+            try:
+                rec = json.loads(line)
+            except (json.JSONDecodeError, UnicodeDecodeError):
+                raise StoreError(f"{path}: line {n} is corrupt; left as it is") from None
+            if not isinstance(rec, dict) or not isinstance(rec.get("seq"), int):
+                raise StoreError(f"{path}: line {n} is not a journal record")
+            if rec.get("v") != STORE_VERSION:
+                raise StoreError(f"{path}: line {n} has store version {rec.get('v')!r}, "
+                                 f"this hpcsched reads version {STORE_VERSION}")
+            if rec["seq"] <= last:
+                raise StoreError(f"{path}: line {n}: sequence {rec['seq']} after {last}")
+            last = rec["seq"]
+            records.append(rec)
+        return records
+
+    def _last_seq(self) -> int:
+        """The newest sequence number, from the journal's tail (or the snapshot's)."""
+        path = self.home / JOURNAL
+        try:
+            with open(path, "rb") as f:
+                size = f.seek(0, os.SEEK_END)
+                back = 4096
+                while True:  # widen the window until it holds a whole last line
+                    start = max(0, size - back)
+                    f.seek(start)
+                    chunk = f.read(size - start)
+                    lines = chunk.split(b"\n")
+                    lines.pop()  # after the final newline (append drops a torn tail first)
+                    if len(lines) > 1 or start == 0:
+                        break
+                    back *= 4
+        except FileNotFoundError:
+            lines = []
+        if lines and lines[-1].strip():
+            try:
+                return int(json.loads(lines[-1])["seq"])
+            except (ValueError, KeyError, TypeError):
+                raise StoreError(f"{path}: last record is corrupt; left as it is") from None
+        snapshot = self._read_snapshot()
+        return snapshot.get("journal_seq", 0) if snapshot else 0
+
+    # --- writing -----------------------------------------------------------------------
+    def append(self, record: dict) -> int:
+        """Append one change, durably; returns its sequence number.  Hold the lock."""
+        path = self.home / JOURNAL
+        self._drop_torn_tail(path)
+        seq = self._last_seq() + 1
+        line = json.dumps({"v": STORE_VERSION, "seq": seq, **record}, separators=(",", ":")) + "\n"
+        fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        try:
+            os.write(fd, line.encode("utf-8"))
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        return seq
+
+    def _drop_torn_tail(self, path: Path) -> None:
+        try:
+            with open(path, "rb+") as f:
+                f.seek(0, os.SEEK_END)
+                size = f.tell()
+                if size == 0:
+                    return
+                f.seek(size - 1)
+                if f.read(1) == b"\n":
+                    return
+                back = min(size, 1 << 20)
+                f.seek(size - back)
+                chunk = f.read(back)
+                cut = chunk.rfind(b"\n")
+                f.truncate(size - back + cut + 1 if cut >= 0 else 0)
+                f.flush()
+                os.fsync(f.fileno())
+                self.warnings.append(f"{path}: dropped a torn last record (an append that never finished)")
+        except FileNotFoundError:
+            return
+
+    def compact(self, state: dict, seq: int) -> None:
+        """Write `state` (which covers the journal up to `seq`) as the snapshot and drop
+        the records it covers.  Hold the lock."""
+        snapshot = {"store_version": STORE_VERSION, "journal_seq": seq, "state": state}
+        write_atomic(self.home / STATE, json.dumps(snapshot, separators=(",", ":")))
+        rest = [r for r in self._read_journal() if r["seq"] > seq]
+        write_atomic(self.home / JOURNAL, "".join(json.dumps(r, separators=(",", ":")) + "\n" for r in rest))
