@@ -77,6 +77,17 @@ def _write_atomic(path: str, write) -> None:
     os.replace(tmp, path)
 
 
+def cmd_init(args) -> int:
+    from .site import init_site
+    try:
+        path = init_site(args.home, nodes=args.nodes, cores=args.cores, force=args.force)
+    except (ConfigError, OSError) as e:
+        print(f"hpcsched init: {e}", file=sys.stderr)
+        return 1
+    print(f"wrote {path}")
+    return 0
+
+
 def cmd_demo(args) -> int:
     from .demo import run
     return run(sys.stdout)
@@ -87,6 +98,12 @@ def main(argv=None) -> int:
     sub = ap.add_subparsers(dest="command", required=True, parser_class=_Parser)
     d = sub.add_parser("demo", help="schedule a small workload on the embedded default test rig")
     d.set_defaults(func=cmd_demo)
+    i = sub.add_parser("init", help="write a test-rig site configuration ($HPCSCHED_HOME/config.toml)")
+    i.add_argument("--home", help="store directory (default: $HPCSCHED_HOME or ~/.local/share/hpcsched)")
+    i.add_argument("--nodes", type=int, default=4, help="nodes in the rig (default 4)")
+    i.add_argument("--cores", type=int, help="cores per node (default: this host's)")
+    i.add_argument("--force", action="store_true", help="replace an existing configuration")
+    i.set_defaults(func=cmd_init)
     s = sub.add_parser("simulate", help="replay an SWF trace on the scheduling core")
     s.add_argument("trace", help="SWF file, plain or gzipped")
     s.add_argument("--policy", choices=["fifo", "cobalt", "simon"], default="fifo")
@@ -102,8 +119,8 @@ def main(argv=None) -> int:
     s.set_defaults(func=cmd_simulate)
     args = ap.parse_args(argv)
     if getattr(args, "nodes", None) is not None and args.nodes < 1 or getattr(args, "ppn", None) is not None \
-            and args.ppn < 1:
-        ap.error("--nodes and --ppn must be at least 1")
+            and args.ppn < 1 or (getattr(args, "cores", None) or 1) < 1:
+        ap.error("--nodes, --ppn and --cores must be at least 1")
     if getattr(args, "warmup", 0.0) and not 0 <= args.warmup < 1:
         ap.error("--warmup must be a fraction in [0, 1)")
     try:

@@ -130,7 +130,7 @@ class Store:
             records.append(rec)
         return records
 
-    def _last_seq(self) -> int:
+    def last_seq(self) -> int:
         """The newest sequence number, from the journal's tail (or the snapshot's)."""
         path = self.home / JOURNAL
         try:
@@ -161,7 +161,7 @@ class Store:
         """Append one change, durably; returns its sequence number.  Hold the lock."""
         path = self.home / JOURNAL
         self._drop_torn_tail(path)
-        seq = self._last_seq() + 1
+        seq = self.last_seq() + 1
         line = json.dumps({"v": STORE_VERSION, "seq": seq, **record}, separators=(",", ":")) + "\n"
         fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
         try:
@@ -197,5 +197,8 @@ class Store:
         the records it covers.  Hold the lock."""
         snapshot = {"store_version": STORE_VERSION, "journal_seq": seq, "state": state}
         write_atomic(self.home / STATE, json.dumps(snapshot, separators=(",", ":")))
-        rest = [r for r in self._read_journal() if r["seq"] > seq]
+        records = self._read_journal()
+        rest = [r for r in records if r["seq"] > seq]
+        if not rest and records:
+            rest = records[-1:]  # keep the newest (covered) record: next ids come from the tail
         write_atomic(self.home / JOURNAL, "".join(json.dumps(r, separators=(",", ":")) + "\n" for r in rest))

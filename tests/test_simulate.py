@@ -211,7 +211,7 @@ def test_cli_writes_summary_json_and_swf(tmp_path):
     (["simulate", "nope.swf"], 1, "nope.swf: no such file"),
     (["simulate", "X", "--backfill", "maybe"], 2, "backfill: 'maybe' is not none"),
     (["simulate", "X", "--policy", "lottery"], 2, "invalid choice"),
-    (["simulate", "X", "--nodes", "0"], 2, "--nodes and --ppn must be at least 1"),
+    (["simulate", "X", "--nodes", "0"], 2, "--nodes, --ppn and --cores must be at least 1"),
     (["frobnicate"], 2, "invalid choice")])
 def test_cli_usage_errors(args, code, msg):
     p = run_cli(*args)

@@ -1,0 +1,128 @@
+"""The persistent scheduler the commands share: a site's Scheduler, rebuilt from its store.
+
+Every change is one *operation* on the core (submit, delete, hold, release, alter, pass,
+ended, ...).  A command applies it to the Scheduler first, so anything refused is refused
+before the store is touched, then appends it to the journal.  Loading replays the journal
+on the last snapshot: the core is deterministic, so a replayed `pass` makes exactly the
+decisions it made the first time.  Job ids are the journal sequence number of their
+submission: unique, increasing, and known without reading the whole store.
+"""
+from __future__ import annotations
+
+import contextlib
+import time
+
+from .errors import SchedulerError
+from .jobs import Dependency, DepType, Hold, Job, Request
+from .reservations import Reservation
+from .scheduler import Scheduler
+from .site import Site
+from .store import Store, StoreError
+
+COMPACT_AFTER = 1000  # journal records; a writer holding the whole state compacts past this
+
+
+def _alter_changes(changes: dict) -> dict:
+    out = dict(changes)
+    if "request" in out:
+        out["request"] = Request.from_dict(out["request"])
+    if "dependencies" in out:
+        out["dependencies"] = [Dependency(DepType(k), int(i)) for k, i in out["dependencies"]]
+    return out
+
+
+def apply(sched: Scheduler, rec: dict):
+    """Carry out one journal record on the core; returns what the core returned."""
+    op, now = rec["op"], rec["now"]
+    if op == "submit":
+        return sched.submit(Job.from_dict(rec["job"]), now)
+    if op == "delete":
+        return sched.delete(rec["id"], now)
+    if op == "hold":
+        return sched.hold(rec["id"], now, Hold(rec["kind"]))
+    if op == "release":
+        return sched.release(rec["id"], now, Hold(rec["kind"]))
+    if op == "alter":
+        return sched.alter(rec["id"], now, **_alter_changes(rec["changes"]))
+    if op == "pass":
+        return sched.iterate(now)
+    if op == "ended":
+        return sched.job_ended(rec["id"], now, rec["exit_status"])
+    if op == "requeue":
+        return sched.requeue(rec["id"], now)
+    if op == "forget":
+        return sched.forget(rec["id"])
+    if op == "reservation":
+        return sched.add_reservation(Reservation.from_dict(rec["reservation"]), now)
+    if op == "unreserve":
+        return sched.remove_reservation(rec["name"])
+    if op == "node":
+        return sched.set_node_state(rec["name"], rec["state"])
+    raise StoreError(f"journal record {rec.get('seq')}: unknown operation {op!r}")
+
+
+class Batch:
+    """A site's scheduler and store, opened for reading or for writing."""
+
+    def __init__(self, site: Site):
+        self.site = site
+        self.store = Store(site.home)
+        self.sched: Scheduler | None = None
+        self.seq = 0  # the newest journal record applied
+        self.pending = 0  # journal records since the snapshot
+
+    @contextlib.contextmanager
+    def open(self, write: bool = True, load: bool = True):
+        """Lock the store and load the scheduler; writers may `do` operations.
+
+        `load=False` gives a writer the configured scheduler without the stored jobs, to
+        check and record a submission in constant time.  A long journal is compacted by
+        the next command that loads everything (a reader then takes the lock exclusively)."""
+        if not write and load:
+            with self.store.locked(exclusive=False):
+                self.load()
+                due = self.pending > COMPACT_AFTER
+            if not due:
+                yield self
+                return
+        with self.store.locked(exclusive=True):
+            if load:
+                self.load()
+            else:
+                self.sched = self.site.scheduler()
+            yield self
+            if load and self.pending > COMPACT_AFTER:
+                self.store.compact(self.sched.to_dict(), self.seq)
+
+    def load(self) -> Scheduler:
+        snapshot, records = self.store.read()
+        sched = self.site.scheduler()
+        if snapshot is not None:
+            try:
+                sched.restore(snapshot["state"])
+            except (SchedulerError, KeyError, TypeError) as e:
+                raise StoreError(f"{self.store.home / 'state.json'}: {e}") from None
+            self.seq = snapshot.get("journal_seq", 0)
+        for rec in records:
+            try:
+                apply(sched, rec)
+            except SchedulerError as e:  # never expected: the record was applied once already
+                self.store.warnings.append(f"journal record {rec['seq']} ({rec['op']}) no longer "
+                                           f"applies: {e}")
+            self.seq = rec["seq"]
+        self.pending = len(records)
+        self.sched = sched
+        return sched
+
+    def do(self, op: str, now: float | None = None, **args):
+        """Apply one operation and make it durable; SchedulerError leaves the store untouched."""
+        rec = {"op": op, "now": time.time() if now is None else now, **args}
+        result = apply(self.sched, rec)
+        self.seq = self.store.append(rec)
+        self.pending += 1
+        return result
+
+    def submit(self, job: Job, now: float | None = None) -> Job:
+        """Submit with the id the journal will give the record (its sequence number)."""
+        job.id = self.store.last_seq() + 1
+        return self.do("submit", now, job=job.to_dict())

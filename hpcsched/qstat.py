@@ -1,0 +1,396 @@
+"""qstat: show jobs, queues and the server, in Torque's or OpenPBS's formats.
+
+Every column of the default listing is one whitespace-free token (tools take `split()[0]`
+as the id and `[4]` as the state).  Unknown ids: `Unknown Job Id`, exit 153, and the
+other ids still print.
+"""
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+from xml.sax.saxutils import escape
+
+from . import pbs
+from .batch import Batch
+from .errors import ConfigError, SchedulerError
+from .jobs import FINISHED, Job, State
+from .qsub import version
+from .site import Site, load_site
+from .timefmt import hms
+
+USAGE = "usage: qstat [-f [-1]] [-F json|dsv] [-x] [-a] [-n [-1]] [-u user] [-Q] [-B] [job_id ...]"
+
+
+def ctime(t: float | None) -> str:
+    return time.strftime("%a %b %d %H:%M:%S %Y", time.localtime(t)) if t is not None else ""
+
+
+def exec_host(job: Job) -> str:
+    """`node01/0-3+node02/0-3`, as PBS writes the cores each node gives the job."""
+    parts = []
+    for node, cores in zip(job.nodes, job.cores):
+        cs = sorted(cores)
+        if cs and cs == list(range(cs[0], cs[-1] + 1)) and len(cs) > 1:
+            parts.append(f"{node}/{cs[0]}-{cs[-1]}")
+        else:
+            parts.append(f"{node}/" + ",".join(map(str, cs or [0])))
+    return "+".join(parts)
+
+
+def mem_text(mb: int) -> str:
+    return f"{mb}mb" if mb % 1024 else f"{mb // 1024}gb"
+
+
+def resource_list(job: Job) -> dict:
+    """Resource_List as typed values (numbers stay numbers for JSON)."""
+    r = job.request
+    out: dict = {}
+    asked = job.extra.get("resources", {})
+    if r.cores:
+        out["ncpus"] = r.cores
+        out["procs"] = r.cores
+    else:
+        out["nodect"] = r.nodes
+        out["ncpus"] = r.nodes * r.ppn
+        if "select" in asked:
+            out["select"] = asked["select"]
+        else:
+            out["nodes"] = asked.get("nodes", f"{r.nodes}:ppn={r.ppn}")
+    if r.mem:
+        out["mem"] = mem_text(r.mem * (1 if r.cores else r.nodes))
+    out["walltime"] = hms(job.walltime)
+    for k, v in asked.items():
+        out.setdefault(k, v)
+    return out
+
+
+def attributes(job: Job, site: Site, now: float) -> dict:
+    """The job's attributes in qstat -f order, values typed."""
+    torque = site.flavor == "torque"
+    x = job.extra
+    a: dict = {"Job_Name": job.name, "Job_Owner": f"{job.owner}@{x.get('submit_host', site.server)}"}
+    if job.start_time is not None:
+        end = job.end_time if job.end_time is not None else now
+        a["resources_used"] = {"cput": x.get("cput", "00:00:00"), "walltime": hms(max(0.0, end - job.start_time))}
+    a["job_state"] = pbs.state_letter(job, site.flavor)
+    a["queue"] = job.queue
+    a["server"] = site.server
+    a["ctime"] = ctime(job.submit_time)
+    out_default = f"{x.get('submit_host', site.server)}:{x.get('workdir', '')}/{job.name}.o{job.id}"
+    err_default = f"{x.get('submit_host', site.server)}:{x.get('workdir', '')}/{job.name}.e{job.id}"
+    a["Error_Path"] = _path(x.get("error"), err_default, job, "e", site)
+    if job.nodes and job.state not in (State.DELETED,):
+        a["exec_host"] = exec_host(job)
+    a["Hold_Types"] = pbs.hold_letters(job)
+    a["Join_Path"] = x.get("join", "n")
+    a["Mail_Points"] = x.get("mail_points", "a")
+    a["Output_Path"] = _path(x.get("output"), out_default, job, "o", site)
+    a["Priority"] = job.priority
+    a["qtime"] = ctime(job.submit_time)
+    a["Rerunable"] = "True" if x.get("rerunnable", True) else "False"
+    a["Resource_List"] = resource_list(job)
+    if job.account:
+        a["Account_Name"] = job.account
+    if job.dependencies:
+        a["depend"] = ",".join(f"{d.kind.value}:{pbs.full_id(d.job_id, site.server)}" for d in job.dependencies)
+    if job.start_after is not None:
+        a["Execution_Time"] = ctime(job.start_after)
+    a["euser"] = job.owner
+    if job.group:
+        a["egroup"] = job.group
+    a["Variable_List"] = dict(x.get("variables", {}))
+    if job.start_time is not None:
+        a["start_time" if torque else "stime"] = ctime(job.start_time)
+    a["run_count"] = job.run_count
+    if job.state in FINISHED:
+        status = job.exit_status if job.exit_status is not None else 271 if job.start_time is None else -1
+        a["exit_status" if torque else "Exit_status"] = status
+        if not torque:
+            a["obittime"] = ctime(job.end_time)
+    if job.comment or not torque:
+        a["comment"] = job.comment or _comment(job)
+    return a
+
+
+def _path(given: str | None, default: str, job: Job, letter: str, site: Site) -> str:
+    if not given:
+        return default
+    host = job.extra.get("submit_host", site.server)
+    if given.endswith("/"):
+        return f"{host}:{given}{job.name}.{letter}{job.id}"
+    return f"{host}:{given}"
+
+
+def _comment(job: Job) -> str:
+    return {State.RUNNING: "Job run", State.COMPLETED: "Job run and finished",
+            State.DELETED: "Job deleted"}.get(job.state, "Not Running")
+
+
+def _plain(value) -> str:
+    if isinstance(value, dict):
+        return ",".join(f"{k}={v}" for k, v in value.items())
+    return str(value)
+
+
+def full_lines(fid: str, attrs: dict, fold: bool, width: int) -> list[str]:
+    """qstat -f: `name[.resource] = value`, 4-space indent, folded at commas past `width`."""
+    out = [f"Job Id: {fid}"]
+    for name, value in attrs.items():
+        if isinstance(value, dict) and name != "Variable_List":
+            for k, v in value.items():
+                out.extend(_fold(f"    {name}.{k} = {v}", fold, width))
+        else:
+            out.extend(_fold(f"    {name} = {_plain(value)}", fold, width))
+    out.append("")
+    return out
+
+
+def _fold(line: str, fold: bool, width: int) -> list[str]:
+    if not fold or len(line) <= width:
+        return [line]
+    lines, cur = [], ""
+    for piece in line.split(","):
+        cand = f"{cur},{piece}" if cur else piece
+        if cur and len(cand) + 1 > width:
+            lines.append(cur + ",")
+            cur = "\t" + piece
+        else:
+            cur = cand
+    lines.append(cur)
+    return lines
+
+
+def _cut_torque_name(name: str, width: int = 16) -> str:
+    return name if len(name) <= width else "..." + name[-(width - 3):]
+
+
+def _cut_star(text: str, width: int) -> str:
+    return text if len(text) <= width else text[:width - 1] + "*"
+
+
+def time_use(job: Job) -> str:
+    return job.extra.get("cput", "0") if job.start_time is not None else "0"
+
+
+def default_listing(jobs: list[Job], site: Site) -> list[str]:
+    if site.flavor == "torque":
+        lines = [f"{'Job ID':<25} {'Name':<16} {'User':<15} {'Time Use':>8} S Queue",
+                 f"{'-' * 25} {'-' * 16} {'-' * 15} {'-' * 8} - -----"]
+        for j in jobs:
+            lines.append(f"{pbs.full_id(j.id, site.server):<26} {_cut_torque_name(j.name):<16} "
+                         f"{j.owner[:15]:<15} {time_use(j):>8} {pbs.state_letter(j, 'torque')} {j.queue}")
+        return lines
+    lines = [f"{'Job id':<17} {'Name':<16} {'User':<16}  {'Time Use':>8} S Queue",
+             f"{'-' * 16}  {'-' * 16} {'-' * 16}  {'-' * 8} - -----"]
+    for j in jobs:
+        jid = _cut_star(f"{j.id}.{site.server.split('.')[0]}", 17)
+        lines.append(f"{jid:<17} {_cut_star(j.name, 16):<16} {_cut_star(j.owner, 16):<16}  "
+                     f"{time_use(j):>8} {pbs.state_letter(j, 'openpbs')} {_cut_star(j.queue, 16)}")
+    return lines
+
+
+def alternate_listing(jobs: list[Job], site: Site, nodes: bool, one_line: bool, now: float) -> list[str]:
+    """qstat -a / -u / -n: the wide listing with requested resources and elapsed time."""
+    lines = ["", f"{site.server}:",
+             f"{'':<82}Req'd       Req'd       Elap",
+             "Job ID                  Username    Queue    Jobname          SessID  NDS   TSK   Memory      "
+             "Time    S   Time",
+             "----------------------- ----------- -------- ---------------- ------ ----- ------ --------- "
+             "--------- - ---------"]
+    for j in jobs:
+        r = j.request
+        tsk = r.cores or r.nodes * r.ppn
+        mem = mem_text(r.mem * (1 if r.cores else r.nodes)) if r.mem else "--"
+        sess = str(j.extra.get("session", "--")) if j.state in (State.RUNNING, State.EXITING) else "--"
+        elapsed = hms(((j.end_time or now) - j.start_time)) if j.start_time is not None else "--"
+        row = (f"{pbs.full_id(j.id, site.server)[:23]:<23} {j.owner[:11]:<11} {j.queue[:8]:<8} "
+               f"{j.name[:16]:<16} {sess:>6} {r.nodes if not r.cores else '--':>5} {tsk:>6} {mem:>9} "
+               f"{hms(j.walltime):>9} {pbs.state_letter(j, site.flavor)} {elapsed:>9}")
+        if nodes:
+            host = exec_host(j) if j.nodes else "--"
+            if one_line:
+                row += f" {host}"
+            else:
+                lines.append(row)
+                row = f"   {host}"
+        lines.append(row)
+    return lines
+
+
+def to_json_value(value):
+    if isinstance(value, dict):
+        return {k: to_json_value(v) for k, v in value.items()}
+    if isinstance(value, str) and value.lstrip("-").isdigit():
+        return int(value)
+    return value
+
+
+def xml_listing(items: list[tuple[str, dict]]) -> str:
+    parts = ['<?xml version="1.0"?>', "<Data>"]
+    for fid, attrs in items:
+        parts.append(f"<Job><Job_Id>{escape(fid)}</Job_Id>")
+        for name, value in attrs.items():
+            if isinstance(value, dict) and name != "Variable_List":
+                parts.append(f"<{name}>" + "".join(f"<{k}>{escape(str(v))}</{k}>" for k, v in value.items())
+                             + f"</{name}>")
+            else:
+                parts.append(f"<{name}>{escape(_plain(value))}</{name}>")
+        parts.append("</Job>")
+    parts.append("</Data>")
+    return "".join(parts)
+
+
+def queue_listing(site: Site, sched) -> list[str]:
+    lines = [f"{'Queue':<16} {'Max':>3} {'Tot':>3} {'Ena':>3} {'Str':>3} {'Que':>3} {'Run':>3} {'Hld':>3} "
+             f"{'Wat':>3} {'Trn':>3} {'Ext':>3} T {'Cpt':>3}",
+             f"{'-' * 16} {'---'} {'---'} {'---'} {'---'} {'---'} {'---'} {'---'} {'---'} {'---'} {'---'} - {'---'}"]
+    for name, q in sched.router.queues.items():
+        jobs = [j for j in sched.jobs.values() if j.queue == name]
+        count = {s: sum(1 for j in jobs if pbs.state_letter(j, site.flavor) == s) for s in "QRHWEC"}
+        lines.append(f"{name[:16]:<16} {q.max_running or 0:>3} {len(jobs):>3} {'yes' if q.enabled else 'no':>3} "
+                     f"{'yes' if q.started else 'no':>3} {count['Q']:>3} {count['R']:>3} {count['H']:>3} "
+                     f"{count['W']:>3} {0:>3} {count['E']:>3} {'R' if q.routing else 'E'} {count['C']:>3}")
+    return lines
+
+
+def server_listing(site: Site, sched) -> list[str]:
+    jobs = list(sched.jobs.values())
+    count = {s: sum(1 for j in jobs if pbs.state_letter(j, site.flavor) == s) for s in "QRHWE"}
+    return [f"{'Server':<16} {'Max':>3} {'Tot':>3} {'Que':>3} {'Run':>3} {'Hld':>3} {'Wat':>3} {'Trn':>3} "
+            f"{'Ext':>3} Status",
+            f"{'-' * 16} --- --- --- --- --- --- --- --- ----------",
+            f"{site.server[:16]:<16} {0:>3} {len(jobs):>3} {count['Q']:>3} {count['R']:>3} {count['H']:>3} "
+            f"{count['W']:>3} {0:>3} {count['E']:>3} Active"]
+
+
+def parse(argv: list[str]) -> dict:
+    o = {"f": False, "one": False, "F": None, "D": "|", "x": False, "a": False, "n": False, "u": None,
+         "Q": False, "B": False, "H": False, "w": False, "ids": []}
+    i = 0
+    while i < len(argv):
+        arg = argv[i]
+        if arg in ("-1",):
+            o["one"] = True
+        elif arg.startswith("-F"):
+            value = arg[2:] or (argv[i + 1] if i + 1 < len(argv) else "")
+            if not arg[2:]:
+                i += 1
+            if value not in ("json", "dsv"):
+                raise pbs.CommandError(f"invalid -F value {value!r}\n{USAGE}", pbs.USAGE)
+            o["F"] = value
+        elif arg.startswith("-D"):
+            o["D"] = arg[2:] or argv[i + 1]
+            if not arg[2:]:
+                i += 1
+        elif arg.startswith("-u"):
+            o["u"] = arg[2:] or (argv[i + 1] if i + 1 < len(argv) else None)
+            if not arg[2:]:
+                i += 1
+            if not o["u"]:
+                raise pbs.CommandError(f"option -u needs a user\n{USAGE}", pbs.USAGE)
+        elif arg.startswith("-") and len(arg) > 1:
+            for ch in arg[1:]:
+                if ch not in "fxanQBHw1":
+                    raise pbs.CommandError(f"invalid option -- '{ch}'\n{USAGE}", pbs.USAGE)
+                o["one" if ch == "1" else ch] = True
+        else:
+            o["ids"].append(arg)
+        i += 1
+    return o
+
+
+def run(argv: list[str], out=None, now: float | None = None) -> int:
+    out = out or sys.stdout
+    o = parse(argv)
+    now = time.time() if now is None else now
+    site = load_site()
+    batch = Batch(site)
+    with batch.open(write=False):
+        sched = batch.sched
+    torque = site.flavor == "torque"
+    if o["Q"]:
+        out.write("\n".join(queue_listing(site, sched)) + "\n")
+        return 0
+    if o["B"]:
+        out.write("\n".join(server_listing(site, sched)) + "\n")
+        return 0
+    history = (o["x"] and not torque) or o["H"]
+    status = 0
+    if o["ids"]:
+        jobs = []
+        for text in o["ids"]:
+            try:
+                jid = pbs.parse_id(text)
+            except pbs.CommandError as e:
+                sys.stderr.write(f"qstat: {e}\n")
+                status = pbs.UNKNOWN_JOB
+                continue
+            job = sched.jobs.get(jid)
+            if job is None or (torque and job.state in FINISHED and not _kept(job, site, now) and not o["x"]):
+                sys.stderr.write(f"qstat: Unknown Job Id {pbs.full_id(jid, site.server)}\n")
+                status = pbs.UNKNOWN_JOB
+                continue
+            if not torque and job.state in FINISHED and not history:
+                sys.stderr.write(f"qstat: {pbs.full_id(jid, site.server)} Job has finished, use -x or -H to "
+                                 f"obtain historical job information\n")
+                status = status or pbs.FINISHED
+                continue
+            jobs.append(job)
+    else:
+        jobs = [j for j in sched.jobs.values()
+                if j.state not in FINISHED or (history if not torque else (_kept(j, site, now) or o["x"]))]
+    if o["u"]:
+        users = set(o["u"].split(","))
+        jobs = [j for j in jobs if j.owner in users]
+    jobs.sort(key=lambda j: j.id)
+    if o["f"] or o["F"] or (o["x"] and torque):
+        items = [(pbs.full_id(j.id, site.server), attributes(j, site, now)) for j in jobs]
+        if o["F"] == "json":
+            doc = {"timestamp": int(now), "pbs_version": pbs.VERSION, "pbs_server": site.server}
+            if items:
+                doc["Jobs"] = {fid: to_json_value(a) for fid, a in items}
+            out.write(json.dumps(doc, indent=4) + "\n")
+        elif o["F"] == "dsv":
+            for fid, a in items:
+                fields = [f"Job Id: {fid}"]
+                for name, value in a.items():
+                    if isinstance(value, dict) and name != "Variable_List":
+                        fields.extend(f"{name}.{k}={v}" for k, v in value.items())
+                    else:
+                        fields.append(f"{name}={_plain(value)}")
+                out.write(o["D"].join(fields) + "\n")
+        elif o["x"] and torque:
+            out.write(xml_listing(items) + "\n")
+        else:
+            fold = not (o["one"] or o["w"])
+            for fid, a in items:
+                out.write("\n".join(full_lines(fid, a, fold, 77 if torque else 78)) + "\n")
+        return status
+    if o["a"] or o["n"] or o["u"]:
+        if jobs:
+            out.write("\n".join(alternate_listing(jobs, site, o["n"], o["one"], now)) + "\n")
+        return status
+    if jobs:
+        out.write("\n".join(default_listing(jobs, site)) + "\n")
+    return status
+
+
+def _kept(job: Job, site: Site, now: float) -> bool:
+    """Torque keeps a finished job in plain qstat for keep_completed seconds."""
+    return job.end_time is not None and now - job.end_time <= site.keep_completed
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["--version"]:
+        return version("qstat")
+    try:
+        return run(argv)
+    except (pbs.CommandError, ConfigError, SchedulerError, OSError) as e:
+        return pbs.fail("qstat", e)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,420 @@
+"""qsub: submit a batch job, Torque/OpenPBS style.
+
+Options are taken from the command line first, then from `#PBS` directives in the script
+(the command line wins; `-l` merges resource by resource, the command line winning each).
+On success stdout is exactly one line, the job id.
+"""
+from __future__ import annotations
+
+import math
+import os
+import re
+import shlex
+import socket
+import sys
+import time
+from datetime import datetime, timedelta
+
+from . import pbs
+from .batch import Batch
+from .errors import ConfigError, InvalidRequest, Rejected, SchedulerError
+from .jobs import Dependency, DepType, Hold, Job, Request
+from .site import load_site, whoami
+from .timefmt import parse_duration
+
+#: option letter -> takes a value
+OPTIONS = {"a": True, "A": True, "c": True, "C": True, "d": True, "e": True, "h": False, "I": False,
+           "j": True, "J": True, "k": True, "l": True, "m": True, "M": True, "N": True, "o": True,
+           "p": True, "q": True, "r": True, "S": True, "t": True, "u": True, "v": True, "V": False,
+           "w": True, "W": True, "z": False}
+USAGE = ("usage: qsub [-a date_time] [-A account_string] [-C directive_prefix] [-d path] [-e path] "
+         "[-h] [-j oe|eo|n] [-l resource_list] [-m mail_options] [-M user_list] [-N name] [-o path] "
+         "[-p priority] [-q destination] [-r y|n] [-S path] [-v variable_list] [-V] [-W attributes] "
+         "[-z] [script]")
+
+
+def usage_error(message: str) -> pbs.CommandError:
+    return pbs.CommandError(f"{message}\n{USAGE}", pbs.USAGE)
+
+
+def parse_options(argv: list[str], where: str = "") -> tuple[list[tuple[str, str]], list[str]]:
+    """getopt as PBS does it: attached or separate values; a value may begin with a space
+    (`"-W depend=afterok:1"` as one argument).  Returns (options in order, operands)."""
+    opts, rest, i = [], [], 0
+    while i < len(argv):
+        arg = argv[i]
+        if arg == "--":
+            rest.extend(argv[i + 1:])
+            break
+        if not arg.startswith("-") or arg == "-":
+            rest.extend(argv[i:])
+            break
+        letter = arg[1]
+        if letter not in OPTIONS:
+            raise usage_error(f"invalid option -- '{letter}'{where}")
+        if OPTIONS[letter]:
+            value = arg[2:]
+            if not value:
+                i += 1
+                if i >= len(argv):
+                    raise usage_error(f"option requires an argument -- '{letter}'{where}")
+                value = argv[i]
+            opts.append((letter, value.strip()))
+        else:
+            if len(arg) > 2:  # clustered flags such as -hV
+                for ch in arg[1:]:
+                    if ch not in OPTIONS or OPTIONS[ch]:
+                        raise usage_error(f"invalid option -- '{ch}'{where}")
+                    opts.append((ch, ""))
+            else:
+                opts.append((letter, ""))
+        i += 1
+    return opts, rest
+
+
+def directives(script: str, prefix: str) -> list[tuple[str, str]]:
+    """Options from the script's directive lines, in order."""
+    opts: list[tuple[str, str]] = []
+    if not prefix:
+        return opts
+    for n, line in enumerate(script.splitlines(), 1):
+        stripped = line.strip()
+        if n == 1 and (stripped.startswith("#!") or stripped.startswith(":")):
+            continue
+        if not stripped:
+            continue
+        if not stripped.startswith("#"):
+            break
+        if stripped.startswith(prefix):
+            body = stripped[len(prefix):]
+            if body and not body[0].isspace():
+                continue  # "#PBSfoo" is a comment, not a directive
+            try:
+                words = shlex.split(body, comments=True)
+            except ValueError as e:
+                raise pbs.CommandError(f"directive error on script line {n}: {e}", pbs.USAGE) from None
+            found, rest = parse_options(words, where=f" (script line {n})")
+            if rest:
+                raise pbs.CommandError(f"directive error on script line {n}: unexpected {rest[0]!r}", pbs.USAGE)
+            opts.extend(found)
+    return opts
+
+
+def split_resources(value: str) -> list[tuple[str, str]]:
+    out = []
+    for item in value.split(","):
+        item = item.strip()
+        if not item:
+            continue
+        name, eq, val = item.partition("=")
+        if not eq or not name or not val:
+            raise pbs.CommandError(f"illegal -l value\n{USAGE}", pbs.USAGE)
+        out.append((name.strip().lower(), val.strip()))
+    return out
+
+
+def merge(cmdline: list[tuple[str, str]], script: list[tuple[str, str]]) -> tuple[dict[str, str], dict[str, str]]:
+    """(first value of each option, resources merged per name), command line first."""
+    options: dict[str, str] = {}
+    resources: dict[str, str] = {}
+    for letter, value in cmdline + script:
+        if letter == "l":
+            for name, val in split_resources(value):
+                resources.setdefault(name, val)
+        elif letter == "v":
+            options["v"] = options["v"] + "," + value if "v" in options else value
+        else:
+            options.setdefault(letter, value)
+    return options, resources
+
+
+_MEM = re.compile(r"^(\d+)\s*([kmgtp]?)(b|w)?$", re.I)
+
+
+def parse_memory(text: str) -> int:
+    """`8gb` -> 8192 (MB, rounded up); plain numbers are bytes, as PBS reads them."""
+    m = _MEM.match(text.strip())
+    if not m:
+        raise pbs.CommandError(f"illegal -l value: bad size {text!r}\n{USAGE}", pbs.USAGE)
+    n = int(m.group(1)) * (8 if (m.group(3) or "b").lower() == "w" else 1)
+    scale = {"": 1, "k": 2 ** 10, "m": 2 ** 20, "g": 2 ** 30, "t": 2 ** 40, "p": 2 ** 50}[m.group(2).lower()]
+    return math.ceil(n * scale / 2 ** 20)
+
+
+def positive(text: str, what: str) -> int:
+    if not text.isdigit() or int(text) < 1:
+        raise pbs.CommandError(f"illegal -l value: {what} must be a positive integer, not {text!r}\n{USAGE}",
+                               pbs.USAGE)
+    return int(text)
+
+
+TORQUE_RES = {"nodes", "ppn", "procs", "pmem", "vmem", "pvmem"}
+KNOWN_RES = TORQUE_RES | {"walltime", "mem", "ncpus", "select", "place", "cput", "file", "host", "nice",
+                          "mpiprocs", "naccelerators", "ngpus", "software", "arch"}
+
+
+def build_request(res: dict[str, str]) -> tuple[Request, float | None]:
+    """(request, walltime or None) from -l resources of either style."""
+    for name in res:
+        if name not in KNOWN_RES:
+            raise pbs.CommandError(f"Unknown resource type {name}", pbs.USAGE)
+    if "select" in res or "place" in res:
+        mixed = sorted(TORQUE_RES & set(res))
+        if mixed:
+            raise pbs.CommandError(f'"-lresource=" cannot be used with "select" or "place", resource is: '
+                                   f'{mixed[0]}', pbs.USAGE)
+    walltime = None
+    if "walltime" in res:
+        try:
+            walltime = parse_duration(res["walltime"])
+        except InvalidRequest:
+            raise pbs.CommandError(f"illegal -l value: walltime {res['walltime']!r}\n{USAGE}", pbs.USAGE) from None
+        if walltime <= 0:
+            raise pbs.CommandError(f"illegal -l value: walltime must be positive\n{USAGE}", pbs.USAGE)
+    nodes, ppn, cores, mem, features = 1, 1, 0, 0, []
+    if "select" in res:
+        chunks = res["select"].split("+")
+        shapes = []
+        for chunk in chunks:
+            parts = chunk.split(":")
+            count = 1
+            if parts and parts[0].isdigit():
+                count = positive(parts.pop(0), "select count")
+            shape = {}
+            for p in parts:
+                k, eq, v = p.partition("=")
+                if not eq:
+                    raise pbs.CommandError(f"illegal -l value: select chunk {chunk!r}\n{USAGE}", pbs.USAGE)
+                shape[k.strip()] = v.strip()
+            shapes.append((count, shape))
+        if any(s != shapes[0][1] for _, s in shapes):
+            raise pbs.CommandError("illegal -l value: chunks of different shapes are not supported", pbs.USAGE)
+        nodes, shape = sum(c for c, _ in shapes), shapes[0][1]
+        ppn = positive(shape.get("ncpus", shape.get("mpiprocs", "1")), "ncpus")
+        if "mem" in shape:
+            mem = parse_memory(shape["mem"])
+    elif "nodes" in res:
+        parts = res["nodes"].split(":")
+        if "+" in res["nodes"] or not parts[0].isdigit():
+            raise pbs.CommandError(f"illegal -l value: nodes={res['nodes']} (give a node count)\n{USAGE}",
+                                   pbs.USAGE)
+        nodes = positive(parts[0], "nodes")
+        for p in parts[1:]:
+            if p.startswith("ppn="):
+                ppn = positive(p[4:], "ppn")
+            elif p and "=" not in p:
+                features.append(p)
+            else:
+                raise pbs.CommandError(f"illegal -l value: nodes={res['nodes']}\n{USAGE}", pbs.USAGE)
+    elif "procs" in res or "ncpus" in res:
+        cores = positive(res.get("procs") or res.get("ncpus"), "procs")
+    if "ppn" in res and "nodes" not in res:
+        ppn = positive(res["ppn"], "ppn")
+    if "mem" in res and "select" not in res:
+        total = parse_memory(res["mem"])
+        mem = math.ceil(total / nodes) if not cores else total
+    if "pmem" in res:
+        mem = max(mem, parse_memory(res["pmem"]) * (ppn if not cores else cores))
+    return Request(nodes=nodes, ppn=ppn, cores=cores, mem=mem, features=tuple(features)), walltime
+
+
+def parse_start_after(text: str, now: float) -> float:
+    """`-a [[[[CC]YY]MM]DD]hhmm[.SS]` in local time; a bare hhmm already past is tomorrow."""
+    m = re.match(r"^(\d{4,12})(?:\.(\d{2}))?$", text)
+    if not m or len(m.group(1)) % 2:
+        raise pbs.CommandError(f"illegal -a value {text!r}\n{USAGE}", pbs.USAGE)
+    digits, secs = m.group(1), int(m.group(2) or 0)
+    base = datetime.fromtimestamp(now)
+    hh, mm = int(digits[-4:-2]), int(digits[-2:])
+    fields = {"hour": hh, "minute": mm, "second": secs}
+    rest = digits[:-4]
+    try:
+        if rest:
+            fields["day"] = int(rest[-2:])
+        if len(rest) >= 4:
+            fields["month"] = int(rest[-4:-2])
+        if len(rest) >= 6:
+            yy = rest[:-4]
+            fields["year"] = int(yy) if len(yy) == 4 else 2000 + int(yy)
+        when = base.replace(microsecond=0, **fields)
+    except ValueError:
+        raise pbs.CommandError(f"illegal -a value {text!r}\n{USAGE}", pbs.USAGE) from None
+    if not rest and when.timestamp() < now:
+        when += timedelta(days=1)
+    return when.timestamp()
+
+
+def parse_depend(value: str) -> list[Dependency]:
+    deps = []
+    for part in value.split(","):
+        kind, _, ids = part.partition(":")
+        kind = kind.strip()
+        if kind == "after":
+            kind = "afterany"  # started is not tracked apart from ended: the nearest kind
+        if kind not in ("afterok", "afternotok", "afterany"):
+            if kind.startswith("before") or kind in ("on", "synccount", "syncwith"):
+                raise pbs.CommandError(f"dependency type {kind} is not supported", pbs.USAGE)
+            raise pbs.CommandError(f"illegal -W value: depend={value}\n{USAGE}", pbs.USAGE)
+        if not ids:
+            raise pbs.CommandError(f"illegal -W value: depend={value}\n{USAGE}", pbs.USAGE)
+        for jid in ids.split(":"):
+            deps.append(Dependency(DepType(kind), pbs.parse_id(jid)))
+    return deps
+
+
+def resolve_path(path: str, cwd: str) -> str:
+    """`[host:]path` made absolute against qsub's cwd.  A directory keeps a trailing `/`:
+    the job's default file name goes inside it once the job has its id."""
+    if ":" in path and not path.startswith("/"):
+        path = path.split(":", 1)[1]
+    if not os.path.isabs(path):
+        path = os.path.join(cwd, path)
+    directory = path.endswith("/") or os.path.isdir(path)
+    path = os.path.normpath(path)
+    return path + "/" if directory else path
+
+
+def make_job(options: dict[str, str], resources: dict[str, str], script: str, script_name: str,
+             cwd: str, env: dict[str, str], user: str, server: str, now: float) -> Job:
+    request, walltime = build_request(resources)
+    name = options.get("N", os.path.basename(script_name) if script_name else "STDIN")
+    if not name or any(c.isspace() for c in name) or len(name) > 236:
+        raise pbs.CommandError(f"illegal -N value {name!r}\n{USAGE}", pbs.USAGE)
+    dest = options.get("q", "")
+    queue, _, dest_server = dest.partition("@")
+    if dest_server and dest_server.split(".")[0] != server:
+        raise pbs.CommandError(f"Unknown server {dest_server}", pbs.SYSTEM)
+    priority = 0
+    if "p" in options:
+        try:
+            priority = int(options["p"])
+        except ValueError:
+            priority = 9999
+        if not -1024 <= priority <= 1023:
+            raise pbs.CommandError(f"illegal -p value {options['p']!r}\n{USAGE}", pbs.USAGE)
+    extra_w, deps, group = {}, [], ""
+    if "W" in options:
+        for item in re.split(r",(?=\s*[a-z_]+=)", options["W"]):
+            key, eq, val = item.strip().partition("=")
+            if not eq:
+                raise pbs.CommandError(f"illegal -W value {options['W']!r}\n{USAGE}", pbs.USAGE)
+            if key == "depend":
+                deps = parse_depend(val)
+            elif key == "group_list":
+                group = val.split("@")[0]
+            elif key in ("umask", "block", "stagein", "stageout", "x", "sandbox", "run_count"):
+                extra_w[key] = val
+            else:
+                raise pbs.CommandError(f"illegal -W value {key}\n{USAGE}", pbs.USAGE)
+    join = options.get("j", "n")
+    if join not in ("oe", "eo", "n"):
+        raise pbs.CommandError(f"illegal -j value {join!r}\n{USAGE}", pbs.USAGE)
+    rerun = options.get("r", "y")
+    if rerun not in ("y", "n"):
+        raise pbs.CommandError(f"illegal -r value {rerun!r}\n{USAGE}", pbs.USAGE)
+    workdir = options.get("d") or options.get("w") or cwd
+    if not os.path.isabs(workdir):
+        workdir = os.path.normpath(os.path.join(cwd, workdir))
+    variables = {f"PBS_O_{k}": env[k] for k in ("HOME", "LANG", "LOGNAME", "PATH", "MAIL", "SHELL", "TZ")
+                 if k in env}
+    variables.update(PBS_O_HOST=socket.gethostname(), PBS_O_WORKDIR=workdir, PBS_O_QUEUE=queue or "")
+    if "V" in options:
+        variables.update({k: v for k, v in env.items() if k not in variables})
+    for item in filter(None, (x.strip() for x in options.get("v", "").split(","))):
+        k, eq, v = item.partition("=")
+        variables[k] = v if eq else env.get(k, "")
+    job = Job(name=name, owner=user, group=group, account=options.get("A", ""), queue=queue,
+              request=request, walltime=walltime or 0.0, priority=priority,
+              start_after=parse_start_after(options["a"], now) if "a" in options else None,
+              holds={Hold.USER} if "h" in options else set(), dependencies=deps)
+    job.extra = {"script": script, "workdir": workdir, "join": join, "rerunnable": rerun == "y",
+                 "variables": variables, "submit_host": socket.gethostname(),
+                 "resources": dict(resources), "output": options.get("o", ""), "error": options.get("e", ""),
+                 "mail_points": options.get("m", "a"), "mail_users": options.get("M", ""),
+                 "shell": options.get("S", ""), **({"W": extra_w} if extra_w else {})}
+    return job
+
+
+def submit(argv: list[str], stdin=None, cwd: str | None = None, env: dict | None = None,
+           now: float | None = None) -> tuple[str, bool]:
+    """Everything qsub does; returns (job id, -z given).  CommandError on any refusal."""
+    stdin = stdin if stdin is not None else sys.stdin
+    env = dict(os.environ if env is None else env)
+    cwd = cwd or os.getcwd()
+    now = time.time() if now is None else now
+    cmd, rest = parse_options(argv)
+    if len(rest) > 1:
+        raise usage_error(f"too many arguments: {' '.join(rest[1:])}")
+    if any(letter == "I" for letter, _ in cmd):
+        raise pbs.CommandError("interactive jobs (-I) are not supported", pbs.USAGE)
+    if rest:
+        try:
+            with open(rest[0], encoding="utf-8", errors="replace") as f:
+                script = f.read()
+        except OSError as e:
+            raise pbs.CommandError(f"script file cannot be loaded - {e.strerror}: {rest[0]}", pbs.SYSTEM) from None
+        script_name = rest[0]
+    else:
+        script, script_name = stdin.read(), ""
+    prefix = next((v for letter, v in cmd if letter == "C"), env.get("PBS_DPREFIX", "#PBS"))
+    options, resources = merge(cmd, directives(script, prefix))
+    site = load_site()
+    user = whoami()
+    job = make_job(options, resources, script, script_name, cwd, env, user, site.server, now)
+    for key in ("output", "error"):
+        if job.extra[key]:
+            job.extra[key] = resolve_path(job.extra[key], cwd)
+    batch = Batch(site)
+    # Only dependencies and queued-job limits need the jobs already stored; without them
+    # the job is checked against the configuration alone, so qsub's cost does not grow
+    # with the store.
+    queues = batch.site.scheduler().router.queues
+    needs_state = bool(job.dependencies) or any(
+        q.max_queued is not None or q.max_queued_per_user is not None for q in queues.values())
+    with batch.open(write=True, load=needs_state):
+        sched = batch.sched
+        queue = job.queue or sched.router.default
+        if queue and queue not in sched.router.queues:
+            if site.flavor == "torque":
+                raise pbs.CommandError("submit error (Unknown queue MSG=requested queue not found)", 172)
+            raise pbs.CommandError("Unknown queue", 170)
+        job.extra["variables"]["PBS_O_QUEUE"] = queue
+        if job.walltime <= 0:
+            job.walltime = sched.router.queues[queue].max_walltime or 3600.0 if queue else 3600.0
+        try:
+            done = batch.submit(job, now)
+        except Rejected as e:
+            if site.flavor == "torque":
+                raise pbs.CommandError(f"submit error (Job exceeds queue resource limits MSG={e})", pbs.LIMITS)
+            raise pbs.CommandError(f"Job violates queue and/or server resource limits: {e}", pbs.LIMITS)
+    return pbs.full_id(done.id, site.server), "z" in options
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["--version"]:
+        return version("qsub")
+    try:
+        jid, quiet = submit(argv)
+    except (pbs.CommandError, ConfigError, SchedulerError, OSError) as e:
+        return pbs.fail("qsub", e)
+    if not quiet:
+        print(jid)
+    return 0
+
+
+def version(prog: str) -> int:
+    """`--version` per flavor: Torque on stderr, OpenPBS `pbs_version =` on stdout."""
+    try:
+        flavor = load_site().flavor
+    except ConfigError:
+        flavor = os.environ.get("HPCSCHED_FLAVOR", "torque")
+    if flavor == "openpbs":
+        print(f"pbs_version = {pbs.VERSION}")
+    else:
+        sys.stderr.write(f"Version: {pbs.VERSION}\nCommit: hpcsched\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,130 @@
+"""A site: its configuration file and its store, as the commands see them.
+
+    $HPCSCHED_HOME/config.toml   the site configuration (`hpcsched init` writes one)
+    $HPCSCHED_HOME/state.json    the store (see store.py)
+
+The configuration holds the core's keys (config.py) and the commands' own: `flavor`
+(`torque`, the default, or `openpbs`; $HPCSCHED_FLAVOR overrides it per call),
+`operators`, `managers` (user names) and `keep_completed` (seconds a finished job stays
+in plain qstat under Torque; 300).
+"""
+from __future__ import annotations
+
+import math
+import os
+import socket
+from dataclasses import dataclass
+from pathlib import Path
+
+from .config import build, loads
+from .errors import ConfigError
+from .scheduler import Scheduler
+from .store import default_home, write_atomic
+
+SITE_KEYS = frozenset({"flavor", "operators", "managers", "keep_completed"})
+FLAVORS = ("torque", "openpbs")
+CONFIG = "config.toml"
+
+
+@dataclass
+class Site:
+    home: Path
+    config: dict
+    server: str
+    flavor: str
+    operators: frozenset[str]
+    managers: frozenset[str]
+    keep_completed: float
+
+    def scheduler(self) -> Scheduler:
+        return build(self.config, extra_keys=SITE_KEYS)
+
+    def is_operator(self, user: str) -> bool:
+        return user in self.operators or user in self.managers or user == "root"
+
+    def is_manager(self, user: str) -> bool:
+        return user in self.managers or user == "root"
+
+
+def _names(config: dict, key: str) -> frozenset[str]:
+    value = config.get(key, [])
+    if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+        raise ConfigError(f"{key}: must be a list of user names")
+    return frozenset(value)
+
+
+def load_site(home: str | os.PathLike | None = None) -> Site:
+    """The site at `home` (default: the store directory); ConfigError if it is not set up."""
+    home = Path(home) if home is not None else default_home()
+    path = home / CONFIG
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise ConfigError(f"{path}: no configuration; run 'hpcsched init' first") from None
+    except OSError as e:
+        raise ConfigError(f"{path}: cannot read: {e.strerror}") from None
+    config = loads(text)
+    flavor = os.environ.get("HPCSCHED_FLAVOR") or config.get("flavor", "torque")
+    if flavor not in FLAVORS:
+        where = "HPCSCHED_FLAVOR" if os.environ.get("HPCSCHED_FLAVOR") else "flavor"
+        raise ConfigError(f"{where}: {flavor!r} is not torque or openpbs")
+    keep = config.get("keep_completed", 300)
+    if not isinstance(keep, (int, float)) or isinstance(keep, bool) or keep < 0 or not math.isfinite(keep):
+        raise ConfigError("keep_completed: must be a non-negative number of seconds")
+    server = config.get("server_name", socket.gethostname().split(".")[0])
+    if not isinstance(server, str) or not server or any(c.isspace() for c in server):
+        raise ConfigError("server_name: must be a name without spaces")
+    site = Site(home, config, server, flavor, _names(config, "operators"), _names(config, "managers"),
+                float(keep))
+    site.scheduler()  # validate the rest now: one line naming the key
+    return site
+
+
+def init_site(home: str | os.PathLike | None = None, nodes: int = 4, cores: int | None = None,
+              force: bool = False) -> Path:
+    """Write a working test-rig configuration: `nodes` nodes on this host."""
+    home = Path(home) if home is not None else default_home()
+    path = home / CONFIG
+    if path.exists() and not force:
+        raise ConfigError(f"{path}: already exists (use --force to replace it)")
+    cores = cores or os.cpu_count() or 1
+    user = _whoami()
+    text = f"""\
+# hpcsched site configuration (written by 'hpcsched init'); see man 5 hpcsched.toml
+server_name = "{socket.gethostname().split('.')[0] or 'localhost'}"
+flavor = "torque"
+backfill = "easy"
+default_queue = "batch"
+managers = ["{user}"]
+operators = []
+keep_completed = 300
+
+[priority]
+policy = "fifo"
+
+# a test rig: every node is this host
+[[nodes]]
+names = "node[01-{nodes:02d}]"
+cores = {cores}
+
+[queues.batch]
+max_walltime = "24:00:00"
+"""
+    build(loads(text), extra_keys=SITE_KEYS)  # what we write must load
+    home.mkdir(parents=True, exist_ok=True)
+    write_atomic(path, text)
+    return path
+
+
+def _whoami() -> str:
+    """The calling user: $HPCSCHED_USER on a test rig, else the real user."""
+    if os.environ.get("HPCSCHED_USER"):
+        return os.environ["HPCSCHED_USER"]
+    import pwd
+    try:
+        return pwd.getpwuid(os.getuid()).pw_name
+    except KeyError:
+        return str(os.getuid())
+
+
+whoami = _whoami

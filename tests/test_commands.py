@@ -1,0 +1,275 @@
+"""PBS commands over the store: qsub, qstat, qdel, qhold, qrls, in both flavors.
+
+Golden layouts come from ../shared/reference/pbs-cli.md; the tool checks reproduce how
+real workflow tools parse the output."""
+import io
+import json
+import multiprocessing
+import os
+import re
+import subprocess
+import sys
+import time
+
+import pytest
+
+from hpcsched import qctl, qstat, qsub
+from hpcsched.pbs import CommandError
+from hpcsched.site import init_site
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+@pytest.fixture
+def rig(tmp_path, monkeypatch):
+    home = tmp_path / "home"
+    monkeypatch.setenv("HPCSCHED_HOME", str(home))
+    monkeypatch.setenv("HPCSCHED_USER", "alice")
+    monkeypatch.delenv("HPCSCHED_FLAVOR", raising=False)
+    init_site(home, nodes=4, cores=4)
+    text = (home / "config.toml").read_text().replace('server_name = "', 'server_name = "headnode" #"')
+    text = text.replace('managers = ["alice"]', 'managers = ["root"]').replace("operators = []", 'operators = ["olga"]')
+    (home / "config.toml").write_text(text)
+    return tmp_path
+
+
+def submit(*argv, script="#!/bin/sh\ntrue\n", cwd=None):
+    jid, quiet = qsub.submit(list(argv), stdin=io.StringIO(script), cwd=cwd or "/tmp", env={"HOME": "/h"})
+    return jid
+
+
+def stat(*argv, later=100.0):
+    out = io.StringIO()
+    status = qstat.run(list(argv), out=out, now=time.time() + later)
+    return status, out.getvalue()
+
+
+def run(*cmd, env=None):
+    e = dict(os.environ, **(env or {}))
+    return subprocess.run([sys.executable, "-m", *cmd], cwd=ROOT, capture_output=True, text=True, env=e,
+                          timeout=60)
+
+
+def test_qsub_prints_exactly_one_id_line(rig):
+    assert submit("-N", "first") == "1.headnode"
+    assert submit("-lwalltime=1:00:00,nodes=1:ppn=4") == "2.headnode"
+    p = run("hpcsched.qsub", "-z", "-l", "walltime=60", env={})  # script on stdin (empty)
+    assert p.returncode == 0 and p.stdout == ""
+    p = subprocess.run([sys.executable, "-m", "hpcsched.qsub", "-N", "x"], input="true\n", cwd=ROOT,
+                       capture_output=True, text=True, env=os.environ)
+    assert p.returncode == 0 and re.fullmatch(r"4\.headnode\n", p.stdout)
+
+
+def test_directives_and_command_line_precedence(rig):
+    script = """#!/bin/bash
+#PBS -N from_script
+#PBS -l walltime=02:00:00,nodes=2:ppn=2
+#PBS -q batch
+#PBS -W depend=afterok:1
+echo hi
+#PBS -N ignored_after_first_command
+"""
+    submit("-N", "parent")
+    jid = submit("-N", "cmdline", "-l", "walltime=00:30:00", script=script)
+    _, out = stat("-f", "-1", jid)
+    assert "Job_Name = cmdline" in out
+    assert "Resource_List.walltime = 00:30:00" in out and "Resource_List.nodes = 2:ppn=2" in out
+    assert "depend = afterok:1.headnode" in out and "job_state = H" in out
+    # -C changes the prefix; "" turns scanning off
+    jid = submit("-C", "#MY", script="#MY -N custom\n#PBS -N not_this\ntrue\n")
+    assert "Job_Name = custom" in stat("-f", jid)[1]
+    jid = submit("-C", "", script="#PBS -N off\ntrue\n")
+    assert "Job_Name = STDIN" in stat("-f", jid)[1]
+
+
+def test_w_value_with_a_space_as_one_argument(rig):
+    submit()
+    submit()
+    jid = submit("-W depend=afterok:1:2")
+    assert "depend = afterok:1.headnode,afterok:2.headnode" in stat("-f", "-1", jid)[1]
+
+
+@pytest.mark.parametrize("argv,status,msg", [
+    (["-l", "select=1:ncpus=2,nodes=1"], 2, '"-lresource=" cannot be used with "select" or "place", resource is: nodes'),
+    (["-l", "walltime=soon"], 2, "illegal -l value"),
+    (["-l", "frobs=3"], 2, "Unknown resource type frobs"),
+    (["-p", "5000"], 2, "illegal -p value"),
+    (["-j", "xy"], 2, "illegal -j value"),
+    (["-W", "depend=before:1"], 2, "dependency type before is not supported"),
+    (["-Y"], 2, "invalid option -- 'Y'"),
+    (["-q", "nosuch"], 172, "submit error (Unknown queue MSG=requested queue not found)"),
+    (["-l", "walltime=48:00:00"], 188, "Job exceeds queue resource limits MSG=walltime 48:00:00 exceeds"),
+    (["-l", "nodes=9"], 188, "requests more than the machine has"),
+    (["-I"], 2, "interactive jobs (-I) are not supported"),
+])
+def test_qsub_refusals(rig, argv, status, msg):
+    with pytest.raises(CommandError) as e:
+        submit(*argv)
+    assert e.value.status == status and msg in str(e.value)
+    assert not (rig / "home" / "journal.jsonl").exists()  # nothing stored
+
+
+def test_qsub_openpbs_messages(rig, monkeypatch):
+    monkeypatch.setenv("HPCSCHED_FLAVOR", "openpbs")
+    with pytest.raises(CommandError) as e:
+        submit("-q", "nosuch")
+    assert e.value.status == 170 and str(e.value) == "Unknown queue"
+    with pytest.raises(CommandError) as e:
+        submit("-l", "select=2:ncpus=2:mem=1gb,walltime=48:00:00")
+    assert e.value.status == 188 and "Job violates queue and/or server resource limits" in str(e.value)
+
+
+def test_bad_directive_is_one_error_naming_the_line(rig):
+    with pytest.raises(CommandError, match="script line 2"):
+        submit(script="#!/bin/sh\n#PBS -l\ntrue\n")
+
+
+def test_torque_default_listing_golden(rig):
+    submit("-N", "myjob")
+    submit("-N", "a_very_long_job_name_here")
+    _, out = stat()
+    lines = out.splitlines()
+    assert lines[0] == "Job ID                    Name             User            Time Use S Queue"
+    assert lines[1] == "------------------------- ---------------- --------------- -------- - -----"
+    assert lines[2] == "1.headnode                 myjob            alice                  0 Q batch"
+    assert lines[3].split()[1] == "...ame_here"[-16:] or lines[3].split()[1].startswith("...")
+    assert len(lines[3].split()[1]) == 16
+    # Parsl / Toil: token 0 is the id, token 4 the state; header lines start JOB or ---
+    rows = [l for l in lines if l.strip() and not l.startswith(("Job", "---"))]
+    assert [(r.split()[0], r.split()[4]) for r in rows] == [("1.headnode", "Q"), ("2.headnode", "Q")]
+
+
+def test_openpbs_default_listing_golden(rig, monkeypatch):
+    monkeypatch.setenv("HPCSCHED_FLAVOR", "openpbs")
+    submit("-N", "myjob")
+    submit("-N", "a_very_long_job_name_here")
+    lines = stat()[1].splitlines()
+    assert lines[0] == "Job id            Name             User              Time Use S Queue"
+    assert lines[1] == "----------------  ---------------- ----------------  -------- - -----"
+    assert lines[2] == "1.headnode        myjob            alice                    0 Q batch"
+    assert lines[3].split()[1] == "a_very_long_job*"
+
+
+def test_alternate_listing_and_user_filter(rig, monkeypatch):
+    submit("-N", "mine", "-l", "nodes=1:ppn=4,mem=2gb,walltime=01:00:00")
+    monkeypatch.setenv("HPCSCHED_USER", "bob")
+    submit("-N", "his")
+    _, out = stat("-u", "alice")
+    lines = out.splitlines()
+    assert lines[1] == "headnode:"
+    assert lines[3].startswith("Job ID                  Username    Queue    Jobname")
+    row = lines[5].split()
+    assert row[0] == "1.headnode" and row[1] == "alice" and row[7] == "2gb" and row[8] == "01:00:00" and row[9] == "Q"
+    assert len(lines) == 6  # bob's job is not listed
+    assert "--" in row  # FireWorks: empty cells print --
+
+
+def test_full_listing_folds_and_minus_one_does_not(rig):
+    submit("-v", ",".join(f"VAR{i}=value{i}" for i in range(12)))
+    _, folded = stat("-f", "1")
+    assert any(l.startswith("\t") for l in folded.splitlines())
+    assert all(len(l) <= 78 or "," not in l[:77] for l in folded.splitlines())
+    _, flat = stat("-f", "-1", "1")
+    assert not any(l.startswith("\t") for l in flat.splitlines())
+    # Nextflow: qstat -f -1 | grep -E '(Job Id:|job_state =)'
+    picked = [l.strip() for l in flat.splitlines() if re.search(r"(Job Id:|job_state =)", l)]
+    assert picked == ["Job Id: 1.headnode", "job_state = Q"]
+
+
+def test_json_has_typed_values_and_no_jobs_key_when_empty(rig, monkeypatch):
+    monkeypatch.setenv("HPCSCHED_FLAVOR", "openpbs")
+    jid = submit("-l", "select=2:ncpus=2:mem=1gb,walltime=00:10:00")
+    doc = json.loads(stat("-f", "-F", "json", jid)[1])
+    job = doc["Jobs"]["1.headnode"]
+    assert doc["pbs_server"] == "headnode" and isinstance(doc["timestamp"], int)
+    assert job["Resource_List"]["ncpus"] == 4 and job["Resource_List"]["nodect"] == 2
+    assert job["Resource_List"]["select"] == "2:ncpus=2:mem=1gb"
+    assert job["job_state"] == "Q" and "comment" in job and job["Priority"] == 0
+    assert isinstance(job["Variable_List"], dict)
+    assert "Jobs" not in json.loads(stat("-f", "-F", "json", "-u", "nobody")[1])
+
+
+def test_unknown_ids_exit_153_and_others_still_print(rig, capsys):
+    submit()
+    status, out = stat("1", "99.headnode", "bogus!")
+    assert status == 153 and "1.headnode" in out
+    err = capsys.readouterr().err
+    assert "qstat: Unknown Job Id 99.headnode" in err
+
+
+def test_finished_jobs_per_flavor(rig, monkeypatch, capsys):
+    submit()
+    assert qctl.act("qdel", ["1"], "", "W", qctl.qdel) == 0
+    status, out = stat("1", later=100)  # Torque keeps it 300 s as C
+    assert status == 0 and out.splitlines()[2].split()[4] == "C"
+    status, out = stat("1", later=1000)
+    assert status == 153  # gone from plain qstat after keep_completed
+    xml = stat("-x", "1", later=1000)[1]
+    assert xml.startswith('<?xml version="1.0"?><Data><Job><Job_Id>1.headnode</Job_Id>')
+    assert "<job_state>C</job_state>" in xml and "<exit_status>271</exit_status>" in xml
+    monkeypatch.setenv("HPCSCHED_FLAVOR", "openpbs")
+    status, out = stat("1")
+    assert status == 35
+    assert "qstat: 1.headnode Job has finished, use -x or -H to obtain historical job information" in capsys.readouterr().err
+    doc = json.loads(stat("-f", "-F", "json", "-x", "1")[1])
+    assert doc["Jobs"]["1.headnode"]["Exit_status"] == 271 and doc["Jobs"]["1.headnode"]["job_state"] == "F"
+
+
+def test_qhold_qrls_qdel_permissions(rig, monkeypatch, capsys):
+    submit()
+    monkeypatch.setenv("HPCSCHED_USER", "bob")
+    assert qctl.act("qdel", ["1"], "", "W", qctl.qdel) == 159
+    assert "Unauthorized Request  1.headnode" in capsys.readouterr().err
+    monkeypatch.setenv("HPCSCHED_USER", "alice")
+    assert qctl.act("qhold", ["-h", "o", "1"], "", "h", qctl.qhold) == 159
+    assert qctl.act("qhold", ["1"], "", "h", qctl.qhold) == 0
+    assert stat("1")[1].splitlines()[2].split()[4] == "H"
+    monkeypatch.setenv("HPCSCHED_USER", "olga")  # an operator
+    assert qctl.act("qhold", ["-h", "o", "1.headnode"], "", "h", qctl.qhold) == 0
+    assert qctl.act("qrls", ["-h", "uo", "1"], "", "h", qctl.qrls) == 0
+    assert stat("1")[1].splitlines()[2].split()[4] == "Q"
+    assert qctl.act("qrls", ["-h", "s", "1"], "", "h", qctl.qrls) == 159
+    assert qctl.act("qdel", ["1", "42"], "", "W", qctl.qdel) == 153  # 1 deleted, 42 unknown
+
+
+def test_version_per_flavor(rig):
+    p = run("hpcsched.qstat", "--version")
+    assert p.returncode == 0 and p.stderr.startswith("Version: ") and p.stdout == ""
+    p = run("hpcsched.qstat", "--version", env={"HPCSCHED_FLAVOR": "openpbs"})
+    assert p.stdout.startswith("pbs_version = ")  # BLAHP: qstat --version | grep PBSPro-style
+
+
+def test_queue_and_server_listings(rig):
+    submit()
+    q = stat("-Q")[1].splitlines()
+    assert q[0].startswith("Queue") and q[1].startswith("---") and q[2].split()[0] == "batch"
+    b = stat("-B")[1].splitlines()
+    assert b[0].startswith("Server") and b[2].split()[0] == "headnode"
+
+
+def test_bad_config_is_one_line(rig):
+    (rig / "home" / "config.toml").write_text('flavor = "slurm"\n[[nodes]]\nnames = "n1"\n')
+    p = run("hpcsched.qstat")
+    assert p.returncode == 1 and p.stderr == "qstat: flavor: 'slurm' is not torque or openpbs\n"
+
+
+def _burst(home, n):
+    os.environ["HPCSCHED_HOME"] = str(home)
+    os.environ["HPCSCHED_USER"] = "alice"
+    for _ in range(n):
+        qsub.submit(["-l", "walltime=60"], stdin=io.StringIO("true\n"), cwd="/tmp", env={})
+
+
+def test_concurrent_qsub_loses_and_duplicates_nothing(rig):
+    home = rig / "home"
+    ctx = multiprocessing.get_context("fork")
+    procs = [ctx.Process(target=_burst, args=(home, 100)) for _ in range(8)]
+    for p in procs:
+        p.start()
+    for p in procs:
+        p.join(120)
+        assert p.exitcode == 0
+    lines = stat()[1].splitlines()[2:]
+    ids = [l.split()[0] for l in lines]
+    assert len(ids) == 800 and len(set(ids)) == 800
+    assert ids == [f"{i}.headnode" for i in range(1, 801)]
