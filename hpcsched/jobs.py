@@ -88,8 +88,8 @@ class Request:
         return self.cores if self.cores else self.nodes * self.ppn
 
     def to_dict(self) -> dict:
-        return {f.name: (list(v) if isinstance(v := getattr(self, f.name), tuple) else v)
-                for f in fields(self) if getattr(self, f.name) != f.default}
+        return {name: (list(v) if isinstance(v := getattr(self, name), tuple) else v)
+                for name, default in _REQUEST_DEFAULTS if getattr(self, name) != default}
 
     @classmethod
     def from_dict(cls, d: dict) -> "Request":
@@ -183,27 +183,26 @@ class Job:
     # --- JSON ------------------------------------------------------------------------
     def to_dict(self) -> dict:
         d = {}
-        for f in fields(self):
-            v = getattr(self, f.name)
-            if f.name == "request":
+        for name in _JOB_FIELDS:
+            v = getattr(self, name)
+            if name == "request":
                 v = v.to_dict()
-            elif f.name == "holds":
+            elif name == "holds":
                 v = sorted(h.value for h in v)
-            elif f.name == "dependencies":
+            elif name == "dependencies":
                 v = [[dep.kind.value, dep.job_id, dep.met] for dep in v]
-            elif f.name == "state":
+            elif name == "state":
                 v = v.value
-            elif f.name in ("nodes",):
+            elif name == "nodes":
                 v = list(v)
-            elif f.name == "cores":
+            elif name == "cores":
                 v = [list(c) for c in v]
-            d[f.name] = v
+            d[name] = v
         return d
 
     @classmethod
     def from_dict(cls, d: dict) -> "Job":
-        known = {f.name for f in fields(cls)}
-        unknown = set(d) - known
+        unknown = d.keys() - _JOB_FIELD_SET
         if unknown:
             raise InvalidRequest(f"unknown job field {sorted(unknown)[0]!r}")
         d = dict(d)
@@ -224,3 +223,8 @@ class Job:
     def copy(self) -> "Job":
         return replace(self, holds=set(self.holds),
                        dependencies=[replace(x) for x in self.dependencies], extra=dict(self.extra))
+
+
+_REQUEST_DEFAULTS = tuple((f.name, f.default) for f in fields(Request))
+_JOB_FIELDS = tuple(f.name for f in fields(Job))
+_JOB_FIELD_SET = frozenset(_JOB_FIELDS)
