@@ -20,7 +20,7 @@ from __future__ import annotations
 import math
 from bisect import bisect_left, bisect_right, insort
 from dataclasses import dataclass, field
-from typing import Callable
+from typing import Callable, Iterable
 
 from .jobs import Job, Request
 from .reservations import Access
@@ -341,8 +341,8 @@ class Walk:
         self.waiting_ahead = False  # a job walked so far waits for resources
         self.last = None  # the last job walked
 
-    def run(self, now: float, jobs: list[Job], plan: Plan, on_start: Callable[[Job, Start], None],
-            kept: dict[int, tuple[float, int]] | None = None) -> None:
+    def run(self, now: float, jobs: Iterable[Job], plan: Plan, on_start: Callable[[Job, Start], None],
+            kept: dict[int, tuple[float, int]] | None = None, last: Job | None = None) -> None:
         """Walk `jobs` in order, carrying on from where an earlier `run` stopped.
 
         `kept` holds last pass's reservations still valid, already occupied in the
@@ -353,8 +353,8 @@ class Walk:
         need_of = topo.need
         kept = dict(kept or {})
         made, waiting_ahead = self.made, self.waiting_ahead
-        if jobs:
-            self.last = jobs[-1]
+        if last is not None:
+            self.last = last  # every job up to it has had its turn, walked or cut short
         if self.blocked:
             return
         failed: dict[tuple, list[tuple[int, float]]] = {}  # shape -> (amount, walltime) that did not fit now

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import heapq
 import math
+from bisect import bisect_left, insort
 from dataclasses import dataclass, field
 
 from .errors import InvalidRequest, InvalidState, Rejected, UnknownJob
@@ -74,6 +75,11 @@ class Scheduler:
         self._base: Profile | None = None
         self._ends: list[tuple[float, int]] = []  # (start + walltime, job id) of running jobs
         self._overrun: set[int] = set()  # running past their walltime
+        # for a static policy, the runnable jobs kept in priority order between passes, so
+        # a pass reads only as far as it walks (removals wait while a walk reads it)
+        self._order: list[tuple] | None = [] if self.policy.static else None
+        self._walking = False
+        self._unordered: list[tuple] = []
 
     # --- reading ---------------------------------------------------------------------
     def job(self, job_id: int) -> Job:
@@ -117,6 +123,7 @@ class Scheduler:
         jid = job.id
         if old == State.QUEUED:
             del self._queued[jid]
+            self._unorder(job)
         elif old == State.WAITING:
             self._waiting.discard(jid)
         elif old in ACTIVE and new not in ACTIVE:
@@ -127,12 +134,25 @@ class Scheduler:
             self._overrun.discard(jid)
         if new == State.QUEUED:
             self._queued[jid] = job
+            self._enorder(job)
         elif new == State.WAITING:
             self._waiting.add(jid)
         elif new in ACTIVE:
             self._active[jid] = job
         if (old in PENDING) != (new in PENDING):
             self._count(job, 1 if new in PENDING else -1)
+
+    def _enorder(self, job: Job) -> None:
+        if self._order is not None:
+            insort(self._order, (self.policy.key(job, None), job.id))
+
+    def _unorder(self, job: Job) -> None:
+        if self._order is not None:
+            entry = (self.policy.key(job, None), job.id)
+            if self._walking:
+                self._unordered.append(entry)
+            else:
+                del self._order[bisect_left(self._order, entry)]
 
     def _count(self, job: Job, delta: int) -> None:
         self._pending_count[job.queue] = self._pending_count.get(job.queue, 0) + delta
@@ -195,6 +215,7 @@ class Scheduler:
         job.nodes, job.cores = (), ()
         self.jobs[job.id] = job
         self._queued[job.id] = job
+        self._enorder(job)
         self._count(job, 1)
         self._register_children(job)
         self.policy.on_submit(job, self.context(now))
@@ -231,12 +252,19 @@ class Scheduler:
             # come out the same, so carry it on with the new ones.
             plan = Plan(now, reserved=dict(self._plan.reserved), reasons=dict(self._plan.reasons),
                         default_reason=self._plan.default_reason)
-            walk.run(now, self.policy.order(fresh, self.context(now)), plan, self._applier(now))
+            fresh = self.policy.order(fresh, self.context(now))
+            walk.run(now, fresh, plan, self._applier(now), last=fresh[-1] if fresh else None)
         else:
             ctx = self.context(now)
-            runnable = list(self._queued.values())
-            self.policy.prioritise(runnable, ctx)
-            order = self.policy.order(runnable, ctx)
+            if self._order is not None:  # static order, kept: read only as far as the walk goes
+                queued = self._queued
+                order = (queued[jid] for _, jid in self._order)
+                last = queued[self._order[-1][1]]
+            else:
+                runnable = list(self._queued.values())
+                self.policy.prioritise(runnable, ctx)
+                order = self.policy.order(runnable, ctx)
+                last = order[-1]
             plan = Plan(now)
             gate = None
             if self._gated():
@@ -244,7 +272,14 @@ class Scheduler:
                 gate = lambda job: self._gate(job, ctx, self._tallies)  # noqa: E731
             walk = self._walk = Walk(self.topology, self._profile(now), self.settings.depth, self._access, gate,
                                      self.settings.backfill)
-            walk.run(now, order, plan, self._applier(now), self._keep(walk.profile, now))
+            self._walking = True
+            try:
+                walk.run(now, order, plan, self._applier(now), self._keep(walk.profile, now), last)
+            finally:
+                self._walking = False
+                for entry in self._unordered:
+                    del self._order[bisect_left(self._order, entry)]
+                self._unordered.clear()
         self.last_pass = now
         self._plan = plan
         self._dirty = False
@@ -553,6 +588,7 @@ class Scheduler:
                 self.jobs[job.id] = job
                 if job.state == State.QUEUED:
                     self._queued[job.id] = job
+                    self._enorder(job)
                 elif job.state == State.WAITING:
                     self._waiting.add(job.id)
                 elif job.state in ACTIVE:
