@@ -135,6 +135,19 @@ class Profile:
             if 0 < k < len(self.times) and self.free[k] == self.free[k - 1] and self.resv[k] == self.resv[k - 1]:
                 del self.times[k], self.free[k], self.resv[k], self._open[k]
 
+    def windows(self, access: AccessKey = ()) -> list[tuple[float, int]]:
+        """How long the units free now stay free: [(until, units)], soonest first, the last
+        entry's `until` being infinity (free for good, as far as the plan knows)."""
+        out, remaining = [], self.usable(0, access)
+        for t in self.takes:
+            gone = remaining & ~self.usable(self.segment(t), access)
+            if gone:
+                out.append((t, gone))
+                remaining ^= gone
+        if remaining:
+            out.append((INF, remaining))
+        return out
+
     def advance(self, now: float) -> bool:
         """Move the profile's start to `now` if nothing changes in between (no segment
         boundary in (self.now, now]); False if it cannot."""
@@ -304,6 +317,7 @@ class Plan:
     reserved: dict[int, tuple[float, Allocation]] = field(default_factory=dict)
     reasons: dict[int, str] = field(default_factory=dict)
     default_reason: str = RESOURCES
+    profile: Profile | None = None  # the pass's final plan (valid until the next pass)
     _estimate: Callable[[int], float | None] | None = None
     _estimates: dict[int, float | None] = field(default_factory=dict)
 

@@ -66,7 +66,7 @@ class Policy:
 
     def describe(self, job: Job, ctx: Context) -> dict[str, float]:
         """Priority factors of `job` (mdiag -p): name -> raw value."""
-        return {"submit_time": job.submit_time}
+        return {"queue_time": ctx.now - job.submit_time}
 
 
 class Fifo(Policy):

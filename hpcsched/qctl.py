@@ -95,22 +95,19 @@ def _hold_kind(opts: dict) -> str:
     return kinds
 
 
-def qhold(batch: Batch, job: Job, opts: dict) -> None:
-    kinds = _hold_kind(opts)
-    for k in kinds:
-        if not may_touch(batch.site, whoami(), job, k):
-            raise _deny("qhold", job, batch.site)
-    for k in kinds:
-        batch.do("hold", id=job.id, kind=Hold(k).value)
+def _holds(op: str):
+    """qhold (op "hold") or qrls (op "release"): every kind in -h, each checked first."""
+    def act_on(batch: Batch, job: Job, opts: dict) -> None:
+        kinds = _hold_kind(opts)
+        for k in kinds:
+            if not may_touch(batch.site, whoami(), job, k):
+                raise _deny(f"q{op}", job, batch.site)
+        for k in kinds:
+            batch.do(op, id=job.id, kind=Hold(k).value)
+    return act_on
 
 
-def qrls(batch: Batch, job: Job, opts: dict) -> None:
-    kinds = _hold_kind(opts)
-    for k in kinds:
-        if not may_touch(batch.site, whoami(), job, k):
-            raise _deny("qrls", job, batch.site)
-    for k in kinds:
-        batch.do("release", id=job.id, kind=Hold(k).value)
+qhold, qrls = _holds("hold"), _holds("release")
 
 
 def _main(prog: str, usage: str, options: str, action, every: bool = False, flags: str = "") -> int:

@@ -298,6 +298,7 @@ class Scheduler:
             return found[0] if found else None
 
         plan._estimate = estimate
+        plan.profile = profiles[0] if profiles else None
         return plan
 
     def _applier(self, now: float):
@@ -498,6 +499,11 @@ class Scheduler:
         self._base = None  # the schedulable units changed
 
     # --- planning helpers ------------------------------------------------------------
+    def profile(self, now: float) -> Profile:
+        """The free units over time from `now`, as a pass starts planning (running jobs,
+        overruns and reservations; no waiting job placed yet)."""
+        return self._profile(now)
+
     def _profile(self, now: float) -> Profile:
         """This pass's profile: running jobs (kept between passes), reservations, overruns."""
         base = self._base

@@ -21,7 +21,7 @@ from .errors import ConfigError
 from .scheduler import Scheduler
 from .store import default_home, write_atomic
 
-SITE_KEYS = frozenset({"flavor", "operators", "managers", "keep_completed"})
+SITE_KEYS = frozenset({"flavor", "operators", "managers", "keep_completed", "pbsyod_launcher"})
 FLAVORS = ("torque", "openpbs")
 CONFIG = "config.toml"
 

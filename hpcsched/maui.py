@@ -1,0 +1,350 @@
+"""Maui/Moab-style commands: showq, checkjob, showres, showbf, setres, releaseres, mdiag -p.
+
+They show the core's own decisions: a read-only command runs the scheduling pass on the
+loaded state in memory (nothing is saved), so reasons and estimated starts are exactly
+what the next pass would decide.  Times print as `[DD:]HH:MM:SS`.
+"""
+from __future__ import annotations
+
+import sys
+import time
+from functools import partial
+
+from . import nodelist, pbs
+from .batch import Batch
+from .errors import ConfigError, InvalidRequest, SchedulerError
+from .jobs import ACTIVE, FINISHED, PENDING, Job, State
+from .qsub import version
+from .reservations import Reservation
+from .site import Site, load_site, whoami
+from .timefmt import parse_duration
+
+
+def dhms(seconds: float | None) -> str:
+    """Maui's `[-][DD:]HH:MM:SS`."""
+    if seconds is None:
+        return "--"
+    s = int(round(seconds))
+    sign, s = ("-", -s) if s < 0 else ("", s)
+    d, rem = divmod(s, 86400)
+    hms_ = f"{rem // 3600:02d}:{rem // 60 % 60:02d}:{rem % 60:02d}"
+    return f"{sign}{d}:{hms_}" if d else f"{sign}{hms_}"
+
+
+def when(t: float | None) -> str:
+    return time.strftime("%a %b %d %H:%M:%S", time.localtime(t)) if t is not None else "--"
+
+
+def procs(job: Job) -> int:
+    return job.request.processors
+
+
+def load(write: bool = False):
+    site = load_site()
+    batch = Batch(site)
+    return site, batch
+
+
+def preview(batch: Batch, now: float):
+    """The decisions the next pass would make, on an in-memory copy of the state."""
+    sched = batch.sched
+    before = {jid: job.state for jid, job in sched.jobs.items()}
+    plan = sched.iterate(now)
+    return before, plan
+
+
+def showq(argv: list[str], out, now: float) -> int:
+    site, batch = load()
+    with batch.open(write=False):
+        pass
+    sched = batch.sched
+    jobs = sorted((j for j in sched.jobs.values() if j.state not in FINISHED), key=lambda j: j.id)
+    total_procs = sum(n.cores for n in sched.topology.nodes)
+    active = [j for j in jobs if j.state in ACTIVE]
+    idle = [j for j in jobs if j.state == State.QUEUED]
+    blocked = [j for j in jobs if j.state in PENDING and j.state != State.QUEUED]
+    used = sum(procs(j) for j in active)
+    w = out.write
+    w("ACTIVE JOBS--------------------\n")
+    w(f"{'JOBNAME':<18} {'USERNAME':<12} {'STATE':>8} {'PROC':>5} {'REMAINING':>11}  {'STARTTIME':>19}\n\n")
+    for j in active:
+        state = "Running" if j.state == State.RUNNING else "Exiting"
+        w(f"{j.id:<18} {j.owner:<12} {state:>8} {procs(j):>5} {dhms(j.start_time + j.walltime - now):>11}  "
+          f"{when(j.start_time):>19}\n")
+    pct = 100.0 * used / total_procs if total_procs else 0.0
+    w(f"\n{len(active):>6} Active Job{'s' if len(active) != 1 else ''}   {used} of {total_procs} Processors "
+      f"Active ({pct:.2f}%)\n\n")
+    for title, group, state in (("IDLE JOBS----------------------", idle, None),
+                                ("BLOCKED JOBS----------------", blocked, "blocked")):
+        w(title + "\n")
+        w(f"{'JOBNAME':<18} {'USERNAME':<12} {'STATE':>8} {'PROC':>5} {'WCLIMIT':>11}  {'QUEUETIME':>19}\n\n")
+        for j in group:
+            label = "Idle" if state is None else {State.HELD: "Hold", State.WAITING: "Deferred",
+                                                  State.DEP_HOLD: "Hold", State.DEP_FAIL: "Hold"}.get(j.state, "Blocked")
+            w(f"{j.id:<18} {j.owner:<12} {label:>8} {procs(j):>5} {dhms(j.walltime):>11}  {when(j.submit_time):>19}\n")
+        w(f"\n{len(group)} {'Idle' if state is None else 'Blocked'} Job{'s' if len(group) != 1 else ''}\n\n")
+    w(f"Total Jobs: {len(jobs)}   Active Jobs: {len(active)}   Idle Jobs: {len(idle)}   "
+      f"Blocked Jobs: {len(blocked)}\n")
+    return 0
+
+
+def checkjob(argv: list[str], out, now: float) -> int:
+    if len(argv) != 1:
+        raise pbs.CommandError("usage: checkjob JOBID", pbs.USAGE)
+    jid = pbs.parse_id(argv[0])
+    site, batch = load()
+    with batch.open(write=False):
+        pass
+    sched = batch.sched
+    job = sched.jobs.get(jid)
+    if job is None:
+        raise pbs.CommandError(f"cannot locate job '{argv[0]}'", pbs.UNKNOWN_JOB)
+    state = {State.QUEUED: "Idle", State.RUNNING: "Running", State.EXITING: "Running", State.HELD: "Hold",
+             State.WAITING: "Deferred", State.DEP_HOLD: "Hold", State.DEP_FAIL: "Hold",
+             State.COMPLETED: "Completed", State.DELETED: "Removed"}[job.state]
+    w = out.write
+    w(f"checking job {job.id}\n\n")
+    w(f"State: {state}\n")
+    w(f"Creds:  user:{job.owner}  group:{job.group or '-'}  account:{job.account or '-'}  class:{job.queue}\n")
+    used = (job.end_time or now) - job.start_time if job.start_time is not None else 0.0
+    w(f"WallTime: {dhms(used)} of {dhms(job.walltime)}\n")
+    w(f"SubmitTime: {when(job.submit_time)}\n")
+    w(f"  (Time Queued  Total: {dhms(now - job.submit_time if job.start_time is None else job.start_time - job.submit_time)}"
+      f"  Eligible: {dhms(job.eligible(now))})\n\n")
+    w(f"Total Tasks: {procs(job)}\n")
+    if job.dependencies:
+        deps = ", ".join(f"{d.kind.value}:{d.job_id}({'met' if d.met else 'failed' if d.met is False else 'pending'})"
+                         for d in job.dependencies)
+        w(f"Dependencies: {deps}\n")
+    if job.holds:
+        w(f"Holds:    {' '.join({'u': 'User', 'o': 'Operator', 's': 'System'}[h.value] for h in sorted(job.holds))}\n")
+    if job.nodes:
+        w(f"Allocated Nodes: {nodelist.compress(list(job.nodes))}\n")
+    w("\n")
+    if job.state in PENDING:
+        before, plan = preview(batch, now)
+        if any(s.job_id == job.id for s in plan.started):
+            w("job can start now: it starts at the next scheduling pass\n")
+        elif job.state == State.QUEUED:
+            w(f"job cannot run: {plan.reason(job.id)}\n")
+            est = plan.estimate(job.id)
+            w(f"Estimated start: {when(est)} (in {dhms(est - now)})\n" if est is not None
+              else "Estimated start: none within the planning horizon\n")
+        else:
+            reason = {State.HELD: "job is held", State.WAITING: f"job may not start before {when(job.start_after)}",
+                      State.DEP_HOLD: "job waits for its dependencies",
+                      State.DEP_FAIL: "a dependency can never be satisfied"}[job.state]
+            w(f"job cannot run: {reason}\n")
+    return 0
+
+
+def showres(argv: list[str], out, now: float) -> int:
+    site, batch = load()
+    with batch.open(write=False):
+        pass
+    sched = batch.sched
+    rows = []
+    for r in sched.reservations.values():
+        start = next(iter(r.occurrences(now, float("inf"))), (r.start, r.start + r.duration))[0]
+        rows.append((r.name, "User", start, r.duration, len(r.nodes), sum(sched.topology.nodes[
+            sched.topology.by_name[n]].cores for n in r.nodes)))
+    _, plan = preview(batch, now)
+    for jid, (t, alloc) in sorted(plan.reserved.items()):
+        job = sched.jobs[jid]
+        rows.append((str(jid), "Job", t, job.walltime, len(alloc.nodes), procs(job)))
+    w = out.write
+    w(f"{'ReservationID':<19} {'Type':<4} S {'Start':>11} {'End':>11} {'Duration':>11} {'N/P':>9}    StartTime\n\n")
+    for name, kind, start, dur, n, p in rows:
+        state = "A" if start <= now else "-"
+        w(f"{name:<19} {kind:<4} {state} {dhms(start - now):>11} {dhms(start + dur - now):>11} {dhms(dur):>11} "
+          f"{f'{n}/{p}':>9}    {when(start)}\n")
+    w(f"\n{len(rows)} reservation{'s' if len(rows) != 1 else ''} located\n")
+    return 0
+
+
+def showbf(argv: list[str], out, now: float) -> int:
+    site, batch = load()
+    with batch.open(write=False):
+        pass
+    sched = batch.sched
+    user = whoami()
+    _, plan = preview(batch, now)
+    profile = plan.profile or sched.profile(now)
+    windows = profile.windows()
+    w = out.write
+    w(f"backfill window (user: '{user}' group: 'ALL' partition: ALL) {when(now)}\n\n")
+    if not windows:
+        w("no procs available\n")
+        return 0
+    # each line: how many processors are free for at least that long
+    for k, (until, _) in enumerate(windows):
+        count = sum(_procs_of(sched.topology, units) for _, units in windows[k:])
+        if until == float("inf"):
+            w(f"{count:>3} procs available with no timelimit\n")
+        else:
+            w(f"{count:>3} procs available for {dhms(until - now):>11}\n")
+    return 0
+
+
+def _procs_of(topo, units: int) -> int:
+    from .topology import set_bits
+    total = 0
+    for u in set_bits(units):
+        i = topo.unit_node[u]
+        total += 1 if topo.nodes[i].shared else topo.nodes[i].cores
+    return total
+
+
+def mdiag(argv: list[str], out, now: float) -> int:
+    if argv[:1] != ["-p"]:
+        raise pbs.CommandError("usage: mdiag -p", pbs.USAGE)
+    site, batch = load()
+    with batch.open(write=False):
+        pass
+    sched = batch.sched
+    ctx = sched.context(now)
+    jobs = sorted((j for j in sched.jobs.values() if j.state == State.QUEUED), key=lambda j: j.id)
+    factors = {j.id: sched.policy.describe(j, ctx) for j in jobs}
+    names = list(next(iter(factors.values()), {}))
+    top = {n: max((abs(f[n]) for f in factors.values()), default=0.0) or 1.0 for n in names}
+    w = out.write
+    w(f"diagnosing job priority information (policy: {sched.policy.name})\n\n")
+    w(f"{'Job':<12} " + " ".join(f"{n:>24}" for n in names) + "\n")
+    w(f"{'':<12} " + " ".join(f"{'-' * 24:>24}" for _ in names) + "\n")
+    for j in jobs:
+        cells = [f"{100.0 * factors[j.id][n] / top[n]:.1f}({factors[j.id][n]:.4g})" for n in names]
+        w(f"{j.id:<12} " + " ".join(f"{c:>24}" for c in cells) + "\n")
+    w(f"\nTotal jobs: {len(jobs)}   (each cell: percent of the column's largest (raw value))\n")
+    return 0
+
+
+def parse_when(text: str, now: float) -> float:
+    """`now`, `+[[DD:]HH:]MM:SS` (from now), epoch seconds, or an ISO date."""
+    if text == "now":
+        return now
+    if text.startswith("+"):
+        return now + parse_duration(text[1:])
+    try:
+        return float(text)
+    except ValueError:
+        pass
+    from datetime import datetime
+    try:
+        return datetime.fromisoformat(text).timestamp()
+    except ValueError:
+        raise pbs.CommandError(f"bad time {text!r} (now, +HH:MM:SS, epoch seconds or an ISO date)", pbs.USAGE) from None
+
+
+def setres(argv: list[str], out, now: float) -> int:
+    usage = ("usage: setres [-n name] [-s start] [-d duration] [-p period] [-u users] [-g groups] "
+             "[-a accounts] [-q queue] hostlist|count=N")
+    opts, rest, i = {}, [], 0
+    while i < len(argv):
+        a = argv[i]
+        if a.startswith("-") and len(a) == 2 and a[1] in "nsdpugaq":
+            if i + 1 >= len(argv):
+                raise pbs.CommandError(f"option {a} needs a value\n{usage}", pbs.USAGE)
+            opts[a[1]] = argv[i + 1]
+            i += 2
+        elif a.startswith("-"):
+            raise pbs.CommandError(f"invalid option {a}\n{usage}", pbs.USAGE)
+        else:
+            rest.append(a)
+            i += 1
+    if len(rest) != 1 or "d" not in opts:
+        raise pbs.CommandError(f"give a duration (-d) and one hostlist or count=N\n{usage}", pbs.USAGE)
+    site, batch = load(write=True)
+    user = whoami()
+    if not site.is_operator(user):
+        raise pbs.CommandError(f"user {user} is not authorized to create reservations", pbs.UNAUTHORIZED)
+    try:
+        duration = parse_duration(opts["d"])
+        period = {"day": 86400.0, "daily": 86400.0, "week": 604800.0, "weekly": 604800.0}.get(
+            opts.get("p", ""), None)
+        if period is None:
+            period = parse_duration(opts.get("p", "0"))
+    except InvalidRequest as e:
+        raise pbs.CommandError(f"{e}\n{usage}", pbs.USAGE) from None
+    spec = rest[0]
+    count, nodes = 0, ()
+    if spec.startswith("count=") or spec.startswith("TASKS=="):
+        value = spec.split("=")[-1]
+        if not value.isdigit() or int(value) < 1:
+            raise pbs.CommandError(f"bad node count {spec!r}\n{usage}", pbs.USAGE)
+        count = int(value)
+    else:
+        try:
+            nodes = tuple(nodelist.expand(spec))
+        except InvalidRequest as e:
+            raise pbs.CommandError(f"{e}\n{usage}", pbs.USAGE) from None
+    split = lambda key: frozenset(filter(None, opts.get(key, "").split(",")))  # noqa: E731
+    with batch.open(write=True):
+        sched = batch.sched
+        name = opts.get("n") or f"{user}.{sum(1 for r in sched.reservations if r.startswith(user + '.')) + 1}"
+        try:
+            res = Reservation(name=name, start=parse_when(opts.get("s", "now"), now), duration=duration,
+                              nodes=nodes, count=count, users=split("u"), groups=split("g"),
+                              projects=split("a"), queue=opts.get("q", ""), period=period, owner=user)
+        except InvalidRequest as e:
+            raise pbs.CommandError(str(e), pbs.USAGE) from None
+        if res.queue and res.queue not in sched.router.queues:
+            raise pbs.CommandError(f"unknown queue {res.queue}", pbs.USAGE)
+        made = batch.do("reservation", now, reservation=_resolved(sched, res, now).to_dict())
+    tasks = sum(sched.topology.nodes[sched.topology.by_name[n]].cores for n in made.nodes)
+    out.write(f"reservation '{made.name}' created on {len(made.nodes)} nodes ({tasks} tasks)\n")
+    return 0
+
+
+def _resolved(sched, res: Reservation, now: float) -> Reservation:
+    """Turn a node count into nodes now, so the journal replays the same nodes."""
+    if res.nodes:
+        return res
+    probe = Reservation(**{**res.to_dict(), "nodes": (), "count": res.count})
+    sched.add_reservation(probe, now)
+    sched.remove_reservation(probe.name)
+    return Reservation(**{**probe.to_dict()})
+
+
+def releaseres(argv: list[str], out, now: float) -> int:
+    if not argv:
+        raise pbs.CommandError("usage: releaseres NAME ...", pbs.USAGE)
+    site, batch = load(write=True)
+    user = whoami()
+    status = 0
+    with batch.open(write=True):
+        for name in argv:
+            res = batch.sched.reservations.get(name)
+            if res is None:
+                sys.stderr.write(f"releaseres: cannot locate reservation '{name}'\n")
+                status = pbs.SYSTEM
+                continue
+            if not (site.is_operator(user) or user == res.owner):
+                sys.stderr.write(f"releaseres: user {user} may not release reservation '{name}'\n")
+                status = pbs.UNAUTHORIZED
+                continue
+            batch.do("unreserve", now, name=name)
+            out.write(f"released User reservation '{name}'\n")
+    return status
+
+
+COMMANDS = {"showq": showq, "checkjob": checkjob, "showres": showres, "showbf": showbf, "setres": setres,
+            "releaseres": releaseres, "mdiag": mdiag}
+
+
+def run(prog: str, argv: list[str], out=None, now: float | None = None) -> int:
+    out = out or sys.stdout
+    if argv[:1] == ["--version"]:
+        return version(prog)
+    try:
+        return COMMANDS[prog](argv, out, time.time() if now is None else now)
+    except (pbs.CommandError, ConfigError, SchedulerError, OSError) as e:
+        return pbs.fail(prog, e)
+
+
+def main(prog: str) -> int:
+    return run(prog, sys.argv[1:])
+
+
+# console-script entry points, one per command
+main_showq, main_checkjob, main_showres, main_showbf, main_setres, main_releaseres, main_mdiag = (
+    partial(main, name) for name in ("showq", "checkjob", "showres", "showbf", "setres", "releaseres", "mdiag"))

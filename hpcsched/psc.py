@@ -1,0 +1,103 @@
+"""PSC's node-id commands: shownids and pbsyod (psc-simon paper; hpcsched defines them).
+
+    shownids          every node id with its state and the job on it, then the bad list
+    pbsyod APP ARGS   inside a job: run the site launcher over the job's nodes, given as
+                      node-id ranges (`YOD_NIDLIST=10..20,30..60`)
+
+pbsyod's launcher is the site config's `pbsyod_launcher`, a list whose `{nids}`, `{np}`
+and `{args}` items are filled in; by default the application runs directly with
+YOD_NIDLIST, YOD_NP and the nodes' names (YOD_NODES) in its environment (a test rig).
+"""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+from . import nodelist, pbs
+from .batch import Batch
+from .errors import ConfigError, SchedulerError
+from .jobs import ACTIVE
+from .qsub import version
+from .site import load_site
+from .topology import NodeState
+
+
+def shownids(argv: list[str], out) -> int:
+    if argv:
+        raise pbs.CommandError("usage: shownids", pbs.USAGE)
+    site = load_site()
+    batch = Batch(site)
+    with batch.open(write=False):
+        pass
+    sched = batch.sched
+    on_node: dict[str, list[str]] = {}
+    for job in sched.jobs.values():
+        if job.state in ACTIVE:
+            for name in job.nodes:
+                on_node.setdefault(name, []).append(pbs.full_id(job.id, site.server))
+    out.write(f"{'NID':>6} {'NODE':<16} {'STATE':<8} JOB\n")
+    bad = []
+    for node in sched.topology.nodes:
+        jobs = ",".join(sorted(set(on_node.get(node.name, [])))) or "--"
+        state = node.state.value
+        if node.state == NodeState.UP and jobs != "--":
+            state = "busy" if not node.shared else "up"
+        out.write(f"{node.nid:>6} {node.name:<16} {state:<8} {jobs}\n")
+        if node.state == NodeState.BAD:
+            bad.append(node.nid)
+    out.write(f"\nbad nodes: {nodelist.compress_nids(bad) if bad else 'none'}\n")
+    return 0
+
+
+def pbsyod(argv: list[str]) -> int:
+    if not argv:
+        raise pbs.CommandError("usage: pbsyod APP [ARGS ...]", pbs.USAGE)
+    jid_text = os.environ.get("PBS_JOBID")
+    if not jid_text:
+        raise pbs.CommandError("not inside a batch job (PBS_JOBID is not set)", pbs.USAGE)
+    site = load_site()
+    batch = Batch(site)
+    with batch.open(write=False):
+        pass
+    job = batch.sched.jobs.get(pbs.parse_id(jid_text))
+    if job is None or job.state not in ACTIVE:
+        raise pbs.CommandError(f"job {jid_text} is not running", pbs.UNKNOWN_JOB)
+    topo = batch.sched.topology
+    nids = [topo.nodes[topo.by_name[n]].nid for n in job.nodes]
+    nidlist = nodelist.compress_nids(nids)
+    np = job.request.processors
+    template = site.config.get("pbsyod_launcher")
+    if template is None:
+        command = list(argv)
+    elif isinstance(template, list) and all(isinstance(x, str) for x in template):
+        command = []
+        for item in template:
+            if item == "{args}":
+                command.extend(argv)
+            else:
+                command.append(item.replace("{nids}", nidlist).replace("{np}", str(np)))
+    else:
+        raise ConfigError("pbsyod_launcher: must be a list of strings")
+    env = dict(os.environ, YOD_NIDLIST=nidlist, YOD_NP=str(np), YOD_NODES=",".join(job.nodes))
+    try:
+        return subprocess.call(command, env=env)
+    except OSError as e:
+        raise pbs.CommandError(f"{command[0]}: {e.strerror}", 127) from None
+
+
+def main_shownids() -> int:
+    argv = sys.argv[1:]
+    if argv[:1] == ["--version"]:
+        return version("shownids")
+    try:
+        return shownids(argv, sys.stdout)
+    except (pbs.CommandError, ConfigError, SchedulerError, OSError) as e:
+        return pbs.fail("shownids", e)
+
+
+def main_pbsyod() -> int:
+    try:
+        return pbsyod(sys.argv[1:])
+    except (pbs.CommandError, ConfigError, SchedulerError, OSError) as e:
+        return pbs.fail("pbsyod", e)

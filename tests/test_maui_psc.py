@@ -1,0 +1,113 @@
+"""Maui-style and PSC commands over the store, showing the core's own decisions."""
+import io
+import os
+import subprocess
+import sys
+import time
+
+import pytest
+
+from hpcsched import maui, psc
+from hpcsched.batch import Batch
+from hpcsched.site import load_site
+from test_commands import rig, submit  # noqa: F401  (the fixture)
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def run(prog, *argv, later=10.0):
+    out = io.StringIO()
+    status = maui.run(prog, list(argv), out=out, now=time.time() + later)
+    return status, out.getvalue()
+
+
+def server_pass(now=None):
+    """What the server does each pass (the journal's `pass` operation)."""
+    batch = Batch(load_site())
+    with batch.open(write=True):
+        return batch.do("pass", now)
+
+
+@pytest.fixture
+def busy(rig):
+    submit("-N", "big", "-l", "nodes=4:ppn=4,walltime=01:00:00")
+    submit("-N", "small", "-l", "nodes=1,walltime=00:30:00")
+    submit("-N", "held", "-h", "-l", "walltime=00:10:00")
+    plan = server_pass()
+    assert [s.job_id for s in plan.started] == [1]
+    return rig
+
+
+def test_showq_sections(busy):
+    status, out = run("showq")
+    assert status == 0
+    lines = out.splitlines()
+    assert lines[0].startswith("ACTIVE JOBS") and any(l.split()[:3] == ["1", "alice", "Running"] for l in lines)
+    assert "1 Active Job   16 of 16 Processors Active (100.00%)" in out
+    assert any(l.split()[:3] == ["2", "alice", "Idle"] for l in lines)
+    assert any(l.split()[:3] == ["3", "alice", "Hold"] for l in lines)
+    assert lines[-1] == "Total Jobs: 3   Active Jobs: 1   Idle Jobs: 1   Blocked Jobs: 1"
+
+
+def test_checkjob_says_why_and_when(busy):
+    status, out = run("checkjob", "2")
+    assert status == 0 and out.startswith("checking job 2\n\nState: Idle\n")
+    assert "Creds:  user:alice" in out and "WallTime: 00:00:00 of 00:30:00" in out
+    assert "job cannot run: reserved: starts at" in out and "Estimated start:" in out
+    assert "job cannot run: job is held" in run("checkjob", "3")[1]
+    assert run("checkjob", "99")[0] == 153
+
+
+def test_showres_lists_job_and_admin_reservations(busy, monkeypatch):
+    monkeypatch.setenv("HPCSCHED_USER", "olga")  # operator
+    status, out = run("setres", "-n", "maint", "-s", "+02:00:00", "-d", "1:00:00", "count=2")
+    assert status == 0 and out == "reservation 'maint' created on 2 nodes (8 tasks)\n"
+    status, out = run("showres")
+    lines = out.splitlines()
+    assert lines[0].split()[:3] == ["ReservationID", "Type", "S"]
+    assert any(l.split()[:2] == ["maint", "User"] for l in lines)
+    assert any(l.split()[:2] == ["2", "Job"] for l in lines)
+    assert lines[-1] == "2 reservations located"
+    status, out = run("releaseres", "maint")
+    assert status == 0 and out == "released User reservation 'maint'\n"
+    monkeypatch.setenv("HPCSCHED_USER", "alice")
+    assert run("setres", "-d", "60", "node01")[0] == 159
+
+
+def test_setres_refuses_bad_input(busy, monkeypatch, capsys):
+    monkeypatch.setenv("HPCSCHED_USER", "olga")
+    assert run("setres", "-d", "soon", "count=1")[0] == 2
+    assert run("setres", "-d", "60", "count=99")[0] == 1
+    assert "99 nodes are not free" in capsys.readouterr().err
+    assert run("setres", "-d", "60", "-s", "tomorrowish", "count=1")[0] == 2
+
+
+def test_showbf_and_mdiag(busy):
+    status, out = run("showbf")
+    assert status == 0 and out.startswith("backfill window (user: 'alice'")
+    assert "no procs available" in out  # the machine is full
+    status, out = run("mdiag", "-p")
+    assert status == 0 and "queue_time" in out and out.splitlines()[-1].startswith("Total jobs: 1")
+
+
+def test_shownids_and_bad_list(busy):
+    batch = Batch(load_site())
+    with batch.open(write=True):
+        batch.do("node", name="node03", state="bad")
+    out = io.StringIO()
+    assert psc.shownids([], out) == 0
+    lines = out.getvalue().splitlines()
+    assert lines[0].split() == ["NID", "NODE", "STATE", "JOB"]
+    assert lines[1].split() == ["0", "node01", "busy", "1.headnode"]
+    assert lines[3].split()[:3] == ["2", "node03", "bad"]
+    assert lines[-1] == "bad nodes: 2"
+
+
+def test_pbsyod_runs_over_the_jobs_node_ids(busy):
+    env = dict(os.environ, PBS_JOBID="1.headnode")
+    p = subprocess.run([os.path.join(ROOT, "bin", "pbsyod"), "sh", "-c", "echo $YOD_NIDLIST $YOD_NP"],
+                       capture_output=True, text=True, env=env)
+    assert p.returncode == 0 and p.stdout == "0..3 16\n"
+    env["PBS_JOBID"] = "2"
+    p = subprocess.run([os.path.join(ROOT, "bin", "pbsyod"), "true"], capture_output=True, text=True, env=env)
+    assert p.returncode == 153 and "is not running" in p.stderr
