@@ -10,8 +10,8 @@ from typing import Callable
 
 from . import pbs
 from .batch import Batch
-from .errors import ConfigError, InvalidState, SchedulerError
-from .jobs import FINISHED, Hold, Job
+from .errors import ConfigError, InvalidState, Rejected, SchedulerError
+from .jobs import FINISHED, Hold, Job, State
 from .qsub import version
 from .site import Site, load_site, whoami
 
@@ -75,6 +75,9 @@ def act(prog: str, argv: list[str], usage: str, options: str,
             except InvalidState:
                 sys.stderr.write(f"{prog}: Request invalid for state of job {pbs.full_id(jid, site.server)}\n")
                 status = status or pbs.BAD_STATE
+            except Rejected as e:
+                sys.stderr.write(f"{prog}: Job exceeds queue resource limits MSG={e}\n")
+                status = status or pbs.LIMITS
     return status
 
 
@@ -111,13 +114,7 @@ qhold, qrls = _holds("hold"), _holds("release")
 
 
 def _main(prog: str, usage: str, options: str, action, every: bool = False, flags: str = "") -> int:
-    argv = sys.argv[1:]
-    if argv[:1] == ["--version"]:
-        return version(prog)
-    try:
-        return act(prog, argv, usage, options, action, every, flags)
-    except (pbs.CommandError, ConfigError, SchedulerError, OSError) as e:
-        return pbs.fail(prog, e)
+    return _run_argv(prog, lambda argv: act(prog, argv, usage, options, action, every, flags))
 
 
 def main_qdel() -> int:
@@ -131,3 +128,209 @@ def main_qhold() -> int:
 
 def main_qrls() -> int:
     return _main("qrls", "usage: qrls [-h u|o|s] job_id ...", "h", qrls)
+
+
+ALTER_USAGE = ("usage: qalter [-a date_time] [-A account] [-e path] [-h hold_list] [-j join] [-l resources] "
+               "[-m mail] [-M users] [-N name] [-o path] [-p priority] [-r y|n] [-v vars] [-W attrs] job_id ...")
+
+
+def alter_changes(job: Job, options: dict[str, str], resources: dict[str, str], now: float) -> tuple[dict, str]:
+    """(core alter changes, hold letters to add) for qalter's options on `job`."""
+    from .qsub import build_request, parse_depend, parse_start_after, resolve_path
+    changes: dict = {}
+    extra = dict(job.extra)
+    if resources:
+        merged = dict(extra.get("resources", {}))
+        if "select" in resources or "nodes" in resources or "procs" in resources or "ncpus" in resources:
+            for key in ("select", "nodes", "procs", "ncpus", "ppn", "place"):
+                merged.pop(key, None)
+        merged.update(resources)
+        request, walltime = build_request(merged)
+        if request != job.request and any(k != "walltime" for k in resources):
+            changes["request"] = request.to_dict()
+        if walltime is not None and walltime != job.walltime:
+            changes["walltime"] = walltime
+        extra["resources"] = merged
+    if "N" in options:
+        if not options["N"] or any(c.isspace() for c in options["N"]):
+            raise pbs.CommandError(f"illegal -N value\n{ALTER_USAGE}", pbs.USAGE)
+        changes["name"] = options["N"]
+    if "A" in options:
+        changes["account"] = options["A"]
+    if "p" in options:
+        try:
+            priority = int(options["p"])
+        except ValueError:
+            priority = 9999
+        if not -1024 <= priority <= 1023:
+            raise pbs.CommandError(f"illegal -p value\n{ALTER_USAGE}", pbs.USAGE)
+        changes["priority"] = priority
+    if "a" in options:
+        changes["start_after"] = parse_start_after(options["a"], now)
+    if "W" in options:
+        key, _, val = options["W"].partition("=")
+        if key.strip() != "depend":
+            raise pbs.CommandError(f"illegal -W value {options['W']!r}\n{ALTER_USAGE}", pbs.USAGE)
+        changes["dependencies"] = [[d.kind.value, d.job_id] for d in parse_depend(val)]
+    for letter, key in (("j", "join"), ("m", "mail_points"), ("M", "mail_users")):
+        if letter in options:
+            extra[key] = options[letter]
+    for letter, key in (("o", "output"), ("e", "error")):
+        if letter in options:
+            extra[key] = resolve_path(options[letter], extra.get("workdir", "/"))
+    if "r" in options:
+        if options["r"] not in ("y", "n"):
+            raise pbs.CommandError(f"illegal -r value\n{ALTER_USAGE}", pbs.USAGE)
+        extra["rerunnable"] = options["r"] == "y"
+    if "v" in options:
+        variables = dict(extra.get("variables", {}))
+        for item in filter(None, options["v"].split(",")):
+            k, _, v = item.partition("=")
+            variables[k] = v
+        extra["variables"] = variables
+    if extra != job.extra:
+        changes["extra"] = extra
+    holds = options.get("h", "")
+    if holds and any(h not in "uosn" for h in holds):
+        raise pbs.CommandError(f"illegal -h value\n{ALTER_USAGE}", pbs.USAGE)
+    return changes, holds
+
+
+def qalter_argv(argv: list[str]) -> int:
+    from .qsub import OPTIONS, merge, parse_options
+    opts, ids = parse_options(argv, table={**OPTIONS, "h": True})  # qalter -h takes hold letters
+    if not ids:
+        raise pbs.CommandError(f"no job id given\n{ALTER_USAGE}", pbs.USAGE)
+    options, resources = merge(opts, [])
+    for letter in options:
+        if letter not in "aAehjlmMNoprvW":
+            raise pbs.CommandError(f"invalid option -- '{letter}'\n{ALTER_USAGE}", pbs.USAGE)
+
+    def alter(batch: Batch, job: Job, _opts: dict) -> None:
+        import time as _time
+        user = whoami()
+        if not may_touch(batch.site, user, job):
+            raise _deny("qalter", job, batch.site)
+        changes, holds = alter_changes(job, options, resources, _time.time())
+        if job.state in FINISHED:
+            raise InvalidState("finished")
+        if job.state not in (State.QUEUED, State.HELD, State.WAITING, State.DEP_HOLD, State.DEP_FAIL):
+            if set(changes) - {"walltime", "name", "extra"}:
+                raise InvalidState("running")
+            if "walltime" in changes and not batch.site.is_operator(user):
+                raise _deny("qalter", job, batch.site)
+        if changes:
+            batch.do("alter", id=job.id, changes=changes)
+        for h in holds.replace("n", ""):
+            if not may_touch(batch.site, user, job, h):
+                raise _deny("qalter", job, batch.site)
+            batch.do("hold", id=job.id, kind=h)
+
+    return act("qalter", ids, ALTER_USAGE, "", alter)
+
+
+def qmove_argv(argv: list[str]) -> int:
+    usage = "usage: qmove destination job_id ..."
+    if len(argv) < 2:
+        raise pbs.CommandError(usage, pbs.USAGE)
+    dest = argv[0].split("@")[0]
+
+    def move(batch: Batch, job: Job, _opts: dict) -> None:
+        if not may_touch(batch.site, whoami(), job):
+            raise _deny("qmove", job, batch.site)
+        if dest not in batch.sched.router.queues:
+            raise pbs.CommandError(f"Unknown queue {dest}", 170)
+        if job.state not in (State.QUEUED, State.HELD, State.WAITING, State.DEP_HOLD, State.DEP_FAIL):
+            raise InvalidState("not waiting")
+        try:
+            batch.do("alter", id=job.id, changes={"queue": dest})
+        except Rejected as e:
+            raise pbs.CommandError(f"Job violates queue and/or server resource limits: {e}", pbs.LIMITS) from None
+
+    return act("qmove", argv[1:], usage, "", move)
+
+
+_OPS = {"eq": lambda a, b: a == b, "ne": lambda a, b: a != b, "lt": lambda a, b: a < b,
+        "le": lambda a, b: a <= b, "gt": lambda a, b: a > b, "ge": lambda a, b: a >= b}
+
+
+def qselect_argv(argv: list[str], out) -> int:
+    """Job ids matching every criterion, one per line (full ids)."""
+    usage = "usage: qselect [-u users] [-q queue] [-s states] [-N name] [-A account] [-h holds] [-l res.op.value] [-x]"
+    crit, i = {}, 0
+    while i < len(argv):
+        a = argv[i]
+        if a == "-x":
+            crit["x"] = True
+            i += 1
+            continue
+        if not a.startswith("-") or len(a) < 2 or a[1] not in "uqsNAhl":
+            raise pbs.CommandError(f"invalid argument {a!r}\n{usage}", pbs.USAGE)
+        value = a[2:] or (argv[i + 1] if i + 1 < len(argv) else None)
+        if value is None:
+            raise pbs.CommandError(f"option {a} needs a value\n{usage}", pbs.USAGE)
+        i += 1 if a[2:] else 2
+        crit.setdefault(a[1], []).append(value)
+    tests = []
+    for spec in crit.get("l", []):
+        parts = spec.split(".")
+        if len(parts) != 3 or parts[1] not in _OPS or parts[0] not in ("walltime", "nodect", "ncpus", "mem"):
+            raise pbs.CommandError(f"illegal -l value {spec!r}\n{usage}", pbs.USAGE)
+        tests.append(parts)
+    site = load_site()
+    batch = Batch(site)
+    with batch.open(write=False):
+        pass
+    from .qsub import parse_memory
+    from .timefmt import parse_duration
+    torque = site.flavor == "torque"
+    for job in sorted(batch.sched.jobs.values(), key=lambda j: j.id):
+        if job.state in FINISHED and not crit.get("x"):
+            continue
+        letter = pbs.state_letter(job, site.flavor)
+        if "u" in crit and job.owner not in ",".join(crit["u"]).split(","):
+            continue
+        if "q" in crit and job.queue not in [q.split("@")[0] for q in crit["q"]]:
+            continue
+        if "s" in crit and letter not in "".join(crit["s"]):
+            continue
+        if "N" in crit and job.name not in crit["N"]:
+            continue
+        if "A" in crit and job.account not in crit["A"]:
+            continue
+        if "h" in crit and not set(pbs.hold_letters(job)) & set("".join(crit["h"])):
+            continue
+        ok = True
+        for name, op, raw in tests:
+            value = {"walltime": job.walltime, "nodect": job.request.nodes, "ncpus": job.request.processors,
+                     "mem": job.request.mem * (1 if job.request.cores else job.request.nodes)}[name]
+            try:
+                bound = parse_duration(raw) if name == "walltime" else parse_memory(raw) if name == "mem" else int(raw)
+            except Exception:
+                raise pbs.CommandError(f"illegal -l value {raw!r}\n{usage}", pbs.USAGE) from None
+            ok = ok and _OPS[op](value, bound)
+        if ok:
+            out.write(pbs.full_id(job.id, site.server) + "\n")
+    return 0
+
+
+def main_qalter() -> int:
+    return _run_argv("qalter", lambda argv: qalter_argv(argv))
+
+
+def main_qmove() -> int:
+    return _run_argv("qmove", lambda argv: qmove_argv(argv))
+
+
+def main_qselect() -> int:
+    return _run_argv("qselect", lambda argv: qselect_argv(argv, sys.stdout))
+
+
+def _run_argv(prog: str, fn) -> int:
+    argv = sys.argv[1:]
+    if argv[:1] == ["--version"]:
+        return version(prog)
+    try:
+        return fn(argv)
+    except (pbs.CommandError, ConfigError, SchedulerError, OSError) as e:
+        return pbs.fail(prog, e)

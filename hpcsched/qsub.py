@@ -37,7 +37,8 @@ def usage_error(message: str) -> pbs.CommandError:
     return pbs.CommandError(f"{message}\n{USAGE}", pbs.USAGE)
 
 
-def parse_options(argv: list[str], where: str = "") -> tuple[list[tuple[str, str]], list[str]]:
+def parse_options(argv: list[str], where: str = "", table: dict[str, bool] = OPTIONS
+                  ) -> tuple[list[tuple[str, str]], list[str]]:
     """getopt as PBS does it: attached or separate values; a value may begin with a space
     (`"-W depend=afterok:1"` as one argument).  Returns (options in order, operands)."""
     opts, rest, i = [], [], 0
@@ -50,9 +51,9 @@ def parse_options(argv: list[str], where: str = "") -> tuple[list[tuple[str, str
             rest.extend(argv[i:])
             break
         letter = arg[1]
-        if letter not in OPTIONS:
+        if letter not in table:
             raise usage_error(f"invalid option -- '{letter}'{where}")
-        if OPTIONS[letter]:
+        if table[letter]:
             value = arg[2:]
             if not value:
                 i += 1
@@ -63,7 +64,7 @@ def parse_options(argv: list[str], where: str = "") -> tuple[list[tuple[str, str
         else:
             if len(arg) > 2:  # clustered flags such as -hV
                 for ch in arg[1:]:
-                    if ch not in OPTIONS or OPTIONS[ch]:
+                    if ch not in table or table[ch]:
                         raise usage_error(f"invalid option -- '{ch}'{where}")
                     opts.append((ch, ""))
             else:

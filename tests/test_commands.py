@@ -273,3 +273,51 @@ def test_concurrent_qsub_loses_and_duplicates_nothing(rig):
     ids = [l.split()[0] for l in lines]
     assert len(ids) == 800 and len(set(ids)) == 800
     assert ids == [f"{i}.headnode" for i in range(1, 801)]
+
+
+def test_qalter_changes_waiting_jobs_and_only_walltime_of_running_ones(rig, monkeypatch, capsys):
+    from hpcsched.batch import Batch
+    from hpcsched.site import load_site
+    submit("-N", "a", "-l", "nodes=4:ppn=4,walltime=01:00:00")
+    submit("-N", "b", "-l", "walltime=00:10:00")
+    assert qctl.qalter_argv(["-N", "renamed", "-l", "walltime=00:20:00", "-p", "10", "2"]) == 0
+    out = stat("-f", "2")[1]
+    assert "Job_Name = renamed" in out and "Resource_List.walltime = 00:20:00" in out and "Priority = 10" in out
+    capsys.readouterr()
+    batch = Batch(load_site())
+    with batch.open(write=True):
+        batch.do("pass")
+    assert qctl.qalter_argv(["-l", "nodes=1", "1"]) == 170  # running: only walltime
+    assert qctl.qalter_argv(["-l", "walltime=02:00:00", "1"]) == 159  # and only operators
+    monkeypatch.setenv("HPCSCHED_USER", "olga")
+    assert qctl.qalter_argv(["-l", "walltime=02:00:00", "1"]) == 0
+    assert "Resource_List.walltime = 02:00:00" in stat("-f", "1")[1]
+    assert qctl.qalter_argv(["-h", "u", "2"]) == 0
+    assert stat("2")[1].splitlines()[2].split()[4] == "H"
+
+
+def test_qalter_refusal_leaves_the_job_alone(rig, capsys):
+    submit("-N", "b", "-l", "walltime=00:10:00")
+    status = qctl.qalter_argv(["-l", "walltime=99:00:00", "1"])
+    assert status == 188 and "walltime 99:00:00 exceeds" in capsys.readouterr().err
+    assert "Resource_List.walltime = 00:10:00" in stat("-f", "1")[1]
+
+
+def test_qmove_and_qselect(rig):
+    text = (rig / "home" / "config.toml").read_text() + '\n[queues.debug]\nmax_walltime = "00:30:00"\n'
+    (rig / "home" / "config.toml").write_text(text)
+    submit("-N", "x", "-l", "walltime=00:10:00")
+    submit("-N", "y", "-l", "walltime=02:00:00", "-A", "proj")
+    assert qctl.qmove_argv(["debug", "1"]) == 0
+    assert qctl.qmove_argv(["debug", "2"]) == 188  # over debug's max walltime
+    assert qctl.qmove_argv(["nosuch", "2"]) == 170
+    out = io.StringIO()
+    assert qctl.qselect_argv(["-q", "debug"], out) == 0 and out.getvalue() == "1.headnode\n"
+    out = io.StringIO()
+    qctl.qselect_argv(["-l", "walltime.gt.01:00:00", "-s", "Q"], out)
+    assert out.getvalue() == "2.headnode\n"
+    out = io.StringIO()
+    qctl.qselect_argv(["-A", "proj", "-u", "alice"], out)
+    assert out.getvalue() == "2.headnode\n"
+    with pytest.raises(CommandError):
+        qctl.qselect_argv(["-l", "walltime.about.1"], io.StringIO())
