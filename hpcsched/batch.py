@@ -89,6 +89,7 @@ class Batch:
             if load:
                 self.load()
             else:
+                self.store.check()
                 self.sched = self.site.scheduler()
             yield self
             if load and self.pending > COMPACT_AFTER:

@@ -156,6 +156,30 @@ class Store:
         snapshot = self._read_snapshot()
         return snapshot.get("journal_seq", 0) if snapshot else 0
 
+    def check(self) -> None:
+        """A constant-time look at the snapshot: its version and its last byte (a writer
+        that does not read everything still refuses a store it can see is damaged)."""
+        path = self.home / STATE
+        try:
+            with open(path, "rb") as f:
+                head = f.read(64)
+                size = f.seek(0, os.SEEK_END)
+                f.seek(max(0, size - 16))
+                tail = f.read().rstrip()
+        except FileNotFoundError:
+            return
+        except OSError as e:
+            raise StoreError(f"{path}: cannot read: {e.strerror}") from None
+        prefix = b'{"store_version":'
+        if not head.startswith(prefix):
+            raise StoreError(f"{path}: not an hpcsched state file")
+        version = head[len(prefix):].split(b",")[0]
+        if version != str(STORE_VERSION).encode():
+            raise StoreError(f"{path}: store version {version.decode(errors='replace')} is not supported "
+                             f"(this hpcsched reads version {STORE_VERSION})")
+        if not tail.endswith(b"}"):
+            raise StoreError(f"{path}: corrupt or truncated (it does not end its JSON); left as it is")
+
     # --- writing -----------------------------------------------------------------------
     def append(self, record: dict) -> int:
         """Append one change, durably; returns its sequence number.  Hold the lock."""
