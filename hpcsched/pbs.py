@@ -34,18 +34,53 @@ def full_id(job_id: int, server: str) -> str:
     return f"{job_id}.{server}"
 
 
-_ID = re.compile(r"^(\d+)(?:\.(\S+))?$")
+_ID = re.compile(r"^(\d+)(\[(\d*)\])?(?:\.(\S+))?$")
+ALL = -1  # `123[]`: every subjob of array 123
+
+
+def parse_ref(text: str) -> tuple[int, int | None]:
+    """`123[.server]` -> (123, None); `123[5]` -> (123, 5); `123[]` -> (123, ALL)."""
+    m = _ID.match(text.strip())
+    if not m:
+        raise CommandError(f"illegally formed job identifier: {text}", UNKNOWN_JOB)
+    if m.group(2) is None:
+        return int(m.group(1)), None
+    return int(m.group(1)), int(m.group(3)) if m.group(3) else ALL
 
 
 def parse_id(text: str) -> int:
     """`123`, `123.server` or `123.server.domain` -> 123; CommandError for anything else."""
-    m = _ID.match(text.strip())
-    if not m:
+    jid, index = parse_ref(text)
+    if index is not None:
         raise CommandError(f"illegally formed job identifier: {text}", UNKNOWN_JOB)
-    return int(m.group(1))
+    return jid
+
+
+def display_id(job: Job, server: str) -> str:
+    """`123.server`, or `123[5].server` for a subjob of array 123."""
+    if job.array_id:
+        return f"{job.array_id}[{job.array_index}].{server}"
+    return f"{job.id}.{server}"
+
+
+def resolve(jobs: dict, text: str, server: str) -> list[Job]:
+    """The jobs an id names (an array name gives all its subjobs); CommandError 153 if none."""
+    jid, index = parse_ref(text)
+    if index is None:
+        job = jobs.get(jid)
+        found = [job] if job is not None and not job.array_id else []
+    else:
+        found = [j for j in jobs.values() if j.array_id == jid and (index == ALL or j.array_index == index)]
+        found.sort(key=lambda j: j.array_index)
+    if not found:
+        shown = f"{jid}[{'' if index == ALL else index}]" if index is not None else str(jid)
+        raise CommandError(f"Unknown Job Id {shown}.{server}", UNKNOWN_JOB)
+    return found
 
 
 def state_letter(job: Job, flavor: str) -> str:
+    if job.extra.get("array_state"):
+        return job.extra["array_state"]
     s = job.state
     if s == State.RUNNING:
         return "R"

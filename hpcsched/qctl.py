@@ -60,29 +60,34 @@ def act(prog: str, argv: list[str], usage: str, options: str,
     with batch.open(write=True):
         sched = batch.sched
         if every and ids == ["all"]:
-            ids = [str(j.id) for j in sched.jobs.values()
+            ids = [pbs.display_id(j, site.server) for j in sched.jobs.values()
                    if j.state not in FINISHED and (j.owner == user or site.is_operator(user))]
         for text in ids:
             try:
-                jid = pbs.parse_id(text)
-                job = sched.jobs.get(jid)
-                if job is None:
-                    raise pbs.CommandError(f"Unknown Job Id {pbs.full_id(jid, site.server)}", pbs.UNKNOWN_JOB)
-                action(batch, job, opts)
+                jobs = pbs.resolve(sched.jobs, text, site.server)
             except pbs.CommandError as e:
                 sys.stderr.write(f"{prog}: {e}\n")
                 status = status or e.status
-            except InvalidState:
-                sys.stderr.write(f"{prog}: Request invalid for state of job {pbs.full_id(jid, site.server)}\n")
-                status = status or pbs.BAD_STATE
-            except Rejected as e:
-                sys.stderr.write(f"{prog}: Job exceeds queue resource limits MSG={e}\n")
-                status = status or pbs.LIMITS
+                continue
+            for job in jobs:
+                if len(jobs) > 1 and (job.state in FINISHED or job.state == State.EXITING):
+                    continue  # an array's ending or finished subjobs are left as they are
+                try:
+                    action(batch, job, opts)
+                except pbs.CommandError as e:
+                    sys.stderr.write(f"{prog}: {e}\n")
+                    status = status or e.status
+                except InvalidState:
+                    sys.stderr.write(f"{prog}: Request invalid for state of job {pbs.display_id(job, site.server)}\n")
+                    status = status or pbs.BAD_STATE
+                except Rejected as e:
+                    sys.stderr.write(f"{prog}: Job exceeds queue resource limits MSG={e}\n")
+                    status = status or pbs.LIMITS
     return status
 
 
 def _deny(prog: str, job: Job, site: Site) -> pbs.CommandError:
-    return pbs.CommandError(f"Unauthorized Request  {pbs.full_id(job.id, site.server)}", pbs.UNAUTHORIZED)
+    return pbs.CommandError(f"Unauthorized Request  {pbs.display_id(job, site.server)}", pbs.UNAUTHORIZED)
 
 
 def qdel(batch: Batch, job: Job, opts: dict) -> None:
@@ -310,7 +315,7 @@ def qselect_argv(argv: list[str], out) -> int:
                 raise pbs.CommandError(f"illegal -l value {raw!r}\n{usage}", pbs.USAGE) from None
             ok = ok and _OPS[op](value, bound)
         if ok:
-            out.write(pbs.full_id(job.id, site.server) + "\n")
+            out.write(pbs.display_id(job, site.server) + "\n")
     return 0
 
 

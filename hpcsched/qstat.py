@@ -179,13 +179,13 @@ def default_listing(jobs: list[Job], site: Site) -> list[str]:
         lines = [f"{'Job ID':<25} {'Name':<16} {'User':<15} {'Time Use':>8} S Queue",
                  f"{'-' * 25} {'-' * 16} {'-' * 15} {'-' * 8} - -----"]
         for j in jobs:
-            lines.append(f"{pbs.full_id(j.id, site.server):<26} {_cut_torque_name(j.name):<16} "
+            lines.append(f"{pbs.display_id(j, site.server):<26} {_cut_torque_name(j.name):<16} "
                          f"{j.owner[:15]:<15} {time_use(j):>8} {pbs.state_letter(j, 'torque')} {j.queue}")
         return lines
     lines = [f"{'Job id':<17} {'Name':<16} {'User':<16}  {'Time Use':>8} S Queue",
              f"{'-' * 16}  {'-' * 16} {'-' * 16}  {'-' * 8} - -----"]
     for j in jobs:
-        jid = _cut_star(f"{j.id}.{site.server.split('.')[0]}", 17)
+        jid = _cut_star(pbs.display_id(j, site.server.split('.')[0]), 17)
         lines.append(f"{jid:<17} {_cut_star(j.name, 16):<16} {_cut_star(j.owner, 16):<16}  "
                      f"{time_use(j):>8} {pbs.state_letter(j, 'openpbs')} {_cut_star(j.queue, 16)}")
     return lines
@@ -205,7 +205,7 @@ def alternate_listing(jobs: list[Job], site: Site, nodes: bool, one_line: bool, 
         mem = mem_text(r.mem * (1 if r.cores else r.nodes)) if r.mem else "--"
         sess = str(j.extra.get("session", "--")) if j.state in (State.RUNNING, State.EXITING) else "--"
         elapsed = hms(((j.end_time or now) - j.start_time)) if j.start_time is not None else "--"
-        row = (f"{pbs.full_id(j.id, site.server)[:23]:<23} {j.owner[:11]:<11} {j.queue[:8]:<8} "
+        row = (f"{pbs.display_id(j, site.server)[:23]:<23} {j.owner[:11]:<11} {j.queue[:8]:<8} "
                f"{j.name[:16]:<16} {sess:>6} {r.nodes if not r.cores else '--':>5} {tsk:>6} {mem:>9} "
                f"{hms(j.walltime):>9} {pbs.state_letter(j, site.flavor)} {elapsed:>9}")
         if nodes:
@@ -267,7 +267,7 @@ def server_listing(site: Site, sched) -> list[str]:
 
 def parse(argv: list[str]) -> dict:
     o = {"f": False, "one": False, "F": None, "D": "|", "x": False, "a": False, "n": False, "u": None,
-         "Q": False, "B": False, "H": False, "w": False, "ids": []}
+         "Q": False, "B": False, "H": False, "w": False, "t": False, "ids": []}
     i = 0
     while i < len(argv):
         arg = argv[i]
@@ -292,7 +292,7 @@ def parse(argv: list[str]) -> dict:
                 raise pbs.CommandError(f"option -u needs a user\n{USAGE}", pbs.USAGE)
         elif arg.startswith("-") and len(arg) > 1:
             for ch in arg[1:]:
-                if ch not in "fxanQBHw1":
+                if ch not in "fxanQBHwt1":
                     raise pbs.CommandError(f"invalid option -- '{ch}'\n{USAGE}", pbs.USAGE)
                 o["one" if ch == "1" else ch] = True
         else:
@@ -322,31 +322,35 @@ def run(argv: list[str], out=None, now: float | None = None) -> int:
         jobs = []
         for text in o["ids"]:
             try:
-                jid = pbs.parse_id(text)
+                named = pbs.resolve(sched.jobs, text, site.server)
             except pbs.CommandError as e:
                 sys.stderr.write(f"qstat: {e}\n")
-                status = pbs.UNKNOWN_JOB
+                status = e.status
                 continue
-            job = sched.jobs.get(jid)
-            if job is None or (torque and job.state in FINISHED and not _kept(job, site, now) and not o["x"]):
-                sys.stderr.write(f"qstat: Unknown Job Id {pbs.full_id(jid, site.server)}\n")
-                status = pbs.UNKNOWN_JOB
-                continue
-            if not torque and job.state in FINISHED and not history:
-                sys.stderr.write(f"qstat: {pbs.full_id(jid, site.server)} Job has finished, use -x or -H to "
-                                 f"obtain historical job information\n")
-                status = status or pbs.FINISHED
-                continue
-            jobs.append(job)
+            if all(j.state in FINISHED for j in named):
+                if torque and not o["x"] and not any(_kept(j, site, now) for j in named):
+                    sys.stderr.write(f"qstat: Unknown Job Id {pbs.display_id(named[0], site.server)}\n")
+                    status = pbs.UNKNOWN_JOB
+                    continue
+                if not torque and not history:
+                    sys.stderr.write(f"qstat: {pbs.display_id(named[0], site.server)} Job has finished, use -x "
+                                     f"or -H to obtain historical job information\n")
+                    status = status or pbs.FINISHED
+                    continue
+            jobs.extend(named)
+        if not o["t"]:
+            jobs = _collapse(jobs, site.flavor)
     else:
         jobs = [j for j in sched.jobs.values()
                 if j.state not in FINISHED or (history if not torque else (_kept(j, site, now) or o["x"]))]
+        if not o["t"]:
+            jobs = _collapse(jobs, site.flavor)
     if o["u"]:
         users = set(o["u"].split(","))
         jobs = [j for j in jobs if j.owner in users]
-    jobs.sort(key=lambda j: j.id)
+    jobs.sort(key=lambda j: (j.array_id or j.id, j.array_index))
     if o["f"] or o["F"] or (o["x"] and torque):
-        items = [(pbs.full_id(j.id, site.server), attributes(j, site, now)) for j in jobs]
+        items = [(pbs.display_id(j, site.server), attributes(j, site, now)) for j in jobs]
         if o["F"] == "json":
             doc = {"timestamp": int(now), "pbs_version": pbs.VERSION, "pbs_server": site.server}
             if items:
@@ -375,6 +379,31 @@ def run(argv: list[str], out=None, now: float | None = None) -> int:
     if jobs:
         out.write("\n".join(default_listing(jobs, site)) + "\n")
     return status
+
+
+def _collapse(jobs: list[Job], flavor: str) -> list[Job]:
+    """Without -t, each array's subjobs show as one row, as Torque and OpenPBS do."""
+    out, arrays = [], {}
+    for j in jobs:
+        if j.array_id:
+            arrays.setdefault(j.array_id, []).append(j)
+        else:
+            out.append(j)
+    for aid, subs in arrays.items():
+        first = min(subs, key=lambda j: j.array_index)
+        row = first.copy()  # shown as `123[].server`, its state summing up the subjobs'
+        letters = {pbs.state_letter(j, flavor) for j in subs}
+        started = any(j.start_time is not None for j in subs)
+        if letters <= {"C", "F"}:
+            row.state = first.state
+        elif flavor == "openpbs" and started:
+            row.state = State.RUNNING
+            row.extra = dict(row.extra, array_state="B")
+        else:
+            row.state = next(j.state for j in sorted(subs, key=lambda j: "REQWHCF".index(pbs.state_letter(j, flavor))))
+        row.array_index = ""
+        out.append(row)
+    return out
 
 
 def _kept(job: Job, site: Site, now: float) -> bool:

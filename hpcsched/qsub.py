@@ -245,6 +245,26 @@ def parse_start_after(text: str, now: float) -> float:
     return when.timestamp()
 
 
+def parse_array(text: str) -> tuple[list[int], int]:
+    """`-t 1-10%5`, `-t 1,3,5-7` (Torque) or `-J 1-10:2%5` (OpenPBS) -> (indices, slot limit)."""
+    body, _, limit = text.partition("%")
+    if limit and (not limit.isdigit() or int(limit) < 1):
+        raise pbs.CommandError(f"illegal array request {text!r}\n{USAGE}", pbs.USAGE)
+    indices: list[int] = []
+    for part in body.split(","):
+        m = re.fullmatch(r"\s*(\d+)(?:-(\d+)(?::(\d+))?)?\s*", part)
+        if not m:
+            raise pbs.CommandError(f"illegal array request {text!r}\n{USAGE}", pbs.USAGE)
+        lo, hi, step = int(m.group(1)), int(m.group(2) or m.group(1)), int(m.group(3) or 1)
+        if hi < lo or step < 1:
+            raise pbs.CommandError(f"illegal array request {text!r}\n{USAGE}", pbs.USAGE)
+        indices.extend(range(lo, hi + 1, step))
+    indices = sorted(set(indices))
+    if len(indices) > 100000:
+        raise pbs.CommandError("array request too large (at most 100000 subjobs)", pbs.USAGE)
+    return indices, int(limit or 0)
+
+
 def parse_depend(value: str) -> list[Dependency]:
     deps = []
     for part in value.split(","):
@@ -382,7 +402,16 @@ def submit(argv: list[str], stdin=None, cwd: str | None = None, env: dict | None
         job.extra["variables"]["PBS_O_QUEUE"] = queue
         if job.walltime <= 0:
             job.walltime = sched.router.queues[queue].max_walltime or 3600.0 if queue else 3600.0
+        array = options.get("t") or options.get("J")
         try:
+            if array:
+                indices, limit = parse_array(array)
+                first = batch.store.last_seq() + 1
+                for index in indices:
+                    sub = job.copy()
+                    sub.array_id, sub.array_index, sub.array_limit = first, index, limit
+                    batch.submit(sub, now)
+                return f"{first}[].{site.server}", "z" in options
             done = batch.submit(job, now)
         except Rejected as e:
             if site.flavor == "torque":

@@ -80,6 +80,7 @@ class Scheduler:
         self._order: list[tuple] | None = [] if self.policy.static else None
         self._walking = False
         self._unordered: list[tuple] = []
+        self._array_limits = 0  # jobs with an array slot limit ever seen (turns the gate on)
 
     # --- reading ---------------------------------------------------------------------
     def job(self, job_id: int) -> Job:
@@ -216,6 +217,7 @@ class Scheduler:
         self.jobs[job.id] = job
         self._queued[job.id] = job
         self._enorder(job)
+        self._array_limits += job.array_limit > 0
         self._count(job, 1)
         self._register_children(job)
         self.policy.on_submit(job, self.context(now))
@@ -223,7 +225,9 @@ class Scheduler:
             self.policy.on_dependencies_met(job, [self.jobs[d.job_id] for d in job.dependencies])
         dirty = self._dirty
         self._settle(job, now)
-        self._dirty = dirty  # a new job changes nothing the last pass planned...
+        # a new job changes nothing the last pass planned (unless it brings a limit the
+        # last walk did not check)...
+        self._dirty = dirty or job.array_limit > 0
         if job.state == State.QUEUED:
             self._fresh.append(job)  # ...it only joins the queue
         return job
@@ -326,7 +330,7 @@ class Scheduler:
 
     def _gated(self) -> bool:
         """Can a queue limit or the policy hold a job back? (Else the walk skips the check.)"""
-        return type(self.policy).hold_back is not Policy.hold_back or any(
+        return type(self.policy).hold_back is not Policy.hold_back or self._array_limits > 0 or any(
             not q.started or q.max_running is not None or q.max_running_per_user is not None
             or q.max_running_fraction is not None for q in self.router.queues.values())
 
@@ -547,7 +551,7 @@ class Scheduler:
                             if (a := r.access(job)) is not Access.BLOCKED))
 
     def _tally(self) -> dict:
-        tally: dict = {"q": {}, "qu": {}, "qn": {}}
+        tally: dict = {"q": {}, "qu": {}, "qn": {}, "arr": {}}
         for j in self._active.values():
             self._tally_start(j, tally)
         return tally
@@ -557,6 +561,8 @@ class Scheduler:
         tally["q"][q] = tally["q"].get(q, 0) + 1
         tally["qu"][qu] = tally["qu"].get(qu, 0) + 1
         tally["qn"][q] = tally["qn"].get(q, 0) + self.size(job)
+        if job.array_id:
+            tally["arr"][job.array_id] = tally["arr"].get(job.array_id, 0) + 1
 
     def _gate(self, job: Job, ctx: Context, tally: dict) -> str | None:
         q = self.router.queues.get(job.queue)
@@ -565,6 +571,8 @@ class Scheduler:
                               tally["qu"].get((q.name, job.owner), 0), tally["qn"].get(q.name, 0))
             if why:
                 return why
+        if job.array_limit and tally["arr"].get(job.array_id, 0) >= job.array_limit:
+            return f"array {job.array_id} already runs its limit of {job.array_limit} subjobs"
         return self.policy.hold_back(job, ctx, tally)
 
     # --- state as plain dicts ----------------------------------------------------------
@@ -592,6 +600,7 @@ class Scheduler:
             for d in state.get("jobs", []):
                 job = Job.from_dict(d)
                 self.jobs[job.id] = job
+                self._array_limits += job.array_limit > 0
                 if job.state == State.QUEUED:
                     self._queued[job.id] = job
                     self._enorder(job)

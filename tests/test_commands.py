@@ -321,3 +321,32 @@ def test_qmove_and_qselect(rig):
     assert out.getvalue() == "2.headnode\n"
     with pytest.raises(CommandError):
         qctl.qselect_argv(["-l", "walltime.about.1"], io.StringIO())
+
+
+@pytest.mark.parametrize("flag,spec,indices", [("-t", "1-4%2", [1, 2, 3, 4]), ("-J", "0-6:3", [0, 3, 6]),
+                                               ("-t", "1,3,5-6", [1, 3, 5, 6])])
+def test_job_arrays(rig, flag, spec, indices, capsys):
+    from hpcsched.batch import Batch
+    from hpcsched.site import load_site
+    jid = submit(flag, spec, "-l", "walltime=00:10:00")
+    assert jid == "1[].headnode"
+    lines = stat()[1].splitlines()[2:]
+    assert [l.split()[0] for l in lines] == ["1[].headnode"] and lines[0].split()[4] == "Q"
+    subs = [l.split()[0] for l in stat("-t")[1].splitlines()[2:]]
+    assert subs == [f"1[{i}].headnode" for i in indices]
+    assert stat("-t", f"1[{indices[1]}]")[1].splitlines()[2].split()[0] == f"1[{indices[1]}].headnode"
+    batch = Batch(load_site())
+    with batch.open(write=True):
+        plan = batch.do("pass")
+    running = 2 if "%" in spec else min(len(indices), 4)
+    assert len(plan.started) == running  # a %N limit caps how many subjobs run at once
+    assert qctl.act("qdel", [f"1[{indices[0]}]"], "", "W", qctl.qdel) == 0
+    assert qctl.act("qdel", ["1[]"], "", "W", qctl.qdel) == 0
+    assert qctl.act("qdel", ["1[99]"], "", "W", qctl.qdel) == 153
+    assert "Unknown Job Id 1[99].headnode" in capsys.readouterr().err
+
+
+def test_bad_array_requests(rig):
+    for spec in ("5-1", "a-b", "1-3%0"):
+        with pytest.raises(CommandError, match="illegal array request"):
+            submit("-t", spec)

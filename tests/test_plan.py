@@ -205,3 +205,15 @@ def test_running_walltime_change_moves_the_shadow():
     assert s.iterate(10).reserved[2][0] == 100
     s.alter(1, 20, walltime=300)
     assert s.iterate(20).reserved[2][0] == 300
+
+
+def test_array_slot_limit():
+    s = scheduler(8)
+    for i in range(1, 6):
+        s.submit(job(1, 100, array_id=1, array_index=i, array_limit=2), 0)
+    s.submit(job(1, 100), 0)
+    plan = s.iterate(0)
+    assert started(plan) == [1, 2, 6]
+    assert plan.reason(3) == "array 1 already runs its limit of 2 subjobs"
+    s.job_ended(1, 50, 0)
+    assert started(s.iterate(50)) == [3]
