@@ -46,6 +46,8 @@ def apply(sched: Scheduler, rec: dict):
         return sched.alter(rec["id"], now, **_alter_changes(rec["changes"]))
     if op == "pass":
         return sched.iterate(now)
+    if op == "run":
+        return sched.run_now(rec["id"], now, tuple(rec.get("nodes", ())))
     if op == "ended":
         return sched.job_ended(rec["id"], now, rec["exit_status"])
     if op == "requeue":

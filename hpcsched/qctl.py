@@ -319,6 +319,38 @@ def qselect_argv(argv: list[str], out) -> int:
     return 0
 
 
+RUN_USAGE = "usage: qrun [-H host[+host...]] job_id ..."
+NO_RESOURCES = 196  # PBSE_RESCUNAV mod 256
+
+
+def qrun_argv(argv: list[str]) -> int:
+    from . import nodelist
+
+    def run(batch: Batch, job: Job, opts: dict) -> None:
+        if not batch.site.is_operator(whoami()):
+            raise _deny("qrun", job, batch.site)
+        hosts = ()
+        if "H" in opts:
+            try:
+                hosts = tuple(n.split("/")[0] for part in opts["H"].split("+") for n in nodelist.expand(part))
+            except SchedulerError as e:
+                raise pbs.CommandError(f"illegal -H value: {e}", pbs.USAGE) from None
+            unknown = [h for h in hosts if h not in batch.sched.topology.by_name]
+            if unknown:
+                raise pbs.CommandError(f"Unknown node {unknown[0]}", pbs.USAGE)
+        try:  # the core is deterministic: replaying this record picks the same nodes
+            batch.do("run", id=job.id, nodes=list(hosts))
+        except Rejected:
+            raise pbs.CommandError(f"Insufficient amount of resource to run {pbs.display_id(job, batch.site.server)}",
+                                   NO_RESOURCES) from None
+
+    return act("qrun", argv, RUN_USAGE, "H", run)
+
+
+def main_qrun() -> int:
+    return _run_argv("qrun", qrun_argv)
+
+
 def main_qalter() -> int:
     return _run_argv("qalter", lambda argv: qalter_argv(argv))
 

@@ -350,3 +350,22 @@ def test_bad_array_requests(rig):
     for spec in ("5-1", "a-b", "1-3%0"):
         with pytest.raises(CommandError, match="illegal array request"):
             submit("-t", spec)
+
+
+def test_qrun_by_operators_on_free_nodes(rig, monkeypatch, capsys):
+    submit("-l", "nodes=2:ppn=4,walltime=00:10:00")
+    submit("-l", "nodes=2:ppn=4,walltime=00:10:00", "-p", "5")
+    assert qctl.qrun_argv(["2"]) == 159  # alice is no operator
+    monkeypatch.setenv("HPCSCHED_USER", "olga")
+    assert qctl.qrun_argv(["-H", "node03+node04", "2"]) == 0
+    out = stat("-f", "-1", "2")[1]
+    assert "job_state = R" in out and "exec_host = node03/0-3+node04/0-3" in out
+    assert qctl.qrun_argv(["-H", "node03", "1"]) == 196  # node03 is taken
+    assert "Insufficient amount of resource" in capsys.readouterr().err
+    assert qctl.qrun_argv(["2"]) == 170  # already running
+    # the journal replays to the same placement
+    from hpcsched.batch import Batch
+    from hpcsched.site import load_site
+    batch = Batch(load_site())
+    with batch.open(write=False):
+        assert batch.sched.job(2).nodes == ("node03", "node04")
