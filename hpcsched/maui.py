@@ -342,6 +342,7 @@ def run(prog: str, argv: list[str], out=None, now: float | None = None) -> int:
 
 
 def main(prog: str) -> int:
+    pbs.command_line()
     return run(prog, sys.argv[1:])
 
 

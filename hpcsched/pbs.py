@@ -103,6 +103,13 @@ def hold_letters(job: Job) -> str:
     return "".join(k for k in "uos" if k in kinds) or "n"
 
 
+def command_line() -> None:
+    """Called first by every command's entry point: a closed pipe (`qstat | head`) ends
+    the command quietly, as it does for any Unix tool."""
+    import signal
+    signal.signal(signal.SIGPIPE, signal.SIG_DFL)
+
+
 def fail(prog: str, err: Exception) -> int:
     """Print one line for `err` and return its exit status."""
     if isinstance(err, CommandError):

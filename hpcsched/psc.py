@@ -87,6 +87,7 @@ def pbsyod(argv: list[str]) -> int:
 
 
 def main_shownids() -> int:
+    pbs.command_line()
     argv = sys.argv[1:]
     if argv[:1] == ["--version"]:
         return version("shownids")
@@ -97,6 +98,7 @@ def main_shownids() -> int:
 
 
 def main_pbsyod() -> int:
+    pbs.command_line()
     try:
         return pbsyod(sys.argv[1:])
     except (pbs.CommandError, ConfigError, SchedulerError, OSError) as e:

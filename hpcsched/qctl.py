@@ -365,6 +365,7 @@ def main_qselect() -> int:
 
 def _run_argv(prog: str, fn) -> int:
     argv = sys.argv[1:]
+    pbs.command_line()
     if argv[:1] == ["--version"]:
         return version(prog)
     try:

@@ -413,6 +413,7 @@ def _kept(job: Job, site: Site, now: float) -> bool:
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
+    pbs.command_line()
     if argv[:1] == ["--version"]:
         return version("qstat")
     try:

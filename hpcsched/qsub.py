@@ -422,6 +422,7 @@ def submit(argv: list[str], stdin=None, cwd: str | None = None, env: dict | None
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
+    pbs.command_line()
     if argv[:1] == ["--version"]:
         return version("qsub")
     try:
