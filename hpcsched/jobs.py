@@ -8,7 +8,7 @@ also waits on a dependency).
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field, fields, replace
+from dataclasses import MISSING, dataclass, field, fields, replace
 from enum import Enum
 
 from .errors import InvalidRequest, InvalidState
@@ -93,10 +93,16 @@ class Request:
 
     @classmethod
     def from_dict(cls, d: dict) -> "Request":
-        d = dict(d)
-        if "features" in d:
-            d["features"] = tuple(d["features"])
-        return cls(**d)
+        # requests repeat across a store's jobs, and are immutable: share one object each
+        key = (d.get("nodes", 1), d.get("ppn", 1), d.get("cores", 0), d.get("mem", 0),
+               tuple(d.get("features", ())), len(d))
+        req = _REQUESTS.get(key)
+        if req is None:
+            extra = d.keys() - {"nodes", "ppn", "cores", "mem", "features"}
+            if extra:
+                raise InvalidRequest(f"unknown request field {sorted(extra)[0]!r}")
+            req = _REQUESTS[key] = cls(*key[:5])
+        return req
 
 
 @dataclass
@@ -212,16 +218,21 @@ class Job:
         if "request" in d:
             d["request"] = Request.from_dict(d["request"])
         if "holds" in d:
-            d["holds"] = {Hold(h) for h in d["holds"]}
+            d["holds"] = {Hold(h) for h in d["holds"]} if d["holds"] else set()
         if "dependencies" in d:
             d["dependencies"] = [Dependency(DepType(k), int(i), m) for k, i, m in d["dependencies"]]
         if "state" in d:
-            d["state"] = State(d["state"])
+            d["state"] = _STATES[d["state"]]
         if "nodes" in d:
             d["nodes"] = tuple(d["nodes"])
         if "cores" in d:
-            d["cores"] = tuple(tuple(c) for c in d["cores"])
-        return cls(**d)
+            d["cores"] = tuple(map(tuple, d["cores"]))
+        # the fields are checked above: skip the generated __init__ (a third of a store's
+        # load time)
+        job = object.__new__(cls)
+        job.__dict__.update(_JOB_DEFAULTS, holds=set(), dependencies=[], extra={})
+        job.__dict__.update(d)
+        return job
 
     def copy(self) -> "Job":
         return replace(self, holds=set(self.holds),
@@ -231,3 +242,7 @@ class Job:
 _REQUEST_DEFAULTS = tuple((f.name, f.default) for f in fields(Request))
 _JOB_FIELDS = tuple(f.name for f in fields(Job))
 _JOB_FIELD_SET = frozenset(_JOB_FIELDS)
+_REQUESTS: dict[tuple, Request] = {}
+_STATES = {s.value: s for s in State}
+_JOB_DEFAULTS = {f.name: f.default for f in fields(Job) if f.default is not MISSING}
+_JOB_DEFAULTS["request"] = Request()
