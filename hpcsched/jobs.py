@@ -191,9 +191,12 @@ class Job:
 
     # --- JSON ------------------------------------------------------------------------
     def to_dict(self) -> dict:
+        """A plain dict of the fields that differ from their defaults (stores stay small)."""
         d = {}
         for name in _JOB_FIELDS:
             v = getattr(self, name)
+            if not v and v is not False and name in _EMPTY_DEFAULT and v == _JOB_DEFAULTS.get(name, v):
+                continue
             if name == "request":
                 v = v.to_dict()
             elif name == "holds":
@@ -246,3 +249,5 @@ _REQUESTS: dict[tuple, Request] = {}
 _STATES = {s.value: s for s in State}
 _JOB_DEFAULTS = {f.name: f.default for f in fields(Job) if f.default is not MISSING}
 _JOB_DEFAULTS["request"] = Request()
+# fields whose default is empty or zero: left out of to_dict when they still are
+_EMPTY_DEFAULT = frozenset(name for name in _JOB_FIELDS if name not in ("id", "state"))
