@@ -16,7 +16,7 @@ from .errors import ConfigError, InvalidRequest, SchedulerError
 from .jobs import ACTIVE, FINISHED, PENDING, Job, State
 from .qsub import version
 from .reservations import Reservation
-from .site import Site, load_site, whoami
+from .site import load_site, whoami
 from .timefmt import parse_duration
 
 

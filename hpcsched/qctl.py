@@ -288,7 +288,6 @@ def qselect_argv(argv: list[str], out) -> int:
         pass
     from .qsub import parse_memory
     from .timefmt import parse_duration
-    torque = site.flavor == "torque"
     for job in sorted(batch.sched.jobs.values(), key=lambda j: j.id):
         if job.state in FINISHED and not crit.get("x"):
             continue

@@ -7,7 +7,6 @@ other ids still print.
 from __future__ import annotations
 
 import json
-import os
 import sys
 import time
 from xml.sax.saxutils import escape

@@ -11,15 +11,15 @@ from __future__ import annotations
 import heapq
 import math
 from bisect import bisect_left, insort
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from .errors import InvalidRequest, InvalidState, Rejected, UnknownJob
 from .jobs import ACTIVE, FINISHED, PENDING, Dependency, DepType, Hold, Job, Request, State
-from .plan import ALL, Plan, Profile, Start, Walk
+from .plan import Plan, Profile, Start, Walk
 from .prioritise import Context, Fifo, Policy
 from .reservations import Access, Reservation
 from .route import Router
-from .topology import NodePool, NodeState, Topology
+from .topology import NodeState, Topology
 
 STATE_VERSION = 1
 
@@ -648,5 +648,3 @@ class Scheduler:
 def _owner_key(job: Job, kind: str) -> str:
     return {"user": job.owner, "group": job.group, "project": job.account}[kind]
 
-
-__all__ = ["Scheduler", "Settings", "ALL", "NodePool"]

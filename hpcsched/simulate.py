@@ -170,7 +170,7 @@ class Result:
                          for f in self.jobs]}
 
     def write_swf(self, out) -> int:
-        comments = [f"Version: 2.2", f"Note: schedule simulated by hpcsched, policy={self.policy} "
+        comments = ["Version: 2.2", f"Note: schedule simulated by hpcsched, policy={self.policy} "
                     f"backfill={self.backfill}",
                     f"MaxNodes: {self.machine.nodes}", f"MaxProcs: {self.machine.nodes * self.machine.ppn}"]
         if self.header.unix_start_time is not None:
@@ -204,7 +204,6 @@ class Engine:
         acc = {"busy": 0.0, "idle_while_waiting": 0.0, "first": None, "last": 0.0, "passes": 0}
         last_t = None
         next_tick = None
-        last_submit = -math.inf
         while nxt is not None or ends or (next_tick is not None and sched.runnable):
             candidates = [t for t in (nxt[0].submit if nxt else None, ends[0][0] if ends else None,
                                       next_tick if sched.runnable else None) if t is not None]

@@ -15,22 +15,8 @@ import pytest
 
 from hpcsched import qctl, qstat, qsub
 from hpcsched.pbs import CommandError
-from hpcsched.site import init_site
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-
-
-@pytest.fixture
-def rig(tmp_path, monkeypatch):
-    home = tmp_path / "home"
-    monkeypatch.setenv("HPCSCHED_HOME", str(home))
-    monkeypatch.setenv("HPCSCHED_USER", "alice")
-    monkeypatch.delenv("HPCSCHED_FLAVOR", raising=False)
-    init_site(home, nodes=4, cores=4)
-    text = (home / "config.toml").read_text().replace('server_name = "', 'server_name = "headnode" #"')
-    text = text.replace('managers = ["alice"]', 'managers = ["root"]').replace("operators = []", 'operators = ["olga"]')
-    (home / "config.toml").write_text(text)
-    return tmp_path
 
 
 def submit(*argv, script="#!/bin/sh\ntrue\n", cwd=None):

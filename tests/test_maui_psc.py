@@ -2,7 +2,6 @@
 import io
 import os
 import subprocess
-import sys
 import time
 
 import pytest
@@ -10,7 +9,7 @@ import pytest
 from hpcsched import maui, psc
 from hpcsched.batch import Batch
 from hpcsched.site import load_site
-from test_commands import rig, submit  # noqa: F401  (the fixture)
+from test_commands import submit
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 

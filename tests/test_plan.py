@@ -1,7 +1,7 @@
 """Planning: EASY worked by hand, conservative, depth 0, reservations, overruns, estimates."""
 import pytest
 
-from hpcsched import ALL, Access, Job, Queue, Rejected, Request, Reservation
+from hpcsched import ALL, Queue, Rejected, Request, Reservation
 from helpers import job, scheduler
 
 

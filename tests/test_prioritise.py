@@ -1,7 +1,7 @@
 """Priority policies: FIFO, Cobalt's utility function, Simon's two bins."""
 import pytest
 
-from hpcsched import Cobalt, Dependency, DepType, Hold, Job, Request, Simon, build, default_config
+from hpcsched import Cobalt, Dependency, DepType, Job, Request, Simon, build, default_config
 from helpers import job, scheduler
 
 

@@ -3,7 +3,6 @@ import json
 import os
 import re
 import subprocess
-import sys
 
 import pytest
 
@@ -116,7 +115,7 @@ def test_cromwell_attached_options(env):
            "-o", str(tmp / "out"), "-e", str(tmp / "err"), script)
     assert p.returncode == 0 and re.search(r"(\d+)", p.stdout)
     f = sh(e, "qstat", "-f", "-1", p.stdout.strip()).stdout
-    assert f"Output_Path = " in f and str(tmp / "out") in f
+    assert "Output_Path = " in f and str(tmp / "out") in f
 
 
 def test_fireworks_header_by_position(env):
