@@ -4,8 +4,8 @@ Every change is one *operation* on the core (submit, delete, hold, release, alte
 ended, ...).  A command applies it to the Scheduler first, so anything refused is refused
 before the store is touched, then appends it to the journal.  Loading replays the journal
 on the last snapshot: the core is deterministic, so a replayed `pass` makes exactly the
-decisions it made the first time.  Job ids are the journal sequence number of their
-submission: unique, increasing, and known without reading the whole store.
+decisions it made the first time.  Every record carries the next free job id, so a
+submission learns its id from the journal's last line without reading the whole store.
 """
 from __future__ import annotations
 
@@ -72,6 +72,7 @@ class Batch:
         self.sched: Scheduler | None = None
         self.seq = 0  # the newest journal record applied
         self.pending = 0  # journal records since the snapshot
+        self.next_id = 1  # the next job id
 
     @contextlib.contextmanager
     def open(self, write: bool = True, load: bool = True):
@@ -93,6 +94,7 @@ class Batch:
             else:
                 self.store.check()
                 self.sched = self.site.scheduler()
+                self.next_id = self.store.last_record().get("next_id", 1)
             yield self
             if load and self.pending > COMPACT_AFTER:
                 self.store.compact(self.sched.to_dict(), self.seq)
@@ -115,17 +117,21 @@ class Batch:
             self.seq = rec["seq"]
         self.pending = len(records)
         self.sched = sched
+        self.next_id = sched.next_id
         return sched
 
     def do(self, op: str, now: float | None = None, **args):
         """Apply one operation and make it durable; SchedulerError leaves the store untouched."""
         rec = {"op": op, "now": time.time() if now is None else now, **args}
         result = apply(self.sched, rec)
+        if op == "submit":
+            self.next_id = max(self.next_id, result.id + 1)
+        rec["next_id"] = self.next_id
         self.seq = self.store.append(rec)
         self.pending += 1
         return result
 
     def submit(self, job: Job, now: float | None = None) -> Job:
-        """Submit with the id the journal will give the record (its sequence number)."""
-        job.id = self.store.last_seq() + 1
+        """Submit under the next job id (so a replay gives it the same one)."""
+        job.id = self.next_id
         return self.do("submit", now, job=job.to_dict())

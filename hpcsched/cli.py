@@ -88,6 +88,55 @@ def cmd_init(args) -> int:
     return 0
 
 
+def cmd_server(args) -> int:
+    from .server import Server
+    from .site import load_site
+    try:
+        server = Server(load_site(), interval=args.interval, grace=args.grace)
+        if args.once:
+            server.step()
+        else:
+            server.serve()
+    except (SchedulerError, OSError) as e:
+        print(f"hpcsched server: {e}", file=sys.stderr)
+        return 1
+    return 0
+
+
+def cmd_nodes(args) -> int:
+    from .batch import Batch
+    from .pbs import command_line
+    from .site import load_site, whoami
+    command_line()
+    try:
+        site = load_site()
+        batch = Batch(site)
+        state = args.set
+        if state and not site.is_operator(whoami()):
+            print(f"hpcsched nodes: user {whoami()} may not change nodes", file=sys.stderr)
+            return 159
+        with batch.open(write=bool(state or args.clear_bad)):
+            topo = batch.sched.topology
+            if args.clear_bad:
+                if not site.is_operator(whoami()):
+                    print(f"hpcsched nodes: user {whoami()} may not change nodes", file=sys.stderr)
+                    return 159
+                for n in topo.nodes:
+                    if n.state.value == "bad":
+                        batch.do("node", name=n.name, state="up")
+            for name in args.names if state else []:
+                if name not in topo.by_name:
+                    print(f"hpcsched nodes: unknown node {name}", file=sys.stderr)
+                    return 1
+                batch.do("node", name=name, state=state)
+            for n in topo.nodes:
+                print(f"{n.name:<16} {n.nid:>6} {n.state.value}")
+    except (SchedulerError, OSError) as e:
+        print(f"hpcsched nodes: {e}", file=sys.stderr)
+        return 1
+    return 0
+
+
 def cmd_demo(args) -> int:
     from .demo import run
     return run(sys.stdout)
@@ -104,6 +153,16 @@ def main(argv=None) -> int:
     i.add_argument("--cores", type=int, help="cores per node (default: this host's)")
     i.add_argument("--force", action="store_true", help="replace an existing configuration")
     i.set_defaults(func=cmd_init)
+    v = sub.add_parser("server", help="run jobs: the scheduling pass every --interval and on every change")
+    v.add_argument("--once", action="store_true", help="one step (reap, enforce, schedule, launch) and exit")
+    v.add_argument("--interval", type=float, help="seconds between passes (config server_interval, 15)")
+    v.add_argument("--grace", type=float, help="seconds from SIGTERM to SIGKILL (config kill_grace, 30)")
+    v.set_defaults(func=cmd_server)
+    n = sub.add_parser("nodes", help="list nodes, or mark them up/offline/down (operators)")
+    n.add_argument("names", nargs="*")
+    n.add_argument("--set", choices=["up", "offline", "down"], help="the state to give the named nodes")
+    n.add_argument("--clear-bad", action="store_true", help="clear the bad-node list")
+    n.set_defaults(func=cmd_nodes)
     s = sub.add_parser("simulate", help="replay an SWF trace on the scheduling core")
     s.add_argument("trace", help="SWF file, plain or gzipped")
     s.add_argument("--policy", choices=["fifo", "cobalt", "simon"], default="fifo")

@@ -6,9 +6,10 @@ and sets exit status 153, the others still go through.
 from __future__ import annotations
 
 import sys
+import time as _time
 from typing import Callable
 
-from . import pbs
+from . import accounting, pbs
 from .batch import Batch
 from .errors import ConfigError, InvalidState, Rejected, SchedulerError
 from .jobs import FINISHED, Hold, Job, State
@@ -93,7 +94,9 @@ def _deny(prog: str, job: Job, site: Site) -> pbs.CommandError:
 def qdel(batch: Batch, job: Job, opts: dict) -> None:
     if not may_touch(batch.site, whoami(), job):
         raise _deny("qdel", job, batch.site)
-    batch.do("delete", id=job.id)
+    now = _time.time()
+    batch.do("delete", now, id=job.id)
+    accounting.write(batch.site.home, "D", job, batch.site.server, now)
 
 
 def _hold_kind(opts: dict) -> str:
@@ -368,6 +371,10 @@ def _run_argv(prog: str, fn) -> int:
     if argv[:1] == ["--version"]:
         return version(prog)
     try:
-        return fn(argv)
+        status = fn(argv)
+        from .server import notify
+        from .store import default_home
+        notify(default_home())  # a waiting server plans again at once
+        return status
     except (pbs.CommandError, ConfigError, SchedulerError, OSError) as e:
         return pbs.fail(prog, e)

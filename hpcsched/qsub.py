@@ -15,7 +15,7 @@ import sys
 import time
 from datetime import datetime, timedelta
 
-from . import pbs
+from . import accounting, pbs
 from .batch import Batch
 from .errors import ConfigError, InvalidRequest, Rejected, SchedulerError
 from .jobs import Dependency, DepType, Hold, Job, Request
@@ -406,13 +406,14 @@ def submit(argv: list[str], stdin=None, cwd: str | None = None, env: dict | None
         try:
             if array:
                 indices, limit = parse_array(array)
-                first = batch.store.last_seq() + 1
+                first = batch.next_id
                 for index in indices:
                     sub = job.copy()
                     sub.array_id, sub.array_index, sub.array_limit = first, index, limit
-                    batch.submit(sub, now)
+                    accounting.write(site.home, "Q", batch.submit(sub, now), site.server, now)
                 return f"{first}[].{site.server}", "z" in options
             done = batch.submit(job, now)
+            accounting.write(site.home, "Q", done, site.server, now)
         except Rejected as e:
             if site.flavor == "torque":
                 raise pbs.CommandError(f"submit error (Job exceeds queue resource limits MSG={e})", pbs.LIMITS)
@@ -431,6 +432,9 @@ def main(argv: list[str] | None = None) -> int:
         return pbs.fail("qsub", e)
     if not quiet:
         print(jid)
+    from .server import notify
+    from .store import default_home
+    notify(default_home())
     return 0
 
 

@@ -21,7 +21,8 @@ from .errors import ConfigError
 from .scheduler import Scheduler
 from .store import default_home, write_atomic
 
-SITE_KEYS = frozenset({"flavor", "operators", "managers", "keep_completed", "pbsyod_launcher"})
+SITE_KEYS = frozenset({"flavor", "operators", "managers", "keep_completed", "pbsyod_launcher",
+                       "server_interval", "kill_grace", "prejob_check"})
 FLAVORS = ("torque", "openpbs")
 CONFIG = "config.toml"
 

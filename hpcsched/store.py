@@ -132,6 +132,11 @@ class Store:
 
     def last_seq(self) -> int:
         """The newest sequence number, from the journal's tail (or the snapshot's)."""
+        return self.last_record()["seq"]
+
+    def last_record(self) -> dict:
+        """The newest journal record, read from the file's tail; for an empty journal a
+        stand-in made from the snapshot ({"seq": 0} for an empty store)."""
         path = self.home / JOURNAL
         try:
             with open(path, "rb") as f:
@@ -150,11 +155,15 @@ class Store:
             lines = []
         if lines and lines[-1].strip():
             try:
-                return int(json.loads(lines[-1])["seq"])
+                record = json.loads(lines[-1])
+                int(record["seq"])
+                return record
             except (ValueError, KeyError, TypeError):
                 raise StoreError(f"{path}: last record is corrupt; left as it is") from None
         snapshot = self._read_snapshot()
-        return snapshot.get("journal_seq", 0) if snapshot else 0
+        if not snapshot:
+            return {"seq": 0}
+        return {"seq": snapshot.get("journal_seq", 0), "next_id": snapshot.get("state", {}).get("next_id", 1)}
 
     def check(self) -> None:
         """A constant-time look at the snapshot: its version and its last byte (a writer

@@ -163,7 +163,7 @@ def test_damaged_store_is_one_line_and_left_alone(env, damage, msg):
         (home / "state.json").write_text(text)
     else:
         (home / "journal.jsonl").write_text("{not json\n" + (home / "journal.jsonl").read_text())
-    before = {p.name: p.read_bytes() for p in home.iterdir() if p.name != "lock"}
+    before = {p.name: p.read_bytes() for p in home.iterdir() if p.is_file() and p.name != "lock"}
     for cmd in (["qstat"], ["qsub", script], ["qdel", "2"], ["showq"], ["shownids"]):
         p = sh(e, *cmd)
         if cmd[0] == "qsub" and damage == "journal":
@@ -175,5 +175,5 @@ def test_damaged_store_is_one_line_and_left_alone(env, damage, msg):
         if p.returncode:
             assert p.stderr.count("\n") == 1 and msg in p.stderr and "Traceback" not in p.stderr
     if damage != "journal":
-        after = {p.name: p.read_bytes() for p in home.iterdir() if p.name != "lock"}
+        after = {p.name: p.read_bytes() for p in home.iterdir() if p.is_file() and p.name != "lock"}
         assert after == before  # nothing replaced, nothing emptied

@@ -1,0 +1,72 @@
+"""The accounting log in Torque's format, one file per day, and a reader for it.
+
+    $HPCSCHED_HOME/accounting/YYYYMMDD
+    MM/DD/YYYY HH:MM:SS;<type>;<job id>;key=value key=value ...
+
+Types: Q queued, S started, E ended, D deleted, A aborted, R rerun.  A job killed by a
+signal ends with Exit_status 256 + the signal number (265 for SIGKILL).
+"""
+from __future__ import annotations
+
+import os
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from .jobs import Job
+from .timefmt import hms
+
+TYPES = frozenset("QSEDAR")
+
+
+def _record(kind: str, job: Job, server: str, now: float) -> str:
+    from .pbs import display_id
+    fields = {"user": job.owner, "group": job.group or job.owner, "jobname": job.name, "queue": job.queue,
+              "ctime": int(job.submit_time), "qtime": int(job.submit_time)}
+    if job.account:
+        fields["account"] = job.account
+    if job.start_time is not None:
+        fields["start"] = int(job.start_time)
+        fields["exec_host"] = "+".join(f"{n}/{','.join(map(str, c))}" for n, c in zip(job.nodes, job.cores))
+    fields["Resource_List.walltime"] = hms(job.walltime)
+    fields["Resource_List.nodect"] = job.request.nodes if not job.request.cores else 1
+    fields["Resource_List.ncpus"] = job.request.processors
+    if kind in "EA":
+        fields["end"] = int(now)
+        fields["Exit_status"] = job.exit_status if job.exit_status is not None else -1
+        if job.start_time is not None:
+            fields["resources_used.walltime"] = hms(max(0.0, now - job.start_time))
+    stamp = time.strftime("%m/%d/%Y %H:%M:%S", time.localtime(now))
+    body = " ".join(f"{k}={v}" for k, v in fields.items())
+    return f"{stamp};{kind};{display_id(job, server)};{body}\n"
+
+
+def write(home: str | os.PathLike, kind: str, job: Job, server: str, now: float) -> None:
+    """Append one record to the day's file (one write; O_APPEND keeps lines whole)."""
+    directory = Path(home) / "accounting"
+    directory.mkdir(parents=True, exist_ok=True)
+    path = directory / time.strftime("%Y%m%d", time.localtime(now))
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    try:
+        os.write(fd, _record(kind, job, server, now).encode())
+    finally:
+        os.close(fd)
+
+
+@dataclass
+class Entry:
+    when: str
+    kind: str
+    job_id: str
+    fields: dict[str, str]
+
+
+def read(home: str | os.PathLike) -> list[Entry]:
+    """Every record of every day, in order."""
+    directory = Path(home) / "accounting"
+    entries = []
+    for path in sorted(directory.glob("[0-9]" * 8)):
+        for line in path.read_text().splitlines():
+            when, kind, job_id, body = line.split(";", 3)
+            entries.append(Entry(when, kind, job_id, dict(kv.split("=", 1) for kv in body.split() if "=" in kv)))
+    return entries

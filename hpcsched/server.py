@@ -1,0 +1,291 @@
+"""`hpcsched server`: run jobs for real on a test rig, driving the same scheduling core.
+
+Each step: reap ended jobs, enforce walltimes (SIGTERM, then SIGKILL after a grace; the
+job ends with exit status 256 + the signal), stop deleted jobs, run the scheduling pass
+(recorded in the store's journal like any change) and launch what it started.  Steps run
+every `interval` seconds and at once when a command pokes the server's socket or a job
+ends (SIGCHLD), with no polling in between.
+
+Launching (the `local` launcher: every node is this host): the job runs in its own session,
+under a small shell wrapper that first writes its pid to the job's directory and at the end
+its exit status.  So a server that dies, even by SIGKILL, finds its jobs again when it
+starts: a pid whose start time matches is the same process; a job whose wrapper never
+wrote a pid never started and is launched now; one that started and vanished without a
+status is recorded as ended (or requeued when rerunnable).  No job starts twice.
+"""
+from __future__ import annotations
+
+import os
+import selectors
+import signal
+import socket
+import subprocess
+import time
+from pathlib import Path
+
+from . import accounting, pbs
+from .batch import Batch
+from .jobs import ACTIVE, Job, State
+from .site import Site
+
+SOCKET = "server.sock"
+LOST = -1  # exit status of a job whose process vanished without one
+
+
+def notify(home: str | os.PathLike) -> None:
+    """Wake the server (if one runs): best effort, never an error for the caller."""
+    path = str(Path(home) / SOCKET)
+    try:
+        with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as s:
+            s.setblocking(False)
+            s.sendto(b"!", path)
+    except OSError:
+        pass
+
+
+def process_start(pid: int) -> str | None:
+    """The kernel's start time of `pid` (field 22 of /proc/PID/stat), or None if gone."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            data = f.read()
+    except OSError:
+        return None
+    fields = data[data.rindex(")") + 2:].split()
+    if fields[0] == "Z":  # a zombie has ended
+        return None
+    return fields[19]
+
+
+WRAPPER = (  # $1 job dir, $2 shell, $3 script: pid first, status last, both atomically
+    'echo $$ > "$1/pid.tmp" && mv "$1/pid.tmp" "$1/pid" || exit 127\n'
+    '"$2" "$3"\n'
+    's=$?\n'
+    'echo $s > "$1/status.tmp" && mv "$1/status.tmp" "$1/status"\n'
+    'exit $s\n')
+
+
+class Server:
+    def __init__(self, site: Site, interval: float | None = None, grace: float | None = None):
+        self.site = site
+        self.home = Path(site.home)
+        self.batch = Batch(site)
+        cfg = site.config
+        self.interval = float(interval if interval is not None else cfg.get("server_interval", 15.0))
+        self.grace = float(grace if grace is not None else cfg.get("kill_grace", 30.0))
+        self.check = cfg.get("prejob_check")  # a command list run per node before a job starts
+        self.children: dict[int, int] = {}  # pid -> wait status, reaped
+        self.stopping = False
+
+    # --- files ---------------------------------------------------------------------------
+    def jobdir(self, job: Job) -> Path:
+        return self.home / "jobs" / str(job.id)
+
+    def _read_int(self, path: Path) -> int | None:
+        try:
+            return int(path.read_text().strip())
+        except (OSError, ValueError):
+            return None
+
+    # --- one step --------------------------------------------------------------------------
+    def step(self, now: float | None = None) -> int:
+        """Reap, enforce, plan, launch; returns how many jobs were launched."""
+        self._reap_children()
+        launched = 0
+        with self.batch.open(write=True):
+            now = time.time() if now is None else now
+            sched = self.batch.sched
+            for job in [j for j in sched.jobs.values() if j.state in ACTIVE]:
+                self._watch(job, now)
+            plan = self.batch.do("pass", now)
+            started = [sched.jobs[s.job_id] for s in plan.started]
+            # a RUNNING job with no pid file was started by a pass whose launch never
+            # happened (the server died in between): launch it now
+            for job in sched.jobs.values():
+                if job.state == State.RUNNING and job not in started and "launched" not in job.extra:
+                    started.append(job)
+            for job in started:
+                launched += self._launch(job, now)
+        return launched
+
+    def _reap_children(self) -> None:
+        while True:
+            try:
+                pid, status = os.waitpid(-1, os.WNOHANG)
+            except ChildProcessError:
+                return
+            if pid == 0:
+                return
+            self.children[pid] = status
+
+    def _watch(self, job: Job, now: float) -> None:
+        """End a job whose process is gone; signal one past its walltime or deleted."""
+        if "launched" not in job.extra:
+            return
+        pid = job.extra.get("pid") or self._read_int(self.jobdir(job) / "pid")
+        alive = pid is not None and (job.extra.get("pid_start") is None
+                                     or process_start(pid) == job.extra.get("pid_start"))
+        if not alive:
+            status = self._read_int(self.jobdir(job) / "status")
+            sent = job.extra.get("signal")
+            if sent and (status is None or status >= 128):
+                status = 256 + sent  # as PBS records a job it killed
+            if status is None and pid is not None and pid in self.children:
+                ws = self.children.pop(pid)
+                status = 256 + os.WTERMSIG(ws) if os.WIFSIGNALED(ws) else os.WEXITSTATUS(ws)
+            if status is None:
+                if job.extra.get("rerunnable", True) and job.state == State.RUNNING:
+                    accounting.write(self.home, "R", job, self.site.server, now)
+                    self.batch.do("requeue", now, id=job.id)
+                    self.batch.do("alter", now, id=job.id, changes={"extra": _without(job.extra, "launched", "pid", "pid_start", "signal")})
+                    return
+                status = LOST
+            self.batch.do("ended", now, id=job.id, exit_status=status)
+            accounting.write(self.home, "E" if status != LOST else "A", job, self.site.server, now)
+            return
+        over = job.start_time + job.walltime
+        if job.state == State.EXITING or now >= over:
+            sent, at = job.extra.get("signal"), job.extra.get("signalled_at", now)
+            if not sent:
+                self._signal(job, pid, signal.SIGTERM, now)
+            elif sent == signal.SIGTERM and now >= at + self.grace:
+                self._signal(job, pid, signal.SIGKILL, now)
+
+    def _signal(self, job: Job, pid: int, sig: int, now: float) -> None:
+        try:
+            os.killpg(pid, sig)
+        except ProcessLookupError:
+            pass
+        extra = dict(job.extra, signal=int(sig), signalled_at=now)
+        self.batch.do("alter", now, id=job.id, changes={"extra": extra})
+
+    # --- launching -------------------------------------------------------------------------
+    def _launch(self, job: Job, now: float) -> int:
+        d = self.jobdir(job)
+        d.mkdir(parents=True, exist_ok=True)
+        (d / "tmp").mkdir(exist_ok=True)
+        if self.check and not self._scan(job, now):
+            return 0
+        x = job.extra
+        script = d / "script"
+        script.write_text(x.get("script", ""))
+        script.chmod(0o700)
+        nodefile = d / "nodes"
+        nodefile.write_text("".join(f"{n}\n" * max(1, len(c)) for n, c in zip(job.nodes, job.cores)))
+        workdir = x.get("workdir") or str(self.home)
+        out = _path(x.get("output"), workdir, f"{job.name}.o{job.id}")
+        err = _path(x.get("error"), workdir, f"{job.name}.e{job.id}")
+        join = x.get("join", "n")
+        env = self._environment(job, nodefile, d / "tmp", workdir)
+        shell = x.get("shell") or "/bin/sh"
+        try:
+            stdout = open(out if join != "eo" else err, "ab")
+            stderr = subprocess.STDOUT if join in ("oe", "eo") else open(err, "ab")
+            with stdout:
+                proc = subprocess.Popen(["/bin/sh", "-c", WRAPPER, "hpcsched-job", str(d), shell, str(script)],
+                                        cwd=workdir, env=env, stdin=subprocess.DEVNULL, stdout=stdout,
+                                        stderr=stderr, start_new_session=True)
+            if stderr is not subprocess.STDOUT:
+                stderr.close()
+        except OSError as e:
+            job.comment = f"launch failed: {e.strerror}"
+            self.batch.do("alter", now, id=job.id, changes={"extra": dict(x, launched=now), "comment": job.comment})
+            self.batch.do("ended", now, id=job.id, exit_status=LOST)
+            accounting.write(self.home, "A", job, self.site.server, now)
+            return 0
+        extra = dict(x, launched=now, pid=proc.pid, pid_start=_wait_start(proc.pid), session=proc.pid)
+        self.batch.do("alter", now, id=job.id, changes={"extra": extra})
+        accounting.write(self.home, "S", job, self.site.server, now)
+        return 1
+
+    def _scan(self, job: Job, now: float) -> bool:
+        """PSC's pre-job scan: check each node; a failing node goes on the bad list and
+        the job returns to the queue to get other nodes."""
+        for node in job.nodes:
+            cmd = [part.replace("{node}", node) for part in self.check]
+            try:
+                ok = subprocess.run(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                                    stderr=subprocess.DEVNULL, timeout=60).returncode == 0
+            except (OSError, subprocess.TimeoutExpired):
+                ok = False
+            if not ok:
+                self.batch.do("node", now, name=node, state="bad")
+                self.batch.do("requeue", now, id=job.id)
+                return False
+        return True
+
+    def _environment(self, job: Job, nodefile: Path, tmpdir: Path, workdir: str) -> dict[str, str]:
+        x = job.extra
+        v = dict(x.get("variables", {}))
+        env = {"PATH": v.get("PBS_O_PATH", "/usr/local/bin:/usr/bin:/bin"), "HOME": v.get("PBS_O_HOME", workdir),
+               "USER": job.owner, "LOGNAME": job.owner, "SHELL": x.get("shell") or "/bin/sh", "LANG": v.get("PBS_O_LANG", "C")}
+        env.update(v)
+        r = job.request
+        jid = pbs.display_id(job, self.site.server)
+        env.update(PBS_JOBID=jid, PBS_JOBNAME=job.name, PBS_QUEUE=job.queue, PBS_NODEFILE=str(nodefile),
+                   PBS_O_WORKDIR=workdir, PBS_O_HOST=v.get("PBS_O_HOST", socket.gethostname()),
+                   PBS_ENVIRONMENT="PBS_BATCH", PBS_NODENUM="0", PBS_TASKNUM="1", TMPDIR=str(tmpdir),
+                   PBS_NP=str(r.processors), PBS_NUM_NODES=str(len(job.nodes)),
+                   PBS_NUM_PPN=str(r.ppn if not r.cores else max(len(c) for c in job.cores)),
+                   PBS_WALLTIME=str(int(job.walltime)))
+        if job.array_id:
+            env.update(PBS_ARRAYID=str(job.array_index), PBS_ARRAY_INDEX=str(job.array_index),
+                       PBS_ARRAY_ID=f"{job.array_id}[].{self.site.server}")
+        return env
+
+    # --- the loop --------------------------------------------------------------------------
+    def serve(self, until: float | None = None) -> None:
+        """Step on every wake-up or interval until SIGTERM/SIGINT (or `until`)."""
+        sock_path = self.home / SOCKET
+        try:
+            sock_path.unlink()
+        except FileNotFoundError:
+            pass
+        sel = selectors.DefaultSelector()
+        poke = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+        poke.bind(str(sock_path))
+        poke.setblocking(False)
+        sel.register(poke, selectors.EVENT_READ)
+        wake_r, wake_w = socket.socketpair()
+        wake_r.setblocking(False)
+        wake_w.setblocking(False)
+        sel.register(wake_r, selectors.EVENT_READ)
+        signal.set_wakeup_fd(wake_w.fileno())
+        signal.signal(signal.SIGCHLD, lambda *_: None)
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            signal.signal(sig, self._stop)
+        try:
+            while not self.stopping and (until is None or time.time() < until):
+                self.step()
+                timeout = self.interval if until is None else max(0.0, min(self.interval, until - time.time()))
+                for key, _ in sel.select(timeout):
+                    try:
+                        while key.fileobj.recv(4096):
+                            pass
+                    except (BlockingIOError, InterruptedError):
+                        pass
+        finally:
+            signal.set_wakeup_fd(-1)
+            sel.close()
+            poke.close()
+            try:
+                sock_path.unlink()
+            except FileNotFoundError:
+                pass
+
+    def _stop(self, *_):
+        self.stopping = True
+
+
+def _without(d: dict, *keys: str) -> dict:
+    return {k: v for k, v in d.items() if k not in keys}
+
+
+def _path(given: str | None, workdir: str, default: str) -> str:
+    if not given:
+        return os.path.join(workdir, default)
+    return given + default if given.endswith("/") else given
+
+
+def _wait_start(pid: int) -> str | None:
+    """The new process's start time (it exists as soon as Popen returns)."""
+    return process_start(pid)

@@ -1,0 +1,157 @@
+"""End to end: a real `hpcsched server` in a temporary directory, driven by the real commands."""
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from hpcsched import accounting
+from hpcsched.site import init_site
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+BIN = os.path.join(ROOT, "bin")
+
+
+@pytest.fixture
+def live(tmp_path):
+    home = tmp_path / "home"
+    init_site(home, nodes=2, cores=2)
+    config = home / "config.toml"
+    config.write_text("server_interval = 0.5\nkill_grace = 1\n" + config.read_text())
+    env = dict(os.environ, HPCSCHED_HOME=str(home), HPCSCHED_USER="alice")
+    env.pop("HPCSCHED_FLAVOR", None)
+    work = tmp_path / "work"
+    work.mkdir()
+    servers = []
+
+    def start():
+        p = subprocess.Popen([sys.executable, "-m", "hpcsched", "server"], cwd=ROOT, env=env,
+                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True)
+        servers.append(p)
+        return p
+
+    yield env, home, work, start
+    for p in servers:
+        if p.poll() is None:
+            p.send_signal(signal.SIGTERM)
+            p.wait(10)
+    # nothing left running: no process of any job's group (zombies awaiting a reaper aside)
+    for d in (home / "jobs").glob("*") if (home / "jobs").exists() else []:
+        pid = int((d / "pid").read_text()) if (d / "pid").exists() else None
+        if pid and group_alive(pid):
+            os.killpg(pid, signal.SIGKILL)
+            raise AssertionError(f"job {d.name} was still running")
+
+
+def group_alive(pgid):
+    """Is any live (non-zombie) process in process group `pgid`?"""
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                data = open(f"/proc/{entry}/stat").read()
+            except OSError:
+                continue
+            fields = data[data.rindex(")") + 2:].split()
+            if fields[0] != "Z" and int(fields[2]) == pgid:
+                return True
+    return False
+
+
+def cmd(env, work, *argv, stdin=None):
+    return subprocess.run([os.path.join(BIN, argv[0]), *argv[1:]], input=stdin, capture_output=True,
+                          text=True, env=env, cwd=work, timeout=30)
+
+
+def state(env, work, jid):
+    out = cmd(env, work, "qstat", "-f", "-1", jid).stdout
+    found = {}
+    for line in out.splitlines():
+        k, _, v = line.strip().partition(" = ")
+        found[k] = v
+    return found
+
+
+def wait_for(env, work, jid, states="C", timeout=20.0):
+    end = time.time() + timeout
+    while time.time() < end:
+        s = state(env, work, jid)
+        if s.get("job_state") in states:
+            return s
+        time.sleep(0.2)
+    raise AssertionError(f"job {jid} never reached {states}: {state(env, work, jid)}")
+
+
+def test_jobs_run_write_output_and_are_accounted(live):
+    env, home, work, start = live
+    start()
+    jid = cmd(env, work, "qsub", "-N", "hello", "-l", "nodes=1:ppn=2,walltime=60",
+              stdin="#!/bin/sh\necho $PBS_JOBID $PBS_NP $(wc -l < $PBS_NODEFILE) $PBS_O_WORKDIR\necho err >&2\n").stdout.strip()
+    s = wait_for(env, work, jid)
+    assert s["exit_status"] == "0"
+    assert (work / f"hello.o{jid.split('.')[0]}").read_text().split() == [jid, "2", "2", str(work)]
+    assert (work / f"hello.e{jid.split('.')[0]}").read_text() == "err\n"
+    kinds = [e.kind for e in accounting.read(home) if e.job_id == jid]
+    assert kinds == ["Q", "S", "E"]
+
+
+def test_walltime_kill_and_qdel_of_running_job(live):
+    env, home, work, start = live
+    start()
+    over = cmd(env, work, "qsub", "-l", "walltime=1", stdin="sleep 60\n").stdout.strip()
+    gone = cmd(env, work, "qsub", "-l", "walltime=60", stdin="sleep 60\n").stdout.strip()
+    wait_for(env, work, gone, "R")
+    pgid = int((home / "jobs" / gone.split(".")[0] / "pid").read_text())
+    assert group_alive(pgid)
+    assert cmd(env, work, "qdel", gone).returncode == 0
+    assert wait_for(env, work, gone)["exit_status"] == "271"
+    time.sleep(0.3)
+    assert not group_alive(pgid)  # qdel stopped every process of the job
+    assert wait_for(env, work, over)["exit_status"] in ("271", "265")
+    ended = {e.job_id: e.fields["Exit_status"] for e in accounting.read(home) if e.kind == "E"}
+    assert ended[over] in ("271", "265")
+
+
+def test_dependency_chain_runs_in_order_and_failed_parent_stops_child(live):
+    env, home, work, start = live
+    start()
+    a = cmd(env, work, "qsub", "-l", "walltime=60", stdin="sleep 1; date +%s.%N > a.t\n").stdout.strip()
+    b = cmd(env, work, "qsub", "-W", f"depend=afterok:{a}", "-l", "walltime=60", stdin="date +%s.%N > b.t\n").stdout.strip()
+    bad = cmd(env, work, "qsub", "-l", "walltime=60", stdin="exit 3\n").stdout.strip()
+    child = cmd(env, work, "qsub", "-W", f"depend=afterok:{bad}", "-l", "walltime=60", stdin="touch ran\n").stdout.strip()
+    wait_for(env, work, b)
+    assert float((work / "b.t").read_text()) >= float((work / "a.t").read_text())
+    assert wait_for(env, work, bad)["exit_status"] == "3"
+    time.sleep(1.0)
+    assert state(env, work, child)["job_state"] == "H" and not (work / "ran").exists()
+
+
+def test_server_killed_and_restarted_loses_nothing_and_starts_nothing_twice(live):
+    env, home, work, start = live
+    server = start()
+    ids = [cmd(env, work, "qsub", "-l", "walltime=60", stdin=f"echo {i} >> runs.log; sleep 2\n").stdout.strip()
+           for i in range(5)]
+    wait_for(env, work, ids[0], "R")
+    os.killpg(server.pid, signal.SIGKILL)  # the server dies mid-run
+    server.wait(10)
+    more = cmd(env, work, "qsub", "-l", "walltime=60", stdin="echo late >> runs.log\n").stdout.strip()
+    start()
+    for jid in ids + [more]:
+        assert wait_for(env, work, jid, timeout=30)["exit_status"] == "0"
+    runs = (work / "runs.log").read_text().split()
+    assert sorted(runs) == sorted([str(i) for i in range(5)] + ["late"])  # each exactly once
+
+
+def test_held_then_released_and_array(live):
+    env, home, work, start = live
+    start()
+    held = cmd(env, work, "qsub", "-h", "-l", "walltime=60", stdin="true\n").stdout.strip()
+    arr = cmd(env, work, "qsub", "-t", "1-3%1", "-l", "walltime=60", stdin="echo $PBS_ARRAYID >> arr.log\n").stdout.strip()
+    time.sleep(1.0)
+    assert state(env, work, held)["job_state"] == "H"
+    assert cmd(env, work, "qrls", held).returncode == 0
+    wait_for(env, work, held)
+    for i in (1, 2, 3):
+        wait_for(env, work, arr.replace("[]", f"[{i}]"))
+    assert sorted((work / "arr.log").read_text().split()) == ["1", "2", "3"]
