@@ -138,14 +138,19 @@ def cmd_nodes(args) -> int:
 
 
 def cmd_demo(args) -> int:
-    from .demo import run
+    if args.library:
+        from .demo import run
+    else:
+        from .livedemo import run
     return run(sys.stdout)
 
 
 def main(argv=None) -> int:
     ap = _Parser(prog="hpcsched", description="hpcsched: batch scheduling core, simulator and commands")
     sub = ap.add_subparsers(dest="command", required=True, parser_class=_Parser)
-    d = sub.add_parser("demo", help="schedule a small workload on the embedded default test rig")
+    d = sub.add_parser("demo", help="run real jobs on the embedded default test rig, in a temporary directory")
+    d.add_argument("--library", action="store_true",
+                   help="instead, drive the scheduling core alone with a simulated clock")
     d.set_defaults(func=cmd_demo)
     i = sub.add_parser("init", help="write a test-rig site configuration ($HPCSCHED_HOME/config.toml)")
     i.add_argument("--home", help="store directory (default: $HPCSCHED_HOME or ~/.local/share/hpcsched)")

@@ -172,8 +172,9 @@ class Server:
         nodefile = d / "nodes"
         nodefile.write_text("".join(f"{n}\n" * max(1, len(c)) for n, c in zip(job.nodes, job.cores)))
         workdir = x.get("workdir") or str(self.home)
-        out = _path(x.get("output"), workdir, f"{job.name}.o{job.id}")
-        err = _path(x.get("error"), workdir, f"{job.name}.e{job.id}")
+        seq = f"{job.array_id}-{job.array_index}" if job.array_id else str(job.id)  # Torque: NAME.oSEQ-INDEX
+        out = _path(x.get("output"), workdir, f"{job.name}.o{seq}")
+        err = _path(x.get("error"), workdir, f"{job.name}.e{seq}")
         join = x.get("join", "n")
         env = self._environment(job, nodefile, d / "tmp", workdir)
         shell = x.get("shell") or "/bin/sh"

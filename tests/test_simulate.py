@@ -228,6 +228,16 @@ def test_cli_bad_trace_line_is_one_line_error(tmp_path):
     assert p.returncode == 0 and "1 malformed lines" in p.stdout
 
 
-def test_cli_demo_runs():
-    p = run_cli("demo")
+def test_cli_library_demo_runs():
+    p = run_cli("demo", "--library")
     assert p.returncode == 0 and "prod-long" in p.stdout and "(backfill)" in p.stdout
+
+
+def test_cli_live_demo_runs_real_jobs_and_cleans_up():
+    p = run_cli("demo")
+    assert p.returncode == 0, p.stderr
+    assert "sweep.o2-4: task 4 of 2[4]" in p.stdout and "released and run" in p.stdout
+    final = p.stdout.split("(finished:")[1].split("job output files")[0]
+    rows = [l.split() for l in final.splitlines() if l[:1].isdigit()]
+    assert len(rows) == 7 and all(r[4] == "C" for r in rows)
+    assert re.search(r" E 6\.\S+ +exit=0", p.stdout)  # the dependent job ran, after its parent
