@@ -378,3 +378,33 @@ def _run_argv(prog: str, fn) -> int:
         return status
     except (pbs.CommandError, ConfigError, SchedulerError, OSError) as e:
         return pbs.fail(prog, e)
+
+
+SIG_USAGE = "usage: qsig [-s signal] job_id ..."
+
+
+def qsig_argv(argv: list[str]) -> int:
+    """Send a signal to running jobs (the server delivers it to each job's processes);
+    `suspend` and `resume` are SIGSTOP and SIGCONT."""
+    import signal as _signal
+
+    def send(batch: Batch, job: Job, opts: dict) -> None:
+        name = str(opts.get("s", "SIGTERM"))
+        aliases = {"suspend": "SIGSTOP", "resume": "SIGCONT"}
+        name = aliases.get(name, name)
+        try:
+            sig = int(name) if name.isdigit() else int(getattr(_signal, name if name.startswith("SIG") else "SIG" + name))
+        except (AttributeError, ValueError):
+            raise pbs.CommandError(f"illegal signal {opts.get('s')!r}\n{SIG_USAGE}", pbs.USAGE) from None
+        if not may_touch(batch.site, whoami(), job):
+            raise _deny("qsig", job, batch.site)
+        if job.state != State.RUNNING:
+            raise InvalidState("not running")
+        extra = dict(job.extra, pending_signals=[*job.extra.get("pending_signals", []), sig])
+        batch.do("alter", id=job.id, changes={"extra": extra})
+
+    return act("qsig", argv, SIG_USAGE, "s", send)
+
+
+def main_qsig() -> int:
+    return _run_argv("qsig", qsig_argv)

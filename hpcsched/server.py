@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import os
 import selectors
+import shlex
 import signal
 import socket
 import subprocess
@@ -58,6 +59,9 @@ def process_start(pid: int) -> str | None:
 
 WRAPPER = (  # $1 job dir, $2 shell, $3 script: pid first, status last, both atomically
     'echo $$ > "$1/pid.tmp" && mv "$1/pid.tmp" "$1/pid" || exit 127\n'
+    # signals sent to the job's group are for the job: the wrapper outlives them to record
+    # its status (caught, not ignored, so the job still gets the default handling)
+    "trap : HUP INT QUIT TERM USR1 USR2\n"
     '"$2" "$3"\n'
     's=$?\n'
     'echo $s > "$1/status.tmp" && mv "$1/status.tmp" "$1/status"\n'
@@ -73,6 +77,9 @@ class Server:
         self.interval = float(interval if interval is not None else cfg.get("server_interval", 15.0))
         self.grace = float(grace if grace is not None else cfg.get("kill_grace", 30.0))
         self.check = cfg.get("prejob_check")  # a command list run per node before a job starts
+        # the `command` launcher: run the job's wrapper through a template such as
+        # ["ssh", "{host}", "{command}"] on the job's first node; absent: `local`
+        self.launcher = cfg.get("launcher")
         self.children: dict[int, int] = {}  # pid -> wait status, reaped
         self.stopping = False
 
@@ -142,6 +149,14 @@ class Server:
             self.batch.do("ended", now, id=job.id, exit_status=status)
             accounting.write(self.home, "E" if status != LOST else "A", job, self.site.server, now)
             return
+        pending = job.extra.get("pending_signals")
+        if pending:  # qsig: deliver, then forget
+            for sig in pending:
+                try:
+                    os.killpg(pid, sig)
+                except ProcessLookupError:
+                    pass
+            self.batch.do("alter", now, id=job.id, changes={"extra": _without(job.extra, "pending_signals")})
         over = job.start_time + job.walltime
         if job.state == State.EXITING or now >= over:
             sent, at = job.extra.get("signal"), job.extra.get("signalled_at", now)
@@ -182,8 +197,12 @@ class Server:
             stdout = open(out if join != "eo" else err, "ab")
             stderr = subprocess.STDOUT if join in ("oe", "eo") else open(err, "ab")
             with stdout:
-                proc = subprocess.Popen(["/bin/sh", "-c", WRAPPER, "hpcsched-job", str(d), shell, str(script)],
-                                        cwd=workdir, env=env, stdin=subprocess.DEVNULL, stdout=stdout,
+                argv = ["/bin/sh", "-c", WRAPPER, "hpcsched-job", str(d), shell, str(script)]
+                if self.launcher:
+                    line = shlex.join(argv)
+                    argv = [part.replace("{host}", job.nodes[0]).replace("{command}", line)
+                            for part in self.launcher]
+                proc = subprocess.Popen(argv, cwd=workdir, env=env, stdin=subprocess.DEVNULL, stdout=stdout,
                                         stderr=stderr, start_new_session=True)
             if stderr is not subprocess.STDOUT:
                 stderr.close()

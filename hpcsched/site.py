@@ -22,7 +22,7 @@ from .scheduler import Scheduler
 from .store import default_home, write_atomic
 
 SITE_KEYS = frozenset({"flavor", "operators", "managers", "keep_completed", "pbsyod_launcher",
-                       "server_interval", "kill_grace", "prejob_check"})
+                       "server_interval", "kill_grace", "prejob_check", "launcher"})
 FLAVORS = ("torque", "openpbs")
 CONFIG = "config.toml"
 

@@ -15,11 +15,12 @@ BIN = os.path.join(ROOT, "bin")
 
 
 @pytest.fixture
-def live(tmp_path):
+def live(tmp_path, request):
     home = tmp_path / "home"
     init_site(home, nodes=2, cores=2)
     config = home / "config.toml"
-    config.write_text("server_interval = 0.5\nkill_grace = 1\n" + config.read_text())
+    extra = getattr(request, "param", "")
+    config.write_text("server_interval = 0.5\nkill_grace = 1\n" + extra + config.read_text())
     env = dict(os.environ, HPCSCHED_HOME=str(home), HPCSCHED_USER="alice")
     env.pop("HPCSCHED_FLAVOR", None)
     work = tmp_path / "work"
@@ -155,3 +156,54 @@ def test_held_then_released_and_array(live):
     for i in (1, 2, 3):
         wait_for(env, work, arr.replace("[]", f"[{i}]"))
     assert sorted((work / "arr.log").read_text().split()) == ["1", "2", "3"]
+
+
+def test_qsig_reaches_the_jobs_processes(live):
+    env, home, work, start = live
+    start()
+    jid = cmd(env, work, "qsub", "-l", "walltime=60",
+              stdin="trap 'echo got USR1 >> sig.log; exit 7' USR1\nwhile :; do sleep 0.1; done\n").stdout.strip()
+    wait_for(env, work, jid, "R")
+    time.sleep(0.5)  # let the trap be set
+    assert cmd(env, work, "qsig", "-s", "USR1", jid).returncode == 0
+    assert wait_for(env, work, jid)["exit_status"] == "7"
+    assert (work / "sig.log").read_text() == "got USR1\n"
+    assert cmd(env, work, "qsig", "-s", "NOPE", jid).returncode == 2
+
+
+def test_start_after_time_is_kept(live):
+    env, home, work, start = live
+    start()
+    when = time.strftime("%H%M.%S", time.localtime(time.time() + 3))
+    jid = cmd(env, work, "qsub", "-a", when, "-l", "walltime=60", stdin="date +%s > started\n").stdout.strip()
+    submitted = time.time()
+    assert state(env, work, jid)["job_state"] == "W"
+    wait_for(env, work, jid, timeout=20)
+    assert float((work / "started").read_text()) >= submitted + 1
+
+
+@pytest.mark.parametrize("live", ['prejob_check = ["sh", "-c", "test {node} != node01"]\n'], indirect=True)
+def test_prejob_scan_puts_failing_nodes_on_the_bad_list(live):
+    env, home, work, start = live
+    start()
+    jid = cmd(env, work, "qsub", "-l", "walltime=60", stdin="cat $PBS_NODEFILE > where\n").stdout.strip()
+    wait_for(env, work, jid)
+    assert (work / "where").read_text() == "node02\n"  # node01 failed its scan; the job moved
+    shown = cmd(env, work, "shownids").stdout
+    assert "bad nodes: 0" in shown
+    nodes = subprocess.run([sys.executable, "-m", "hpcsched", "nodes", "--clear-bad"], cwd=ROOT,
+                           env=dict(env, HPCSCHED_USER="root"), capture_output=True, text=True)
+    assert nodes.returncode == 0 and "node01" in nodes.stdout and " bad" not in nodes.stdout
+    off = subprocess.run([sys.executable, "-m", "hpcsched", "nodes", "--set", "offline", "node02"], cwd=ROOT,
+                         env=dict(env, HPCSCHED_USER="nobody"), capture_output=True, text=True)
+    assert off.returncode == 159
+
+
+@pytest.mark.parametrize("live", ['launcher = ["env", "LAUNCHED_ON={host}", "sh", "-c", "{command}"]\n'],
+                         indirect=True)
+def test_command_launcher_template(live):
+    env, home, work, start = live
+    start()
+    jid = cmd(env, work, "qsub", "-l", "walltime=60", stdin="echo $LAUNCHED_ON > host\n").stdout.strip()
+    wait_for(env, work, jid)
+    assert (work / "host").read_text() == "node01\n"
