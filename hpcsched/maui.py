@@ -40,8 +40,12 @@ def procs(job: Job) -> int:
 
 
 def load(write: bool = False):
+    """The site and its batch; readers get it loaded (and unlocked again)."""
     site = load_site()
     batch = Batch(site)
+    if not write:
+        with batch.open(write=False):
+            pass
     return site, batch
 
 
@@ -55,8 +59,6 @@ def preview(batch: Batch, now: float):
 
 def showq(argv: list[str], out, now: float) -> int:
     site, batch = load()
-    with batch.open(write=False):
-        pass
     sched = batch.sched
     jobs = sorted((j for j in sched.jobs.values() if j.state not in FINISHED), key=lambda j: j.id)
     total_procs = sum(n.cores for n in sched.topology.nodes)
@@ -93,8 +95,6 @@ def checkjob(argv: list[str], out, now: float) -> int:
         raise pbs.CommandError("usage: checkjob JOBID", pbs.USAGE)
     jid = pbs.parse_id(argv[0])
     site, batch = load()
-    with batch.open(write=False):
-        pass
     sched = batch.sched
     job = sched.jobs.get(jid)
     if job is None:
@@ -140,8 +140,6 @@ def checkjob(argv: list[str], out, now: float) -> int:
 
 def showres(argv: list[str], out, now: float) -> int:
     site, batch = load()
-    with batch.open(write=False):
-        pass
     sched = batch.sched
     rows = []
     for r in sched.reservations.values():
@@ -164,8 +162,6 @@ def showres(argv: list[str], out, now: float) -> int:
 
 def showbf(argv: list[str], out, now: float) -> int:
     site, batch = load()
-    with batch.open(write=False):
-        pass
     sched = batch.sched
     user = whoami()
     _, plan = preview(batch, now)
@@ -199,8 +195,6 @@ def mdiag(argv: list[str], out, now: float) -> int:
     if argv[:1] != ["-p"]:
         raise pbs.CommandError("usage: mdiag -p", pbs.USAGE)
     site, batch = load()
-    with batch.open(write=False):
-        pass
     sched = batch.sched
     ctx = sched.context(now)
     jobs = sorted((j for j in sched.jobs.values() if j.state == State.QUEUED), key=lambda j: j.id)

@@ -63,6 +63,11 @@ def display_id(job: Job, server: str) -> str:
     return f"{job.id}.{server}"
 
 
+def output_seq(job: Job) -> str:
+    """SEQ in the default output names NAME.oSEQ / NAME.eSEQ (Torque: `12-3` for 12[3])."""
+    return f"{job.array_id}-{job.array_index}" if job.array_id else str(job.id)
+
+
 def resolve(jobs: dict, text: str, server: str) -> list[Job]:
     """The jobs an id names (an array name gives all its subjobs); CommandError 153 if none."""
     jid, index = parse_ref(text)

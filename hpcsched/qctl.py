@@ -144,7 +144,7 @@ ALTER_USAGE = ("usage: qalter [-a date_time] [-A account] [-e path] [-h hold_lis
 
 def alter_changes(job: Job, options: dict[str, str], resources: dict[str, str], now: float) -> tuple[dict, str]:
     """(core alter changes, hold letters to add) for qalter's options on `job`."""
-    from .qsub import build_request, parse_depend, parse_start_after, resolve_path
+    from .qsub import build_request, parse_depend, parse_priority, parse_start_after, resolve_path
     changes: dict = {}
     extra = dict(job.extra)
     if resources:
@@ -166,13 +166,7 @@ def alter_changes(job: Job, options: dict[str, str], resources: dict[str, str], 
     if "A" in options:
         changes["account"] = options["A"]
     if "p" in options:
-        try:
-            priority = int(options["p"])
-        except ValueError:
-            priority = 9999
-        if not -1024 <= priority <= 1023:
-            raise pbs.CommandError(f"illegal -p value\n{ALTER_USAGE}", pbs.USAGE)
-        changes["priority"] = priority
+        changes["priority"] = parse_priority(options["p"], ALTER_USAGE)
     if "a" in options:
         changes["start_after"] = parse_start_after(options["a"], now)
     if "W" in options:

@@ -77,8 +77,9 @@ def attributes(job: Job, site: Site, now: float) -> dict:
     a["queue"] = job.queue
     a["server"] = site.server
     a["ctime"] = ctime(job.submit_time)
-    out_default = f"{x.get('submit_host', site.server)}:{x.get('workdir', '')}/{job.name}.o{job.id}"
-    err_default = f"{x.get('submit_host', site.server)}:{x.get('workdir', '')}/{job.name}.e{job.id}"
+    where = f"{x.get('submit_host', site.server)}:{x.get('submit_dir', x.get('workdir', ''))}"
+    seq = pbs.output_seq(job)
+    out_default, err_default = f"{where}/{job.name}.o{seq}", f"{where}/{job.name}.e{seq}"
     a["Error_Path"] = _path(x.get("error"), err_default, job, "e", site)
     if job.nodes and job.state not in (State.DELETED,):
         a["exec_host"] = exec_host(job)
@@ -118,7 +119,8 @@ def _path(given: str | None, default: str, job: Job, letter: str, site: Site) ->
         return default
     host = job.extra.get("submit_host", site.server)
     if given.endswith("/"):
-        return f"{host}:{given}{job.name}.{letter}{job.id}"
+        seq = pbs.output_seq(job)
+        return f"{host}:{given}{job.name}.{letter}{seq}"
     return f"{host}:{given}"
 
 

@@ -265,6 +265,17 @@ def parse_array(text: str) -> tuple[list[int], int]:
     return indices, int(limit or 0)
 
 
+def parse_priority(text: str, usage: str) -> int:
+    """-p: an integer from -1024 to 1023."""
+    try:
+        priority = int(text)
+    except ValueError:
+        priority = 9999
+    if not -1024 <= priority <= 1023:
+        raise pbs.CommandError(f"illegal -p value {text!r}\n{usage}", pbs.USAGE)
+    return priority
+
+
 def parse_depend(value: str) -> list[Dependency]:
     deps = []
     for part in value.split(","):
@@ -305,14 +316,7 @@ def make_job(options: dict[str, str], resources: dict[str, str], script: str, sc
     queue, _, dest_server = dest.partition("@")
     if dest_server and dest_server.split(".")[0] != server:
         raise pbs.CommandError(f"Unknown server {dest_server}", pbs.SYSTEM)
-    priority = 0
-    if "p" in options:
-        try:
-            priority = int(options["p"])
-        except ValueError:
-            priority = 9999
-        if not -1024 <= priority <= 1023:
-            raise pbs.CommandError(f"illegal -p value {options['p']!r}\n{USAGE}", pbs.USAGE)
+    priority = parse_priority(options["p"], USAGE) if "p" in options else 0
     extra_w, deps, group = {}, [], ""
     if "W" in options:
         for item in re.split(r",(?=\s*[a-z_]+=)", options["W"]):
@@ -338,7 +342,9 @@ def make_job(options: dict[str, str], resources: dict[str, str], script: str, sc
         workdir = os.path.normpath(os.path.join(cwd, workdir))
     variables = {f"PBS_O_{k}": env[k] for k in ("HOME", "LANG", "LOGNAME", "PATH", "MAIL", "SHELL", "TZ")
                  if k in env}
-    variables.update(PBS_O_HOST=socket.gethostname(), PBS_O_WORKDIR=workdir, PBS_O_QUEUE=queue or "")
+    variables.update(PBS_O_HOST=socket.gethostname(), PBS_O_WORKDIR=cwd, PBS_O_QUEUE=queue or "")
+    if workdir != cwd:
+        variables["PBS_O_INITDIR"] = workdir
     if "V" in options:
         variables.update({k: v for k, v in env.items() if k not in variables})
     for item in filter(None, (x.strip() for x in options.get("v", "").split(","))):
@@ -348,7 +354,7 @@ def make_job(options: dict[str, str], resources: dict[str, str], script: str, sc
               request=request, walltime=walltime or 0.0, priority=priority,
               start_after=parse_start_after(options["a"], now) if "a" in options else None,
               holds={Hold.USER} if "h" in options else set(), dependencies=deps)
-    job.extra = {"script": script, "workdir": workdir, "join": join, "rerunnable": rerun == "y",
+    job.extra = {"script": script, "workdir": workdir, "submit_dir": cwd, "join": join, "rerunnable": rerun == "y",
                  "variables": variables, "submit_host": socket.gethostname(),
                  "resources": dict(resources), "output": options.get("o", ""), "error": options.get("e", ""),
                  "mail_points": options.get("m", "a"), "mail_users": options.get("M", ""),

@@ -187,9 +187,10 @@ class Server:
         nodefile = d / "nodes"
         nodefile.write_text("".join(f"{n}\n" * max(1, len(c)) for n, c in zip(job.nodes, job.cores)))
         workdir = x.get("workdir") or str(self.home)
-        seq = f"{job.array_id}-{job.array_index}" if job.array_id else str(job.id)  # Torque: NAME.oSEQ-INDEX
-        out = _path(x.get("output"), workdir, f"{job.name}.o{seq}")
-        err = _path(x.get("error"), workdir, f"{job.name}.e{seq}")
+        submit_dir = x.get("submit_dir") or workdir  # default output files go where qsub ran
+        seq = pbs.output_seq(job)
+        out = _path(x.get("output"), submit_dir, f"{job.name}.o{seq}")
+        err = _path(x.get("error"), submit_dir, f"{job.name}.e{seq}")
         join = x.get("join", "n")
         env = self._environment(job, nodefile, d / "tmp", workdir)
         shell = x.get("shell") or "/bin/sh"
@@ -242,7 +243,7 @@ class Server:
         r = job.request
         jid = pbs.display_id(job, self.site.server)
         env.update(PBS_JOBID=jid, PBS_JOBNAME=job.name, PBS_QUEUE=job.queue, PBS_NODEFILE=str(nodefile),
-                   PBS_O_WORKDIR=workdir, PBS_O_HOST=v.get("PBS_O_HOST", socket.gethostname()),
+                   PBS_O_WORKDIR=v.get("PBS_O_WORKDIR", workdir), PBS_O_HOST=v.get("PBS_O_HOST", socket.gethostname()),
                    PBS_ENVIRONMENT="PBS_BATCH", PBS_NODENUM="0", PBS_TASKNUM="1", TMPDIR=str(tmpdir),
                    PBS_NP=str(r.processors), PBS_NUM_NODES=str(len(job.nodes)),
                    PBS_NUM_PPN=str(r.ppn if not r.cores else max(len(c) for c in job.cores)),
