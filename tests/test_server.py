@@ -20,7 +20,7 @@ def live(tmp_path, request):
     init_site(home, nodes=2, cores=2)
     config = home / "config.toml"
     extra = getattr(request, "param", "")
-    config.write_text("server_interval = 0.5\nkill_grace = 1\n" + extra + config.read_text())
+    config.write_text("server_interval = 0.25\nkill_grace = 1\n" + extra + config.read_text())
     env = dict(os.environ, HPCSCHED_HOME=str(home), HPCSCHED_USER="alice")
     env.pop("HPCSCHED_FLAVOR", None)
     work = tmp_path / "work"
@@ -80,7 +80,7 @@ def wait_for(env, work, jid, states="C", timeout=20.0):
         s = state(env, work, jid)
         if s.get("job_state") in states:
             return s
-        time.sleep(0.2)
+        time.sleep(0.1)
     raise AssertionError(f"job {jid} never reached {states}: {state(env, work, jid)}")
 
 
@@ -131,7 +131,7 @@ def test_dependency_chain_runs_in_order_and_failed_parent_stops_child(live):
 def test_server_killed_and_restarted_loses_nothing_and_starts_nothing_twice(live):
     env, home, work, start = live
     server = start()
-    ids = [cmd(env, work, "qsub", "-l", "walltime=60", stdin=f"echo {i} >> runs.log; sleep 2\n").stdout.strip()
+    ids = [cmd(env, work, "qsub", "-l", "walltime=60", stdin=f"echo {i} >> runs.log; sleep 1\n").stdout.strip()
            for i in range(5)]
     wait_for(env, work, ids[0], "R")
     os.killpg(server.pid, signal.SIGKILL)  # the server dies mid-run
