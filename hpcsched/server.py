@@ -58,6 +58,9 @@ def process_start(pid: int) -> str | None:
 
 
 WRAPPER = (  # $1 job dir, $2 shell, $3 script: pid first, status last, both atomically
+    # mkdir is atomic: if a restarted server launches a job whose first launch it could
+    # not see, only one of the two wrappers runs it
+    'mkdir "$1/started" 2>/dev/null || exit 0\n'
     'echo $$ > "$1/pid.tmp" && mv "$1/pid.tmp" "$1/pid" || exit 127\n'
     # signals sent to the job's group are for the job: the wrapper outlives them to record
     # its status (caught, not ignored, so the job still gets the default handling)
@@ -109,7 +112,7 @@ class Server:
             # happened (the server died in between): launch it now
             for job in sched.jobs.values():
                 if job.state == State.RUNNING and job not in started and "launched" not in job.extra:
-                    started.append(job)
+                    started.append(job)  # (the wrapper's mkdir keeps it from running twice)
             for job in started:
                 launched += self._launch(job, now)
         return launched
@@ -128,9 +131,14 @@ class Server:
         """End a job whose process is gone; signal one past its walltime or deleted."""
         if "launched" not in job.extra:
             return
-        pid = job.extra.get("pid") or self._read_int(self.jobdir(job) / "pid")
-        alive = pid is not None and (job.extra.get("pid_start") is None
-                                     or process_start(pid) == job.extra.get("pid_start"))
+        # the pid file names the wrapper that runs the job; the start time recorded at
+        # launch (None: it had already ended) tells a reused pid from ours
+        pid = self._read_int(self.jobdir(job) / "pid") or job.extra.get("pid")
+        start = process_start(pid) if pid else None
+        if pid == job.extra.get("pid") and "pid_start" in job.extra:
+            alive = start is not None and start == job.extra["pid_start"]
+        else:
+            alive = start is not None
         if not alive:
             status = self._read_int(self.jobdir(job) / "status")
             sent = job.extra.get("signal")

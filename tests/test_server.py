@@ -131,9 +131,9 @@ def test_dependency_chain_runs_in_order_and_failed_parent_stops_child(live):
 def test_server_killed_and_restarted_loses_nothing_and_starts_nothing_twice(live):
     env, home, work, start = live
     server = start()
-    ids = [cmd(env, work, "qsub", "-l", "walltime=60", stdin=f"echo {i} >> runs.log; sleep 1\n").stdout.strip()
+    ids = [cmd(env, work, "qsub", "-l", "walltime=60", stdin=f"echo {i} >> runs.log; sleep 2\n").stdout.strip()
            for i in range(5)]
-    wait_for(env, work, ids[0], "R")
+    wait_for(env, work, ids[0], "RC")
     os.killpg(server.pid, signal.SIGKILL)  # the server dies mid-run
     server.wait(10)
     more = cmd(env, work, "qsub", "-l", "walltime=60", stdin="echo late >> runs.log\n").stdout.strip()
@@ -207,3 +207,23 @@ def test_command_launcher_template(live):
     jid = cmd(env, work, "qsub", "-l", "walltime=60", stdin="echo $LAUNCHED_ON > host\n").stdout.strip()
     wait_for(env, work, jid)
     assert (work / "host").read_text() == "node01\n"
+
+
+def test_a_job_that_ended_before_its_start_time_was_read_still_ends(rig, monkeypatch):
+    """A `true` job can exit before the server reads its start time: it must not be
+    taken for alive forever (found by benchmarks/throughput.py)."""
+    import io
+    from hpcsched import qsub, server
+    from hpcsched.site import load_site
+    monkeypatch.setattr(server, "_wait_start", lambda pid: None)
+    qsub.submit(["-l", "walltime=60"], stdin=io.StringIO("true\n"), cwd=str(rig), env={})
+    srv = server.Server(load_site(), grace=1)
+    assert srv.step() == 1
+    end = time.time() + 10
+    while time.time() < end:
+        time.sleep(0.1)
+        srv.step()
+        job = srv.batch.sched.job(1)
+        if job.state.value == "completed":
+            break
+    assert job.state.value == "completed" and job.exit_status == 0
