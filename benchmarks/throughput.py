@@ -53,7 +53,7 @@ def run(jobs: int, nodes: int, array: bool) -> tuple[float, float]:
                 for _ in range(jobs):
                     qsub.submit(["-l", "walltime=60", "-o", f"{tmp}/", "-e", f"{tmp}/"],
                                 stdin=io.StringIO("true\n"), cwd=tmp, env={})
-                    from hpcsched.server import notify
+                    from hpcsched.site import notify
                     notify(home)
             submitted = time.perf_counter() - t0
             while finished(home) < jobs:

@@ -366,7 +366,7 @@ def _run_argv(prog: str, fn) -> int:
         return version(prog)
     try:
         status = fn(argv)
-        from .server import notify
+        from .site import notify
         from .store import default_home
         notify(default_home())  # a waiting server plans again at once
         return status

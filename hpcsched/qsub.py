@@ -438,7 +438,7 @@ def main(argv: list[str] | None = None) -> int:
         return pbs.fail("qsub", e)
     if not quiet:
         print(jid)
-    from .server import notify
+    from .site import notify
     from .store import default_home
     notify(default_home())
     return 0

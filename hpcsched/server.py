@@ -27,21 +27,9 @@ from pathlib import Path
 from . import accounting, pbs
 from .batch import Batch
 from .jobs import ACTIVE, Job, State
-from .site import Site
+from .site import SOCKET, Site
 
-SOCKET = "server.sock"
 LOST = -1  # exit status of a job whose process vanished without one
-
-
-def notify(home: str | os.PathLike) -> None:
-    """Wake the server (if one runs): best effort, never an error for the caller."""
-    path = str(Path(home) / SOCKET)
-    try:
-        with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as s:
-            s.setblocking(False)
-            s.sendto(b"!", path)
-    except OSError:
-        pass
 
 
 def process_start(pid: int) -> str | None:

@@ -21,6 +21,8 @@ from .errors import ConfigError
 from .scheduler import Scheduler
 from .store import default_home, write_atomic
 
+SOCKET = "server.sock"  # a running server listens here for "something changed"
+
 SITE_KEYS = frozenset({"flavor", "operators", "managers", "keep_completed", "pbsyod_launcher",
                        "server_interval", "kill_grace", "prejob_check", "launcher"})
 FLAVORS = ("torque", "openpbs")
@@ -129,3 +131,14 @@ def _whoami() -> str:
 
 
 whoami = _whoami
+
+
+def notify(home: str | os.PathLike) -> None:
+    """Wake the server (if one runs): best effort, never an error for the caller."""
+    path = str(Path(home) / SOCKET)
+    try:
+        with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as s:
+            s.setblocking(False)
+            s.sendto(b"!", path)
+    except OSError:
+        pass
