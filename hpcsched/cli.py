@@ -94,7 +94,11 @@ def cmd_server(args) -> int:
     try:
         server = Server(load_site(), interval=args.interval, grace=args.grace)
         if args.once:
-            server.step()
+            lock = server.claim()
+            try:
+                server.step()
+            finally:
+                os.close(lock)
         else:
             server.serve()
     except (SchedulerError, OSError) as e:

@@ -28,6 +28,7 @@ from . import accounting, pbs
 from .batch import Batch
 from .jobs import ACTIVE, Job, State
 from .site import SOCKET, Site
+from .store import StoreError
 
 LOST = -1  # exit status of a job whose process vanished without one
 
@@ -250,8 +251,22 @@ class Server:
         return env
 
     # --- the loop --------------------------------------------------------------------------
+    def claim(self) -> int:
+        """Hold the server lock for this process's life: one server per site, or two
+        could launch the same job.  Raises StoreError if another server holds it."""
+        import fcntl
+        self.home.mkdir(parents=True, exist_ok=True)
+        fd = os.open(self.home / "server.lock", os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(fd)
+            raise StoreError(f"{self.home}: another hpcsched server is running for this site") from None
+        return fd
+
     def serve(self, until: float | None = None) -> None:
         """Step on every wake-up or interval until SIGTERM/SIGINT (or `until`)."""
+        self._lock = self.claim()
         sock_path = self.home / SOCKET
         try:
             sock_path.unlink()
@@ -284,6 +299,7 @@ class Server:
             signal.set_wakeup_fd(-1)
             sel.close()
             poke.close()
+            os.close(self._lock)
             try:
                 sock_path.unlink()
             except FileNotFoundError:

@@ -227,3 +227,13 @@ def test_a_job_that_ended_before_its_start_time_was_read_still_ends(rig, monkeyp
         if job.state.value == "completed":
             break
     assert job.state.value == "completed" and job.exit_status == 0
+
+
+def test_one_server_per_site(live):
+    env, home, work, start = live
+    first = start()
+    time.sleep(1.0)
+    second = subprocess.run([sys.executable, "-m", "hpcsched", "server", "--once"], cwd=ROOT, env=env,
+                            capture_output=True, text=True, timeout=30)
+    assert second.returncode == 1 and "another hpcsched server is running" in second.stderr
+    assert first.poll() is None
