@@ -53,7 +53,7 @@ def apply(sched: Scheduler, rec: dict):
     if op == "requeue":
         return sched.requeue(rec["id"], now)
     if op == "forget":
-        return sched.forget(rec["id"])
+        return [sched.forget(i) for i in rec["ids"]]
     if op == "reservation":
         return sched.add_reservation(Reservation.from_dict(rec["reservation"]), now)
     if op == "unreserve":

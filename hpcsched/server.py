@@ -26,7 +26,7 @@ from pathlib import Path
 
 from . import accounting, pbs
 from .batch import Batch
-from .jobs import ACTIVE, Job, State
+from .jobs import ACTIVE, FINISHED, Job, State
 from .site import SOCKET, Site
 from .store import StoreError
 
@@ -72,6 +72,10 @@ class Server:
         # the `command` launcher: run the job's wrapper through a template such as
         # ["ssh", "{host}", "{command}"] on the job's first node; absent: `local`
         self.launcher = cfg.get("launcher")
+        # Torque drops a finished job keep_completed seconds after it ends; OpenPBS keeps
+        # history for job_history_duration (two weeks by default)
+        self.retention = (site.keep_completed if site.flavor == "torque"
+                          else float(cfg.get("job_history_duration", 14 * 86400)))
         self.children: dict[int, int] = {}  # pid -> wait status, reaped
         self.stopping = False
 
@@ -95,6 +99,12 @@ class Server:
             sched = self.batch.sched
             for job in [j for j in sched.jobs.values() if j.state in ACTIVE]:
                 self._watch(job, now)
+            # finished jobs leave the server after the flavor's retention, so the store
+            # holds what is live plus a bounded history
+            old = [j.id for j in sched.jobs.values()
+                   if j.state in FINISHED and j.end_time is not None and now - j.end_time > self.retention]
+            if old:
+                self.batch.do("forget", now, ids=old)
             plan = self.batch.do("pass", now)
             started = [sched.jobs[s.job_id] for s in plan.started]
             # a RUNNING job with no pid file was started by a pass whose launch never

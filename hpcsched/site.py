@@ -24,7 +24,7 @@ from .store import default_home, write_atomic
 SOCKET = "server.sock"  # a running server listens here for "something changed"
 
 SITE_KEYS = frozenset({"flavor", "operators", "managers", "keep_completed", "pbsyod_launcher",
-                       "server_interval", "kill_grace", "prejob_check", "launcher"})
+                       "server_interval", "kill_grace", "prejob_check", "launcher", "job_history_duration"})
 FLAVORS = ("torque", "openpbs")
 CONFIG = "config.toml"
 

@@ -237,3 +237,20 @@ def test_one_server_per_site(live):
                             capture_output=True, text=True, timeout=30)
     assert second.returncode == 1 and "another hpcsched server is running" in second.stderr
     assert first.poll() is None
+
+
+def test_finished_jobs_leave_after_the_retention(rig):
+    import io
+    from hpcsched import qsub, server
+    from hpcsched.site import load_site
+    text = (rig / "home" / "config.toml").read_text().replace("keep_completed = 300", "keep_completed = 1")
+    (rig / "home" / "config.toml").write_text(text)
+    qsub.submit(["-l", "walltime=60"], stdin=io.StringIO("true\n"), cwd=str(rig), env={})
+    srv = server.Server(load_site(), grace=1)
+    srv.step()
+    end = time.time() + 10
+    while time.time() < end and 1 in srv.batch.sched.jobs:
+        time.sleep(0.2)
+        srv.step()
+    assert 1 not in srv.batch.sched.jobs  # completed, kept a second, then forgotten
+    assert any(e.kind == "E" for e in accounting.read(rig / "home"))  # the record stays
