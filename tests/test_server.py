@@ -15,7 +15,7 @@ BIN = os.path.join(ROOT, "bin")
 
 
 @pytest.fixture
-def live(tmp_path, request):
+def live(tmp_path, request, monkeypatch):
     home = tmp_path / "home"
     init_site(home, nodes=2, cores=2)
     config = home / "config.toml"
@@ -23,6 +23,9 @@ def live(tmp_path, request):
     config.write_text("server_interval = 0.25\nkill_grace = 1\n" + extra + config.read_text())
     env = dict(os.environ, HPCSCHED_HOME=str(home), HPCSCHED_USER="alice")
     env.pop("HPCSCHED_FLAVOR", None)
+    for key in ("HPCSCHED_HOME", "HPCSCHED_USER"):  # for the in-process qstat in state()
+        monkeypatch.setenv(key, env[key])
+    monkeypatch.delenv("HPCSCHED_FLAVOR", raising=False)
     work = tmp_path / "work"
     work.mkdir()
     servers = []
@@ -66,7 +69,12 @@ def cmd(env, work, *argv, stdin=None):
 
 
 def state(env, work, jid):
-    out = cmd(env, work, "qstat", "-f", "-1", jid).stdout
+    """qstat -f -1 JID, run in this process (the command's code without a new interpreter)."""
+    import io
+    from hpcsched import qstat
+    buf = io.StringIO()
+    qstat.run(["-f", "-1", jid], out=buf)
+    out = buf.getvalue()
     found = {}
     for line in out.splitlines():
         k, _, v = line.strip().partition(" = ")
