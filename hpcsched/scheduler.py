@@ -621,7 +621,6 @@ class Scheduler:
                 self._array_limits += job.array_limit > 0
                 if job.state == State.QUEUED:
                     self._queued[job.id] = job
-                    self._enorder(job)
                 elif job.state == State.WAITING:
                     self._waiting.add(job.id)
                 elif job.state in ACTIVE:
@@ -631,6 +630,8 @@ class Scheduler:
                     self._count(job, 1)
                     if any(d.met is None for d in job.dependencies):
                         self._register_children(job)
+            if self._order is not None:  # one sort, not an insertion per job
+                self._order = sorted((self.policy.key(j, None), j.id) for j in self._queued.values())
             self.next_id = int(state.get("next_id", max(self.jobs, default=0) + 1))
             self.last_pass = state.get("last_pass")
             self._booked = {int(jid): (float(t), tuple(nodes), tuple(tuple(c) for c in cores))
