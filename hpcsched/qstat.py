@@ -220,14 +220,6 @@ def alternate_listing(jobs: list[Job], site: Site, nodes: bool, one_line: bool, 
     return lines
 
 
-def to_json_value(value):
-    if isinstance(value, dict):
-        return {k: to_json_value(v) for k, v in value.items()}
-    if isinstance(value, str) and value.lstrip("-").isdigit():
-        return int(value)
-    return value
-
-
 def xml_listing(items: list[tuple[str, dict]]) -> str:
     parts = ['<?xml version="1.0"?>', "<Data>"]
     for fid, attrs in items:
@@ -355,7 +347,7 @@ def run(argv: list[str], out=None, now: float | None = None) -> int:
         if o["F"] == "json":
             doc = {"timestamp": int(now), "pbs_version": pbs.VERSION, "pbs_server": site.server}
             if items:
-                doc["Jobs"] = {fid: to_json_value(a) for fid, a in items}
+                doc["Jobs"] = dict(items)  # attributes are typed already: numbers stay numbers
             out.write(json.dumps(doc, indent=4) + "\n")
         elif o["F"] == "dsv":
             for fid, a in items:

@@ -355,3 +355,9 @@ def test_qrun_by_operators_on_free_nodes(rig, monkeypatch, capsys):
     batch = Batch(load_site())
     with batch.open(write=False):
         assert batch.sched.job(2).nodes == ("node03", "node04")
+
+
+def test_json_keeps_a_numeric_looking_name_a_string(rig):
+    jid = submit("-N", "123")
+    job = json.loads(stat("-f", "-F", "json", jid)[1])["Jobs"][jid]
+    assert job["Job_Name"] == "123" and job["Priority"] == 0 and job["run_count"] == 0
