@@ -385,8 +385,8 @@ class Scheduler:
         job = self.job(job_id)
         if job.state != State.RUNNING:
             raise InvalidState(f"job {job.id} is {job.state.value}, not running")
+        self._move(job, State.QUEUED, now)  # frees its nodes (it needs the start time)
         job.nodes, job.cores, job.start_time = (), (), None
-        self._move(job, State.QUEUED, now)
         self._settle(job, now)
         return job
 

@@ -81,7 +81,8 @@ class Server:
 
     # --- files ---------------------------------------------------------------------------
     def jobdir(self, job: Job) -> Path:
-        return self.home / "jobs" / str(job.id)
+        """This run's directory: a requeued job runs again with a fresh one (run_count)."""
+        return self.home / "jobs" / str(job.id) / f"run{job.run_count}"
 
     def _read_int(self, path: Path) -> int | None:
         try:

@@ -223,3 +223,11 @@ def test_estimates_for_waiting_and_held_jobs():
     assert plan.estimate(w.id) == 500.0
     assert plan.estimate(h.id) is None
     assert plan.reason(1) == "started"
+
+
+def test_requeue_after_a_pass_frees_the_planned_profile():
+    s = scheduler(1)
+    j = s.submit(job(1, 100), 0)
+    s.iterate(0)  # the running-jobs profile now exists
+    s.requeue(j.id, 10)
+    assert [st.job_id for st in s.iterate(10).started] == [j.id]

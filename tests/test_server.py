@@ -42,7 +42,7 @@ def live(tmp_path, request, monkeypatch):
             p.send_signal(signal.SIGTERM)
             p.wait(10)
     # nothing left running: no process of any job's group (zombies awaiting a reaper aside)
-    for d in (home / "jobs").glob("*") if (home / "jobs").exists() else []:
+    for d in (home / "jobs").glob("*/run*") if (home / "jobs").exists() else []:
         pid = int((d / "pid").read_text()) if (d / "pid").exists() else None
         if pid and group_alive(pid):
             os.killpg(pid, signal.SIGKILL)
@@ -111,7 +111,7 @@ def test_walltime_kill_and_qdel_of_running_job(live):
     over = cmd(env, work, "qsub", "-l", "walltime=1", stdin="sleep 60\n").stdout.strip()
     gone = cmd(env, work, "qsub", "-l", "walltime=60", stdin="sleep 60\n").stdout.strip()
     wait_for(env, work, gone, "R")
-    pgid = int((home / "jobs" / gone.split(".")[0] / "pid").read_text())
+    pgid = int((home / "jobs" / gone.split(".")[0] / "run1" / "pid").read_text())
     assert group_alive(pgid)
     assert cmd(env, work, "qdel", gone).returncode == 0
     assert wait_for(env, work, gone)["exit_status"] == "271"
@@ -262,3 +262,29 @@ def test_finished_jobs_leave_after_the_retention(rig):
         srv.step()
     assert 1 not in srv.batch.sched.jobs  # completed, kept a second, then forgotten
     assert any(e.kind == "E" for e in accounting.read(rig / "home"))  # the record stays
+
+
+def test_a_vanished_rerunnable_job_is_requeued_and_runs_again(rig):
+    """A job whose process is gone with no exit status (its node rebooted, say) is
+    requeued and runs again in a fresh run directory."""
+    import io
+    from hpcsched import qsub, server
+    from hpcsched.site import load_site
+    qsub.submit(["-l", "walltime=60"], stdin=io.StringIO("echo run >> runs.log\nsleep 30\n"), cwd=str(rig), env={})
+    srv = server.Server(load_site(), grace=1)
+    assert srv.step() == 1
+    time.sleep(0.5)
+    first = srv.jobdir(srv.batch.sched.job(1))
+    pid = int((first / "pid").read_text())
+    os.killpg(pid, signal.SIGKILL)  # gone, and the wrapper never wrote a status
+    time.sleep(0.3)
+    srv._reap_children()
+    srv.children.clear()  # as if the server had restarted and could not wait for it
+    srv.step()  # noticed: requeued; started again at once on a fresh run directory
+    job = srv.batch.sched.job(1)
+    assert job.run_count == 2 and srv.jobdir(job) != first
+    kinds = [e.kind for e in accounting.read(rig / "home")]
+    assert "R" in kinds
+    time.sleep(0.5)
+    assert (rig / "runs.log").read_text() == "run\nrun\n"
+    os.killpg(int((srv.jobdir(job) / "pid").read_text()), signal.SIGKILL)
