@@ -130,6 +130,9 @@ class Server:
     def _watch(self, job: Job, now: float) -> None:
         """End a job whose process is gone; signal one past its walltime or deleted."""
         if "launched" not in job.extra:
+            if job.state == State.EXITING:  # deleted between its pass and its launch
+                self.batch.do("ended", now, id=job.id, exit_status=256 + signal.SIGTERM)
+                accounting.write(self.home, "E", job, self.site.server, now)
             return
         # the pid file names the wrapper that runs the job; the start time recorded at
         # launch (None: it had already ended) tells a reused pid from ours

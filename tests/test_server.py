@@ -288,3 +288,19 @@ def test_a_vanished_rerunnable_job_is_requeued_and_runs_again(rig):
     time.sleep(0.5)
     assert (rig / "runs.log").read_text() == "run\nrun\n"
     os.killpg(int((srv.jobdir(job) / "pid").read_text()), signal.SIGKILL)
+
+
+def test_a_job_deleted_before_its_launch_ends(rig):
+    import io
+    from hpcsched import qsub, server
+    from hpcsched.batch import Batch
+    from hpcsched.site import load_site
+    qsub.submit(["-l", "walltime=60"], stdin=io.StringIO("true\n"), cwd=str(rig), env={})
+    batch = Batch(load_site())
+    with batch.open(write=True):
+        batch.do("pass")  # a pass made it RUNNING; the server died before launching it
+        batch.do("delete", id=1)
+    srv = server.Server(load_site(), grace=1)
+    assert srv.step() == 0
+    job = srv.batch.sched.job(1)
+    assert job.state.value == "completed" and job.exit_status == 271
