@@ -12,9 +12,8 @@ from functools import partial
 
 from . import nodelist, pbs
 from .batch import Batch
-from .errors import ConfigError, InvalidRequest, SchedulerError
+from .errors import InvalidRequest
 from .jobs import ACTIVE, FINISHED, PENDING, Job, State
-from .qsub import version
 from .reservations import Reservation
 from .site import load_site, whoami
 from .timefmt import parse_duration
@@ -325,19 +324,13 @@ COMMANDS = {"showq": showq, "checkjob": checkjob, "showres": showres, "showbf": 
             "releaseres": releaseres, "mdiag": mdiag}
 
 
-def run(prog: str, argv: list[str], out=None, now: float | None = None) -> int:
-    out = out or sys.stdout
-    if argv[:1] == ["--version"]:
-        return version(prog)
-    try:
-        return COMMANDS[prog](argv, out, time.time() if now is None else now)
-    except (pbs.CommandError, ConfigError, SchedulerError, OSError) as e:
-        return pbs.fail(prog, e)
+def run(prog: str, argv: list[str] | None = None, out=None, now: float | None = None) -> int:
+    return pbs.main(prog, lambda a: COMMANDS[prog](a, out or sys.stdout, time.time() if now is None else now),
+                    argv, wake=prog in ("setres", "releaseres"))
 
 
 def main(prog: str) -> int:
-    pbs.command_line()
-    return run(prog, sys.argv[1:])
+    return run(prog)
 
 
 # console-script entry points, one per command

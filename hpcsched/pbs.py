@@ -109,21 +109,47 @@ def hold_letters(job: Job) -> str:
 
 
 def command_line() -> None:
-    """Called first by every command's entry point: a closed pipe (`qstat | head`) ends
-    the command quietly, as it does for any Unix tool."""
+    """A closed pipe (`qstat | head`) ends the command quietly, as for any Unix tool."""
     import signal
     signal.signal(signal.SIGPIPE, signal.SIG_DFL)
 
 
 def fail(prog: str, err: Exception) -> int:
     """Print one line for `err` and return its exit status."""
-    if isinstance(err, CommandError):
-        status = err.status
-    elif isinstance(err, ConfigError):
-        status = SYSTEM
-    elif isinstance(err, SchedulerError):
-        status = SYSTEM
-    else:
-        status = SYSTEM
     sys.stderr.write(f"{prog}: {err}\n")
+    return err.status if isinstance(err, CommandError) else SYSTEM
+
+
+def version(prog: str) -> int:
+    """`--version` per flavor: Torque on stderr, OpenPBS `pbs_version =` on stdout."""
+    import os
+    from .site import load_site
+    try:
+        flavor = load_site().flavor
+    except ConfigError:
+        flavor = os.environ.get("HPCSCHED_FLAVOR", "torque")
+    if flavor == "openpbs":
+        print(f"pbs_version = {VERSION}")
+    else:
+        sys.stderr.write(f"Version: {VERSION}\nCommit: hpcsched\n")
+    return 0
+
+
+def main(prog: str, command, argv: list[str] | None = None, wake: bool = False) -> int:
+    """Every command's entry point: `--version`, one-line errors with PBS exit statuses,
+    and (for changes) a poke that wakes a waiting server.  `argv` None means sys.argv,
+    a real command line."""
+    if argv is None:
+        command_line()
+        argv = sys.argv[1:]
+    if argv[:1] == ["--version"]:
+        return version(prog)
+    try:
+        status = command(argv)
+    except (CommandError, SchedulerError, OSError) as e:
+        return fail(prog, e)
+    if wake:
+        from .site import notify
+        from .store import default_home
+        notify(default_home())
     return status

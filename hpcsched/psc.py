@@ -16,9 +16,8 @@ import sys
 
 from . import nodelist, pbs
 from .batch import Batch
-from .errors import ConfigError, SchedulerError
+from .errors import ConfigError
 from .jobs import ACTIVE
-from .qsub import version
 from .site import load_site
 from .topology import NodeState
 
@@ -87,19 +86,8 @@ def pbsyod(argv: list[str]) -> int:
 
 
 def main_shownids() -> int:
-    pbs.command_line()
-    argv = sys.argv[1:]
-    if argv[:1] == ["--version"]:
-        return version("shownids")
-    try:
-        return shownids(argv, sys.stdout)
-    except (pbs.CommandError, ConfigError, SchedulerError, OSError) as e:
-        return pbs.fail("shownids", e)
+    return pbs.main("shownids", lambda argv: shownids(argv, sys.stdout))
 
 
 def main_pbsyod() -> int:
-    pbs.command_line()
-    try:
-        return pbsyod(sys.argv[1:])
-    except (pbs.CommandError, ConfigError, SchedulerError, OSError) as e:
-        return pbs.fail("pbsyod", e)
+    return pbs.main("pbsyod", pbsyod)

@@ -11,9 +11,8 @@ from typing import Callable
 
 from . import accounting, pbs
 from .batch import Batch
-from .errors import ConfigError, InvalidState, Rejected, SchedulerError
+from .errors import InvalidState, Rejected, SchedulerError
 from .jobs import FINISHED, Hold, Job, State
-from .qsub import version
 from .site import Site, load_site, whoami
 
 
@@ -348,11 +347,11 @@ def main_qrun() -> int:
 
 
 def main_qalter() -> int:
-    return _run_argv("qalter", lambda argv: qalter_argv(argv))
+    return _run_argv("qalter", qalter_argv)
 
 
 def main_qmove() -> int:
-    return _run_argv("qmove", lambda argv: qmove_argv(argv))
+    return _run_argv("qmove", qmove_argv)
 
 
 def main_qselect() -> int:
@@ -360,18 +359,7 @@ def main_qselect() -> int:
 
 
 def _run_argv(prog: str, fn) -> int:
-    argv = sys.argv[1:]
-    pbs.command_line()
-    if argv[:1] == ["--version"]:
-        return version(prog)
-    try:
-        status = fn(argv)
-        from .site import notify
-        from .store import default_home
-        notify(default_home())  # a waiting server plans again at once
-        return status
-    except (pbs.CommandError, ConfigError, SchedulerError, OSError) as e:
-        return pbs.fail(prog, e)
+    return pbs.main(prog, fn, wake=True)
 
 
 SIG_USAGE = "usage: qsig [-s signal] job_id ..."

@@ -13,9 +13,7 @@ from xml.sax.saxutils import escape
 
 from . import pbs
 from .batch import Batch
-from .errors import ConfigError, SchedulerError
 from .jobs import FINISHED, Job, State
-from .qsub import version
 from .site import Site, load_site
 from .timefmt import hms
 
@@ -405,14 +403,7 @@ def _kept(job: Job, site: Site, now: float) -> bool:
 
 
 def main(argv: list[str] | None = None) -> int:
-    argv = sys.argv[1:] if argv is None else argv
-    pbs.command_line()
-    if argv[:1] == ["--version"]:
-        return version("qstat")
-    try:
-        return run(argv)
-    except (pbs.CommandError, ConfigError, SchedulerError, OSError) as e:
-        return pbs.fail("qstat", e)
+    return pbs.main("qstat", run, argv)
 
 
 if __name__ == "__main__":

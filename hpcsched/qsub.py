@@ -17,7 +17,7 @@ from datetime import datetime, timedelta
 
 from . import accounting, pbs
 from .batch import Batch
-from .errors import ConfigError, InvalidRequest, Rejected, SchedulerError
+from .errors import InvalidRequest, Rejected
 from .jobs import Dependency, DepType, Hold, Job, Request
 from .site import load_site, whoami
 from .timefmt import parse_duration
@@ -428,33 +428,12 @@ def submit(argv: list[str], stdin=None, cwd: str | None = None, env: dict | None
 
 
 def main(argv: list[str] | None = None) -> int:
-    argv = sys.argv[1:] if argv is None else argv
-    pbs.command_line()
-    if argv[:1] == ["--version"]:
-        return version("qsub")
-    try:
+    def run(argv: list[str]) -> int:
         jid, quiet = submit(argv)
-    except (pbs.CommandError, ConfigError, SchedulerError, OSError) as e:
-        return pbs.fail("qsub", e)
-    if not quiet:
-        print(jid)
-    from .site import notify
-    from .store import default_home
-    notify(default_home())
-    return 0
-
-
-def version(prog: str) -> int:
-    """`--version` per flavor: Torque on stderr, OpenPBS `pbs_version =` on stdout."""
-    try:
-        flavor = load_site().flavor
-    except ConfigError:
-        flavor = os.environ.get("HPCSCHED_FLAVOR", "torque")
-    if flavor == "openpbs":
-        print(f"pbs_version = {pbs.VERSION}")
-    else:
-        sys.stderr.write(f"Version: {pbs.VERSION}\nCommit: hpcsched\n")
-    return 0
+        if not quiet:
+            print(jid)
+        return 0
+    return pbs.main("qsub", run, argv, wake=True)
 
 
 if __name__ == "__main__":
