@@ -84,8 +84,6 @@ def resolve(jobs: dict, text: str, server: str) -> list[Job]:
 
 
 def state_letter(job: Job, flavor: str) -> str:
-    if job.extra.get("array_state"):
-        return job.extra["array_state"]
     s = job.state
     if s == State.RUNNING:
         return "R"

@@ -71,7 +71,7 @@ def attributes(job: Job, site: Site, now: float) -> dict:
     if job.start_time is not None:
         end = job.end_time if job.end_time is not None else now
         a["resources_used"] = {"cput": x.get("cput", "00:00:00"), "walltime": hms(max(0.0, end - job.start_time))}
-    a["job_state"] = pbs.state_letter(job, site.flavor)
+    a["job_state"] = letter(job, site.flavor)
     a["queue"] = job.queue
     a["server"] = site.server
     a["ctime"] = ctime(job.submit_time)
@@ -179,14 +179,14 @@ def default_listing(jobs: list[Job], site: Site) -> list[str]:
                  f"{'-' * 25} {'-' * 16} {'-' * 15} {'-' * 8} - -----"]
         for j in jobs:
             lines.append(f"{pbs.display_id(j, site.server):<26} {_cut_torque_name(j.name):<16} "
-                         f"{j.owner[:15]:<15} {time_use(j):>8} {pbs.state_letter(j, 'torque')} {j.queue}")
+                         f"{j.owner[:15]:<15} {time_use(j):>8} {letter(j, 'torque')} {j.queue}")
         return lines
     lines = [f"{'Job id':<17} {'Name':<16} {'User':<16}  {'Time Use':>8} S Queue",
              f"{'-' * 16}  {'-' * 16} {'-' * 16}  {'-' * 8} - -----"]
     for j in jobs:
         jid = _cut_star(pbs.display_id(j, site.server.split('.')[0]), 17)
         lines.append(f"{jid:<17} {_cut_star(j.name, 16):<16} {_cut_star(j.owner, 16):<16}  "
-                     f"{time_use(j):>8} {pbs.state_letter(j, 'openpbs')} {_cut_star(j.queue, 16)}")
+                     f"{time_use(j):>8} {letter(j, 'openpbs')} {_cut_star(j.queue, 16)}")
     return lines
 
 
@@ -206,7 +206,7 @@ def alternate_listing(jobs: list[Job], site: Site, nodes: bool, one_line: bool, 
         elapsed = hms(((j.end_time or now) - j.start_time)) if j.start_time is not None else "--"
         row = (f"{pbs.display_id(j, site.server)[:23]:<23} {j.owner[:11]:<11} {j.queue[:8]:<8} "
                f"{j.name[:16]:<16} {sess:>6} {r.nodes if not r.cores else '--':>5} {tsk:>6} {mem:>9} "
-               f"{hms(j.walltime):>9} {pbs.state_letter(j, site.flavor)} {elapsed:>9}")
+               f"{hms(j.walltime):>9} {letter(j, site.flavor)} {elapsed:>9}")
         if nodes:
             host = exec_host(j) if j.nodes else "--"
             if one_line:
@@ -372,6 +372,11 @@ def run(argv: list[str], out=None, now: float | None = None) -> int:
     return status
 
 
+def letter(job: Job, flavor: str) -> str:
+    """The state letter qstat shows: an OpenPBS array row whose subjobs began shows B."""
+    return "B" if job.extra.get("array_begun") else pbs.state_letter(job, flavor)
+
+
 def _collapse(jobs: list[Job], flavor: str) -> list[Job]:
     """Without -t, each array's subjobs show as one row, as Torque and OpenPBS do."""
     out, arrays = [], {}
@@ -389,7 +394,7 @@ def _collapse(jobs: list[Job], flavor: str) -> list[Job]:
             row.state = first.state
         elif flavor == "openpbs" and started:
             row.state = State.RUNNING
-            row.extra = dict(row.extra, array_state="B")
+            row.extra = dict(row.extra, array_begun=True)
         else:
             row.state = next(j.state for j in sorted(subs, key=lambda j: "REQWHCF".index(pbs.state_letter(j, flavor))))
         row.array_index = ""

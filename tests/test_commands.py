@@ -361,3 +361,16 @@ def test_json_keeps_a_numeric_looking_name_a_string(rig):
     jid = submit("-N", "123")
     job = json.loads(stat("-f", "-F", "json", jid)[1])["Jobs"][jid]
     assert job["Job_Name"] == "123" and job["Priority"] == 0 and job["run_count"] == 0
+
+
+def test_openpbs_array_row_shows_begun(rig, monkeypatch):
+    from hpcsched.batch import Batch
+    from hpcsched.site import load_site
+    monkeypatch.setenv("HPCSCHED_FLAVOR", "openpbs")
+    submit("-J", "1-8", "-l", "walltime=00:10:00")
+    batch = Batch(load_site())
+    with batch.open(write=True):
+        batch.do("pass")  # 4 nodes: four subjobs run, four wait
+    row = stat()[1].splitlines()[2].split()
+    assert row[0] == "1[].headnode" and row[4] == "B"
+    assert [l.split()[4] for l in stat("-t")[1].splitlines()[2:]] == ["R"] * 4 + ["Q"] * 4
