@@ -195,7 +195,7 @@ class Job:
         d = {}
         for name in _JOB_FIELDS:
             v = getattr(self, name)
-            if not v and v is not False and name in _EMPTY_DEFAULT and v == _JOB_DEFAULTS.get(name, v):
+            if name in _OMITTED and v == _OMITTED[name]:
                 continue
             if name == "request":
                 v = v.to_dict()
@@ -249,5 +249,6 @@ _REQUESTS: dict[tuple, Request] = {}
 _STATES = {s.value: s for s in State}
 _JOB_DEFAULTS = {f.name: f.default for f in fields(Job) if f.default is not MISSING}
 _JOB_DEFAULTS["request"] = Request()
-# fields whose default is empty or zero: left out of to_dict when they still are
-_EMPTY_DEFAULT = frozenset(name for name in _JOB_FIELDS if name not in ("id", "state"))
+# fields to_dict leaves out while they hold their default (from_dict puts it back)
+_OMITTED = {name: default for name, default in _JOB_DEFAULTS.items() if name not in ("id", "state", "request")}
+_OMITTED.update(holds=set(), dependencies=[], extra={})
