@@ -116,15 +116,12 @@ def cmd_nodes(args) -> int:
         site = load_site()
         batch = Batch(site)
         state = args.set
-        if state and not site.is_operator(whoami()):
+        if (state or args.clear_bad) and not site.is_operator(whoami()):
             print(f"hpcsched nodes: user {whoami()} may not change nodes", file=sys.stderr)
             return 159
         with batch.open(write=bool(state or args.clear_bad)):
             topo = batch.sched.topology
             if args.clear_bad:
-                if not site.is_operator(whoami()):
-                    print(f"hpcsched nodes: user {whoami()} may not change nodes", file=sys.stderr)
-                    return 159
                 for n in topo.nodes:
                     if n.state.value == "bad":
                         batch.do("node", name=n.name, state="up")

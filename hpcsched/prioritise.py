@@ -35,7 +35,8 @@ class Policy:
 
     name = "fifo"
     #: True when the relative order of two jobs never changes over time or as other jobs
-    #: come and go; the planner may then evaluate new submissions incrementally.
+    #: come and go; the planner then keeps the order between passes and evaluates new
+    #: submissions incrementally, calling `key(job, None)`: a static key needs no context.
     static = True
 
     def on_submit(self, job: Job, ctx: Context) -> None:

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field, fields
 
 from .errors import ConfigError, Rejected
 from .jobs import Job
-from .timefmt import hms
+from .timefmt import hms, parse_duration
 
 
 @dataclass
@@ -111,7 +111,6 @@ class Queue:
                 if not isinstance(v, bool):
                     raise ConfigError(f"{where}: must be true or false")
             elif f.name.endswith("walltime"):
-                from .timefmt import parse_duration
                 try:
                     v = parse_duration(v)
                 except Exception as e:

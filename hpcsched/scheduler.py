@@ -250,13 +250,13 @@ class Scheduler:
             # nothing to start or reserve: the plan is empty (estimates are still there)
             plan, self._walk = Plan(now), None
         elif (walk is not None and not self._dirty and self.policy.static and walk.profile.advance(now)
-                and self._sorts_after(fresh, walk.last, now)):
+                and self._sorts_after(fresh, walk.last)):
             # Only new jobs since the last pass, all sorting after every job it walked, and
             # nothing in the plan changed in between: the walk over the earlier jobs would
             # come out the same, so carry it on with the new ones.
             plan = Plan(now, reserved=dict(self._plan.reserved), reasons=dict(self._plan.reasons),
                         default_reason=self._plan.default_reason)
-            fresh = self.policy.order(fresh, self.context(now))
+            fresh = self.policy.order(fresh, None)  # a static order needs no context
             walk.run(now, fresh, plan, self._applier(now), last=fresh[-1] if fresh else None)
         else:
             ctx = self.context(now)
@@ -321,12 +321,12 @@ class Scheduler:
                 self.policy.started(job, self._tallies)
         return apply
 
-    def _sorts_after(self, fresh: list[Job], last: Job | None, now: float) -> bool:
+    def _sorts_after(self, fresh: list[Job], last: Job | None) -> bool:
+        """Do all new jobs sort after `last`?  (Static policies only: keys need no context.)"""
         if last is None or not fresh:
             return True
-        ctx = self.context(now)
-        bound = self.policy.key(last, ctx)
-        return all(self.policy.key(j, ctx) > bound for j in fresh)
+        bound = self.policy.key(last, None)
+        return all(self.policy.key(j, None) > bound for j in fresh)
 
     def _gated(self) -> bool:
         """Can a queue limit or the policy hold a job back? (Else the walk skips the check.)"""
