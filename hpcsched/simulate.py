@@ -256,12 +256,6 @@ class Engine:
         return None
 
 
-def _records(workload, skip_bad: bool, header: swf.Header, read_stats: swf.ReadStats):
-    if isinstance(workload, (str, os.PathLike)):
-        return swf.read(workload, skip_bad=skip_bad, stats=read_stats, header_out=header)
-    return (r if isinstance(r, swf.Record) else record(*r) for r in workload)
-
-
 def record(job: int, submit: float, procs: int, run: float, req_time: float = -1, user: int = 1,
            group: int = 1, queue: int = -1, status: int = 1) -> swf.Record:
     """A trace record from the fields that matter, for workloads built in code or tests."""
@@ -279,18 +273,15 @@ def simulate(workload, *, policy: str = "fifo", backfill: str = "easy", nodes: i
     `config` may give extra scheduler settings (priority options, queues); the machine
     always comes from the trace header or `nodes`/`ppn`/`shared`.  `warmup` excludes that
     fraction of the first jobs (by submit order) from the per-job statistics."""
-    header = swf.Header()
     read_stats = swf.ReadStats()
     if isinstance(workload, (str, os.PathLike)):
-        header = swf.header(workload)
-        header_out = swf.Header()  # the reader fills it again; the first parse sized the machine
+        header = swf.header(workload)  # sizes the machine; the records then stream
+        records = swf.read(workload, skip_bad=skip_bad, stats=read_stats)
     else:
-        workload = list(workload)
-        header_out = None
-    if nodes is None and not header.fields:
-        recs = [r if isinstance(r, swf.Record) else record(*r) for r in workload]
-        workload = recs
-        nodes = max((r.procs if r.procs > 0 else r.req_procs for r in recs), default=1)
+        header = swf.Header()
+        records = [r if isinstance(r, swf.Record) else record(*r) for r in workload]
+        if nodes is None:
+            nodes = max((r.procs if r.procs > 0 else r.req_procs for r in records), default=1)
     machine = machine_for(header, nodes, ppn, shared)
     cfg = dict(config or {})
     cfg["nodes"] = machine.config()
@@ -302,7 +293,6 @@ def simulate(workload, *, policy: str = "fifo", backfill: str = "easy", nodes: i
     sched = build(cfg)
     mapping = MapStats()
     engine = Engine(sched, machine, period, progress)
-    records = _records(workload, skip_bad, header_out or swf.Header(), read_stats)
     finished, acc = engine.run(records, mapping)
     mapping.skipped_bad_lines = read_stats.skipped
     metrics = compute(finished, acc, warmup)
