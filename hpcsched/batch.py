@@ -66,6 +66,9 @@ def apply(sched: Scheduler, rec: dict):
 class Batch:
     """A site's scheduler and store, opened for reading or for writing."""
 
+    #: home -> the batch a long-lived process keeps loaded (see `keep` and `of`)
+    _kept: dict[str, Batch] = {}
+
     def __init__(self, site: Site):
         self.site = site
         self.store = Store(site.home)
@@ -73,6 +76,20 @@ class Batch:
         self.seq = 0  # the newest journal record applied
         self.pending = 0  # journal records since the snapshot
         self.next_id = 1  # the next job id
+        self.mark: tuple | None = None  # where the store stood when self.sched matched it
+
+    @classmethod
+    def of(cls, site: Site) -> Batch:
+        """The batch for `site`: the one this process keeps loaded (the server's), else a new one."""
+        return cls._kept.get(str(site.home)) or cls(site)
+
+    def keep(self) -> None:
+        """Stay loaded between opens (a server): each open then reads only the journal
+        records appended since the last, and commands run in this process share it."""
+        Batch._kept[str(self.site.home)] = self
+
+    def release(self) -> None:
+        Batch._kept.pop(str(self.site.home), None)
 
     @contextlib.contextmanager
     def open(self, write: bool = True, load: bool = True):
@@ -81,44 +98,65 @@ class Batch:
         `load=False` gives a writer the configured scheduler without the stored jobs, to
         check and record a submission in constant time.  A long journal is compacted by
         the next command that loads everything (a reader then takes the lock exclusively)."""
-        if not write and load:
-            with self.store.locked(exclusive=False):
-                self.load()
-                due = self.pending > COMPACT_AFTER
-            if not due:
+        kept = Batch._kept.get(str(self.site.home)) is self
+        load = load or kept  # a kept batch is loaded already: catching up costs little
+        try:
+            if not write and load:
+                with self.store.locked(exclusive=False):
+                    self.load()
+                    due = self.pending > COMPACT_AFTER
+                if not due:
+                    yield self
+                    return
+            with self.store.locked(exclusive=True):
+                if load:
+                    self.load()
+                else:
+                    self.store.check()
+                    self.sched = self.site.scheduler()
+                    self.next_id = self.store.last_record().get("next_id", 1)
                 yield self
-                return
-        with self.store.locked(exclusive=True):
-            if load:
-                self.load()
-            else:
-                self.store.check()
-                self.sched = self.site.scheduler()
-                self.next_id = self.store.last_record().get("next_id", 1)
-            yield self
-            if load and self.pending > COMPACT_AFTER:
-                self.store.compact(self.sched.to_dict(), self.seq)
+                if load and self.pending > COMPACT_AFTER:
+                    self.store.compact(self.sched.to_dict(), self.seq)
+                    self.pending = 0
+                self.mark = self.store.mark() if load else None
+        except BaseException:
+            self.mark = None  # whatever a failed command did in memory, reload next time
+            raise
 
     def load(self) -> Scheduler:
+        """Read the store (only what is new since the last load, if nothing else changed)."""
+        if self.mark is not None and self.sched is not None:
+            records = self.store.read_since(self.mark, self.seq)
+            if records is not None:
+                self._replay(records)
+                self.pending += len(records)
+                self.mark = self.store.mark()
+                return self.sched
         snapshot, records = self.store.read()
         sched = self.site.scheduler()
+        self.seq = 0
         if snapshot is not None:
             try:
                 sched.restore(snapshot["state"])
             except (SchedulerError, KeyError, TypeError) as e:
                 raise StoreError(f"{self.store.home / 'state.json'}: {e}") from None
             self.seq = snapshot.get("journal_seq", 0)
+        self.sched = sched
+        self._replay(records)
+        self.pending = len(records)
+        self.mark = self.store.mark()
+        return sched
+
+    def _replay(self, records: list[dict]) -> None:
         for rec in records:
             try:
-                apply(sched, rec)
+                apply(self.sched, rec)
             except SchedulerError as e:  # never expected: the record was applied once already
                 self.store.warnings.append(f"journal record {rec['seq']} ({rec['op']}) no longer "
                                            f"applies: {e}")
             self.seq = rec["seq"]
-        self.pending = len(records)
-        self.sched = sched
-        self.next_id = sched.next_id
-        return sched
+        self.next_id = self.sched.next_id
 
     def do(self, op: str, now: float | None = None, **args):
         """Apply one operation and make it durable; SchedulerError leaves the store untouched."""

@@ -114,7 +114,7 @@ def cmd_nodes(args) -> int:
     command_line()
     try:
         site = load_site()
-        batch = Batch(site)
+        batch = Batch.of(site)
         state = args.set
         if (state or args.clear_bad) and not site.is_operator(whoami()):
             print(f"hpcsched nodes: user {whoami()} may not change nodes", file=sys.stderr)

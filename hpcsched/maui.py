@@ -41,7 +41,7 @@ def procs(job: Job) -> int:
 def load(write: bool = False):
     """The site and its batch; readers get it loaded (and unlocked again)."""
     site = load_site()
-    batch = Batch(site)
+    batch = Batch.of(site)
     if not write:
         with batch.open(write=False):
             pass
@@ -329,8 +329,8 @@ def run(prog: str, argv: list[str] | None = None, out=None, now: float | None = 
                     argv, wake=prog in ("setres", "releaseres"))
 
 
-def main(prog: str) -> int:
-    return run(prog)
+def main(prog: str, argv: list[str] | None = None) -> int:
+    return run(prog, argv)
 
 
 # console-script entry points, one per command

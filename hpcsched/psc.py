@@ -26,7 +26,7 @@ def shownids(argv: list[str], out) -> int:
     if argv:
         raise pbs.CommandError("usage: shownids", pbs.USAGE)
     site = load_site()
-    batch = Batch(site)
+    batch = Batch.of(site)
     with batch.open(write=False):
         pass
     sched = batch.sched
@@ -56,7 +56,7 @@ def pbsyod(argv: list[str]) -> int:
     if not jid_text:
         raise pbs.CommandError("not inside a batch job (PBS_JOBID is not set)", pbs.USAGE)
     site = load_site()
-    batch = Batch(site)
+    batch = Batch.of(site)
     with batch.open(write=False):
         pass
     job = batch.sched.jobs.get(pbs.parse_id(jid_text))
@@ -85,9 +85,9 @@ def pbsyod(argv: list[str]) -> int:
         raise pbs.CommandError(f"{command[0]}: {e.strerror}", 127) from None
 
 
-def main_shownids() -> int:
-    return pbs.main("shownids", lambda argv: shownids(argv, sys.stdout))
+def main_shownids(argv: list[str] | None = None) -> int:
+    return pbs.main("shownids", lambda argv: shownids(argv, sys.stdout), argv)
 
 
-def main_pbsyod() -> int:
-    return pbs.main("pbsyod", pbsyod)
+def main_pbsyod(argv: list[str] | None = None) -> int:
+    return pbs.main("pbsyod", pbsyod, argv)

@@ -55,7 +55,7 @@ def act(prog: str, argv: list[str], usage: str, options: str,
         raise pbs.CommandError(f"no job id given\n{usage}", pbs.USAGE)
     site = load_site()
     user = whoami()
-    batch = Batch(site)
+    batch = Batch.of(site)
     status = 0
     with batch.open(write=True):
         sched = batch.sched
@@ -120,21 +120,21 @@ def _holds(op: str):
 qhold, qrls = _holds("hold"), _holds("release")
 
 
-def _main(prog: str, usage: str, options: str, action, every: bool = False, flags: str = "") -> int:
-    return _run_argv(prog, lambda argv: act(prog, argv, usage, options, action, every, flags))
+def _main(prog: str, usage: str, options: str, action, argv, every: bool = False, flags: str = "") -> int:
+    return _run_argv(prog, lambda argv: act(prog, argv, usage, options, action, every, flags), argv)
 
 
-def main_qdel() -> int:
-    return _main("qdel", "usage: qdel [-p] [-x] [-W delay|force] job_id ... | all", "W", qdel, every=True,
+def main_qdel(argv: list[str] | None = None) -> int:
+    return _main("qdel", "usage: qdel [-p] [-x] [-W delay|force] job_id ... | all", "W", qdel, argv, every=True,
                  flags="px")
 
 
-def main_qhold() -> int:
-    return _main("qhold", "usage: qhold [-h u|o|s] job_id ...", "h", qhold)
+def main_qhold(argv: list[str] | None = None) -> int:
+    return _main("qhold", "usage: qhold [-h u|o|s] job_id ...", "h", qhold, argv)
 
 
-def main_qrls() -> int:
-    return _main("qrls", "usage: qrls [-h u|o|s] job_id ...", "h", qrls)
+def main_qrls(argv: list[str] | None = None) -> int:
+    return _main("qrls", "usage: qrls [-h u|o|s] job_id ...", "h", qrls, argv)
 
 
 ALTER_USAGE = ("usage: qalter [-a date_time] [-A account] [-e path] [-h hold_list] [-j join] [-l resources] "
@@ -279,7 +279,7 @@ def qselect_argv(argv: list[str], out) -> int:
             raise pbs.CommandError(f"illegal -l value {spec!r}\n{usage}", pbs.USAGE)
         tests.append(parts)
     site = load_site()
-    batch = Batch(site)
+    batch = Batch.of(site)
     with batch.open(write=False):
         pass
     from .qsub import parse_memory
@@ -342,24 +342,24 @@ def qrun_argv(argv: list[str]) -> int:
     return act("qrun", argv, RUN_USAGE, "H", run)
 
 
-def main_qrun() -> int:
-    return _run_argv("qrun", qrun_argv)
+def main_qrun(argv: list[str] | None = None) -> int:
+    return _run_argv("qrun", qrun_argv, argv)
 
 
-def main_qalter() -> int:
-    return _run_argv("qalter", qalter_argv)
+def main_qalter(argv: list[str] | None = None) -> int:
+    return _run_argv("qalter", qalter_argv, argv)
 
 
-def main_qmove() -> int:
-    return _run_argv("qmove", qmove_argv)
+def main_qmove(argv: list[str] | None = None) -> int:
+    return _run_argv("qmove", qmove_argv, argv)
 
 
-def main_qselect() -> int:
-    return _run_argv("qselect", lambda argv: qselect_argv(argv, sys.stdout))
+def main_qselect(argv: list[str] | None = None) -> int:
+    return _run_argv("qselect", lambda argv: qselect_argv(argv, sys.stdout), argv)
 
 
-def _run_argv(prog: str, fn) -> int:
-    return pbs.main(prog, fn, wake=True)
+def _run_argv(prog: str, fn, argv: list[str] | None = None) -> int:
+    return pbs.main(prog, fn, argv, wake=True)
 
 
 SIG_USAGE = "usage: qsig [-s signal] job_id ..."
@@ -388,5 +388,5 @@ def qsig_argv(argv: list[str]) -> int:
     return act("qsig", argv, SIG_USAGE, "s", send)
 
 
-def main_qsig() -> int:
-    return _run_argv("qsig", qsig_argv)
+def main_qsig(argv: list[str] | None = None) -> int:
+    return _run_argv("qsig", qsig_argv, argv)

@@ -297,7 +297,7 @@ def run(argv: list[str], out=None, now: float | None = None) -> int:
     o = parse(argv)
     now = time.time() if now is None else now
     site = load_site()
-    batch = Batch(site)
+    batch = Batch.of(site)
     with batch.open(write=False):
         sched = batch.sched
     torque = site.flavor == "torque"

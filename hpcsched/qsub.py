@@ -15,18 +15,14 @@ import sys
 import time
 from datetime import datetime, timedelta
 
-from . import accounting, pbs
+from . import accounting, commands, pbs
 from .batch import Batch
+from .commands import OPTIONS
 from .errors import InvalidRequest, Rejected
 from .jobs import Dependency, DepType, Hold, Job, Request
 from .site import load_site, whoami
 from .timefmt import parse_duration
 
-#: option letter -> takes a value
-OPTIONS = {"a": True, "A": True, "c": True, "C": True, "d": True, "e": True, "h": False, "I": False,
-           "j": True, "J": True, "k": True, "l": True, "m": True, "M": True, "N": True, "o": True,
-           "p": True, "q": True, "r": True, "S": True, "t": True, "u": True, "v": True, "V": False,
-           "w": True, "W": True, "z": False}
 USAGE = ("usage: qsub [-a date_time] [-A account_string] [-C directive_prefix] [-d path] [-e path] "
          "[-h] [-j oe|eo|n] [-l resource_list] [-m mail_options] [-M user_list] [-N name] [-o path] "
          "[-p priority] [-q destination] [-r y|n] [-S path] [-v variable_list] [-V] [-W attributes] "
@@ -39,38 +35,11 @@ def usage_error(message: str) -> pbs.CommandError:
 
 def parse_options(argv: list[str], where: str = "", table: dict[str, bool] = OPTIONS
                   ) -> tuple[list[tuple[str, str]], list[str]]:
-    """getopt as PBS does it: attached or separate values; a value may begin with a space
-    (`"-W depend=afterok:1"` as one argument).  Returns (options in order, operands)."""
-    opts, rest, i = [], [], 0
-    while i < len(argv):
-        arg = argv[i]
-        if arg == "--":
-            rest.extend(argv[i + 1:])
-            break
-        if not arg.startswith("-") or arg == "-":
-            rest.extend(argv[i:])
-            break
-        letter = arg[1]
-        if letter not in table:
-            raise usage_error(f"invalid option -- '{letter}'{where}")
-        if table[letter]:
-            value = arg[2:]
-            if not value:
-                i += 1
-                if i >= len(argv):
-                    raise usage_error(f"option requires an argument -- '{letter}'{where}")
-                value = argv[i]
-            opts.append((letter, value.strip()))
-        else:
-            if len(arg) > 2:  # clustered flags such as -hV
-                for ch in arg[1:]:
-                    if ch not in table or table[ch]:
-                        raise usage_error(f"invalid option -- '{ch}'{where}")
-                    opts.append((ch, ""))
-            else:
-                opts.append((letter, ""))
-        i += 1
-    return opts, rest
+    """PBS getopt (commands.parse_options) with qsub's usage line on a malformed option."""
+    try:
+        return commands.parse_options(argv, where, table)
+    except commands.UsageError as e:
+        raise usage_error(str(e)) from None
 
 
 def directives(script: str, prefix: str) -> list[tuple[str, str]]:
@@ -391,7 +360,7 @@ def submit(argv: list[str], stdin=None, cwd: str | None = None, env: dict | None
     for key in ("output", "error"):
         if job.extra[key]:
             job.extra[key] = resolve_path(job.extra[key], cwd)
-    batch = Batch(site)
+    batch = Batch.of(site)
     # Only dependencies and queued-job limits need the jobs already stored; without them
     # the job is checked against the configuration alone, so qsub's cost does not grow
     # with the store.

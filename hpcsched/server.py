@@ -20,17 +20,19 @@ import selectors
 import shlex
 import signal
 import socket
+import struct
 import subprocess
 import time
 from pathlib import Path
 
-from . import accounting, pbs
+from . import accounting, commands, pbs
 from .batch import Batch
 from .jobs import ACTIVE, FINISHED, Job, State
 from .site import SOCKET, Site
 from .store import StoreError
 
 LOST = -1  # exit status of a job whose process vanished without one
+COMMAND_TIMEOUT = 10.0  # seconds a client may take to send its request or read the reply
 
 
 def process_start(pid: int) -> str | None:
@@ -279,18 +281,16 @@ class Server:
         return fd
 
     def serve(self, until: float | None = None) -> None:
-        """Step on every wake-up or interval until SIGTERM/SIGINT (or `until`)."""
+        """Step on every wake-up or interval until SIGTERM/SIGINT (or `until`); answer
+        the commands that offer themselves on the command socket (commands.py) between
+        steps, from the state this process keeps loaded."""
         self._lock = self.claim()
-        sock_path = self.home / SOCKET
-        try:
-            sock_path.unlink()
-        except FileNotFoundError:
-            pass
         sel = selectors.DefaultSelector()
-        poke = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
-        poke.bind(str(sock_path))
-        poke.setblocking(False)
+        poke = self._bind(SOCKET, socket.SOCK_DGRAM)
         sel.register(poke, selectors.EVENT_READ)
+        listener = self._bind(commands.SOCKET, socket.SOCK_STREAM)
+        listener.listen(64)
+        sel.register(listener, selectors.EVENT_READ)
         wake_r, wake_w = socket.socketpair()
         wake_r.setblocking(False)
         wake_w.setblocking(False)
@@ -299,25 +299,73 @@ class Server:
         signal.signal(signal.SIGCHLD, lambda *_: None)
         for sig in (signal.SIGTERM, signal.SIGINT):
             signal.signal(sig, self._stop)
+        self.batch.keep()
         try:
+            due = True
             while not self.stopping and (until is None or time.time() < until):
-                self.step()
+                if due:
+                    self.step()
                 timeout = self.interval if until is None else max(0.0, min(self.interval, until - time.time()))
-                for key, _ in sel.select(timeout):
+                ready = sel.select(timeout)
+                due = not ready  # the interval passed
+                for key, _ in ready:
+                    if key.fileobj is listener:
+                        self._answer(listener)  # a change the command made pokes us too
+                        continue
+                    due = True
                     try:
                         while key.fileobj.recv(4096):
                             pass
                     except (BlockingIOError, InterruptedError):
                         pass
         finally:
+            self.batch.release()
             signal.set_wakeup_fd(-1)
             sel.close()
-            poke.close()
+            for sock, name in ((poke, SOCKET), (listener, commands.SOCKET)):
+                sock.close()
+                try:
+                    (self.home / name).unlink()
+                except FileNotFoundError:
+                    pass
             os.close(self._lock)
+
+    def _bind(self, name: str, kind: int) -> socket.socket:
+        """A non-blocking socket at home/name that only this user can reach."""
+        path = self.home / name
+        try:
+            path.unlink()  # a stale one from a server that died
+        except FileNotFoundError:
+            pass
+        sock = socket.socket(socket.AF_UNIX, kind)
+        old = os.umask(0o077)
+        try:
+            sock.bind(str(path))
+        finally:
+            os.umask(old)
+        sock.setblocking(False)
+        return sock
+
+    def _answer(self, listener: socket.socket) -> None:
+        """Run one forwarded command for a client of this user and send it the result."""
+        try:
+            conn, _ = listener.accept()
+        except (BlockingIOError, InterruptedError):
+            return
+        with conn:
             try:
-                sock_path.unlink()
-            except FileNotFoundError:
-                pass
+                conn.settimeout(COMMAND_TIMEOUT)
+                uid = struct.unpack("3i", conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED,
+                                                          struct.calcsize("3i")))[1]
+                if uid not in (os.getuid(), 0):
+                    conn.sendall(commands.encode_reply(pbs.UNAUTHORIZED, b"", b"hpcsched: not this server's user\n"))
+                    return
+                chunks = []
+                while chunk := conn.recv(1 << 16):
+                    chunks.append(chunk)
+                conn.sendall(commands.run_for(b"".join(chunks)))
+            except OSError:
+                pass  # the client went away; what its command did (or not) is in the store
 
     def _stop(self, *_):
         self.stopping = True

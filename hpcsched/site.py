@@ -58,7 +58,8 @@ def _names(config: dict, key: str) -> frozenset[str]:
 
 def load_site(home: str | os.PathLike | None = None) -> Site:
     """The site at `home` (default: the store directory); ConfigError if it is not set up."""
-    home = Path(home) if home is not None else default_home()
+    # absolute: the server runs forwarded commands in their callers' directories
+    home = (Path(home) if home is not None else default_home()).absolute()
     path = home / CONFIG
     try:
         text = path.read_text(encoding="utf-8")

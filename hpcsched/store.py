@@ -21,6 +21,7 @@ import json
 import os
 from pathlib import Path
 
+from . import commands
 from .errors import SchedulerError
 
 STORE_VERSION = 1
@@ -33,10 +34,7 @@ class StoreError(SchedulerError):
 
 def default_home() -> Path:
     """The store directory: $HPCSCHED_HOME, else a per-user directory that needs no root."""
-    if os.environ.get("HPCSCHED_HOME"):
-        return Path(os.environ["HPCSCHED_HOME"])
-    data = os.environ.get("XDG_DATA_HOME") or os.path.join(os.path.expanduser("~"), ".local", "share")
-    return Path(data) / "hpcsched"
+    return Path(commands.home())
 
 
 def write_atomic(path: Path, text: str) -> None:
@@ -115,19 +113,63 @@ class Store:
             self.warnings.append(f"{path}: dropped a torn last record (an append that never finished)")
         records, last = [], 0
         for n, line in enumerate(lines, 1):
-            try:
-                rec = json.loads(line)
-            except (json.JSONDecodeError, UnicodeDecodeError):
-                raise StoreError(f"{path}: line {n} is corrupt; left as it is") from None
-            if not isinstance(rec, dict) or not isinstance(rec.get("seq"), int):
-                raise StoreError(f"{path}: line {n} is not a journal record")
-            if rec.get("v") != STORE_VERSION:
-                raise StoreError(f"{path}: line {n} has store version {rec.get('v')!r}, "
-                                 f"this hpcsched reads version {STORE_VERSION}")
-            if rec["seq"] <= last:
-                raise StoreError(f"{path}: line {n}: sequence {rec['seq']} after {last}")
+            rec = self._record(path, n, line, last)
             last = rec["seq"]
             records.append(rec)
+        return records
+
+    @staticmethod
+    def _record(path: Path, n: int, line: bytes, last: int) -> dict:
+        """Journal line `n`, checked: a record of our version, numbered after `last`."""
+        try:
+            rec = json.loads(line)
+        except (json.JSONDecodeError, UnicodeDecodeError):
+            raise StoreError(f"{path}: line {n} is corrupt; left as it is") from None
+        if not isinstance(rec, dict) or not isinstance(rec.get("seq"), int):
+            raise StoreError(f"{path}: line {n} is not a journal record")
+        if rec.get("v") != STORE_VERSION:
+            raise StoreError(f"{path}: line {n} has store version {rec.get('v')!r}, "
+                             f"this hpcsched reads version {STORE_VERSION}")
+        if rec["seq"] <= last:
+            raise StoreError(f"{path}: line {n}: sequence {rec['seq']} after {last}")
+        return rec
+
+    # --- reading again, in a long-lived process ----------------------------------------------
+    def mark(self) -> tuple:
+        """Where the files stand now (snapshot identity, journal identity and length), for
+        `read_since`.  Call it with the lock held, right after reading or writing."""
+        def ident(name: str) -> tuple:
+            try:
+                st = os.stat(self.home / name)
+            except FileNotFoundError:
+                return (None, None, 0)
+            return (st.st_ino, st.st_mtime_ns, st.st_size)
+        return ident(STATE), ident(JOURNAL)
+
+    def read_since(self, mark: tuple, last: int) -> list[dict] | None:
+        """The journal records appended after `mark` (sequence numbers after `last`), or
+        None when the files changed otherwise (compaction, a replaced or damaged file):
+        the caller then reads everything again with `read`, which reports any damage."""
+        snapshot, (ino, _, size) = mark
+        now_snapshot, (now_ino, _, now_size) = self.mark()
+        if now_snapshot != snapshot or now_ino != ino or now_size < size:
+            return None
+        if now_size == size:
+            return []
+        path = self.home / JOURNAL
+        with open(path, "rb") as f:
+            f.seek(size)
+            data = f.read(now_size - size)
+        if not data.endswith(b"\n"):
+            return None
+        records = []
+        try:
+            for line in data[:-1].split(b"\n"):
+                rec = self._record(path, 0, line, last)
+                last = rec["seq"]
+                records.append(rec)
+        except StoreError:
+            return None
         return records
 
     def last_seq(self) -> int:

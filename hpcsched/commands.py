@@ -1,0 +1,225 @@
+"""The PBS-style commands' front door: a running server answers them, else they run here.
+
+Like Torque's qsub talking to pbs_server, a command first offers itself to the site's
+server on `$HPCSCHED_HOME/commands.sock`: the server has the state loaded and the library
+imported, so it answers in a few milliseconds.  With no server (or a stale socket) the
+command runs in this process against the store, exactly as the server would run it.
+
+This module is the latency floor of every command, so it imports nothing beyond the
+interpreter's start-up set: the request is NUL-separated bytes (argv and environment
+strings cannot hold NUL on Unix) rather than JSON, and the socket is the C `_socket`
+(the `socket` module's enums alone cost more than a whole forwarded qsub).
+
+    request:  b"hpcsched1" NUL prog NUL cwd NUL n NUL argv... NUL m NUL env... NUL has-stdin NUL stdin
+    reply:    status NUL len(stdout) NUL stdout stderr
+"""
+from __future__ import annotations
+
+import os
+import sys
+
+#: command name -> "module:function" running it in this process (function(argv) -> status)
+COMMANDS = {
+    "checkjob": "maui:main_checkjob", "mdiag": "maui:main_mdiag", "pbsyod": "psc:main_pbsyod",
+    "qalter": "qctl:main_qalter", "qdel": "qctl:main_qdel", "qhold": "qctl:main_qhold",
+    "qmove": "qctl:main_qmove", "qrls": "qctl:main_qrls", "qrun": "qctl:main_qrun",
+    "qselect": "qctl:main_qselect", "qsig": "qctl:main_qsig", "qstat": "qstat:main",
+    "qsub": "qsub:main", "releaseres": "maui:main_releaseres", "setres": "maui:main_setres",
+    "showbf": "maui:main_showbf", "shownids": "psc:main_shownids", "showq": "maui:main_showq",
+    "showres": "maui:main_showres",
+}
+#: pbsyod runs the site's launcher as the caller's child, inside the job: never forwarded
+LOCAL_ONLY = frozenset({"pbsyod"})
+SOCKET = "commands.sock"
+MAGIC = b"hpcsched1"
+
+#: qsub's options: letter -> takes a value (qalter reuses them)
+OPTIONS = {"a": True, "A": True, "c": True, "C": True, "d": True, "e": True, "h": False, "I": False,
+           "j": True, "J": True, "k": True, "l": True, "m": True, "M": True, "N": True, "o": True,
+           "p": True, "q": True, "r": True, "S": True, "t": True, "u": True, "v": True, "V": False,
+           "w": True, "W": True, "z": False}
+
+
+class UsageError(Exception):
+    """A malformed command line (the command adds its usage line)."""
+
+
+def home() -> str:
+    """The store directory: $HPCSCHED_HOME, else a per-user directory that needs no root."""
+    if os.environ.get("HPCSCHED_HOME"):
+        return os.environ["HPCSCHED_HOME"]
+    data = os.environ.get("XDG_DATA_HOME") or os.path.join(os.path.expanduser("~"), ".local", "share")
+    return os.path.join(data, "hpcsched")
+
+
+def parse_options(argv: list[str], where: str = "", table: dict[str, bool] = OPTIONS
+                  ) -> tuple[list[tuple[str, str]], list[str]]:
+    """getopt as PBS does it: attached or separate values; a value may begin with a space
+    (`"-W depend=afterok:1"` as one argument).  Returns (options in order, operands)."""
+    opts, rest, i = [], [], 0
+    while i < len(argv):
+        arg = argv[i]
+        if arg == "--":
+            rest.extend(argv[i + 1:])
+            break
+        if not arg.startswith("-") or arg == "-":
+            rest.extend(argv[i:])
+            break
+        letter = arg[1]
+        if letter not in table:
+            raise UsageError(f"invalid option -- '{letter}'{where}")
+        if table[letter]:
+            value = arg[2:]
+            if not value:
+                i += 1
+                if i >= len(argv):
+                    raise UsageError(f"option requires an argument -- '{letter}'{where}")
+                value = argv[i]
+            opts.append((letter, value.strip()))
+        else:
+            if len(arg) > 2:  # clustered flags such as -hV
+                for ch in arg[1:]:
+                    if ch not in table or table[ch]:
+                        raise UsageError(f"invalid option -- '{ch}'{where}")
+                    opts.append((ch, ""))
+            else:
+                opts.append((letter, ""))
+        i += 1
+    return opts, rest
+
+
+def _reads_stdin(prog: str, argv: list[str]) -> bool:
+    """Only qsub without a script operand reads its standard input (the script)."""
+    if prog != "qsub":
+        return False
+    try:
+        return not parse_options(argv)[1]
+    except UsageError:
+        return False  # the server reports the usage error
+
+
+def encode_request(prog: str, argv: list[str], cwd: str, env: dict[str, str], stdin: bytes | None) -> bytes:
+    def b(s: str) -> bytes:
+        return os.fsencode(s)
+    fields = [MAGIC, b(prog), b(cwd), str(len(argv)).encode(), *map(b, argv),
+              str(len(env)).encode(), *(b(f"{k}={v}") for k, v in env.items()),
+              b"1" if stdin is not None else b"0"]
+    return b"\0".join(fields) + b"\0" + (stdin or b"")
+
+
+def decode_request(data: bytes) -> tuple[str, list[str], str, dict[str, str], bytes | None]:
+    """(prog, argv, cwd, env, stdin) from a request; ValueError if it is not one."""
+    magic, prog, cwd, rest = data.split(b"\0", 3)
+    if magic != MAGIC:
+        raise ValueError("not an hpcsched request")
+    n, rest = rest.split(b"\0", 1)
+    *argv, rest = rest.split(b"\0", int(n))
+    m, rest = rest.split(b"\0", 1)
+    *pairs, rest = rest.split(b"\0", int(m))
+    flag, stdin = rest.split(b"\0", 1)
+    env = dict(os.fsdecode(p).partition("=")[::2] for p in pairs)
+    return (os.fsdecode(prog), [os.fsdecode(a) for a in argv], os.fsdecode(cwd), env,
+            stdin if flag == b"1" else None)
+
+
+def encode_reply(status: int, out: bytes, err: bytes) -> bytes:
+    return b"%d\0%d\0" % (status, len(out)) + out + err
+
+
+def forward(prog: str, argv: list[str]) -> int | None:
+    """Have the site's server run the command; its exit status, or None if no server answers."""
+    import _socket
+    path = os.path.join(home(), SOCKET)
+    sock = _socket.socket(_socket.AF_UNIX, _socket.SOCK_STREAM)
+    try:
+        try:
+            sock.connect(path)
+        except OSError:
+            return None  # no server (or a stale socket): run here
+        stdin = sys.stdin.buffer.read() if _reads_stdin(prog, argv) and sys.stdin is not None else None
+        sock.sendall(encode_request(prog, argv, os.getcwd(), dict(os.environ), stdin))
+        sock.shutdown(_socket.SHUT_WR)
+        chunks = []
+        while chunk := sock.recv(1 << 16):
+            chunks.append(chunk)
+    finally:
+        sock.close()
+    data = b"".join(chunks)
+    try:
+        status, size, body = data.split(b"\0", 2)
+        status, size = int(status), int(size)
+    except ValueError:
+        sys.stderr.write(f"{prog}: the hpcsched server dropped the request\n")
+        return 1
+    try:
+        sys.stdout.buffer.write(body[:size])
+        sys.stdout.flush()
+        sys.stderr.buffer.write(body[size:])
+        sys.stderr.flush()
+    except BrokenPipeError:  # `qstat | head`: end quietly, as for any Unix tool
+        os._exit(status)
+    return status
+
+
+def run_here(prog: str, argv: list[str] | None = None) -> int:
+    """Run the command in this process (argv None: the real command line)."""
+    from importlib import import_module
+    module, function = COMMANDS[prog].split(":")
+    return getattr(import_module(f"hpcsched.{module}"), function)(argv)
+
+
+def run_for(request: bytes) -> bytes:
+    """Run a forwarded command in this process (the server) as the client would have run
+    it: its arguments, directory, environment and standard input; the reply to send back.
+    The server is single-threaded, so swapping the process's context is safe; it is
+    restored whatever the command does."""
+    import io
+    try:
+        prog, argv, cwd, env, stdin = decode_request(request)
+    except ValueError:
+        return encode_reply(1, b"", b"hpcsched: malformed request to the server\n")
+    if prog not in COMMANDS or prog in LOCAL_ONLY:
+        return encode_reply(1, b"", f"hpcsched: {prog!r} is not a command the server runs\n".encode())
+    saved_env, saved_io = dict(os.environ), (sys.stdin, sys.stdout, sys.stderr)
+    here = os.open(".", os.O_RDONLY)
+    out, err = io.StringIO(), io.StringIO()
+    try:
+        os.environ.clear()
+        os.environ.update(env)
+        sys.stdin = io.TextIOWrapper(io.BytesIO(stdin or b""), encoding="utf-8", errors="replace")
+        sys.stdout, sys.stderr = out, err
+        try:
+            os.chdir(cwd)
+            status = run_here(prog, argv)
+        except SystemExit as e:  # argparse's usage errors
+            status = e.code if isinstance(e.code, int) else 0 if e.code is None else 1
+            if isinstance(e.code, str):
+                err.write(e.code + "\n")
+        except OSError as e:
+            err.write(f"{prog}: {cwd}: {e.strerror}\n")
+            status = 1
+        except Exception as e:  # a bug in one command must not take the server down
+            err.write(f"{prog}: internal error: {e!r}\n")
+            status = 1
+    finally:
+        os.fchdir(here)
+        os.close(here)
+        sys.stdin, sys.stdout, sys.stderr = saved_io
+        os.environ.clear()
+        os.environ.update(saved_env)
+    return encode_reply(status, out.getvalue().encode(errors="surrogateescape"),
+                        err.getvalue().encode(errors="surrogateescape"))
+
+
+def main(prog: str) -> int:
+    """A command as the user runs it: answered by the server if one runs, else here."""
+    if prog not in LOCAL_ONLY:
+        status = forward(prog, sys.argv[1:])
+        if status is not None:
+            return status
+    return run_here(prog)
+
+
+# console-script entry points, one per command: hpcsched.commands:qsub, ...
+for _prog in COMMANDS:
+    globals()[_prog] = lambda _p=_prog: main(_p)
