@@ -88,14 +88,37 @@ def parse_options(argv: list[str], where: str = "", table: dict[str, bool] = OPT
     return opts, rest
 
 
+def _qsub_options(argv: list[str]) -> tuple[list[tuple[str, str]], list[str]]:
+    try:
+        return parse_options(argv)
+    except UsageError:
+        return [], ["-"]  # the server reports the usage error
+
+
 def _reads_stdin(prog: str, argv: list[str]) -> bool:
     """Only qsub without a script operand reads its standard input (the script)."""
     if prog != "qsub":
         return False
+    opts, operands = _qsub_options(argv)
+    return not operands and ("I", "") not in opts
+
+
+def _runs_here(prog: str, argv: list[str]) -> bool:
+    """pbsyod and `qsub -I` need the caller's own process (its job, its terminal)."""
+    return prog in LOCAL_ONLY or prog == "qsub" and ("I", "") in _qsub_options(argv)[0]
+
+
+def server_answers() -> bool:
+    """Is a server listening on the command socket?"""
+    import _socket
+    sock = _socket.socket(_socket.AF_UNIX, _socket.SOCK_STREAM)
     try:
-        return not parse_options(argv)[1]
-    except UsageError:
-        return False  # the server reports the usage error
+        sock.connect(os.path.join(home(), SOCKET))
+        return True  # (it sees an empty request and drops it)
+    except OSError:
+        return False
+    finally:
+        sock.close()
 
 
 def encode_request(prog: str, argv: list[str], cwd: str, env: dict[str, str], stdin: bytes | None) -> bytes:
@@ -178,7 +201,7 @@ def run_for(request: bytes) -> bytes:
         prog, argv, cwd, env, stdin = decode_request(request)
     except ValueError:
         return encode_reply(1, b"", b"hpcsched: malformed request to the server\n")
-    if prog not in COMMANDS or prog in LOCAL_ONLY:
+    if prog not in COMMANDS or _runs_here(prog, argv):
         return encode_reply(1, b"", f"hpcsched: {prog!r} is not a command the server runs\n".encode())
     saved_env, saved_io = dict(os.environ), (sys.stdin, sys.stdout, sys.stderr)
     here = os.open(".", os.O_RDONLY)
@@ -213,7 +236,7 @@ def run_for(request: bytes) -> bytes:
 
 def main(prog: str) -> int:
     """A command as the user runs it: answered by the server if one runs, else here."""
-    if prog not in LOCAL_ONLY:
+    if not _runs_here(prog, sys.argv[1:]):
         status = forward(prog, sys.argv[1:])
         if status is not None:
             return status

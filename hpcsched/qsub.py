@@ -11,6 +11,7 @@ import os
 import re
 import shlex
 import socket
+import subprocess
 import sys
 import time
 from datetime import datetime, timedelta
@@ -20,7 +21,7 @@ from .batch import Batch
 from .commands import OPTIONS
 from .errors import InvalidRequest, Rejected
 from .jobs import Dependency, DepType, Hold, Job, Request
-from .site import load_site, whoami
+from .site import load_site, notify, whoami
 from .timefmt import parse_duration
 
 USAGE = ("usage: qsub [-a date_time] [-A account_string] [-C directive_prefix] [-d path] [-e path] "
@@ -341,9 +342,12 @@ def submit(argv: list[str], stdin=None, cwd: str | None = None, env: dict | None
     cmd, rest = parse_options(argv)
     if len(rest) > 1:
         raise usage_error(f"too many arguments: {' '.join(rest[1:])}")
-    if any(letter == "I" for letter, _ in cmd):
-        raise pbs.CommandError("interactive jobs (-I) are not supported", pbs.USAGE)
-    if rest:
+    interactive = any(letter == "I" for letter, _ in cmd)
+    if interactive and not commands.server_answers():
+        raise pbs.CommandError("interactive jobs (-I) need a running server (hpcsched server)", pbs.SYSTEM)
+    if interactive and not rest:
+        script, script_name = "", ""  # the terminal is the session's, not a script
+    elif rest:
         try:
             with open(rest[0], encoding="utf-8", errors="replace") as f:
                 script = f.read()
@@ -357,6 +361,10 @@ def submit(argv: list[str], stdin=None, cwd: str | None = None, env: dict | None
     site = load_site()
     user = whoami()
     job = make_job(options, resources, script, script_name, cwd, env, user, site.server, now)
+    if interactive:
+        if "t" in options or "J" in options:
+            raise usage_error("an interactive job (-I) cannot be an array")
+        job.extra.update(interactive=True, rerunnable=False)  # PBS never reruns a session
     for key in ("output", "error"):
         if job.extra[key]:
             job.extra[key] = resolve_path(job.extra[key], cwd)
@@ -396,9 +404,60 @@ def submit(argv: list[str], stdin=None, cwd: str | None = None, env: dict | None
     return pbs.full_id(done.id, site.server), "z" in options
 
 
+def session(jid: str, poll: float = 0.2) -> int:
+    """`qsub -I`: wait for the job to start, then run its shell on this terminal under the
+    server's job wrapper (so the server sees its pid, enforces its walltime, qdel ends it
+    and its exit status is recorded); returns that status."""
+    import json
+    import signal
+
+    from .server import INTERACTIVE, WRAPPER
+    site = load_site()
+    job_id = pbs.parse_ref(jid)[0]
+    print(f"qsub: waiting for job {jid} to start", flush=True)
+    ready, checked = None, time.monotonic()
+    while ready is None:
+        ready = next(site.home.glob(f"jobs/{job_id}/run*/{INTERACTIVE}"), None)
+        if ready is None and time.monotonic() - checked > 2:  # deleted while waiting?
+            with Batch.of(site).open(write=False) as batch:
+                job = batch.sched.jobs.get(job_id)
+            if job is None or job.end_time is not None:
+                print(f"qsub: job {jid} apparently deleted", flush=True)
+                return 1
+            checked = time.monotonic()
+        if ready is None:
+            time.sleep(poll)
+    info = json.loads(ready.read_text())
+    print(f"qsub: job {jid} ready\n", flush=True)
+    env = info["env"]
+    shell = env.get("SHELL") or "/bin/sh"
+    tty = os.isatty(0)
+
+    def foreground():  # the session's own process group owns the terminal (qdel kills the group)
+        os.setpgid(0, 0)
+        if tty:
+            signal.signal(signal.SIGTTOU, signal.SIG_IGN)
+            os.tcsetpgrp(0, os.getpgrp())
+            signal.signal(signal.SIGTTOU, signal.SIG_DFL)
+
+    argv = ["/bin/sh", "-c", WRAPPER, "hpcsched-job", str(ready.parent), shell, "-i" if tty else "-s"]
+    old = signal.signal(signal.SIGTTOU, signal.SIG_IGN)
+    try:
+        status = subprocess.run(argv, cwd=info["workdir"], env=env, preexec_fn=foreground).returncode
+    finally:
+        if tty:
+            os.tcsetpgrp(0, os.getpgrp())
+        signal.signal(signal.SIGTTOU, old)
+    print(f"qsub: job {jid} completed", flush=True)
+    return status if status >= 0 else 128 - status
+
+
 def main(argv: list[str] | None = None) -> int:
     def run(argv: list[str]) -> int:
         jid, quiet = submit(argv)
+        if any(letter == "I" for letter, _ in parse_options(argv)[0]):
+            notify(load_site().home)  # the server starts it as soon as it can
+            return session(jid)
         if not quiet:
             print(jid)
         return 0

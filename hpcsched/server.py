@@ -15,6 +15,7 @@ status is recorded as ended (or requeued when rerunnable).  No job starts twice.
 """
 from __future__ import annotations
 
+import json
 import os
 import selectors
 import shlex
@@ -29,9 +30,11 @@ from . import accounting, commands, pbs
 from .batch import Batch
 from .jobs import ACTIVE, FINISHED, Job, State
 from .site import SOCKET, Site
-from .store import StoreError
+from .store import StoreError, write_atomic
 
 LOST = -1  # exit status of a job whose process vanished without one
+INTERACTIVE = "interactive.json"  # an interactive job's environment, for its qsub -I
+INTERACTIVE_WAIT = 60.0  # seconds a started interactive job waits for its qsub -I
 COMMAND_TIMEOUT = 10.0  # seconds a client may take to send its request or read the reply
 
 
@@ -139,6 +142,9 @@ class Server:
         # the pid file names the wrapper that runs the job; the start time recorded at
         # launch (None: it had already ended) tells a reused pid from ours
         pid = self._read_int(self.jobdir(job) / "pid") or job.extra.get("pid")
+        if pid is None and job.extra.get("interactive") and job.state == State.RUNNING \
+                and now < job.extra["launched"] + INTERACTIVE_WAIT:
+            return  # its qsub -I has not started the session yet
         start = process_start(pid) if pid else None
         if pid == job.extra.get("pid") and "pid_start" in job.extra:
             alive = start is not None and start == job.extra["pid_start"]
@@ -206,6 +212,14 @@ class Server:
         err = _path(x.get("error"), submit_dir, f"{job.name}.e{seq}")
         join = x.get("join", "n")
         env = self._environment(job, nodefile, d / "tmp", workdir)
+        if x.get("interactive"):
+            # the waiting `qsub -I` runs the session under the same wrapper, on the
+            # caller's terminal: it needs only the environment, written last
+            env["PBS_ENVIRONMENT"] = "PBS_INTERACTIVE"
+            write_atomic(d / INTERACTIVE, json.dumps({"env": env, "workdir": workdir}))
+            self.batch.do("alter", now, id=job.id, changes={"extra": dict(x, launched=now)})
+            accounting.write(self.home, "S", job, self.site.server, now)
+            return 1
         shell = x.get("shell") or "/bin/sh"
         try:
             stdout = open(out if join != "eo" else err, "ab")

@@ -152,7 +152,7 @@ class Store:
         the caller then reads everything again with `read`, which reports any damage."""
         snapshot, (ino, _, size) = mark
         now_snapshot, (now_ino, _, now_size) = self.mark()
-        if now_snapshot != snapshot or now_ino != ino or now_size < size:
+        if now_snapshot != snapshot or now_ino != ino and ino is not None or now_size < size:
             return None
         if now_size == size:
             return []

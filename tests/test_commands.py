@@ -86,7 +86,7 @@ def test_w_value_with_a_space_as_one_argument(rig):
     (["-q", "nosuch"], 172, "submit error (Unknown queue MSG=requested queue not found)"),
     (["-l", "walltime=48:00:00"], 188, "Job exceeds queue resource limits MSG=walltime 48:00:00 exceeds"),
     (["-l", "nodes=9"], 188, "requests more than the machine has"),
-    (["-I"], 2, "interactive jobs (-I) are not supported"),
+    (["-I"], 1, "interactive jobs (-I) need a running server (hpcsched server)"),
 ])
 def test_qsub_refusals(rig, argv, status, msg):
     with pytest.raises(CommandError) as e:

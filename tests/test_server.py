@@ -34,6 +34,10 @@ def live(tmp_path, request, monkeypatch):
         p = subprocess.Popen([sys.executable, "-m", "hpcsched", "server"], cwd=ROOT, env=env,
                              stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True)
         servers.append(p)
+        for _ in range(200):  # until it answers commands
+            if (home / "commands.sock").exists() or p.poll() is not None:
+                break
+            time.sleep(0.05)
         return p
 
     yield env, home, work, start
@@ -82,6 +86,16 @@ def state(env, work, jid):
     return found
 
 
+def job_pid(home, jid, run=1):
+    """The pid the job's wrapper writes first thing (a moment after the job shows R)."""
+    path = home / "jobs" / jid.split(".")[0] / f"run{run}" / "pid"
+    for _ in range(200):
+        if path.exists():
+            return int(path.read_text())
+        time.sleep(0.05)
+    raise AssertionError(f"job {jid} never wrote its pid")
+
+
 def wait_for(env, work, jid, states="C", timeout=20.0):
     end = time.time() + timeout
     while time.time() < end:
@@ -111,7 +125,7 @@ def test_walltime_kill_and_qdel_of_running_job(live):
     over = cmd(env, work, "qsub", "-l", "walltime=1", stdin="sleep 60\n").stdout.strip()
     gone = cmd(env, work, "qsub", "-l", "walltime=60", stdin="sleep 60\n").stdout.strip()
     wait_for(env, work, gone, "R")
-    pgid = int((home / "jobs" / gone.split(".")[0] / "run1" / "pid").read_text())
+    pgid = job_pid(home, gone)
     assert group_alive(pgid)
     assert cmd(env, work, "qdel", gone).returncode == 0
     assert wait_for(env, work, gone)["exit_status"] == "271"
@@ -304,3 +318,69 @@ def test_a_job_deleted_before_its_launch_ends(rig):
     assert srv.step() == 0
     job = srv.batch.sched.job(1)
     assert job.state.value == "completed" and job.exit_status == 271
+
+
+def interactive(env, work, *argv):
+    return subprocess.Popen([os.path.join(BIN, "qsub"), "-I", *argv], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, env=env, cwd=work)
+
+
+def test_interactive_session_runs_here_and_its_status_is_recorded(live):
+    env, home, work, start = live
+    start()
+    p = interactive(env, work, "-l", "walltime=60")
+    out, err = p.communicate('echo "$PBS_JOBID $PBS_ENVIRONMENT $(wc -l < $PBS_NODEFILE)"; pwd; exit 3\n', timeout=30)
+    jid = out.split()[4]
+    assert out.splitlines() == [f"qsub: waiting for job {jid} to start", f"qsub: job {jid} ready", "",
+                                f"{jid} PBS_INTERACTIVE 1", str(work), f"qsub: job {jid} completed"]
+    assert p.returncode == 3 and err == ""
+    assert wait_for(env, work, jid)["exit_status"] == "3"
+    assert [e.kind for e in accounting.read(home) if e.job_id == jid] == ["Q", "S", "E"]
+
+
+def test_interactive_session_on_a_terminal(live):
+    pty = pytest.importorskip("pty")
+    env, home, work, start = live
+    start()
+    pid, fd = pty.fork()
+    if pid == 0:
+        os.chdir(work)
+        os.execve(os.path.join(BIN, "qsub"), ["qsub", "-I"], env)
+    seen = b""
+
+    def until(token):
+        nonlocal seen
+        end = time.time() + 20
+        while token not in seen and time.time() < end:
+            try:
+                seen += os.read(fd, 4096)
+            except OSError:
+                break
+        return token in seen
+
+    assert until(b"ready")
+    os.write(fd, b"tty; exit 5\n")
+    assert until(b"completed")
+    _, status = os.waitpid(pid, 0)
+    os.close(fd)
+    assert os.waitstatus_to_exitcode(status) == 5
+    assert b"/dev/pts/" in seen  # the session had the terminal
+
+
+def test_qdel_ends_an_interactive_session_and_one_still_waiting(live):
+    env, home, work, start = live
+    start()
+    p = interactive(env, work)
+    p.stdin.write("sleep 60\n")
+    p.stdin.flush()
+    jid = p.stdout.readline().split()[4]
+    assert p.stdout.readline() == f"qsub: job {jid} ready\n"
+    pgid = job_pid(home, jid)
+    assert cmd(env, work, "qdel", jid).returncode == 0
+    assert p.wait(20) != 0 and wait_for(env, work, jid)["exit_status"] == "271"
+    assert not group_alive(pgid)
+    held = interactive(env, work, "-h")
+    jid = held.stdout.readline().split()[4]  # waiting for a start that never comes ...
+    assert cmd(env, work, "qdel", jid).returncode == 0  # ... until qdel
+    out, _ = held.communicate(timeout=20)
+    assert held.returncode == 1 and out == f"qsub: job {jid} apparently deleted\n"

@@ -120,3 +120,24 @@ def test_unwritable_home_is_a_clear_error(tmp_path):
     with pytest.raises(StoreError, match="cannot open the store"):
         with Store(blocker / "sub").locked():
             pass
+
+
+def test_read_since_gives_only_what_was_appended(tmp_path):
+    s = Store(tmp_path)
+    s.append({"op": "a"})
+    mark = s.mark()
+    assert s.read_since(mark, 1) == []
+    s.append({"op": "b"})
+    s.append({"op": "c"})
+    assert [r["op"] for r in s.read_since(mark, 1)] == ["b", "c"]
+    with open(tmp_path / JOURNAL, "ab") as f:
+        f.write(b'{"v":1,"seq":4')  # an append in progress: read everything again
+    assert s.read_since(mark, 1) is None
+
+
+def test_read_since_sends_the_reader_back_after_compaction(tmp_path):
+    s = Store(tmp_path)
+    s.append({"op": "a"})
+    mark = s.mark()
+    s.compact({"jobs": []}, 1)
+    assert s.read_since(mark, 1) is None

@@ -1,0 +1,146 @@
+"""The commands' front door: a running server answers them, else they run in-process."""
+import io
+import os
+import socket
+import subprocess
+import sys
+import time
+
+import pytest
+
+from hpcsched import commands
+from hpcsched.commands import decode_request, encode_request, run_for
+from hpcsched.store import Store
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def test_request_round_trip_keeps_every_byte():
+    env = {"A": "x=y", "EMPTY": "", "PATH": "/bin:/usr/bin"}
+    script = b"#!/bin/sh\n#PBS -N a\x00b\necho \xff\n"
+    data = encode_request("qsub", ["-l", "walltime=1:00", "", "-W depend=afterok:1"], "/tmp/w d", env, script)
+    assert decode_request(data) == ("qsub", ["-l", "walltime=1:00", "", "-W depend=afterok:1"], "/tmp/w d",
+                                    env, script)
+    assert decode_request(encode_request("qstat", [], "/", {}, None)) == ("qstat", [], "/", {}, None)
+    with pytest.raises(ValueError):
+        decode_request(b"other\0qsub\0/\0" + b"0\0" * 3)
+
+
+def reply(data):
+    status, size, body = data.split(b"\0", 2)
+    size = int(size)
+    return int(status), body[:size].decode(), body[size:].decode()
+
+
+def test_run_for_runs_as_the_client_and_restores_the_server(rig, tmp_path, monkeypatch):
+    work = tmp_path / "work"
+    work.mkdir()
+    before_env, before_cwd, before_out = dict(os.environ), os.getcwd(), sys.stdout
+    env = dict(os.environ, HPCSCHED_USER="bob", HPCSCHED_FLAVOR="openpbs", LANG="C")
+    status, out, err = reply(run_for(encode_request("qsub", ["-N", "fwd"], str(work), env, b"true\n")))
+    assert (status, err) == (0, "") and out == "1.headnode\n"
+    assert dict(os.environ) == before_env and os.getcwd() == before_cwd and sys.stdout is before_out
+    status, out, _ = reply(run_for(encode_request("qstat", ["-f", "1"], "/", env, None)))
+    assert status == 0
+    assert "Job_Owner = bob@" in out and f"PBS_O_WORKDIR={work}" in out.replace("\n\t", "")
+    # the client's flavor: OpenPBS qstat without -x refuses a job id it does not know with 153
+    status, out, err = reply(run_for(encode_request("qstat", ["7"], "/", env, None)))
+    assert status == 153 and err.startswith("qstat: Unknown Job Id 7.headnode")
+    assert reply(run_for(encode_request("qsub", ["-Z"], "/", env, b"")))[0] == 2
+
+
+def test_run_for_refuses_what_it_must_not_run(rig):
+    for prog in ("pbsyod", "rm"):
+        status, _, err = reply(run_for(encode_request(prog, [], "/", {}, None)))
+        assert status == 1 and "not a command the server runs" in err
+    assert reply(run_for(b"garbage"))[0] == 1
+    status, _, err = reply(run_for(encode_request("qstat", [], "/no/such/dir", dict(os.environ), None)))
+    assert status == 1 and "/no/such/dir" in err
+
+
+def test_no_server_or_a_stale_socket_runs_the_command_here(rig):
+    assert commands.forward("qstat", []) is None  # no socket at all
+    stale = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    stale.bind(str(rig / "home" / commands.SOCKET))
+    stale.close()  # the file stays, nobody listens: a server that died
+    assert commands.forward("qstat", []) is None
+
+
+PROBE = ("import sys; sys.argv = ['qstat']; from hpcsched import commands; "
+         "status = commands.main('qstat'); "
+         "print('in-process' if 'hpcsched.scheduler' in sys.modules else 'forwarded', status)")
+
+
+def test_a_running_server_answers_without_the_client_loading_the_store(rig):
+    env = dict(os.environ, PYTHONPATH=ROOT)
+    probe = subprocess.run([sys.executable, "-c", PROBE], capture_output=True, text=True, env=env, timeout=30)
+    assert probe.stdout.split()[-2:] == ["in-process", "0"]
+    server = subprocess.Popen([sys.executable, "-m", "hpcsched", "server"], cwd=ROOT, env=env,
+                              stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    try:
+        sock = rig / "home" / commands.SOCKET
+        for _ in range(200):
+            if sock.exists():
+                break
+            assert server.poll() is None, server.stderr.read()
+            time.sleep(0.05)
+        sub = subprocess.run([os.path.join(ROOT, "bin", "qsub"), "-h"], input="true\n", capture_output=True,
+                             text=True, env=env, cwd=rig, timeout=30)
+        assert sub.returncode == 0 and sub.stdout == "1.headnode\n"
+        probe = subprocess.run([sys.executable, "-c", PROBE], capture_output=True, text=True, env=env, timeout=30)
+        lines = probe.stdout.splitlines()
+        assert lines[-1] == "forwarded 0" and any(line.startswith("1.headnode") and " H " in line for line in lines)
+        bad = subprocess.run([os.path.join(ROOT, "bin", "qdel"), "99"], capture_output=True, text=True, env=env,
+                             timeout=30)
+        assert bad.returncode == 153 and bad.stderr == "qdel: Unknown Job Id 99.headnode\n"
+    finally:
+        server.terminate()
+        server.wait(10)
+    assert not sock.exists()
+
+
+def test_a_kept_batch_catches_up_with_other_writers(rig, monkeypatch):
+    from hpcsched import batch as batch_module
+    from hpcsched.batch import Batch
+    from hpcsched.jobs import Job, Request
+    from hpcsched.site import load_site
+
+    site = load_site()
+    kept, other = Batch(site), Batch(site)
+    kept.keep()
+    try:
+        assert Batch.of(site) is kept and Batch.of(load_site()) is kept
+        with kept.open(write=False):
+            assert kept.sched.jobs == {}
+
+        def submit(n):
+            with other.open():
+                for _ in range(n):
+                    other.submit(Job(owner="bob", request=Request(nodes=1), walltime=60), 0.0)
+                other.do("pass", 0.0)
+
+        def fresh():
+            return Batch(site).load().to_dict()
+
+        submit(3)
+        full_reads = []
+        monkeypatch.setattr(kept.store, "read", lambda: full_reads.append(1) or Store.read(kept.store))
+        with kept.open(write=False):
+            assert kept.sched.to_dict() == fresh() and len(kept.sched.jobs) == 3
+        assert full_reads == []  # read only the new journal records
+        monkeypatch.setattr(batch_module, "COMPACT_AFTER", 2)
+        submit(4)  # the other writer compacts: the kept batch reads everything again
+        with kept.open():
+            assert kept.sched.to_dict() == fresh() and len(kept.sched.jobs) == 7
+            kept.do("pass", 1.0)
+        assert full_reads == [1]
+        with pytest.raises(RuntimeError):
+            with kept.open():
+                kept.sched.jobs.clear()  # a command that fails half-way through ...
+                raise RuntimeError
+        with kept.open(write=False):  # ... is forgotten: the store is read again
+            assert kept.sched.to_dict() == fresh() and len(kept.sched.jobs) == 7
+        assert full_reads == [1, 1]
+    finally:
+        kept.release()
+    assert Batch.of(site) is not kept
