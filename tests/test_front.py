@@ -1,5 +1,4 @@
 """The commands' front door: a running server answers them, else they run in-process."""
-import io
 import os
 import socket
 import subprocess
