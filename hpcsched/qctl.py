@@ -172,7 +172,10 @@ def alter_changes(job: Job, options: dict[str, str], resources: dict[str, str], 
         key, _, val = options["W"].partition("=")
         if key.strip() != "depend":
             raise pbs.CommandError(f"illegal -W value {options['W']!r}\n{ALTER_USAGE}", pbs.USAGE)
-        changes["dependencies"] = [[d.kind.value, d.job_id] for d in parse_depend(val)]
+        deps, befores = parse_depend(val)
+        if befores:
+            raise pbs.CommandError("before dependencies are given at qsub time", pbs.USAGE)
+        changes["dependencies"] = [[d.kind.value, d.job_id] for d in deps]
     for letter, key in (("j", "join"), ("m", "mail_points"), ("M", "mail_users")):
         if letter in options:
             extra[key] = options[letter]

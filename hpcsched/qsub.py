@@ -246,22 +246,30 @@ def parse_priority(text: str, usage: str) -> int:
     return priority
 
 
-def parse_depend(value: str) -> list[Dependency]:
-    deps = []
+#: before-kinds: `-W depend=beforeok:B` gives job B the mirror dependency afterok on this job
+BEFORE = {"before": "afterany", "beforeok": "afterok", "beforenotok": "afternotok", "beforeany": "afterany"}
+
+
+def parse_depend(value: str) -> tuple[list[Dependency], list[Dependency]]:
+    """(this job's dependencies, the dependencies on it that the named jobs gain)."""
+    deps, befores = [], []
     for part in value.split(","):
         kind, _, ids = part.partition(":")
         kind = kind.strip()
         if kind == "after":
             kind = "afterany"  # started is not tracked apart from ended: the nearest kind
-        if kind not in ("afterok", "afternotok", "afterany"):
-            if kind.startswith("before") or kind in ("on", "synccount", "syncwith"):
+        if kind not in ("afterok", "afternotok", "afterany") and kind not in BEFORE:
+            if kind in ("on", "synccount", "syncwith"):
                 raise pbs.CommandError(f"dependency type {kind} is not supported", pbs.USAGE)
             raise pbs.CommandError(f"illegal -W value: depend={value}\n{USAGE}", pbs.USAGE)
         if not ids:
             raise pbs.CommandError(f"illegal -W value: depend={value}\n{USAGE}", pbs.USAGE)
         for jid in ids.split(":"):
-            deps.append(Dependency(DepType(kind), pbs.parse_id(jid)))
-    return deps
+            if kind in BEFORE:  # the job id here names the job that will wait
+                befores.append(Dependency(DepType(BEFORE[kind]), pbs.parse_id(jid)))
+            else:
+                deps.append(Dependency(DepType(kind), pbs.parse_id(jid)))
+    return deps, befores
 
 
 def resolve_path(path: str, cwd: str) -> str:
@@ -277,7 +285,9 @@ def resolve_path(path: str, cwd: str) -> str:
 
 
 def make_job(options: dict[str, str], resources: dict[str, str], script: str, script_name: str,
-             cwd: str, env: dict[str, str], user: str, server: str, now: float) -> Job:
+             cwd: str, env: dict[str, str], user: str, server: str, now: float
+             ) -> tuple[Job, list[Dependency]]:
+    """The job, and the dependencies on it that `-W depend=before...` gives other jobs."""
     request, walltime = build_request(resources)
     name = options.get("N", os.path.basename(script_name) if script_name else "STDIN")
     if not name or any(c.isspace() for c in name) or len(name) > 236:
@@ -287,14 +297,14 @@ def make_job(options: dict[str, str], resources: dict[str, str], script: str, sc
     if dest_server and dest_server.split(".")[0] != server:
         raise pbs.CommandError(f"Unknown server {dest_server}", pbs.SYSTEM)
     priority = parse_priority(options["p"], USAGE) if "p" in options else 0
-    extra_w, deps, group = {}, [], ""
+    extra_w, deps, befores, group = {}, [], [], ""
     if "W" in options:
         for item in re.split(r",(?=\s*[a-z_]+=)", options["W"]):
             key, eq, val = item.strip().partition("=")
             if not eq:
                 raise pbs.CommandError(f"illegal -W value {options['W']!r}\n{USAGE}", pbs.USAGE)
             if key == "depend":
-                deps = parse_depend(val)
+                deps, befores = parse_depend(val)
             elif key == "group_list":
                 group = val.split("@")[0]
             elif key in ("umask", "block", "stagein", "stageout", "x", "sandbox", "run_count"):
@@ -329,7 +339,7 @@ def make_job(options: dict[str, str], resources: dict[str, str], script: str, sc
                  "resources": dict(resources), "output": options.get("o", ""), "error": options.get("e", ""),
                  "mail_points": options.get("m", "a"), "mail_users": options.get("M", ""),
                  "shell": options.get("S", ""), **({"W": extra_w} if extra_w else {})}
-    return job
+    return job, befores
 
 
 def submit(argv: list[str], stdin=None, cwd: str | None = None, env: dict | None = None,
@@ -360,7 +370,7 @@ def submit(argv: list[str], stdin=None, cwd: str | None = None, env: dict | None
     options, resources = merge(cmd, directives(script, prefix))
     site = load_site()
     user = whoami()
-    job = make_job(options, resources, script, script_name, cwd, env, user, site.server, now)
+    job, befores = make_job(options, resources, script, script_name, cwd, env, user, site.server, now)
     if interactive:
         if "t" in options or "J" in options:
             raise usage_error("an interactive job (-I) cannot be an array")
@@ -373,7 +383,7 @@ def submit(argv: list[str], stdin=None, cwd: str | None = None, env: dict | None
     # the job is checked against the configuration alone, so qsub's cost does not grow
     # with the store.
     queues = batch.site.scheduler().router.queues
-    needs_state = bool(job.dependencies) or any(
+    needs_state = bool(job.dependencies or befores) or any(
         q.max_queued is not None or q.max_queued_per_user is not None for q in queues.values())
     with batch.open(write=True, load=needs_state):
         sched = batch.sched
@@ -386,6 +396,9 @@ def submit(argv: list[str], stdin=None, cwd: str | None = None, env: dict | None
         if job.walltime <= 0:
             job.walltime = sched.router.queues[queue].max_walltime or 3600.0 if queue else 3600.0
         array = options.get("t") or options.get("J")
+        if befores and array:
+            raise usage_error("an array cannot carry before dependencies")
+        waiters = [_waiter(batch, site, user, b.job_id) for b in befores]
         try:
             if array:
                 indices, limit = parse_array(array)
@@ -397,11 +410,29 @@ def submit(argv: list[str], stdin=None, cwd: str | None = None, env: dict | None
                 return f"{first}[].{site.server}", "z" in options
             done = batch.submit(job, now)
             accounting.write(site.home, "Q", done, site.server, now)
+            for waiter, before in zip(waiters, befores):
+                deps = [[d.kind.value, d.job_id] for d in waiter.dependencies] + [[before.kind.value, done.id]]
+                batch.do("alter", now, id=waiter.id, changes={"dependencies": deps})
         except Rejected as e:
             if site.flavor == "torque":
                 raise pbs.CommandError(f"submit error (Job exceeds queue resource limits MSG={e})", pbs.LIMITS)
             raise pbs.CommandError(f"Job violates queue and/or server resource limits: {e}", pbs.LIMITS)
     return pbs.full_id(done.id, site.server), "z" in options
+
+
+def _waiter(batch: Batch, site, user: str, job_id: int) -> Job:
+    """The job a `before` dependency names: it must still be waiting, and be the
+    caller's to change (as for qalter)."""
+    from .qctl import _deny, may_touch
+    job = batch.sched.jobs.get(job_id)
+    if job is None:
+        raise pbs.CommandError(f"Unknown Job Id {job_id}.{site.server}", pbs.UNKNOWN_JOB)
+    if job.start_time is not None or job.end_time is not None:
+        raise pbs.CommandError(f"cannot add a dependency to job {pbs.display_id(job, site.server)}: "
+                               f"it has started", pbs.BAD_STATE)
+    if not may_touch(site, user, job):
+        raise _deny("qsub", job, site)
+    return job
 
 
 def session(jid: str, poll: float = 0.2) -> int:

@@ -81,7 +81,7 @@ def test_w_value_with_a_space_as_one_argument(rig):
     (["-l", "frobs=3"], 2, "Unknown resource type frobs"),
     (["-p", "5000"], 2, "illegal -p value"),
     (["-j", "xy"], 2, "illegal -j value"),
-    (["-W", "depend=before:1"], 2, "dependency type before is not supported"),
+    (["-W", "depend=on:1"], 2, "dependency type on is not supported"),
     (["-Y"], 2, "invalid option -- 'Y'"),
     (["-q", "nosuch"], 172, "submit error (Unknown queue MSG=requested queue not found)"),
     (["-l", "walltime=48:00:00"], 188, "Job exceeds queue resource limits MSG=walltime 48:00:00 exceeds"),
@@ -374,3 +374,30 @@ def test_openpbs_array_row_shows_begun(rig, monkeypatch):
     row = stat()[1].splitlines()[2].split()
     assert row[0] == "1[].headnode" and row[4] == "B"
     assert [l.split()[4] for l in stat("-t")[1].splitlines()[2:]] == ["R"] * 4 + ["Q"] * 4
+
+
+def test_before_dependencies_make_the_named_job_wait(rig, monkeypatch):
+    from hpcsched.batch import Batch
+    from hpcsched.site import load_site
+    waiter = submit("-N", "waiter")
+    first = submit("-N", "first", "-W", "depend=beforeok:" + waiter.split(".")[0])
+    out = stat("-f", "-1", waiter)[1]
+    assert f"depend = afterok:{first}" in out and "job_state = H" in out
+    assert "depend" not in stat("-f", "-1", first)[1]
+    site = load_site()
+    now = time.time()
+    with Batch.of(site).open() as batch:  # first runs and ends well: the waiter may go
+        batch.do("pass", now)
+        assert batch.sched.job(int(first.split(".")[0])).start_time == now
+        batch.do("ended", now + 10, id=int(first.split(".")[0]), exit_status=0)
+    assert "job_state = Q" in stat("-f", "-1", waiter)[1]
+    with pytest.raises(CommandError) as e:
+        submit("-W", "depend=beforeok:77")
+    assert e.value.status == 153
+    with pytest.raises(CommandError) as e:
+        submit("-W", "depend=beforeany:" + first.split(".")[0])  # it has run
+    assert e.value.status == 170 and "it has started" in str(e.value)
+    monkeypatch.setenv("HPCSCHED_USER", "bob")
+    with pytest.raises(CommandError) as e:
+        submit("-W", "depend=beforenotok:" + waiter.split(".")[0])
+    assert e.value.status == 159
