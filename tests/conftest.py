@@ -23,3 +23,12 @@ def rig(tmp_path, monkeypatch):
     return tmp_path
 
 
+
+
+def pytest_sessionstart(session):
+    """Byte-compile hpcsched once, as an install would: the many commands the tests run as
+    fresh processes then load it instead of compiling it from source every time (even
+    where PYTHONDONTWRITEBYTECODE keeps the interpreter from caching it)."""
+    import compileall
+    compileall.compile_dir(os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "hpcsched"),
+                           quiet=1)

@@ -3,6 +3,7 @@ import json
 import os
 import re
 import subprocess
+import sys
 
 import pytest
 
@@ -24,7 +25,9 @@ def env(tmp_path):
 
 
 def sh(env, *cmd, stdin=None):
-    return subprocess.run([os.path.join(BIN, cmd[0]), *cmd[1:]], input=stdin, capture_output=True,
+    """The command as a tool runs it from PATH (bin/'s wrapper, started by this interpreter
+    the way its shebang starts python3)."""
+    return subprocess.run([sys.executable, "-S", os.path.join(BIN, cmd[0]), *cmd[1:]], input=stdin, capture_output=True,
                           text=True, env=env, timeout=60, cwd=env.get("CWD", "/tmp"))
 
 
