@@ -216,6 +216,7 @@ class Server:
             # the waiting `qsub -I` runs the session under the same wrapper, on the
             # caller's terminal: it needs only the environment, written last
             env["PBS_ENVIRONMENT"] = "PBS_INTERACTIVE"
+            env["SHELL"] = x.get("shell") or env.get("PBS_O_SHELL") or "/bin/sh"  # the caller's own
             write_atomic(d / INTERACTIVE, json.dumps({"env": env, "workdir": workdir}))
             self.batch.do("alter", now, id=job.id, changes={"extra": dict(x, launched=now)})
             accounting.write(self.home, "S", job, self.site.server, now)
