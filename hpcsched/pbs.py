@@ -83,19 +83,15 @@ def resolve(jobs: dict, text: str, server: str) -> list[Job]:
     return found
 
 
+#: flavor -> the state letter for each core state (finished is C in Torque, F in OpenPBS)
+_LETTERS = {flavor: {State.QUEUED: "Q", State.HELD: "H", State.DEP_HOLD: "H", State.DEP_FAIL: "H",
+                     State.WAITING: "W", State.RUNNING: "R", State.EXITING: "E",
+                     State.COMPLETED: done, State.DELETED: done}
+            for flavor, done in (("torque", "C"), ("openpbs", "F"))}
+
+
 def state_letter(job: Job, flavor: str) -> str:
-    s = job.state
-    if s == State.RUNNING:
-        return "R"
-    if s == State.EXITING:
-        return "E"
-    if s in (State.COMPLETED, State.DELETED):
-        return "C" if flavor == "torque" else "F"
-    if s in (State.HELD, State.DEP_HOLD, State.DEP_FAIL):
-        return "H"
-    if s == State.WAITING:
-        return "W"
-    return "Q"
+    return _LETTERS[flavor][job.state]
 
 
 def hold_letters(job: Job) -> str:
