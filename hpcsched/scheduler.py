@@ -628,7 +628,7 @@ class Scheduler:
                     self._units[job.id] = self.topology.units_of(job.nodes, job.cores)
                 if job.state in PENDING:
                     self._count(job, 1)
-                    if any(d.met is None for d in job.dependencies):
+                    if job.dependencies and any(d.met is None for d in job.dependencies):
                         self._register_children(job)
             if self._order is not None:  # one sort, not an insertion per job
                 self._order = sorted((self.policy.key(j, None), j.id) for j in self._queued.values())
