@@ -154,25 +154,27 @@ def forward(prog: str, argv: list[str]) -> int | None:
     import _socket
     path = os.path.join(home(), SOCKET)
     sock = _socket.socket(_socket.AF_UNIX, _socket.SOCK_STREAM)
+    chunks = []
     try:
         try:
             sock.connect(path)
+            cwd = os.getcwd()
         except OSError:
-            return None  # no server (or a stale socket): run here
+            return None  # no server (or a stale socket): run here (which reports a lost cwd)
         stdin = sys.stdin.buffer.read() if _reads_stdin(prog, argv) and sys.stdin is not None else None
-        sock.sendall(encode_request(prog, argv, os.getcwd(), dict(os.environ), stdin))
+        sock.sendall(encode_request(prog, argv, cwd, dict(os.environ), stdin))
         sock.shutdown(_socket.SHUT_WR)
-        chunks = []
         while chunk := sock.recv(1 << 16):
             chunks.append(chunk)
+    except OSError:
+        pass  # the server went away mid-request: said below
     finally:
         sock.close()
-    data = b"".join(chunks)
     try:
-        status, size, body = data.split(b"\0", 2)
+        status, size, body = b"".join(chunks).split(b"\0", 2)
         status, size = int(status), int(size)
     except ValueError:
-        sys.stderr.write(f"{prog}: the hpcsched server dropped the request\n")
+        sys.stderr.write(f"{prog}: the hpcsched server dropped the request (see qstat for its effect)\n")
         return 1
     try:
         sys.stdout.buffer.write(body[:size])

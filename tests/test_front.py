@@ -143,3 +143,24 @@ def test_a_kept_batch_catches_up_with_other_writers(rig, monkeypatch):
     finally:
         kept.release()
     assert Batch.of(site) is not kept
+
+
+def test_a_server_that_drops_the_request_is_one_line_and_status_1(rig, capsys):
+    import threading
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    listener.bind(str(rig / "home" / commands.SOCKET))
+    listener.listen(1)
+
+    def drop():
+        conn, _ = listener.accept()
+        conn.recv(1 << 16)
+        conn.close()  # dies before replying
+
+    t = threading.Thread(target=drop)
+    t.start()
+    try:
+        assert commands.forward("qstat", []) == 1
+    finally:
+        t.join(10)
+        listener.close()
+    assert capsys.readouterr().err == "qstat: the hpcsched server dropped the request (see qstat for its effect)\n"
