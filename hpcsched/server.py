@@ -312,6 +312,7 @@ class Server:
         sel.register(wake_r, selectors.EVENT_READ)
         signal.set_wakeup_fd(wake_w.fileno())
         signal.signal(signal.SIGCHLD, lambda *_: None)
+        signal.signal(signal.SIGPIPE, signal.SIG_IGN)  # a client that hangs up is an OSError, not our end
         for sig in (signal.SIGTERM, signal.SIGINT):
             signal.signal(sig, self._stop)
         self.batch.keep()
