@@ -447,17 +447,25 @@ def session(jid: str, poll: float = 0.2) -> int:
     job_id = pbs.parse_ref(jid)[0]
     print(f"qsub: waiting for job {jid} to start", flush=True)
     ready, checked = None, time.monotonic()
-    while ready is None:
-        ready = next(site.home.glob(f"jobs/{job_id}/run*/{INTERACTIVE}"), None)
-        if ready is None and time.monotonic() - checked > 2:  # deleted while waiting?
-            with Batch.of(site).open(write=False) as batch:
-                job = batch.sched.jobs.get(job_id)
-            if job is None or job.end_time is not None:
-                print(f"qsub: job {jid} apparently deleted", flush=True)
-                return 1
-            checked = time.monotonic()
-        if ready is None:
-            time.sleep(poll)
+    try:
+        while ready is None:
+            ready = next(site.home.glob(f"jobs/{job_id}/run*/{INTERACTIVE}"), None)
+            if ready is None and time.monotonic() - checked > 2:  # deleted while waiting?
+                with Batch.of(site).open(write=False) as batch:
+                    job = batch.sched.jobs.get(job_id)
+                if job is None or job.end_time is not None:
+                    print(f"qsub: job {jid} apparently deleted", flush=True)
+                    return 1
+                checked = time.monotonic()
+            if ready is None:
+                time.sleep(poll)
+    except KeyboardInterrupt:  # ^C while waiting: the session is not wanted any more
+        with Batch.of(site).open() as batch:
+            job = batch.sched.jobs.get(job_id)
+            if job is not None and job.start_time is None and job.end_time is None:
+                batch.do("delete", id=job_id)
+        print(f"\nqsub: job {jid} deleted", flush=True)
+        return 130
     info = json.loads(ready.read_text())
     print(f"qsub: job {jid} ready\n", flush=True)
     env = info["env"]

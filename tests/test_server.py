@@ -384,3 +384,14 @@ def test_qdel_ends_an_interactive_session_and_one_still_waiting(live):
     assert cmd(env, work, "qdel", jid).returncode == 0  # ... until qdel
     out, _ = held.communicate(timeout=20)
     assert held.returncode == 1 and out == f"qsub: job {jid} apparently deleted\n"
+
+
+def test_interrupting_a_waiting_interactive_qsub_deletes_its_job(live):
+    env, home, work, start = live
+    start()
+    waiting = interactive(env, work, "-h")
+    jid = waiting.stdout.readline().split()[4]
+    waiting.send_signal(signal.SIGINT)  # ^C
+    out, err = waiting.communicate(timeout=20)
+    assert waiting.returncode == 130 and out == f"\nqsub: job {jid} deleted\n" and err == ""
+    assert state(env, work, jid)["job_state"] == "C"
