@@ -108,17 +108,25 @@ def _runs_here(prog: str, argv: list[str]) -> bool:
     return prog in LOCAL_ONLY or prog == "qsub" and ("I", "") in _qsub_options(argv)[0]
 
 
-def server_answers() -> bool:
-    """Is a server listening on the command socket?"""
+def _connect():
+    """A stream connected to the site's server, or None when no server listens."""
     import _socket
     sock = _socket.socket(_socket.AF_UNIX, _socket.SOCK_STREAM)
     try:
         sock.connect(os.path.join(home(), SOCKET))
-        return True  # (it sees an empty request and drops it)
     except OSError:
-        return False
-    finally:
         sock.close()
+        return None
+    return sock
+
+
+def server_answers() -> bool:
+    """Is a server listening on the command socket?  (It drops the empty request.)"""
+    sock = _connect()
+    if sock is None:
+        return False
+    sock.close()
+    return True
 
 
 def encode_request(prog: str, argv: list[str], cwd: str, env: dict[str, str], stdin: bytes | None) -> bytes:
@@ -152,15 +160,15 @@ def encode_reply(status: int, out: bytes, err: bytes) -> bytes:
 def forward(prog: str, argv: list[str]) -> int | None:
     """Have the site's server run the command; its exit status, or None if no server answers."""
     import _socket
-    path = os.path.join(home(), SOCKET)
-    sock = _socket.socket(_socket.AF_UNIX, _socket.SOCK_STREAM)
+    try:
+        cwd = os.getcwd()
+    except OSError:
+        return None  # a directory gone under us: running here reports it
+    sock = _connect()
+    if sock is None:
+        return None  # no server (or a stale socket): run here
     chunks = []
     try:
-        try:
-            sock.connect(path)
-            cwd = os.getcwd()
-        except OSError:
-            return None  # no server (or a stale socket): run here (which reports a lost cwd)
         stdin = sys.stdin.buffer.read() if _reads_stdin(prog, argv) and sys.stdin is not None else None
         sock.sendall(encode_request(prog, argv, cwd, dict(os.environ), stdin))
         sock.shutdown(_socket.SHUT_WR)

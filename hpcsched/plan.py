@@ -406,10 +406,13 @@ class Walk:
             req = job.request
             if made >= depth:  # the common cases in a full machine, settled by comparisons
                 bound = lasting if job.walltime > horizon else upper  # (lasting <= upper)
-                if not bound or need_of(req) > bound:
+                if not bound:
                     waiting_ahead = True
                     continue
             need = need_of(req)
+            if made >= depth and need > bound:
+                waiting_ahead = True
+                continue
             wall, acc = job.walltime, access(job)
             shape = (topo.shape(req), acc)
             amount = req.cores or req.nodes
