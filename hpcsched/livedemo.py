@@ -51,9 +51,9 @@ def run(out) -> int:
                                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
         try:
             prep = sh("qsub", "-N", "prepare", "-l", "nodes=2:ppn=2,walltime=00:01:00",
-                      stdin="#!/bin/sh\nsleep 3\necho prepared on $(sort -u $PBS_NODEFILE | tr '\\n' ' ')\n").strip()
+                      stdin="#!/bin/sh\nsleep 2\necho prepared on $(sort -u $PBS_NODEFILE | tr '\\n' ' ')\n").strip()
             sweep = sh("qsub", "-N", "sweep", "-t", "1-4%2", "-l", "walltime=00:01:00",
-                       stdin="#!/bin/sh\nsleep 2\necho task $PBS_ARRAYID of $PBS_JOBID\n").strip()
+                       stdin="#!/bin/sh\nsleep 1\necho task $PBS_ARRAYID of $PBS_JOBID\n").strip()
             post = sh("qsub", "-N", "analyse", "-W", f"depend=afterok:{prep}", "-l", "walltime=00:01:00",
                       stdin="#!/bin/sh\necho analysing what $PBS_O_WORKDIR holds\n").strip()
             held = sh("qsub", "-N", "held", "-h", "-l", "walltime=00:01:00",
