@@ -22,6 +22,7 @@ from bisect import bisect_left, bisect_right, insort
 from dataclasses import dataclass, field
 from typing import Callable, Iterable
 
+from .backlog import Cursor
 from .jobs import Job, Request
 from .reservations import Access
 from .timefmt import hms
@@ -37,12 +38,22 @@ AccessKey = tuple
 
 
 class Profile:
-    """Free units over time, from `now` on: segment i is [times[i], times[i+1])."""
+    """Free units over time, from `now` on: segment i is [times[i], times[i+1]).
+
+    Stored as changes: at times[i], the units `rel[i]` become free and the units `take[i]`
+    stop being free (no unit is in both).  So booking a job, or giving back one that ended
+    early, costs a few mask operations however many segments its window spans; a segment's
+    free mask is worked out front to back when first read (`free[i]`, known for i < `_known`),
+    and a pass reads only as far as it plans.
+    """
 
     def __init__(self, now: float, free_units: int, reservations=(), slop: float = 0.0):
         self.now = now
         self.times: list[float] = [now]
-        self.free: list[int] = [free_units]
+        self.free: list[int | None] = [free_units]
+        self.rel: list[int] = [0]
+        self.take: list[int] = [0]
+        self._known = 1
         # per segment: ((reservation name, units, real), ...); real is False in the slop
         # before an occurrence, which blocks but does not admit bound jobs
         self.resv: list[tuple] = [()]
@@ -59,23 +70,20 @@ class Profile:
 
     @classmethod
     def from_running(cls, now: float, available: int, busy: list[tuple[float, int]]) -> "Profile":
-        """Build in O(len(busy)) mask operations from (expected end, units) pairs."""
+        """Build from (expected end, units) pairs of running jobs."""
         p = cls(now, available)
-        if busy:
-            busy = sorted(busy, key=lambda e: e[0])
-            ends = sorted({e for e, _ in busy if e > now})
+        ends = sorted({e for e, _ in busy if e > now})
+        if ends:
+            at = {e: i for i, e in enumerate(ends, 1)}
+            n = len(ends) + 1
             p.times = [now] + ends
-            n = len(p.times)
-            p.free = [0] * n
-            p.free[-1] = available
-            held = 0
-            j = len(busy) - 1
-            for k in range(n - 2, -1, -1):
-                # segment k ends at times[k + 1]: busy are the jobs ending at or after it
-                while j >= 0 and busy[j][0] >= p.times[k + 1]:
-                    held |= busy[j][1]
-                    j -= 1
-                p.free[k] = available & ~held
+            p.rel, p.take = [0] * n, [0] * n
+            free = available
+            for e, units in busy:
+                if e > now:
+                    p.rel[at[e]] |= units & available
+                    free = (free | units) ^ units
+            p.free = [free] + [None] * (n - 1)
             p.resv = [()] * n
             p._open = [None] * n
         return p
@@ -85,7 +93,8 @@ class Profile:
         (this profile, of running jobs only, is kept up to date between passes)."""
         self.drop_before(now)
         p = Profile(now, 0, reservations, slop)
-        p.times, p.free, p.resv, p._open = self.times[:], self.free[:], self.resv[:], self._open[:]
+        p.times, p.free, p.rel, p.take = self.times[:], self.free[:], self.rel[:], self.take[:]
+        p.resv, p._open, p._known = self.resv[:], self._open[:], self._known
         p.ensure(now + 7 * 86400.0)
         return p
 
@@ -93,19 +102,41 @@ class Profile:
         """Forget the segments that ended by `now`; the profile starts at `now`."""
         k = bisect_right(self.times, now) - 1
         if k > 0:
-            del self.times[:k], self.free[:k], self.resv[:k], self._open[:k]
+            self.mask(k)
+            del self.times[:k], self.free[:k], self.rel[:k], self.take[:k], self.resv[:k], self._open[:k]
+            self._known -= k
+            self.rel[0] = self.take[0] = 0
         self.times[0] = self.now = now
 
     # --- structure -------------------------------------------------------------------
+    def mask(self, k: int) -> int:
+        """The units free in segment k."""
+        if k >= self._known:
+            free, rel, take, opened = self.free, self.rel, self.take, self._open
+            m = free[self._known - 1]
+            for i in range(self._known, k + 1):
+                m = ((m | rel[i] | take[i]) ^ take[i]) if take[i] else m | rel[i]
+                free[i] = m
+                opened[i] = None
+            self._known = k + 1
+        return self.free[k]
+
     def _split(self, t: float) -> int:
         """Index of the segment starting exactly at `t`, creating it if needed."""
         i = bisect_right(self.times, t) - 1
         if self.times[i] == t:
             return i
         self.times.insert(i + 1, t)
-        self.free.insert(i + 1, self.free[i])
+        self.rel.insert(i + 1, 0)
+        self.take.insert(i + 1, 0)
         self.resv.insert(i + 1, self.resv[i])
-        self._open.insert(i + 1, self._open[i])
+        if i < self._known - 1:  # inside the known prefix, which stays as short as it is
+            self.free.insert(i + 1, self.free[i])
+            self._open.insert(i + 1, self._open[i])
+            self._known += 1
+        else:
+            self.free.insert(i + 1, None)
+            self._open.insert(i + 1, None)
         return i + 1
 
     def _span(self, t0: float, t1: float) -> range:
@@ -113,27 +144,56 @@ class Profile:
         i1 = self._split(t1) if t1 < INF else len(self.times)
         return range(i0, i1)
 
+    def _busy_from(self, i: int, units: int) -> None:
+        """`units` stop being free at boundary i (unless they were just becoming free)."""
+        back = self.rel[i] & units
+        self.rel[i] ^= back
+        self.take[i] |= units ^ back
+
+    def _free_from(self, i: int, units: int) -> None:
+        """`units` become free at boundary i (unless they were just stopping being free)."""
+        back = self.take[i] & units
+        self.take[i] ^= back
+        self.rel[i] |= units ^ back
+
     def occupy(self, units: int, t0: float, t1: float) -> None:
         """Take `units` out of the free set over [t0, t1)."""
-        keep = ~units
-        for k in self._span(t0, t1):
-            self.free[k] &= keep
-            self._open[k] = None
+        if t1 <= max(t0, self.now):
+            return
+        span = self._span(t0, t1)
+        if span.start:
+            self._busy_from(span.start, units)
+        if span.stop < len(self.times):
+            self._free_from(span.stop, units)
+        free, opened = self.free, self._open
+        for k in range(span.start, min(span.stop, self._known)):
+            free[k] = (free[k] | units) ^ units
+            opened[k] = None
         self.changes += 1
         if t0 > self.now:
             insort(self.takes, t0)
 
     def release(self, units: int, t0: float, t1: float) -> None:
         """Give `units` back to the free set over [t0, t1) (undo an `occupy`)."""
+        if t1 <= max(t0, self.now):
+            return
         span = self._span(t0, t1)
-        for k in span:
-            self.free[k] |= units
-            self._open[k] = None
+        if span.start:
+            self._free_from(span.start, units)
+        if span.stop < len(self.times):
+            self._busy_from(span.stop, units)
+        free, opened = self.free, self._open
+        for k in range(span.start, min(span.stop, self._known)):
+            free[k] |= units
+            opened[k] = None
         self.changes += 1
         # a boundary that no longer changes anything goes, so profiles do not silt up
         for k in (span.stop, span.start):
-            if 0 < k < len(self.times) and self.free[k] == self.free[k - 1] and self.resv[k] == self.resv[k - 1]:
-                del self.times[k], self.free[k], self.resv[k], self._open[k]
+            if (0 < k < len(self.times) and not self.rel[k] and not self.take[k]
+                    and self.resv[k] == self.resv[k - 1]):
+                del self.times[k], self.free[k], self.rel[k], self.take[k], self.resv[k], self._open[k]
+                if k < self._known:
+                    self._known -= 1
 
     def windows(self, access: AccessKey = ()) -> list[tuple[float, int]]:
         """How long the units free now stay free: [(until, units)], soonest first, the last
@@ -196,14 +256,14 @@ class Profile:
         if not access:
             m = self._open[k]
             if m is None:
-                m = self.free[k]
+                m = self.mask(k)
                 for _, units, _ in self.resv[k]:
                     m &= ~units
                 self._open[k] = m
             return m
         rights = dict(access)
         bound_to = any(a is Access.BOUND for a in rights.values())
-        m, inside = self.free[k], 0
+        m, inside = self.mask(k), 0
         for name, units, real in self.resv[k]:
             a = rights.get(name)
             if a is Access.ALLOWED:
@@ -231,10 +291,16 @@ class Profile:
                 m &= self.usable(self.segment(takes[i]), access)
                 i += 1
         else:
-            times, n = self.times, len(self.times)
+            # Units of m are free in segment k - 1, so in segment k they are what `take[k]`
+            # leaves of them, unless the reservations change there: no need to work out
+            # segment k's whole free mask.
+            times, take, resv, n = self.times, self.take, self.resv, len(self.times)
             k += 1
             while m and k < n and times[k] < t1:
-                m &= self.usable(k, access)
+                if resv[k] != resv[k - 1]:
+                    m &= self.usable(k, access)
+                elif take[k]:
+                    m = (m | take[k]) ^ take[k]
                 k += 1
         return m if m.bit_count() >= need else 0
 
@@ -381,6 +447,8 @@ class Walk:
         # than the shadow), so it is settled here with two comparisons.  (Not with site
         # reservations: a job's access may open units this count leaves out.)
         horizon, lasting = INF, 0
+        # A backlog's cursor passes over the jobs that bound test skips, a block at a time.
+        cursor = jobs if isinstance(jobs, Cursor) else None
         for job in jobs:
             if prof.changes != seen:
                 failed.clear()
@@ -393,6 +461,12 @@ class Walk:
                     lasting = (prof.usable(0) & prof.usable(prof.segment(prof.takes[i]))).bit_count()
                 else:
                     horizon = INF
+                if cursor is not None:
+                    sift = made >= depth and self.backfill and gate is None and not kept
+                    # (no units: no job passes, as `not bound` below)
+                    cursor.sieve = (upper or -1, horizon, lasting or -1) if sift else None
+            if cursor is not None and cursor.passed:
+                waiting_ahead = True
             if made >= depth and not upper and not kept:
                 break  # nothing is free now and no reservation is left to make
             if kept and job.id in kept:
@@ -445,5 +519,7 @@ class Walk:
                 self.blocked = True
                 plan.default_reason = f"waiting behind job {job.id} (no backfill)"
                 break
+        if cursor is not None and cursor.passed:
+            waiting_ahead = True
         self.made, self.waiting_ahead = made, waiting_ahead
 

@@ -10,10 +10,10 @@ from __future__ import annotations
 
 import heapq
 import math
-from bisect import bisect_left, insort
 from dataclasses import dataclass
 
 from .errors import InvalidRequest, InvalidState, Rejected, UnknownJob
+from .backlog import Backlog
 from .jobs import ACTIVE, FINISHED, PENDING, Dependency, DepType, Hold, Job, Request, State
 from .plan import Plan, Profile, Start, Walk
 from .prioritise import Context, Fifo, Policy
@@ -77,7 +77,7 @@ class Scheduler:
         self._overrun: set[int] = set()  # running past their walltime
         # for a static policy, the runnable jobs kept in priority order between passes, so
         # a pass reads only as far as it walks (removals wait while a walk reads it)
-        self._order: list[tuple] | None = [] if self.policy.static else None
+        self._order: Backlog | None = Backlog() if self.policy.static else None
         self._walking = False
         self._unordered: list[tuple] = []
         self._array_limits = 0  # jobs with an array slot limit ever seen (turns the gate on)
@@ -145,7 +145,7 @@ class Scheduler:
 
     def _enorder(self, job: Job) -> None:
         if self._order is not None:
-            insort(self._order, (self.policy.key(job, None), job.id))
+            self._order.add((self.policy.key(job, None), job.id), job, self.topology.need(job.request))
 
     def _unorder(self, job: Job) -> None:
         if self._order is not None:
@@ -153,7 +153,7 @@ class Scheduler:
             if self._walking:
                 self._unordered.append(entry)
             else:
-                del self._order[bisect_left(self._order, entry)]
+                self._order.remove(entry)
 
     def _count(self, job: Job, delta: int) -> None:
         self._pending_count[job.queue] = self._pending_count.get(job.queue, 0) + delta
@@ -261,9 +261,8 @@ class Scheduler:
         else:
             ctx = self.context(now)
             if self._order is not None:  # static order, kept: read only as far as the walk goes
-                queued = self._queued
-                order = (queued[jid] for _, jid in self._order)
-                last = queued[self._order[-1][1]]
+                order = self._order.cursor()
+                last = self._order.last()
             else:
                 runnable = list(self._queued.values())
                 self.policy.prioritise(runnable, ctx)
@@ -282,7 +281,7 @@ class Scheduler:
             finally:
                 self._walking = False
                 for entry in self._unordered:
-                    del self._order[bisect_left(self._order, entry)]
+                    self._order.remove(entry)
                 self._unordered.clear()
         self.last_pass = now
         self._plan = plan
@@ -444,8 +443,13 @@ class Scheduler:
         rerouted = new.queue != job.queue
         if rerouted:
             self._count(job, -1)
+        queued = job.state == State.QUEUED
+        if queued:
+            self._unorder(job)  # its key, walltime or need may change: it goes back in anew
         for key in ALTERABLE | {"submitted_queue"}:
             setattr(job, key, getattr(new, key))
+        if queued:
+            self._enorder(job)
         if rerouted:
             self._count(job, 1)
             self.policy.on_route_change(job, self.context(now))
@@ -631,7 +635,8 @@ class Scheduler:
                     if job.dependencies and any(d.met is None for d in job.dependencies):
                         self._register_children(job)
             if self._order is not None:  # one sort, not an insertion per job
-                self._order = sorted((self.policy.key(j, None), j.id) for j in self._queued.values())
+                self._order = Backlog(sorted(((self.policy.key(j, None), j.id), j, self.topology.need(j.request))
+                                             for j in self._queued.values()))
             self.next_id = int(state.get("next_id", max(self.jobs, default=0) + 1))
             self.last_pass = state.get("last_pass")
             self._booked = {int(jid): (float(t), tuple(nodes), tuple(tuple(c) for c in cores))

@@ -1,0 +1,132 @@
+"""The runnable jobs in priority order, kept between passes (static policies).
+
+A pass that has made its reservations only backfills, and most of a long queue cannot
+start: a job needs more units than are free now, or runs past the first reservation and
+needs more than stay free through it (the walk's bound test, see plan.Walk).  Reading such
+a queue job by job made every pass as long as the queue.  So the backlog keeps its jobs in
+blocks of about BLOCK, each of which knows, for any walltime, the least need among its
+jobs no longer than that: a walk passes over a block none of whose jobs can pass the bound
+test with one bisection.
+"""
+from __future__ import annotations
+
+import math
+from bisect import bisect_left, bisect_right
+from typing import Iterator
+
+from .jobs import Job
+
+BLOCK = 64
+INF = math.inf
+
+
+class _Block:
+    """Consecutive entries of the order: keys, jobs and their needs, in order."""
+
+    __slots__ = ("keys", "jobs", "needs", "walls", "least")
+
+    def __init__(self, keys: list, jobs: list[Job], needs: list[int]):
+        self.keys, self.jobs, self.needs = keys, jobs, needs
+        self.walls: list[float] | None = None  # the summary, built on first use
+
+    def changed(self) -> None:
+        self.walls = None
+
+    def may_hold(self, upper: int, horizon: float, lasting: int) -> bool:
+        """Might one of these jobs pass the bound test?  (Exact, from the summary.)"""
+        if self.walls is None:
+            # walltimes sorted, and least[i]: the least need among the i + 1 shortest jobs
+            self.walls, self.least, least = [], [], INF
+            for wall, need in sorted(zip([j.walltime for j in self.jobs], self.needs)):
+                least = min(least, need)
+                self.walls.append(wall)
+                self.least.append(least)
+        if self.least[-1] <= lasting:
+            return True
+        i = bisect_right(self.walls, horizon)
+        return i > 0 and self.least[i - 1] <= upper
+
+
+class Cursor:
+    """One reading of a backlog in order.  While `sieve` is (upper, horizon, lasting), it
+    passes over the jobs that need more than `upper` units, or more than `lasting` when
+    they run longer than `horizon` (whole blocks at a time), counting them in `passed`."""
+
+    def __init__(self, blocks: list[_Block]):
+        self._blocks = blocks
+        self.sieve: tuple[int, float, int] | None = None
+        self.passed = 0
+
+    def __iter__(self) -> Iterator[Job]:
+        for block in self._blocks:
+            sieve = self.sieve
+            if sieve is not None and not block.may_hold(*sieve):
+                self.passed += len(block.jobs)
+                continue
+            needs = block.needs
+            for i, job in enumerate(block.jobs):
+                sieve = self.sieve
+                if sieve is not None and needs[i] > (sieve[2] if job.walltime > sieve[1] else sieve[0]):
+                    self.passed += 1
+                    continue
+                yield job
+
+
+class Backlog:
+    """Jobs sorted by a unique key (the policy's key, then the job id)."""
+
+    def __init__(self, entries: list[tuple] = ()):
+        """`entries`: (key, job, need) already sorted by key."""
+        self._blocks: list[_Block] = []
+        self._maxes: list = []  # each block's last key
+        for i in range(0, len(entries), BLOCK):
+            part = entries[i:i + BLOCK]
+            self._blocks.append(_Block([e[0] for e in part], [e[1] for e in part], [e[2] for e in part]))
+            self._maxes.append(part[-1][0])
+        self._len = len(entries)
+
+    def __len__(self) -> int:
+        return self._len
+
+    def last(self) -> Job:
+        return self._blocks[-1].jobs[-1]
+
+    def cursor(self) -> Cursor:
+        return Cursor(self._blocks)
+
+    def add(self, key, job: Job, need: int) -> None:
+        if not self._blocks:
+            self._blocks.append(_Block([key], [job], [need]))
+            self._maxes.append(key)
+            self._len = 1
+            return
+        i = min(bisect_left(self._maxes, key), len(self._blocks) - 1)
+        b = self._blocks[i]
+        k = bisect_left(b.keys, key)
+        b.keys.insert(k, key)
+        b.jobs.insert(k, job)
+        b.needs.insert(k, need)
+        b.changed()
+        self._maxes[i] = b.keys[-1]
+        self._len += 1
+        if len(b.keys) > 2 * BLOCK:  # split in two
+            half = len(b.keys) // 2
+            tail = _Block(b.keys[half:], b.jobs[half:], b.needs[half:])
+            del b.keys[half:], b.jobs[half:], b.needs[half:]
+            self._blocks.insert(i + 1, tail)
+            self._maxes[i] = b.keys[-1]
+            self._maxes.insert(i + 1, tail.keys[-1])
+
+    def remove(self, key) -> None:
+        i = bisect_left(self._maxes, key)
+        b = self._blocks[i]
+        k = bisect_left(b.keys, key)
+        if b.keys[k] != key:
+            raise KeyError(key)
+        del b.keys[k], b.jobs[k], b.needs[k]
+        b.changed()
+        self._len -= 1
+        if b.keys:
+            self._maxes[i] = b.keys[-1]
+        else:
+            del self._blocks[i], self._maxes[i]

@@ -1,0 +1,132 @@
+"""The backlog's sieve and the profile's change-based storage, against naive models."""
+import random
+
+import pytest
+
+from hpcsched import backlog
+from hpcsched.backlog import Backlog
+from hpcsched.plan import INF, Profile
+from helpers import job, scheduler
+
+
+def passes(need, wall, upper, horizon, lasting):
+    """The walk's bound test, spelled out: may this job start?"""
+    bound = lasting if wall > horizon else upper
+    return bound > 0 and need <= bound
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_backlog_keeps_order_and_sieves_exactly(seed, monkeypatch):
+    monkeypatch.setattr(backlog, "BLOCK", 4)  # many small blocks: splits and empty blocks
+    rnd = random.Random(seed)
+    b, model = Backlog(), {}
+    for n in range(400):
+        if model and rnd.random() < 0.4:
+            key = rnd.choice(sorted(model))
+            b.remove(key)
+            del model[key]
+        else:
+            key = (rnd.randrange(50), n)
+            j = job(1, float(rnd.choice([10, 100, 1000, 5000])))
+            j.id = n
+            model[key] = (j, rnd.randrange(1, 20))
+            b.add(key, j, model[key][1])
+    assert len(b) == len(model)
+    ordered = [model[k][0] for k in sorted(model)]
+    assert list(b.cursor()) == ordered and b.last() is ordered[-1]
+    for _ in range(30):
+        upper, horizon, lasting = rnd.randrange(0, 20), rnd.choice([50.0, 500.0, INF]), rnd.randrange(0, 10)
+        lasting = min(lasting, upper)
+        c = b.cursor()
+        c.sieve = (upper or -1, horizon, lasting or -1)
+        got = list(c)
+        want = [j for k in sorted(model) for j, need in [model[k]]
+                if passes(need, j.walltime, upper, horizon, lasting)]
+        assert got == want
+        assert c.passed == len(model) - len(want)
+
+
+def test_backlog_rebuilt_from_sorted_entries_reads_the_same():
+    jobs = [job(1, 10.0) for _ in range(200)]
+    entries = [((i,), j, 1 + i % 7) for i, j in enumerate(jobs)]
+    assert list(Backlog(entries).cursor()) == jobs
+
+
+def naive_free(ops, available, t):
+    """Units free at time t after the (kind, units, t0, t1) operations, one time at a time."""
+    busy = 0
+    for kind, units, t0, t1 in ops:
+        if t0 <= t < t1:
+            busy = busy | units if kind == "occupy" else busy & ~units
+    return available & ~busy
+
+
+def unlearned(p):
+    """A copy of `p` that knows only its first segment's mask."""
+    q = p.derive(p.now)
+    q.free = [q.free[0]] + [None] * (len(q.times) - 1)
+    q._open = [None] * len(q.times)
+    q._known = 1
+    return q
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_profile_masks_match_a_naive_timeline(seed):
+    """Bookings, early ends and undone bookings, read at every boundary and at random
+    times, agree with replaying the operations at that time."""
+    rnd = random.Random(seed)
+    units_n, available = 24, (1 << 24) - 1
+    running = []  # (end, units) of jobs busy at 0
+    free_units = list(range(units_n))
+    rnd.shuffle(free_units)
+    for _ in range(8):
+        u = sum(1 << free_units.pop() for _ in range(2))
+        running.append((float(rnd.randrange(1, 20) * 10), u))  # coarse times: edges coincide
+    p = Profile.from_running(0.0, available, running)
+    ops = [("occupy", u, -INF, e) for e, u in running]
+    booked = []
+    for _ in range(40):
+        t = sorted(p.times)
+        r = rnd.random()
+        if r < 0.5:
+            t0 = rnd.choice([0.0, float(rnd.randrange(0, 30) * 10)])
+            t1 = t0 + rnd.randrange(1, 20) * 10
+            free = p.mask(p.segment(t0))
+            for k in range(p.segment(t0), len(p.times)):
+                if p.times[k] < t1:
+                    free &= p.mask(k)
+            bits = [b for b in range(units_n) if free >> b & 1]
+            if not bits:
+                continue
+            u = sum(1 << b for b in rnd.sample(bits, min(len(bits), rnd.randrange(1, 4))))
+            p.occupy(u, t0, t1)
+            ops.append(("occupy", u, t0, t1))
+            booked.append((u, t0, t1))
+        elif booked:  # undo a booking, or end it early at some point inside it
+            u, t0, t1 = booked.pop(rnd.randrange(len(booked)))
+            cut = t0 if rnd.random() < 0.5 else rnd.choice([t0 + 10, t0 + (t1 - t0) * rnd.random()])
+            p.release(u, cut, t1)
+            ops.append(("release", u, cut, t1))
+        probes = p.times + [rnd.uniform(0, 500) for _ in range(5)]
+        for when in probes:  # worked out from the changes alone
+            q = unlearned(p)
+            assert q.mask(q.segment(when)) == naive_free(ops, available, when), (seed, when)
+        if rnd.random() < 0.3:  # and sometimes learnt in place, so that later changes meet known segments
+            when = rnd.choice(p.times)
+            assert p.mask(p.segment(when)) == naive_free(ops, available, when), (seed, when)
+    # a derived copy starts later and reads the same; the original is untouched by it
+    q = p.derive(50.0)
+    for when in q.times + [60.0, 250.0]:
+        assert q.mask(q.segment(when)) == naive_free(ops, available, max(when, 50.0))
+
+
+def test_altering_a_queued_jobs_walltime_lets_it_backfill():
+    s = scheduler(4)
+    s.submit(job(3, 100), 0)
+    s.iterate(0)
+    big = s.submit(job(4, 100), 1)  # waits for the first: reservation at 100
+    long = s.submit(job(1, 500), 2)  # would delay it
+    assert [st.job_id for st in s.iterate(2).started] == []
+    s.alter(long.id, 3, walltime=50.0)
+    assert [st.job_id for st in s.iterate(3).started] == [long.id]
+    assert big.state.value == "queued"
