@@ -86,7 +86,6 @@ def test_profile_masks_match_a_naive_timeline(seed):
     ops = [("occupy", u, -INF, e) for e, u in running]
     booked = []
     for _ in range(40):
-        t = sorted(p.times)
         r = rnd.random()
         if r < 0.5:
             t0 = rnd.choice([0.0, float(rnd.randrange(0, 30) * 10)])
