@@ -12,6 +12,7 @@ from __future__ import annotations
 import math
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
+from typing import Callable
 from enum import Enum
 
 from . import nodelist
@@ -80,13 +81,33 @@ def mask_of(bits: list[int]) -> int:
     return int(digits, 2)
 
 
-@dataclass(frozen=True)
 class Allocation:
-    """A concrete placement: the units taken, and per node the cores the job uses."""
+    """A concrete placement: the units taken, and per node the cores the job uses.
 
-    units: int
-    nodes: tuple[str, ...]
-    cores: tuple[tuple[int, ...], ...]
+    `nodes` may be given as a function, called when the names are first read: a pass
+    remakes its reservations every time, and only the allocations of jobs that start, or
+    that someone looks at, need their (possibly thousands of) node names."""
+
+    __slots__ = ("units", "_nodes", "cores")
+
+    def __init__(self, units: int, nodes: tuple[str, ...] | Callable[[], tuple[str, ...]],
+                 cores: tuple[tuple[int, ...], ...]):
+        self.units, self._nodes, self.cores = units, nodes, cores
+
+    @property
+    def nodes(self) -> tuple[str, ...]:
+        if callable(self._nodes):
+            self._nodes = self._nodes()
+        return self._nodes
+
+    def __eq__(self, other) -> bool:
+        return (isinstance(other, Allocation) and self.units == other.units and self.nodes == other.nodes
+                and self.cores == other.cores)
+
+    __hash__ = None
+
+    def __repr__(self) -> str:
+        return f"Allocation(units={self.units:#x}, nodes={self.nodes!r}, cores={self.cores!r})"
 
 
 class Topology(ABC):
@@ -293,7 +314,7 @@ class NodePool(Topology):
                 break
         names = self.names
         cores = tuple(range(request.ppn))
-        return Allocation(units, tuple([names[u] for u in set_bits(units)]), (cores,) * want)
+        return Allocation(units, lambda: tuple([names[u] for u in set_bits(units)]), (cores,) * want)
 
     def _choose_general(self, request: Request, tiers: list[int]) -> Allocation | None:
         """Shared nodes or core counts: walk nodes best tier first, then in order."""
