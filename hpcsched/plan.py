@@ -1,7 +1,7 @@
 """Planning: start what fits in priority order, reserve for the top jobs, backfill the rest.
 
 The planner sees the machine as a *profile*: the free units (see topology.py) over time, a
-step function with one mask per segment.  Running jobs occupy their units until their
+step function kept as the units freed and taken at each boundary.  Running jobs occupy their units until their
 expected end; reservations block their units for jobs that may not use them; each job the
 walk reserves for occupies its units from its planned start.  A job may start now only if
 some allocation is free over its whole walltime window in this profile, so it can never

@@ -76,7 +76,8 @@ class Scheduler:
         self._ends: list[tuple[float, int]] = []  # (start + walltime, job id) of running jobs
         self._overrun: set[int] = set()  # running past their walltime
         # for a static policy, the runnable jobs kept in priority order between passes, so
-        # a pass reads only as far as it walks (removals wait while a walk reads it)
+        # a pass reads only as far as it walks and passes over what cannot start (see
+        # backlog.py; removals wait while a walk reads it)
         self._order: Backlog | None = Backlog() if self.policy.static else None
         self._walking = False
         self._unordered: list[tuple] = []
