@@ -104,7 +104,8 @@ class Allocation:
         return (isinstance(other, Allocation) and self.units == other.units and self.nodes == other.nodes
                 and self.cores == other.cores)
 
-    __hash__ = None
+    def __hash__(self) -> int:
+        return hash(self.units)
 
     def __repr__(self) -> str:
         return f"Allocation(units={self.units:#x}, nodes={self.nodes!r}, cores={self.cores!r})"
