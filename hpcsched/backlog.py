@@ -29,9 +29,6 @@ class _Block:
         self.keys, self.jobs, self.needs = keys, jobs, needs
         self.walls: list[float] | None = None  # the summary, built on first use
 
-    def changed(self) -> None:
-        self.walls = None
-
     def may_hold(self, upper: int, horizon: float, lasting: int) -> bool:
         """Might one of these jobs pass the bound test?  (Exact, from the summary.)"""
         if self.walls is None:
@@ -106,7 +103,7 @@ class Backlog:
         b.keys.insert(k, key)
         b.jobs.insert(k, job)
         b.needs.insert(k, need)
-        b.changed()
+        b.walls = None
         self._maxes[i] = b.keys[-1]
         self._len += 1
         if len(b.keys) > 2 * BLOCK:  # split in two
@@ -124,7 +121,7 @@ class Backlog:
         if b.keys[k] != key:
             raise KeyError(key)
         del b.keys[k], b.jobs[k], b.needs[k]
-        b.changed()
+        b.walls = None
         self._len -= 1
         if b.keys:
             self._maxes[i] = b.keys[-1]

@@ -1,11 +1,11 @@
 """Planning: start what fits in priority order, reserve for the top jobs, backfill the rest.
 
 The planner sees the machine as a *profile*: the free units (see topology.py) over time, a
-step function kept as the units freed and taken at each boundary.  Running jobs occupy their units until their
-expected end; reservations block their units for jobs that may not use them; each job the
-walk reserves for occupies its units from its planned start.  A job may start now only if
-some allocation is free over its whole walltime window in this profile, so it can never
-delay a reservation already made.  The reservation depth says how many waiting jobs get
+step function kept as the units freed and taken at each boundary.  Running jobs occupy
+their units until their expected end; reservations block their units for jobs that may not
+use them; each job the walk reserves for occupies its units from its planned start.  A job
+may start now only if some allocation is free over its whole walltime window in this
+profile, so it can never delay a reservation already made.  The reservation depth says how many waiting jobs get
 one: 0 none (first fit), 1 EASY, `ALL` conservative (Maui's RESERVATIONDEPTH).
 
 Which free units a job gets is chosen *tightest in time*: first the units whose free period
@@ -144,49 +144,40 @@ class Profile:
         i1 = self._split(t1) if t1 < INF else len(self.times)
         return range(i0, i1)
 
-    def _busy_from(self, i: int, units: int) -> None:
-        """`units` stop being free at boundary i (unless they were just becoming free)."""
-        back = self.rel[i] & units
-        self.rel[i] ^= back
-        self.take[i] |= units ^ back
+    def _edge(self, i: int, units: int, busy: bool) -> None:
+        """At boundary i, `units` stop being free (`busy`) or become free: a change the
+        other way already recorded there cancels out instead, so no unit is in both."""
+        undo, add = (self.rel, self.take) if busy else (self.take, self.rel)
+        back = undo[i] & units
+        undo[i] ^= back
+        add[i] |= units ^ back
 
-    def _free_from(self, i: int, units: int) -> None:
-        """`units` become free at boundary i (unless they were just stopping being free)."""
-        back = self.take[i] & units
-        self.take[i] ^= back
-        self.rel[i] |= units ^ back
+    def _change(self, units: int, t0: float, t1: float, busy: bool) -> range | None:
+        """Make `units` busy (or free) over [t0, t1): the segments spanned, None if none."""
+        if t1 <= max(t0, self.now):
+            return None
+        span = self._span(t0, t1)
+        if span.start:
+            self._edge(span.start, units, busy)
+        if span.stop < len(self.times):
+            self._edge(span.stop, units, not busy)
+        free, opened = self.free, self._open
+        for k in range(span.start, min(span.stop, self._known)):
+            free[k] = (free[k] | units) ^ units if busy else free[k] | units
+            opened[k] = None
+        self.changes += 1
+        return span
 
     def occupy(self, units: int, t0: float, t1: float) -> None:
         """Take `units` out of the free set over [t0, t1)."""
-        if t1 <= max(t0, self.now):
-            return
-        span = self._span(t0, t1)
-        if span.start:
-            self._busy_from(span.start, units)
-        if span.stop < len(self.times):
-            self._free_from(span.stop, units)
-        free, opened = self.free, self._open
-        for k in range(span.start, min(span.stop, self._known)):
-            free[k] = (free[k] | units) ^ units
-            opened[k] = None
-        self.changes += 1
-        if t0 > self.now:
+        if self._change(units, t0, t1, True) is not None and t0 > self.now:
             insort(self.takes, t0)
 
     def release(self, units: int, t0: float, t1: float) -> None:
         """Give `units` back to the free set over [t0, t1) (undo an `occupy`)."""
-        if t1 <= max(t0, self.now):
+        span = self._change(units, t0, t1, False)
+        if span is None:
             return
-        span = self._span(t0, t1)
-        if span.start:
-            self._free_from(span.start, units)
-        if span.stop < len(self.times):
-            self._busy_from(span.stop, units)
-        free, opened = self.free, self._open
-        for k in range(span.start, min(span.stop, self._known)):
-            free[k] |= units
-            opened[k] = None
-        self.changes += 1
         # a boundary that no longer changes anything goes, so profiles do not silt up
         for k in (span.stop, span.start):
             if (0 < k < len(self.times) and not self.rel[k] and not self.take[k]
@@ -447,7 +438,7 @@ class Walk:
         # than the shadow), so it is settled here with two comparisons.  (Not with site
         # reservations: a job's access may open units this count leaves out.)
         horizon, lasting = INF, 0
-        # A backlog's cursor passes over the jobs that bound test skips, a block at a time.
+        # A backlog's cursor passes over whole blocks of jobs that bound test would skip.
         cursor = jobs if isinstance(jobs, Cursor) else None
         for job in jobs:
             if prof.changes != seen:
@@ -478,15 +469,12 @@ class Walk:
                     plan.reasons[job.id] = why
                     continue
             req = job.request
+            need = need_of(req)
             if made >= depth:  # the common cases in a full machine, settled by comparisons
                 bound = lasting if job.walltime > horizon else upper  # (lasting <= upper)
-                if not bound:
+                if not bound or need > bound:
                     waiting_ahead = True
                     continue
-            need = need_of(req)
-            if made >= depth and need > bound:
-                waiting_ahead = True
-                continue
             wall, acc = job.walltime, access(job)
             shape = (topo.shape(req), acc)
             amount = req.cores or req.nodes

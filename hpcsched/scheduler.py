@@ -12,8 +12,8 @@ import heapq
 import math
 from dataclasses import dataclass
 
-from .errors import InvalidRequest, InvalidState, Rejected, UnknownJob
 from .backlog import Backlog
+from .errors import InvalidRequest, InvalidState, Rejected, UnknownJob
 from .jobs import ACTIVE, FINISHED, PENDING, Dependency, DepType, Hold, Job, Request, State
 from .plan import Plan, Profile, Start, Walk
 from .prioritise import Context, Fifo, Policy

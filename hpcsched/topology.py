@@ -12,8 +12,8 @@ from __future__ import annotations
 import math
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
-from typing import Callable
 from enum import Enum
+from typing import Callable
 
 from . import nodelist
 from .errors import ConfigError, InvalidRequest
