@@ -29,19 +29,14 @@ class _Block:
         self.keys, self.jobs, self.needs = keys, jobs, needs
         self.walls: list[float] | None = None  # the summary, built on first use
 
-    def may_hold(self, upper: int, horizon: float, lasting: int) -> bool:
-        """Might one of these jobs pass the bound test?  (Exact, from the summary.)"""
-        if self.walls is None:
-            # walltimes sorted, and least[i]: the least need among the i + 1 shortest jobs
-            self.walls, self.least, least = [], [], INF
-            for wall, need in sorted(zip([j.walltime for j in self.jobs], self.needs)):
-                least = min(least, need)
-                self.walls.append(wall)
-                self.least.append(least)
-        if self.least[-1] <= lasting:
-            return True
-        i = bisect_right(self.walls, horizon)
-        return i > 0 and self.least[i - 1] <= upper
+    def summarise(self) -> list[float]:
+        """Walltimes sorted, and least[i]: the least need among the i + 1 shortest jobs."""
+        self.walls, self.least, least = [], [], INF
+        for wall, need in sorted(zip([j.walltime for j in self.jobs], self.needs)):
+            least = min(least, need)
+            self.walls.append(wall)
+            self.least.append(least)
+        return self.walls
 
 
 class Cursor:
@@ -57,9 +52,16 @@ class Cursor:
     def __iter__(self) -> Iterator[Job]:
         for block in self._blocks:
             sieve = self.sieve
-            if sieve is not None and not block.may_hold(*sieve):
-                self.passed += len(block.jobs)
-                continue
+            if sieve is not None:
+                # might one of its jobs pass?  (exact, from the block's summary)
+                upper, horizon, lasting = sieve
+                walls = block.walls or block.summarise()
+                least = block.least
+                if least[-1] > lasting:
+                    i = bisect_right(walls, horizon)
+                    if not i or least[i - 1] > upper:
+                        self.passed += len(block.jobs)
+                        continue
             needs = block.needs
             for i, job in enumerate(block.jobs):
                 sieve = self.sieve

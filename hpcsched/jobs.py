@@ -242,6 +242,23 @@ class Job:
                        dependencies=[replace(x) for x in self.dependencies], extra=dict(self.extra))
 
 
+def _nodes(job: Job) -> tuple[str, ...]:
+    value = job.__dict__["nodes"]
+    if callable(value):
+        value = job.__dict__["nodes"] = value()
+    return value
+
+
+def _set_nodes(job: Job, value) -> None:
+    job.__dict__["nodes"] = value
+
+
+# `nodes` may be set to a function that lists the names, called when they are first read:
+# a trace replay starts hundreds of thousands of jobs and never reads them.  (Stored in
+# the instance under the same name, so the generated methods and from_dict work as for
+# any field.)
+Job.nodes = property(_nodes, _set_nodes)
+
 _REQUEST_DEFAULTS = tuple((f.name, f.default) for f in fields(Request))
 _JOB_FIELDS = tuple(f.name for f in fields(Job))
 _JOB_FIELD_SET = frozenset(_JOB_FIELDS)

@@ -105,15 +105,25 @@ def compute(finished, acc: dict, warmup: float = 0.0) -> Metrics:
     counted = by_submit[skip:]
     m = Metrics(jobs=len(finished), counted=len(counted), warmup_excluded=skip, passes=acc.get("passes", 0),
                 units=acc.get("units", 0))
-    m.overall = {k: stats(v) for k, v in _per_job(counted).items()}
-    groups: dict[str, list] = {}
-    queues: dict[str, list] = {}
-    for f in counted:
-        groups.setdefault(_class(f.units), []).append(f)
-        queues.setdefault(str(f.record.queue), []).append(f)
+    per = _per_job(counted)
+    m.overall = {k: stats(v) for k, v in per.items()}
+    # the same figures over subsets of the counted jobs (by index)
+    groups: dict[str, list[int]] = {}
+    queues: dict[int, list[int]] = {}
+    classes: dict[int, str] = {}
+    for i, f in enumerate(counted):
+        c = classes.get(f.units)
+        if c is None:
+            c = classes[f.units] = _class(f.units)
+        groups.setdefault(c, []).append(i)
+        queues.setdefault(f.record.queue, []).append(i)
+
+    def subset(idx: list[int]) -> dict[str, dict[str, float]]:
+        return {k: stats([v[i] for i in idx]) for k, v in per.items()}
+
     order = [_class(lo) for lo, _ in SIZE_CLASSES]
-    m.by_size = {c: {k: stats(v) for k, v in _per_job(groups[c]).items()} for c in order if c in groups}
-    m.by_queue = {q: {k: stats(v) for k, v in _per_job(queues[q]).items()} for q in sorted(queues)}
+    m.by_size = {c: subset(groups[c]) for c in order if c in groups}
+    m.by_queue = {str(q): subset(queues[q]) for q in sorted(queues, key=str)}
     first, last = acc.get("first"), acc.get("last", 0.0)
     if finished and first is not None:
         m.makespan = last - first

@@ -20,7 +20,7 @@ from __future__ import annotations
 import math
 from bisect import bisect_left, bisect_right, insort
 from dataclasses import dataclass, field
-from typing import Callable, Iterable
+from typing import Callable, Iterable, NamedTuple
 
 from .backlog import Cursor
 from .jobs import Job, Request
@@ -154,9 +154,14 @@ class Profile:
 
     def _change(self, units: int, t0: float, t1: float, busy: bool) -> range | None:
         """Make `units` busy (or free) over [t0, t1): the segments spanned, None if none."""
-        if t1 <= max(t0, self.now):
+        if t0 <= self.now:
+            if t1 <= self.now:
+                return None
+            span = range(0, self._split(t1) if t1 < INF else len(self.times))
+        elif t1 <= t0:
             return None
-        span = self._span(t0, t1)
+        else:
+            span = self._span(t0, t1)
         if span.start:
             self._edge(span.start, units, busy)
         if span.stop < len(self.times):
@@ -336,26 +341,29 @@ class Profile:
                  need: int, not_before: float) -> tuple[float, Allocation] | None:
         """The earliest start at or after `not_before` with an allocation free for `duration`."""
         eligible = topology.eligible(request)
+        times, opened = self.times, self._open  # (segments may be added as it goes)
         c = self.segment(max(not_before, self.now))
-        while c < len(self.times):
-            t = max(self.times[c], not_before)
-            if t + duration > self.limit:
+        while c < len(times):
+            t = times[c] if times[c] > not_before else not_before
+            end = t + duration
+            if end > self.limit:
                 return None
-            self.ensure(t + duration)
-            if (eligible & self.usable(c, access)).bit_count() < need:
-                c += 1
-                continue
-            m = self.window(t, t + duration, access, eligible, need)
-            if m:
-                alloc = topology.choose(request, self.tiers(m, t, t + duration, access))
-                if alloc is not None:
-                    return t, alloc
+            if end > self.horizon:
+                self.ensure(end)
+            m = None if access else opened[c]
+            if m is None:
+                m = self.usable(c, access)
+            if (eligible & m).bit_count() >= need:
+                m = self.window(t, end, access, eligible, need)
+                if m:
+                    alloc = topology.choose(request, self.tiers(m, t, end, access))
+                    if alloc is not None:
+                        return t, alloc
             c += 1
         return None
 
 
-@dataclass(frozen=True)
-class Start:
+class Start(NamedTuple):
     job_id: int
     allocation: Allocation
     backfill: bool  # started while a job ahead of it waited for resources
@@ -482,11 +490,11 @@ class Walk:
             count = free_now.get(shape)
             if count is None:
                 count = free_now[shape] = (prof.usable(0, acc) & topo.eligible(req)).bit_count()
-            if count >= need and not any(a <= amount and w <= wall for a, w in failed.get(shape, ())):
+            fails = failed.get(shape, ())
+            if count >= need and not (fails and any(a <= amount and w <= wall for a, w in fails)):
                 alloc = prof.fit(topo, req, now, wall, acc, need)
                 if alloc is None:  # keep only the failures no other one implies
-                    failed[shape] = [(a, w) for a, w in failed.get(shape, ()) if a < amount or w < wall]
-                    failed[shape].append((amount, wall))
+                    failed[shape] = [(a, w) for a, w in fails if a < amount or w < wall] + [(amount, wall)]
             if alloc is not None:
                 prof.occupy(alloc.units, now, now + wall)
                 start = Start(job.id, alloc, waiting_ahead)

@@ -221,7 +221,8 @@ class Scheduler:
         self._array_limits += job.array_limit > 0
         self._count(job, 1)
         self._register_children(job)
-        self.policy.on_submit(job, self.context(now))
+        if type(self.policy).on_submit is not Policy.on_submit:  # (FIFO's needs no context)
+            self.policy.on_submit(job, self.context(now))
         if job.dependencies and all(d.met for d in job.dependencies):
             self.policy.on_dependencies_met(job, [self.jobs[d.job_id] for d in job.dependencies])
         dirty = self._dirty
@@ -241,10 +242,12 @@ class Scheduler:
         """
         if self.last_pass is not None and now < self.last_pass:
             raise InvalidRequest(f"time went backwards: pass at {now} after one at {self.last_pass}")
-        for jid in [j for j in self._waiting if self.jobs[j].start_after <= now]:
-            self._settle(self.jobs[jid], now)
-        for name in [n for n, r in self.reservations.items() if r.expired(now)]:
-            self.remove_reservation(name)
+        if self._waiting:
+            for jid in [j for j in self._waiting if self.jobs[j].start_after <= now]:
+                self._settle(self.jobs[jid], now)
+        if self.reservations:
+            for name in [n for n, r in self.reservations.items() if r.expired(now)]:
+                self.remove_reservation(name)
         fresh, self._fresh = self._fresh, []
         walk = self._walk
         if not self._queued:
@@ -260,7 +263,8 @@ class Scheduler:
             fresh = self.policy.order(fresh, None)  # a static order needs no context
             walk.run(now, fresh, plan, self._applier(now), last=fresh[-1] if fresh else None)
         else:
-            ctx = self.context(now)
+            gated = self._gated()
+            ctx = self.context(now) if gated or self._order is None else None
             if self._order is not None:  # static order, kept: read only as far as the walk goes
                 order = self._order.cursor()
                 last = self._order.last()
@@ -271,7 +275,7 @@ class Scheduler:
                 last = order[-1]
             plan = Plan(now)
             gate = None
-            if self._gated():
+            if gated:
                 self._tallies = self._tally()
                 gate = lambda job: self._gate(job, ctx, self._tallies)  # noqa: E731
             walk = self._walk = Walk(self.topology, self._profile(now), self.settings.depth, self._access, gate,
@@ -309,7 +313,8 @@ class Scheduler:
         """What the walk calls for each job it starts: the apply step."""
         def apply(job: Job, start: Start) -> None:
             a = start.allocation
-            job.nodes, job.cores, job.start_time = a.nodes, a.cores, now
+            job.nodes = lambda: a.nodes  # names are listed when first read (see jobs.py)
+            job.cores, job.start_time = a.cores, now
             job.score_at_start, job.run_count = job.score, job.run_count + 1
             self._move(job, State.RUNNING, now)
             self._units[job.id] = a.units
@@ -358,10 +363,10 @@ class Scheduler:
         if job.state not in ACTIVE:
             raise InvalidState(f"job {job.id} is {job.state.value}, not running")
         job.end_time, job.exit_status = now, exit_status
-        size = self.size(job)
-        for kind in self.usage:
+        used = self.size(job) * (now - job.start_time)
+        for kind, usage in self.usage.items():
             name = _owner_key(job, kind)
-            self.usage[kind][name] = self.usage[kind].get(name, 0.0) + size * (now - job.start_time)
+            usage[name] = usage.get(name, 0.0) + used
         self._move(job, State.COMPLETED, now)
         self._resolve_children(job, exit_status, now)
         return job
@@ -547,9 +552,10 @@ class Scheduler:
             job = self._active.get(jid)
             if job is not None and job.start_time + job.walltime == end:
                 self._overrun.add(jid)
-        grace = max(self.settings.overrun_grace, 1.0)
-        for jid in sorted(self._overrun):
-            profile.occupy(self._units[jid], now, now + grace)
+        if self._overrun:
+            grace = max(self.settings.overrun_grace, 1.0)
+            for jid in sorted(self._overrun):
+                profile.occupy(self._units[jid], now, now + grace)
         return profile
 
     def _keep(self, profile: Profile, now: float) -> dict[int, tuple[float, int]]:
@@ -652,6 +658,9 @@ class Scheduler:
         return self
 
 
+_OWNER = {"user": "owner", "group": "group", "project": "account"}  # usage kind -> Job attribute
+
+
 def _owner_key(job: Job, kind: str) -> str:
-    return {"user": job.owner, "group": job.group, "project": job.account}[kind]
+    return getattr(job, _OWNER[kind])
 

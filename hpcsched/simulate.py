@@ -11,6 +11,7 @@ submissions in trace order, so runs are deterministic.
 """
 from __future__ import annotations
 
+import functools
 import heapq
 import math
 import os
@@ -23,6 +24,8 @@ from .errors import SchedulerError
 from .jobs import Job, Request
 from .metrics import Metrics, compute
 from .scheduler import Scheduler
+
+INF = math.inf
 
 
 class SimulationError(SchedulerError):
@@ -109,12 +112,18 @@ def map_record(rec: swf.Record, machine: Machine, stats: MapStats) -> tuple[Requ
         stats.cut_at_request += 1
         run = estimate
     if machine.shared:
-        request = Request(cores=procs)
+        request = _request(0, 1, procs)
     elif machine.ppn == 1:
-        request = Request(nodes=procs)
+        request = _request(procs, 1, 0)
     else:
-        request = Request(nodes=math.ceil(procs / machine.ppn), ppn=min(procs, machine.ppn))
+        request = _request(math.ceil(procs / machine.ppn), min(procs, machine.ppn), 0)
     return request, estimate, run
+
+
+@functools.lru_cache(maxsize=4096)
+def _request(nodes: int, ppn: int, cores: int) -> Request:
+    """Requests are immutable and a trace repeats a few sizes: one object per size."""
+    return Request(nodes=nodes, ppn=ppn, cores=cores) if not cores else Request(cores=cores)
 
 
 class Finished:
@@ -192,7 +201,7 @@ class Engine:
         self.scheduler, self.machine, self.period, self.progress = scheduler, machine, period, progress
 
     def run(self, records: Iterable[swf.Record], mapping: MapStats) -> tuple[list[Finished], dict]:
-        sched = self.scheduler
+        sched, period, progress = self.scheduler, self.period, self.progress
         ends: list[tuple[float, int]] = []  # (end time, job id)
         pending: dict[int, tuple] = {}  # running: record, start, size, units, backfill
         records_by_id: dict[int, tuple[swf.Record, float]] = {}  # waiting: record, run
@@ -201,51 +210,54 @@ class Engine:
         nxt = self._next(source, mapping)
         total_units = sched.topology.available().bit_count()
         busy_units = 0
-        acc = {"busy": 0.0, "idle_while_waiting": 0.0, "first": None, "last": 0.0, "passes": 0}
-        last_t = None
-        next_tick = None
-        while nxt is not None or ends or (next_tick is not None and sched.runnable):
-            candidates = [t for t in (nxt[0].submit if nxt else None, ends[0][0] if ends else None,
-                                      next_tick if sched.runnable else None) if t is not None]
-            now = min(candidates)
+        busy = idle_while_waiting = 0.0  # unit-seconds
+        first = last_t = None
+        last_end, passes = 0.0, 0
+        next_tick = INF
+        size_of, job_ended, forget, submit, iterate = (sched.topology.size, sched.job_ended, sched.forget,
+                                                       sched.submit, sched.iterate)
+        while nxt is not None or ends or (next_tick < INF and sched.runnable):
+            now = min(nxt[0].submit if nxt is not None else INF, ends[0][0] if ends else INF,
+                      next_tick if sched.runnable else INF)
             if last_t is not None:
                 dt = now - last_t
-                acc["busy"] += busy_units * dt
+                busy += busy_units * dt
                 if sched.runnable:
-                    acc["idle_while_waiting"] += (total_units - busy_units) * dt
+                    idle_while_waiting += (total_units - busy_units) * dt
             last_t = now
             while ends and ends[0][0] == now:
                 _, jid = heapq.heappop(ends)
                 rec, start, size, units, backfill = pending.pop(jid)
-                sched.job_ended(jid, now, 0)
-                sched.forget(jid)
+                job_ended(jid, now, 0)
+                forget(jid)
                 busy_units -= units
                 finished.append(Finished(rec, start, now, size, units, backfill))
-                acc["last"] = now
+                last_end = now
             while nxt is not None and nxt[0].submit == now:
                 rec, (request, wall, run) = nxt
-                job = sched.submit(Job(id=rec.job, owner=f"u{rec.user}", group=f"g{rec.group}",
-                                       request=request, walltime=wall), now)
+                job = submit(Job(id=rec.job, owner=f"u{rec.user}", group=f"g{rec.group}",
+                                 request=request, walltime=wall), now)
                 records_by_id[job.id] = (rec, run)
-                if acc["first"] is None:
-                    acc["first"] = now
+                if first is None:
+                    first = now
                 nxt = self._next(source, mapping)
                 if nxt is not None and nxt[0].submit < now:
                     raise SimulationError(f"trace not sorted by submit time at job {nxt[0].job}")
-            plan = sched.iterate(now)
-            acc["passes"] += 1
+            plan = iterate(now)
+            passes += 1
             for st in plan.started:
-                rec, run = records_by_id.pop(st.job_id)
+                jid = st.job_id
+                rec, run = records_by_id.pop(jid)
                 units = st.allocation.units.bit_count()
                 busy_units += units
-                pending[st.job_id] = (rec, now, sched.topology.size(sched.jobs[st.job_id].request), units,
-                                      st.backfill)
-                heapq.heappush(ends, (now + run, st.job_id))
-            if self.period:
-                next_tick = (math.floor(now / self.period) + 1) * self.period
-            if self.progress:
-                self.progress(mapping.records, len(finished))
-        acc["units"] = total_units
+                pending[jid] = (rec, now, size_of(sched.jobs[jid].request), units, st.backfill)
+                heapq.heappush(ends, (now + run, jid))
+            if period:
+                next_tick = (math.floor(now / period) + 1) * period
+            if progress:
+                progress(mapping.records, len(finished))
+        acc = {"busy": busy, "idle_while_waiting": idle_while_waiting, "first": first, "last": last_end,
+               "passes": passes, "units": total_units}
         return finished, acc
 
     def _next(self, source, mapping: MapStats):

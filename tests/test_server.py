@@ -196,12 +196,12 @@ def test_qsig_reaches_the_jobs_processes(live):
 def test_start_after_time_is_kept(live):
     env, home, work, start = live
     start()
-    when = time.strftime("%H%M.%S", time.localtime(time.time() + 2))
+    after = int(time.time() + 2)  # -a takes whole seconds: the job may not start before this
+    when = time.strftime("%H%M.%S", time.localtime(after))
     jid = cmd(env, work, "qsub", "-a", when, "-l", "walltime=60", stdin="date +%s > started\n").stdout.strip()
-    submitted = time.time()
     assert state(env, work, jid)["job_state"] == "W"
     wait_for(env, work, jid, timeout=20)
-    assert float((work / "started").read_text()) >= submitted + 1
+    assert int((work / "started").read_text()) >= after
 
 
 @pytest.mark.parametrize("live", ['prejob_check = ["sh", "-c", "test {node} != node01"]\n'], indirect=True)
