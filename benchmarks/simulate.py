@@ -2,9 +2,11 @@
 
     python3 benchmarks/simulate.py [--traces DIR] [--only KTH|RICC] [--timeout S]
 
-For each trace: the time to merely parse it (read every record), and the time to
-simulate it under FIFO without backfill and under FIFO with EASY backfill, each in a
-fresh child process so that its peak resident memory is its own.  Targets: KTH-SP2 under
+For each trace: the time to merely parse it (read every record); the time to parse it,
+map every record onto the machine and build its Job object, which any replay through the
+scheduling core does before it schedules anything; and the time to simulate it under FIFO
+without backfill and under FIFO with EASY backfill.  Each runs in a fresh child process so
+that its peak resident memory is its own.  Targets: KTH-SP2 under
 EASY in under 1 s; RICC-2010 under EASY in under 30 s; peak memory under 1 GB.
 """
 from __future__ import annotations
@@ -27,6 +29,14 @@ path, what = {path!r}, {what!r}
 t = time.perf_counter()
 if what == "parse":
     n = sum(1 for _ in swf.read(path))
+elif what == "floor":
+    from hpcsched.simulate import MapStats, job_for, machine_for, map_record
+    machine, stats, n = machine_for(swf.header(path)), MapStats(), 0
+    for rec in swf.read(path):
+        mapped = map_record(rec, machine, stats)
+        if mapped is not None:
+            job_for(rec, *mapped[:2])
+            n += 1
 else:
     r = simulate(path, policy="fifo", backfill=what)
     n = r.metrics.jobs
@@ -62,7 +72,8 @@ def main(argv=None) -> int:
             print(f"{name:<6}skipped: {path} not found")
             continue
         parse = None
-        for what, label in (("parse", "parse only"), ("none", "FIFO"), ("easy", "FIFO + EASY")):
+        for what, label in (("parse", "parse only"), ("floor", "parse+map+jobs"), ("none", "FIFO"),
+                            ("easy", "FIFO + EASY")):
             m = measure(path, what, args.timeout)
             if m is None:
                 print(f"{name:<6}{label:<16}  did not finish in {args.timeout:.0f} s")

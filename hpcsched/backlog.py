@@ -10,14 +10,15 @@ test with one bisection.
 """
 from __future__ import annotations
 
-import math
 from bisect import bisect_left, bisect_right
+from itertools import accumulate
+from operator import attrgetter, itemgetter
 from typing import Iterator
 
 from .jobs import Job
 
 BLOCK = 64
-INF = math.inf
+_WALLTIME, _FIRST, _SECOND = attrgetter("walltime"), itemgetter(0), itemgetter(1)
 
 
 class _Block:
@@ -31,11 +32,9 @@ class _Block:
 
     def summarise(self) -> list[float]:
         """Walltimes sorted, and least[i]: the least need among the i + 1 shortest jobs."""
-        self.walls, self.least, least = [], [], INF
-        for wall, need in sorted(zip([j.walltime for j in self.jobs], self.needs)):
-            least = min(least, need)
-            self.walls.append(wall)
-            self.least.append(least)
+        pairs = sorted(zip(map(_WALLTIME, self.jobs), self.needs))
+        self.walls = list(map(_FIRST, pairs))
+        self.least = list(accumulate(map(_SECOND, pairs), min))
         return self.walls
 
 

@@ -120,6 +120,11 @@ def map_record(rec: swf.Record, machine: Machine, stats: MapStats) -> tuple[Requ
     return request, estimate, run
 
 
+def job_for(rec: swf.Record, request: Request, walltime: float) -> Job:
+    """The job a trace record submits: owner u<user>, group g<group>, the record's id."""
+    return Job(id=rec.job, owner=f"u{rec.user}", group=f"g{rec.group}", request=request, walltime=walltime)
+
+
 @functools.lru_cache(maxsize=4096)
 def _request(nodes: int, ppn: int, cores: int) -> Request:
     """Requests are immutable and a trace repeats a few sizes: one object per size."""
@@ -235,8 +240,7 @@ class Engine:
                 last_end = now
             while nxt is not None and nxt[0].submit == now:
                 rec, (request, wall, run) = nxt
-                job = submit(Job(id=rec.job, owner=f"u{rec.user}", group=f"g{rec.group}",
-                                 request=request, walltime=wall), now)
+                job = submit(job_for(rec, request, wall), now)
                 records_by_id[job.id] = (rec, run)
                 if first is None:
                     first = now

@@ -296,23 +296,22 @@ class NodePool(Topology):
 
     def choose(self, request: Request, tiers: list[int]) -> Allocation | None:
         eligible = self.eligible(request)
-        tiers = [t & eligible for t in tiers]
         if self.exclusive and not request.cores:
-            return self._choose_whole(request, tiers)
-        return self._choose_general(request, tiers)
+            return self._choose_whole(request, tiers, eligible)
+        return self._choose_general(request, [t & eligible for t in tiers])
 
-    def _choose_whole(self, request: Request, tiers: list[int]) -> Allocation | None:
+    def _choose_whole(self, request: Request, tiers: list[int], eligible: int) -> Allocation | None:
         """Fast path: one unit per node, so take the lowest free units tier by tier."""
         want = request.nodes
-        if sum(t.bit_count() for t in tiers) < want:
-            return None
         units, got = 0, 0
         for t in tiers:
-            take = lowest(t, want - got)
+            take = lowest(t & eligible, want - got)
             units |= take
             got += take.bit_count()
             if got == want:
                 break
+        else:
+            return None  # not enough units in all the tiers
         names = self.names
         cores = tuple(range(request.ppn))
         return Allocation(units, lambda: tuple([names[u] for u in set_bits(units)]), (cores,) * want)
