@@ -45,6 +45,9 @@ class Profile:
     early, costs a few mask operations however many segments its window spans; a segment's
     free mask is worked out front to back when first read (`free[i]`, known for i < `_known`),
     and a pass reads only as far as it plans.
+
+    Masks lose units as `(m | u) ^ u` or `m ^ (m & u)`, never `m & ~u`: the negative int
+    `~u` makes that three times slower on a machine of thousands of units.
     """
 
     def __init__(self, now: float, free_units: int, reservations=(), slop: float = 0.0):
@@ -196,7 +199,7 @@ class Profile:
         entry's `until` being infinity (free for good, as far as the plan knows)."""
         out, remaining = [], self.usable(0, access)
         for t in self.takes:
-            gone = remaining & ~self.usable(self.segment(t), access)
+            gone = remaining ^ (remaining & self.usable(self.segment(t), access))
             if gone:
                 out.append((t, gone))
                 remaining ^= gone
@@ -254,7 +257,7 @@ class Profile:
             if m is None:
                 m = self.mask(k)
                 for _, units, _ in self.resv[k]:
-                    m &= ~units
+                    m = (m | units) ^ units
                 self._open[k] = m
             return m
         rights = dict(access)
@@ -267,7 +270,7 @@ class Profile:
             if a is Access.BOUND and real:
                 inside |= units
                 continue
-            m &= ~units
+            m = (m | units) ^ units
         return m & inside if bound_to else m
 
     def segment(self, t: float) -> int:
@@ -304,7 +307,7 @@ class Profile:
         """Split free units `m` of window [t0, t1) into preference tiers, tightest first."""
         after, rem = [], m
         for t in self.takes[bisect_left(self.takes, t1):]:
-            gone = rem & ~self.usable(self.segment(t), access)
+            gone = rem ^ (rem & self.usable(self.segment(t), access))
             if gone:
                 after.append(gone)
                 rem ^= gone
@@ -315,7 +318,7 @@ class Profile:
         before, rem = [], m
         k = self.segment(t0) - 1
         while rem and k >= 0 and len(before) < 64:
-            gone = rem & ~self.usable(k, access)
+            gone = rem ^ (rem & self.usable(k, access))
             if gone:
                 before.append(gone)
                 rem ^= gone

@@ -65,9 +65,20 @@ def lowest(mask: int, k: int) -> int:
             rest >>= _CHUNK
             base += _CHUNK
             continue
-        for _ in range(k - 1):
-            chunk &= chunk - 1  # drop the lowest set bit
-        return mask & ((1 << (base + (chunk & -chunk).bit_length())) - 1)
+        # the narrowest low part of chunk holding k set bits
+        if k <= 8:
+            for _ in range(k - 1):
+                chunk &= chunk - 1  # drop the lowest set bit
+            width = (chunk & -chunk).bit_length()
+        else:
+            width, hi = k, chunk.bit_length()
+            while width < hi:
+                mid = (width + hi) // 2
+                if (chunk & ((1 << mid) - 1)).bit_count() >= k:
+                    hi = mid
+                else:
+                    width = mid + 1
+        return mask & ((1 << (base + width)) - 1)
 
 
 def mask_of(bits: list[int]) -> int:
