@@ -8,7 +8,6 @@ Exit status: 0 success, 1 a bad trace or configuration (one line on stderr), 2 b
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 import time
@@ -62,7 +61,7 @@ def cmd_simulate(args) -> int:
     if args.out:
         os.makedirs(args.out, exist_ok=True)
         _write_atomic(os.path.join(args.out, "results.json"),
-                      lambda f: json.dump(result.to_json(), f, indent=1))
+                      result.write_json)
         _write_atomic(os.path.join(args.out, "schedule.swf"), result.write_swf)
         print(f"wrote {os.path.join(args.out, 'results.json')} and {os.path.join(args.out, 'schedule.swf')}")
     return 0

@@ -121,6 +121,16 @@ def test_schedule_writer_round_trips(tmp_path):
     assert swf.header(str(out)).unix_start_time == 1000000
 
 
+@pytest.mark.parametrize("jobs", [0, 1, 5])
+def test_results_json_holds_exactly_the_result(tmp_path, jobs):
+    r = simulate(write_trace(tmp_path))
+    del r.jobs[jobs:]
+    buf = io.StringIO()
+    r.write_json(buf)
+    assert json.loads(buf.getvalue()) == r.to_json()
+    assert len(r.to_json()["jobs"]) == jobs
+
+
 def test_same_trace_same_schedule(tmp_path):
     path = write_trace(tmp_path)
     a, b = simulate(path, policy="cobalt", period=15), simulate(path, policy="cobalt", period=15)
