@@ -3,7 +3,7 @@ import json
 
 import pytest
 
-from hpcsched import (ConfigError, Dependency, DepType, Hold, InvalidRequest, InvalidState, Rejected,
+from hpcsched import (ConfigError, Dependency, DepType, Hold, InvalidRequest, InvalidState, Job, Rejected,
                       Request, Reservation, State, UnknownJob, build, default_config)
 from helpers import job, scheduler
 
@@ -231,3 +231,15 @@ def test_requeue_after_a_pass_frees_the_planned_profile():
     s.iterate(0)  # the running-jobs profile now exists
     s.requeue(j.id, 10)
     assert [st.job_id for st in s.iterate(10).started] == [j.id]
+
+
+def test_started_jobs_node_names_are_listed_when_read_and_saved():
+    s = scheduler(4)
+    a = s.submit(job(2, 100), 0)
+    start = s.iterate(0).started[0]
+    assert a.nodes == start.allocation.nodes and len(a.nodes) == 2
+    assert all(isinstance(n, str) for n in a.nodes)
+    saved = json.loads(json.dumps(a.to_dict()))
+    assert saved["nodes"] == list(a.nodes)
+    back = Job.from_dict(saved)
+    assert back.nodes == a.nodes and back == a and a.copy().nodes == a.nodes
