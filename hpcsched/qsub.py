@@ -445,9 +445,9 @@ def session(jid: str, poll: float = 0.2) -> int:
     from .server import INTERACTIVE, WRAPPER
     site = load_site()
     job_id = pbs.parse_ref(jid)[0]
-    print(f"qsub: waiting for job {jid} to start", flush=True)
     ready, checked = None, time.monotonic()
-    try:
+    try:  # (from the first line on: a ^C right after it is the user's answer to it)
+        print(f"qsub: waiting for job {jid} to start", flush=True)
         while ready is None:
             ready = next(site.home.glob(f"jobs/{job_id}/run*/{INTERACTIVE}"), None)
             if ready is None and time.monotonic() - checked > 2:  # deleted while waiting?

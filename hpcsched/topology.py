@@ -214,6 +214,7 @@ class NodePool(Topology):
         self.by_nid = {n.nid: i for i, n in enumerate(nodes)}
         self.names = [n.name for n in nodes]
         self._eligible: dict[tuple, int] = {}
+        self._cores: dict[tuple[int, int], tuple] = {}  # (ppn, nodes) -> a whole-node allocation's cores
         self._available: int | None = None
 
     # --- configuration ---------------------------------------------------------------
@@ -324,8 +325,10 @@ class NodePool(Topology):
         else:
             return None  # not enough units in all the tiers
         names = self.names
-        cores = tuple(range(request.ppn))
-        return Allocation(units, lambda: tuple([names[u] for u in set_bits(units)]), (cores,) * want)
+        cores = self._cores.get((request.ppn, want))
+        if cores is None:  # (immutable, so one per shape serves every allocation)
+            cores = self._cores[request.ppn, want] = (tuple(range(request.ppn)),) * want
+        return Allocation(units, lambda: tuple([names[u] for u in set_bits(units)]), cores)
 
     def _choose_general(self, request: Request, tiers: list[int]) -> Allocation | None:
         """Shared nodes or core counts: walk nodes best tier first, then in order."""
