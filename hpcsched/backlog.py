@@ -24,18 +24,59 @@ _WALLTIME, _FIRST, _SECOND = attrgetter("walltime"), itemgetter(0), itemgetter(1
 class _Block:
     """Consecutive entries of the order: keys, jobs and their needs, in order."""
 
-    __slots__ = ("keys", "jobs", "needs", "walls", "least")
+    __slots__ = ("keys", "jobs", "needs", "walls", "by_wall", "least")
 
     def __init__(self, keys: list, jobs: list[Job], needs: list[int]):
         self.keys, self.jobs, self.needs = keys, jobs, needs
         self.walls: list[float] | None = None  # the summary, built on first use
 
     def summarise(self) -> list[float]:
-        """Walltimes sorted, and least[i]: the least need among the i + 1 shortest jobs."""
+        """Walltimes sorted, the needs in that order (`by_wall`), and least[i]: the least
+        need among the i + 1 shortest jobs."""
         pairs = sorted(zip(map(_WALLTIME, self.jobs), self.needs))
         self.walls = list(map(_FIRST, pairs))
-        self.least = list(accumulate(map(_SECOND, pairs), min))
+        self.by_wall = list(map(_SECOND, pairs))
+        self.least = list(accumulate(self.by_wall, min))
         return self.walls
+
+    # A job joins or leaves a block every time one is queued or starts: the summary is
+    # kept up to date (an insertion or deletion, and the minima it changes), not redone.
+    def insert(self, k: int, key, job: Job, need: int) -> None:
+        self.keys.insert(k, key)
+        self.jobs.insert(k, job)
+        self.needs.insert(k, need)
+        walls = self.walls
+        if walls is not None:
+            lo = bisect_left(walls, job.walltime)  # sorted by (walltime, need), as summarise
+            p = bisect_right(self.by_wall, need, lo, bisect_right(walls, job.walltime, lo))
+            walls.insert(p, job.walltime)
+            self.by_wall.insert(p, need)
+            least = self.least
+            least.insert(p, min(least[p - 1], need) if p else need)
+            j, n = p + 1, len(least)
+            while j < n and least[j] > need:  # (least never rises)
+                least[j] = need
+                j += 1
+
+    def delete(self, k: int) -> None:
+        job, need = self.jobs[k], self.needs[k]
+        del self.keys[k], self.jobs[k], self.needs[k]
+        walls = self.walls
+        if walls is not None:
+            lo = bisect_left(walls, job.walltime)
+            try:
+                p = self.by_wall.index(need, lo, bisect_right(walls, job.walltime, lo))
+            except ValueError:  # its walltime changed behind the backlog's back: redo it
+                self.walls = None
+                return
+            del walls[p], self.by_wall[p]
+            least = self.least
+            if (p and least[p - 1] <= need) or (p + 1 < len(least) and least[p + 1] < need):
+                del least[p]  # `need` was no job's least: the other minima stand
+            elif p:
+                least[p - 1:] = accumulate(self.by_wall[p:], min, initial=least[p - 1])
+            else:
+                least[:] = accumulate(self.by_wall, min)
 
 
 class Cursor:
@@ -100,17 +141,14 @@ class Backlog:
             return
         i = min(bisect_left(self._maxes, key), len(self._blocks) - 1)
         b = self._blocks[i]
-        k = bisect_left(b.keys, key)
-        b.keys.insert(k, key)
-        b.jobs.insert(k, job)
-        b.needs.insert(k, need)
-        b.walls = None
+        b.insert(bisect_left(b.keys, key), key, job, need)
         self._maxes[i] = b.keys[-1]
         self._len += 1
         if len(b.keys) > 2 * BLOCK:  # split in two
             half = len(b.keys) // 2
             tail = _Block(b.keys[half:], b.jobs[half:], b.needs[half:])
             del b.keys[half:], b.jobs[half:], b.needs[half:]
+            b.walls = None
             self._blocks.insert(i + 1, tail)
             self._maxes[i] = b.keys[-1]
             self._maxes.insert(i + 1, tail.keys[-1])
@@ -121,8 +159,7 @@ class Backlog:
         k = bisect_left(b.keys, key)
         if b.keys[k] != key:
             raise KeyError(key)
-        del b.keys[k], b.jobs[k], b.needs[k]
-        b.walls = None
+        b.delete(k)
         self._len -= 1
         if b.keys:
             self._maxes[i] = b.keys[-1]
