@@ -60,7 +60,6 @@ class Profile:
         # per segment: ((reservation name, units, real), ...); real is False in the slop
         # before an occurrence, which blocks but does not admit bound jobs
         self.resv: list[tuple] = [()]
-        self._open: list[int | None] = [None]
         self.reservations = [(r, u) for r, u in reservations]
         self.slop = slop
         self.horizon = now
@@ -88,7 +87,6 @@ class Profile:
                     free = (free | units) ^ units
             p.free = [free] + [None] * (n - 1)
             p.resv = [()] * n
-            p._open = [None] * n
         return p
 
     def derive(self, now: float, reservations=(), slop: float = 0.0) -> "Profile":
@@ -97,7 +95,7 @@ class Profile:
         self.drop_before(now)
         p = Profile(now, 0, reservations, slop)
         p.times, p.free, p.rel, p.take = self.times[:], self.free[:], self.rel[:], self.take[:]
-        p.resv, p._open, p._known = self.resv[:], self._open[:], self._known
+        p.resv, p._known = self.resv[:], self._known
         p.ensure(now + 7 * 86400.0)
         return p
 
@@ -106,7 +104,7 @@ class Profile:
         k = bisect_right(self.times, now) - 1
         if k > 0:
             self.mask(k)
-            del self.times[:k], self.free[:k], self.rel[:k], self.take[:k], self.resv[:k], self._open[:k]
+            del self.times[:k], self.free[:k], self.rel[:k], self.take[:k], self.resv[:k]
             self._known -= k
             self.rel[0] = self.take[0] = 0
         self.times[0] = self.now = now
@@ -115,12 +113,11 @@ class Profile:
     def mask(self, k: int) -> int:
         """The units free in segment k."""
         if k >= self._known:
-            free, rel, take, opened = self.free, self.rel, self.take, self._open
+            free, rel, take = self.free, self.rel, self.take
             m = free[self._known - 1]
             for i in range(self._known, k + 1):
                 m = ((m | rel[i] | take[i]) ^ take[i]) if take[i] else m | rel[i]
                 free[i] = m
-                opened[i] = None
             self._known = k + 1
         return self.free[k]
 
@@ -135,11 +132,9 @@ class Profile:
         self.resv.insert(i + 1, self.resv[i])
         if i < self._known - 1:  # inside the known prefix, which stays as short as it is
             self.free.insert(i + 1, self.free[i])
-            self._open.insert(i + 1, self._open[i])
             self._known += 1
         else:
             self.free.insert(i + 1, None)
-            self._open.insert(i + 1, None)
         return i + 1
 
     def _span(self, t0: float, t1: float) -> range:
@@ -169,10 +164,9 @@ class Profile:
             self._edge(span.start, units, busy)
         if span.stop < len(self.times):
             self._edge(span.stop, units, not busy)
-        free, opened = self.free, self._open
+        free = self.free
         for k in range(span.start, min(span.stop, self._known)):
             free[k] = (free[k] | units) ^ units if busy else free[k] | units
-            opened[k] = None
         self.changes += 1
         return span
 
@@ -190,7 +184,7 @@ class Profile:
         for k in (span.stop, span.start):
             if (0 < k < len(self.times) and not self.rel[k] and not self.take[k]
                     and self.resv[k] == self.resv[k - 1]):
-                del self.times[k], self.free[k], self.rel[k], self.take[k], self.resv[k], self._open[k]
+                del self.times[k], self.free[k], self.rel[k], self.take[k], self.resv[k]
                 if k < self._known:
                     self._known -= 1
 
@@ -242,7 +236,6 @@ class Profile:
         entry = ((name, units, real),)
         for k in self._span(t0, t1):
             self.resv[k] = self.resv[k] + entry
-            self._open[k] = None
         # both edges can end a free period: the start for jobs it blocks, the end for
         # the jobs bound to it
         for t in (t0, t1):
@@ -253,12 +246,9 @@ class Profile:
     def usable(self, k: int, access: AccessKey = ()) -> int:
         """Units a job with `access` may take in segment k."""
         if not access:
-            m = self._open[k]
-            if m is None:
-                m = self.mask(k)
-                for _, units, _ in self.resv[k]:
-                    m = (m | units) ^ units
-                self._open[k] = m
+            m = self.free[k] if k < self._known else self.mask(k)
+            for _, units, _ in self.resv[k]:
+                m = (m | units) ^ units
             return m
         rights = dict(access)
         bound_to = any(a is Access.BOUND for a in rights.values())
@@ -344,7 +334,7 @@ class Profile:
                  need: int, not_before: float) -> tuple[float, Allocation] | None:
         """The earliest start at or after `not_before` with an allocation free for `duration`."""
         eligible = topology.eligible(request)
-        times, opened = self.times, self._open  # (segments may be added as it goes)
+        times, free, resv = self.times, self.free, self.resv  # (segments may be added as it goes)
         c = self.segment(max(not_before, self.now))
         while c < len(times):
             t = times[c] if times[c] > not_before else not_before
@@ -353,8 +343,9 @@ class Profile:
                 return None
             if end > self.horizon:
                 self.ensure(end)
-            m = None if access else opened[c]
-            if m is None:
+            if c < self._known and not access and not resv[c]:
+                m = free[c]
+            else:
                 m = self.usable(c, access)
             if (eligible & m).bit_count() >= need:
                 m = self.window(t, end, access, eligible, need)
