@@ -334,7 +334,7 @@ class Profile:
                  need: int, not_before: float) -> tuple[float, Allocation] | None:
         """The earliest start at or after `not_before` with an allocation free for `duration`."""
         eligible = topology.eligible(request)
-        times, free, resv = self.times, self.free, self.resv  # (segments may be added as it goes)
+        times = self.times  # (segments may be added as it goes)
         c = self.segment(max(not_before, self.now))
         while c < len(times):
             t = times[c] if times[c] > not_before else not_before
@@ -343,10 +343,7 @@ class Profile:
                 return None
             if end > self.horizon:
                 self.ensure(end)
-            if c < self._known and not access and not resv[c]:
-                m = free[c]
-            else:
-                m = self.usable(c, access)
+            m = self.usable(c, access)
             if (eligible & m).bit_count() >= need:
                 m = self.window(t, end, access, eligible, need)
                 if m:
