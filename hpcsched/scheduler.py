@@ -14,7 +14,8 @@ from dataclasses import dataclass
 
 from .backlog import Backlog
 from .errors import InvalidRequest, InvalidState, Rejected, UnknownJob
-from .jobs import ACTIVE, FINISHED, PENDING, Dependency, DepType, Hold, Job, Request, State
+from .jobs import (ACTIVE, COMPLETED, DELETED, EXITING, FINISHED, PENDING, QUEUED, RUNNING, WAITING, Dependency,
+                   DepType, Hold, Job, Request, State)
 from .plan import Plan, Profile, Start, Walk
 from .prioritise import Context, Fifo, Policy
 from .reservations import Access, Reservation
@@ -123,10 +124,10 @@ class Scheduler:
         job.move_to(new, now)
         self._dirty = True
         jid = job.id
-        if old == State.QUEUED:
+        if old == QUEUED:
             del self._queued[jid]
             self._unorder(job)
-        elif old == State.WAITING:
+        elif old == WAITING:
             self._waiting.discard(jid)
         elif old in ACTIVE and new not in ACTIVE:
             del self._active[jid]
@@ -134,10 +135,10 @@ class Scheduler:
             if self._base is not None and units:
                 self._base.release(units, now, job.start_time + job.walltime)
             self._overrun.discard(jid)
-        if new == State.QUEUED:
+        if new == QUEUED:
             self._queued[jid] = job
             self._enorder(job)
-        elif new == State.WAITING:
+        elif new == WAITING:
             self._waiting.add(jid)
         elif new in ACTIVE:
             self._active[jid] = job
@@ -186,7 +187,7 @@ class Scheduler:
             if parent is None or dep.job_id == job.id:
                 raise Rejected(f"dependency on unknown job {dep.job_id}")
             if parent.state in FINISHED:
-                dep.resolve(parent.exit_status if parent.state == State.COMPLETED else None)
+                dep.resolve(parent.exit_status if parent.state == COMPLETED else None)
 
     def _register_children(self, job: Job) -> None:
         for dep in job.dependencies:
@@ -212,7 +213,7 @@ class Scheduler:
             job.id = self.next_id
         self.next_id = max(self.next_id, job.id + 1)
         job.submit_time = now
-        job.state, job.eligible_since, job.eligible_time = State.QUEUED, now, 0.0
+        job.state, job.eligible_since, job.eligible_time = QUEUED, now, 0.0
         job.start_time = job.end_time = job.exit_status = None
         job.nodes, job.cores = (), ()
         self.jobs[job.id] = job
@@ -230,7 +231,7 @@ class Scheduler:
         # a new job changes nothing the last pass planned (unless it brings a limit the
         # last walk did not check)...
         self._dirty = dirty or job.array_limit > 0
-        if job.state == State.QUEUED:
+        if job.state == QUEUED:
             self._fresh.append(job)  # ...it only joins the queue
         return job
 
@@ -297,7 +298,7 @@ class Scheduler:
 
         def estimate(job_id: int) -> float | None:
             job = self.jobs.get(job_id)
-            if job is None or job.state not in (State.QUEUED, State.WAITING):
+            if job is None or job.state not in (QUEUED, WAITING):
                 return None
             if not profiles:
                 profiles.append(self._profile(now))
@@ -316,7 +317,7 @@ class Scheduler:
             job.nodes = lambda: a.nodes  # names are listed when first read (see jobs.py)
             job.cores, job.start_time = a.cores, now
             job.score_at_start, job.run_count = job.score, job.run_count + 1
-            self._move(job, State.RUNNING, now)
+            self._move(job, RUNNING, now)
             self._units[job.id] = a.units
             if self._base is not None:
                 self._base.occupy(a.units, now, now + job.walltime)
@@ -344,7 +345,7 @@ class Scheduler:
         if given).  Priority, queue limits and reservations are the operator's call;
         nodes in use are never shared."""
         job = self.job(job_id)
-        if job.state != State.QUEUED:
+        if job.state != QUEUED:
             raise InvalidState(f"job {job.id} is {job.state.value}, not queued")
         free = self._profile(now).free[0] & self.topology.eligible(job.request)
         if nodes:
@@ -364,10 +365,10 @@ class Scheduler:
             raise InvalidState(f"job {job.id} is {job.state.value}, not running")
         job.end_time, job.exit_status = now, exit_status
         used = self.size(job) * (now - job.start_time)
-        for kind, usage in self.usage.items():
-            name = _owner_key(job, kind)
+        for kind, attr in _OWNER.items():
+            usage, name = self.usage[kind], getattr(job, attr)
             usage[name] = usage.get(name, 0.0) + used
-        self._move(job, State.COMPLETED, now)
+        self._move(job, COMPLETED, now)
         self._resolve_children(job, exit_status, now)
         return job
 
@@ -377,10 +378,10 @@ class Scheduler:
         job = self.job(job_id)
         if job.state in PENDING:
             job.end_time = now
-            self._move(job, State.DELETED, now)
+            self._move(job, DELETED, now)
             self._resolve_children(job, None, now)
-        elif job.state == State.RUNNING:
-            self._move(job, State.EXITING, now)
+        elif job.state == RUNNING:
+            self._move(job, EXITING, now)
         else:
             raise InvalidState(f"job {job.id} is {job.state.value}: nothing to delete")
         return job
@@ -388,9 +389,9 @@ class Scheduler:
     def requeue(self, job_id: int, now: float) -> Job:
         """Put a running job back in the queue (a launch failed, or it is to be rerun)."""
         job = self.job(job_id)
-        if job.state != State.RUNNING:
+        if job.state != RUNNING:
             raise InvalidState(f"job {job.id} is {job.state.value}, not running")
-        self._move(job, State.QUEUED, now)  # frees its nodes (it needs the start time)
+        self._move(job, QUEUED, now)  # frees its nodes (it needs the start time)
         job.nodes, job.cores, job.start_time = (), (), None
         self._settle(job, now)
         return job
@@ -449,7 +450,7 @@ class Scheduler:
         rerouted = new.queue != job.queue
         if rerouted:
             self._count(job, -1)
-        queued = job.state == State.QUEUED
+        queued = job.state == QUEUED
         if queued:
             self._unorder(job)  # its key, walltime or need may change: it goes back in anew
         for key in ALTERABLE | {"submitted_queue"}:
@@ -630,9 +631,9 @@ class Scheduler:
                 job = Job.from_dict(d)
                 self.jobs[job.id] = job
                 self._array_limits += job.array_limit > 0
-                if job.state == State.QUEUED:
+                if job.state == QUEUED:
                     self._queued[job.id] = job
-                elif job.state == State.WAITING:
+                elif job.state == WAITING:
                     self._waiting.add(job.id)
                 elif job.state in ACTIVE:
                     self._active[job.id] = job
