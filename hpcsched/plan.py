@@ -319,7 +319,7 @@ class Profile:
             return after
         if len(after) == 1:
             return before
-        return [a & b for a in after for b in before if a & b]
+        return [both for a in after for b in before if (both := a & b)]
 
     def fit(self, topology: Topology, request: Request, t0: float, duration: float,
             access: AccessKey, need: int) -> Allocation | None:
@@ -421,7 +421,7 @@ class Walk:
         no reservation is ever delayed)."""
         topo, prof, depth, gate, access = self.topology, self.profile, self.depth, self.gate, self.access
         need_of = topo.need
-        kept = dict(kept or {})
+        kept = dict(kept) if kept else None  # (the caller's dict is left alone)
         made, waiting_ahead = self.made, self.waiting_ahead
         if last is not None:
             self.last = last  # every job up to it has had its turn, walked or cut short

@@ -115,14 +115,18 @@ def header(path) -> Header:
     return h
 
 
+_new = tuple.__new__
+
+
 def parse_line(line: str, lineno: int) -> Record:
     v = line.split()
     if len(v) != 18:
         raise SwfError(f"line {lineno}: expected 18 fields, found {len(v)}")
     try:  # spelled out: this is the reader's inner loop
-        return Record(int(v[0]), float(v[1]), float(v[2]), float(v[3]), int(v[4]), float(v[5]),
-                      float(v[6]), int(v[7]), float(v[8]), float(v[9]), int(v[10]), int(v[11]),
-                      int(v[12]), int(v[13]), int(v[14]), int(v[15]), int(v[16]), float(v[17]))
+        # (tuple.__new__ directly: a NamedTuple's own __new__ is a Python function)
+        return _new(Record, (int(v[0]), float(v[1]), float(v[2]), float(v[3]), int(v[4]), float(v[5]),
+                             float(v[6]), int(v[7]), float(v[8]), float(v[9]), int(v[10]), int(v[11]),
+                             int(v[12]), int(v[13]), int(v[14]), int(v[15]), int(v[16]), float(v[17])))
     except ValueError:
         return _parse_slow(v, lineno)
 
