@@ -109,9 +109,9 @@ class Scheduler:
 
     def _usage(self, kind: str, name: str, now: float) -> float:
         """Node-seconds used so far, including what running jobs have used up to `now`."""
-        total = self.usage[kind].get(name, 0.0)
+        total, attr = self.usage[kind].get(name, 0.0), _OWNER[kind]
         for j in self._active.values():
-            if _owner_key(j, kind) == name:
+            if getattr(j, attr) == name:
                 total += self.size(j) * (now - j.start_time)
         return total
 
@@ -660,8 +660,4 @@ class Scheduler:
 
 
 _OWNER = {"user": "owner", "group": "group", "project": "account"}  # usage kind -> Job attribute
-
-
-def _owner_key(job: Job, kind: str) -> str:
-    return getattr(job, _OWNER[kind])
 
