@@ -1,4 +1,5 @@
 """The trace simulator: SWF in, schedule and metrics out, on the scheduling core."""
+import gc
 import gzip
 import io
 import json
@@ -135,6 +136,20 @@ def test_same_trace_same_schedule(tmp_path):
     path = write_trace(tmp_path)
     a, b = simulate(path, policy="cobalt", period=15), simulate(path, policy="cobalt", period=15)
     assert a.to_json() == b.to_json()
+
+
+@pytest.mark.parametrize("enabled", [True, False])
+def test_cycle_collector_paused_for_the_replay_and_restored(enabled):
+    seen = []
+    was = gc.isenabled()
+    try:
+        gc.enable() if enabled else gc.disable()
+        simulate([record(1, 0, 1, 10), record(2, 5, 1, 10)], nodes=1,
+                 progress=lambda *_: seen.append(gc.isenabled()))
+        assert gc.isenabled() is enabled
+    finally:
+        gc.enable() if was else gc.disable()
+    assert seen and not any(seen)
 
 
 @pytest.mark.parametrize("policy", ["fifo", "cobalt", "simon"])
