@@ -1,6 +1,6 @@
 """Parse and simulate real traces: seconds, jobs per second, peak memory.
 
-    python3 benchmarks/simulate.py [--traces DIR] [--only KTH|RICC] [--timeout S]
+    python3 benchmarks/simulate.py [--traces DIR] [--only KTH|RICC] [--timeout S] [--breakdown]
 
 For each trace: the time to merely parse it (read every record); the time to parse it,
 map every record onto the machine and build its Job object, which any replay through the
@@ -8,6 +8,11 @@ scheduling core does before it schedules anything; and the time to simulate it u
 without backfill and under FIFO with EASY backfill.  Each runs in a fresh child process so
 that its peak resident memory is its own.  Targets: KTH-SP2 under
 EASY in under 1 s; RICC-2010 under EASY in under 30 s; peak memory under 1 GB.
+
+--breakdown adds a run under EASY that times every call into the scheduling core, to show
+where a replay's time goes per job: accepting jobs (`submit`), ending them (`job_ended`
+and `forget`), scheduling passes (`iterate`), and the rest (reading and mapping the trace,
+the event loop, the metrics).  The timers add about a microsecond per call.
 """
 from __future__ import annotations
 
@@ -37,6 +42,24 @@ elif what == "floor":
         if mapped is not None:
             job_for(rec, *mapped[:2])
             n += 1
+elif what == "breakdown":
+    from hpcsched.scheduler import Scheduler
+    spent = dict.fromkeys(("submit", "end", "pass"), 0.0)
+    clock = time.perf_counter
+
+    def timed(part, call):
+        def wrapper(*args):
+            t0 = clock()
+            out = call(*args)
+            spent[part] += clock() - t0
+            return out
+        return wrapper
+    for part, name in (("submit", "submit"), ("end", "job_ended"), ("end", "forget"), ("pass", "iterate")):
+        setattr(Scheduler, name, timed(part, getattr(Scheduler, name)))
+    t = clock()
+    r = simulate(path, policy="fifo", backfill="easy")
+    n = r.metrics.jobs
+    print(*spent.values(), r.metrics.passes, end=" ")
 else:
     r = simulate(path, policy="fifo", backfill=what)
     n = r.metrics.jobs
@@ -53,8 +76,19 @@ def measure(path: str, what: str, timeout: float):
         return None
     if p.returncode:
         raise SystemExit(f"child failed: {p.stderr.strip().splitlines()[-1]}")
-    n, dt, rss = p.stdout.split()
-    return int(n), float(dt), int(rss) / 1024  # ru_maxrss is KiB on Linux
+    *parts, n, dt, rss = p.stdout.split()
+    return int(n), float(dt), int(rss) / 1024, [float(x) for x in parts]  # ru_maxrss is KiB on Linux
+
+
+def breakdown(name: str, n: int, dt: float, parts: list[float]) -> None:
+    """Where one replay's time went, in seconds and microseconds per job."""
+    submit, end, passes, count = parts
+    rest = dt - submit - end - passes
+    print(f"{name:<6}breakdown of {dt:.2f} s under EASY (timers included), per job of {n}:")
+    for label, sec, calls in (("submit", submit, n), ("job_ended+forget", end, n),
+                              (f"passes ({count:.0f})", passes, count), ("the rest", rest, None)):
+        each = f"  {1e6 * sec / calls:6.1f} us per call" if calls else ""
+        print(f"{'':<6}  {label:<18}{sec:>8.2f} s {1e6 * sec / n:>8.1f} us/job{each}")
 
 
 def main(argv=None) -> int:
@@ -62,6 +96,7 @@ def main(argv=None) -> int:
     ap.add_argument("--traces", default=os.path.join(ROOT, "..", "shared", "traces"))
     ap.add_argument("--only", choices=sorted(TRACES))
     ap.add_argument("--timeout", type=float, default=1800.0, help="give up on one run after S seconds")
+    ap.add_argument("--breakdown", action="store_true", help="also time each kind of call into the core")
     args = ap.parse_args(argv)
     print(f"{'trace':<6}{'run':<16}{'jobs':>8}{'seconds':>10}{'jobs/s':>10}{'x parse':>9}{'peak MB':>9}")
     for name, file in TRACES.items():
@@ -78,13 +113,19 @@ def main(argv=None) -> int:
             if m is None:
                 print(f"{name:<6}{label:<16}  did not finish in {args.timeout:.0f} s")
                 continue
-            n, dt, mb = m
+            n, dt, mb, _ = m
             parse = dt if what == "parse" else parse
             ratio = f"{dt / parse:8.1f}x" if parse and what != "parse" else f"{'':>9}"
             verdict = ""
             if what == "easy":
                 verdict = f"  target < {TARGETS[name]:.0f} s: {'met' if dt < TARGETS[name] else 'MISSED'}"
             print(f"{name:<6}{label:<16}{n:>8}{dt:>10.2f}{n / dt:>10.0f}{ratio}{mb:>9.0f}{verdict}")
+        if args.breakdown:
+            m = measure(path, "breakdown", args.timeout)
+            if m is None:
+                print(f"{name:<6}breakdown did not finish in {args.timeout:.0f} s")
+            else:
+                breakdown(name, m[0], m[1], m[3])
     return 0
 
 
