@@ -324,7 +324,7 @@ def simulate(workload, *, policy: str = "fifo", backfill: str = "easy", nodes: i
     mapping = MapStats()
     engine = Engine(sched, machine, period, progress)
     # A replay keeps two objects per job (its record and its Finished) to the end and
-    # makes no reference cycles, so Python's cycle collector would only scan them over and
+    # leaves no cyclic garbage, so Python's cycle collector would only scan them over and
     # over, all of them at every full collection (6.7 s of 86 s on RICC's 448k jobs).  It
     # is paused for the replay, as timeit pauses it, and restored after.
     collecting = gc.isenabled()
