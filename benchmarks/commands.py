@@ -25,8 +25,9 @@ import time
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
-from hpcsched import commands, qstat, qsub  # noqa: E402
-from hpcsched.site import init_site  # noqa: E402
+from hpcsched.pbs import front as commands  # noqa: E402
+from hpcsched.pbs import qstat, qsub  # noqa: E402
+from hpcsched.store.site import init_site  # noqa: E402
 
 SUBMIT = ["-h", "-l", "walltime=600"]
 

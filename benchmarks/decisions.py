@@ -24,8 +24,8 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
 from hpcsched import Scheduler  # noqa: E402
-from hpcsched import swf  # noqa: E402
-from hpcsched.simulate import simulate  # noqa: E402
+from hpcsched.sim import swf  # noqa: E402
+from hpcsched.sim.simulate import simulate  # noqa: E402
 
 DIGESTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "decisions.json")
 KTH, RICC = "KTH-SP2-1996-2.1-cln.swf.gz", "RICC-2010-2.swf.gz"

@@ -28,14 +28,14 @@ TARGETS = {"KTH": 1.0, "RICC": 30.0}
 CHILD = r"""
 import resource, sys, time
 sys.path.insert(0, {root!r})
-from hpcsched import swf
-from hpcsched.simulate import simulate
+from hpcsched.sim import swf
+from hpcsched.sim.simulate import simulate
 path, what = {path!r}, {what!r}
 t = time.perf_counter()
 if what == "parse":
     n = sum(1 for _ in swf.read(path))
 elif what == "floor":
-    from hpcsched.simulate import MapStats, job_for, machine_for, map_record
+    from hpcsched.sim.simulate import MapStats, job_for, machine_for, map_record
     machine, stats, n = machine_for(swf.header(path)), MapStats(), 0
     for rec in swf.read(path):
         mapped = map_record(rec, machine, stats)
@@ -43,7 +43,7 @@ elif what == "floor":
             job_for(rec, *mapped[:2])
             n += 1
 elif what == "breakdown":
-    from hpcsched.scheduler import Scheduler
+    from hpcsched.core.scheduler import Scheduler
     spent = dict.fromkeys(("submit", "end", "pass"), 0.0)
     clock = time.perf_counter
 

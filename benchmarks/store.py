@@ -14,7 +14,7 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from hpcsched.store import Store  # noqa: E402
+from hpcsched.store.journal import Store  # noqa: E402
 
 RECORD = {"op": "submit", "job": {"id": 0, "name": "STDIN", "owner": "alice", "queue": "batch",
                                   "request": {"nodes": 1, "ppn": 4}, "walltime": 3600.0}}

@@ -21,10 +21,10 @@ import time
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
-from hpcsched import qsub  # noqa: E402
-from hpcsched.batch import Batch  # noqa: E402
-from hpcsched.jobs import FINISHED  # noqa: E402
-from hpcsched.site import init_site, load_site  # noqa: E402
+from hpcsched.core.jobs import FINISHED  # noqa: E402
+from hpcsched.pbs import qsub  # noqa: E402
+from hpcsched.store.journaled import Batch  # noqa: E402
+from hpcsched.store.site import init_site, load_site  # noqa: E402
 
 
 def finished(home) -> int:
@@ -53,7 +53,7 @@ def run(jobs: int, nodes: int, array: bool) -> tuple[float, float]:
                 for _ in range(jobs):
                     qsub.submit(["-l", "walltime=60", "-o", f"{tmp}/", "-e", f"{tmp}/"],
                                 stdin=io.StringIO("true\n"), cwd=tmp, env={})
-                    from hpcsched.site import notify
+                    from hpcsched.store.site import notify
                     notify(home)
             submitted = time.perf_counter() - t0
             while finished(home) < jobs:

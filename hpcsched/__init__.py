@@ -15,18 +15,19 @@ __version__ = "0.1.0"
 #: public name -> the module that defines it
 _HOME = {
     "build": "config", "default_config": "config", "loads": "config", "parse_backfill": "config",
-    "ConfigError": "errors", "InvalidRequest": "errors", "InvalidState": "errors", "Rejected": "errors",
-    "SchedulerError": "errors", "UnknownJob": "errors",
-    "Dependency": "jobs", "DepType": "jobs", "Hold": "jobs", "Job": "jobs", "Request": "jobs",
-    "State": "jobs", "TRANSITIONS": "jobs",
-    "ALL": "plan", "Plan": "plan", "Start": "plan",
-    "Cobalt": "prioritise", "Context": "prioritise", "Fifo": "prioritise", "Policy": "prioritise",
-    "Simon": "prioritise", "make_policy": "prioritise",
-    "Access": "reservations", "Reservation": "reservations",
-    "Queue": "route", "Router": "route",
-    "Scheduler": "scheduler", "Settings": "scheduler",
-    "Allocation": "topology", "Node": "topology", "NodePool": "topology", "NodeState": "topology",
-    "Topology": "topology",
+    "ConfigError": "core.errors", "InvalidRequest": "core.errors", "InvalidState": "core.errors", "Rejected": "core.errors",
+    "SchedulerError": "core.errors", "UnknownJob": "core.errors",
+    "Dependency": "core.jobs", "DepType": "core.jobs", "Hold": "core.jobs", "Job": "core.jobs", "Request": "core.jobs",
+    "State": "core.jobs", "TRANSITIONS": "core.jobs",
+    "ALL": "core.plan", "Plan": "core.plan", "Start": "core.plan",
+    "Cobalt": "policies.cobalt", "Context": "core.policy", "Fifo": "core.policy", "Policy": "core.policy",
+    "Simon": "policies.simon", "make_policy": "config",
+    "Access": "core.reservations", "Reservation": "core.reservations",
+    "Queue": "core.route", "Router": "core.route",
+    "Scheduler": "core.scheduler", "Settings": "core.scheduler",
+    "Allocation": "core.topology", "Node": "core.topology", "NodePool": "machines.nodepool", "NodeState": "core.topology",
+    "Topology": "core.topology",
+    "simulate": "sim.simulate", "record": "sim.simulate", "assert_schedule": "sim.testing",
 }
 
 __all__ = sorted(_HOME)

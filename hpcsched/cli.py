@@ -13,7 +13,7 @@ import sys
 import time
 
 from .config import parse_backfill
-from .errors import ConfigError, SchedulerError
+from .core.errors import ConfigError, SchedulerError
 
 
 class _Parser(argparse.ArgumentParser):
@@ -36,7 +36,7 @@ def _progress(stream):
 
 
 def cmd_simulate(args) -> int:
-    from .simulate import simulate
+    from .sim.simulate import simulate
     try:
         parse_backfill(args.backfill)
     except ConfigError as e:
@@ -77,7 +77,7 @@ def _write_atomic(path: str, write) -> None:
 
 
 def cmd_init(args) -> int:
-    from .site import init_site
+    from .store.site import init_site
     try:
         path = init_site(args.home, nodes=args.nodes, cores=args.cores, force=args.force)
     except (ConfigError, OSError) as e:
@@ -88,8 +88,8 @@ def cmd_init(args) -> int:
 
 
 def cmd_server(args) -> int:
-    from .server import Server
-    from .site import load_site
+    from .server.loop import Server
+    from .store.site import load_site
     try:
         server = Server(load_site(), interval=args.interval, grace=args.grace)
         if args.once:
@@ -107,9 +107,9 @@ def cmd_server(args) -> int:
 
 
 def cmd_nodes(args) -> int:
-    from .batch import Batch
-    from .pbs import command_line
-    from .site import load_site, whoami
+    from .pbs.common import command_line
+    from .store.journaled import Batch
+    from .store.site import load_site, whoami
     command_line()
     try:
         site = load_site()
@@ -121,15 +121,13 @@ def cmd_nodes(args) -> int:
         with batch.open(write=bool(state or args.clear_bad)):
             topo = batch.sched.topology
             if args.clear_bad:
-                for n in topo.nodes:
+                for n in topo.all_nodes():
                     if n.state.value == "bad":
                         batch.do("node", name=n.name, state="up")
             for name in args.names if state else []:
-                if name not in topo.by_name:
-                    print(f"hpcsched nodes: unknown node {name}", file=sys.stderr)
-                    return 1
+                topo.node(name)  # an unknown name is one line, status 1
                 batch.do("node", name=name, state=state)
-            for n in topo.nodes:
+            for n in topo.all_nodes():
                 print(f"{n.name:<16} {n.nid:>6} {n.state.value}")
     except (SchedulerError, OSError) as e:
         print(f"hpcsched nodes: {e}", file=sys.stderr)

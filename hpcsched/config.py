@@ -8,14 +8,16 @@ from __future__ import annotations
 import tomllib
 from datetime import datetime
 
-from .errors import ConfigError, InvalidRequest
-from .plan import ALL
-from .prioritise import make_policy
-from .reservations import Reservation
-from .route import Queue, Router
-from .scheduler import Scheduler, Settings
-from .timefmt import parse_duration
-from .topology import NodePool
+from .core.errors import ConfigError, InvalidRequest
+from .core.plan import ALL
+from .core.policy import Fifo, Policy
+from .core.reservations import Reservation
+from .core.route import Queue, Router
+from .core.scheduler import Scheduler, Settings
+from .core.timefmt import parse_duration
+from .machines.nodepool import NodePool
+from .policies.cobalt import Cobalt
+from .policies.simon import Simon
 
 #: Top-level keys the core reads; drivers (commands, server) add their own via `extra_keys`.
 CORE_KEYS = frozenset({"server_name", "backfill", "interval", "overrun_grace", "reservation_slop",
@@ -50,6 +52,34 @@ max_walltime = "24:00:00"
 max_running_fraction = 0.3334
 """
 
+
+
+POLICIES = {"fifo": Fifo, "cobalt": Cobalt, "simon": Simon}
+
+
+def make_policy(name: str, options: dict | None = None) -> Policy:
+    """A policy by name with its options (from the site config's [priority] table)."""
+    if name not in POLICIES:
+        raise ConfigError(f"priority.policy: unknown policy {name!r} (choose from {', '.join(POLICIES)})")
+    options = dict(options or {})
+    cls = POLICIES[name]
+    allowed = set(getattr(cls, "__dataclass_fields__", {}))
+    for key in options:
+        if key not in allowed:
+            raise ConfigError(f"priority.{key}: unknown option for policy {name}")
+    if "backfill_queues" in options:
+        options["backfill_queues"] = frozenset(options["backfill_queues"])
+    for key, value in options.items():
+        expected = cls.__dataclass_fields__[key].default
+        if isinstance(expected, (int, float)) and not isinstance(expected, bool):
+            if not isinstance(value, (int, float)) or isinstance(value, bool) or value < 0:
+                raise ConfigError(f"priority.{key}: must be a non-negative number")
+        if key in ("project_weights", "initial_scores"):
+            if not isinstance(value, dict) or not all(isinstance(v, (int, float)) for v in value.values()):
+                raise ConfigError(f"priority.{key}: must be a table of numbers")
+    if name == "cobalt" and options.get("interval", 15.0) <= 0:
+        raise ConfigError("priority.interval: must be positive")
+    return cls(**options)
 
 def parse_backfill(value) -> tuple[float, bool]:
     """(reservation depth, backfill on?) for a `backfill` setting.
@@ -104,7 +134,7 @@ def reservation_from_config(d: dict, where: str) -> Reservation:
     for key in ("name", "start", "duration"):
         if key not in d:
             raise ConfigError(f"{where}.{key}: missing")
-    from . import nodelist
+    from .core import nodelist
     try:
         period = {"daily": 86400.0, "weekly": 604800.0}.get(d.get("period"), None)
         if period is None:

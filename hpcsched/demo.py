@@ -9,8 +9,8 @@ from __future__ import annotations
 import heapq
 
 from .config import build, default_config
-from .jobs import Dependency, DepType, Hold, Job, Request
-from .timefmt import hms
+from .core.jobs import Dependency, DepType, Hold, Job, Request
+from .core.timefmt import hms
 
 WORKLOAD = [  # (name, owner, nodes, walltime, run time, extra)
     ("big-sim", "alice", 12, 3600, 3000, {}),

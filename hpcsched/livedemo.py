@@ -15,8 +15,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from . import accounting
-from .site import init_site
+from .pbs import accounting
+from .store.site import init_site
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -26,8 +26,8 @@ def _command(name: str) -> list[str]:
     local = ROOT / "bin" / name
     if local.exists():
         return [sys.executable, str(local)]
-    module, function = {"qsub": ("hpcsched.qsub", "main"), "qstat": ("hpcsched.qstat", "main"),
-                        "qrls": ("hpcsched.qctl", "main_qrls")}[name]
+    module, function = {"qsub": ("hpcsched.pbs.qsub", "main"), "qstat": ("hpcsched.pbs.qstat", "main"),
+                        "qrls": ("hpcsched.pbs.qctl", "main_qrls")}[name]
     return [sys.executable, "-c", f"import sys; from {module} import {function}; sys.exit({function}())"]
 
 

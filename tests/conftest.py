@@ -14,7 +14,7 @@ def rig(tmp_path, monkeypatch):
     monkeypatch.setenv("HPCSCHED_HOME", str(home))
     monkeypatch.setenv("HPCSCHED_USER", "alice")
     monkeypatch.delenv("HPCSCHED_FLAVOR", raising=False)
-    from hpcsched.site import init_site
+    from hpcsched.store.site import init_site
 
     init_site(home, nodes=4, cores=4)
     text = (home / "config.toml").read_text().replace('server_name = "', 'server_name = "headnode" #"')

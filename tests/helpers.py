@@ -1,5 +1,5 @@
 """Small builders shared by the tests."""
-from hpcsched import Job, NodePool, Node, Queue, Request, Router, Scheduler, Settings
+from hpcsched import Job, Node, NodePool, Queue, Request, Router, Scheduler, Settings
 
 
 def pool(n, cores=1, shared=False, **kw):

@@ -2,11 +2,11 @@
 import random
 
 import pytest
-
-from hpcsched import backlog
-from hpcsched.backlog import Backlog
-from hpcsched.plan import INF, Profile
 from helpers import job, scheduler
+
+from hpcsched.core import backlog
+from hpcsched.core.backlog import Backlog
+from hpcsched.core.profile import INF, Profile
 
 
 def passes(need, wall, upper, horizon, lasting):

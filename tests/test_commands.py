@@ -13,8 +13,8 @@ import time
 
 import pytest
 
-from hpcsched import qctl, qstat, qsub
-from hpcsched.pbs import CommandError
+from hpcsched.pbs import qctl, qstat, qsub
+from hpcsched.pbs.common import CommandError
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -39,9 +39,9 @@ def run(*cmd, env=None):
 def test_qsub_prints_exactly_one_id_line(rig):
     assert submit("-N", "first") == "1.headnode"
     assert submit("-lwalltime=1:00:00,nodes=1:ppn=4") == "2.headnode"
-    p = run("hpcsched.qsub", "-z", "-l", "walltime=60", env={})  # script on stdin (empty)
+    p = run("hpcsched.pbs.qsub", "-z", "-l", "walltime=60", env={})  # script on stdin (empty)
     assert p.returncode == 0 and p.stdout == ""
-    p = subprocess.run([sys.executable, "-m", "hpcsched.qsub", "-N", "x"], input="true\n", cwd=ROOT,
+    p = subprocess.run([sys.executable, "-m", "hpcsched.pbs.qsub", "-N", "x"], input="true\n", cwd=ROOT,
                        capture_output=True, text=True, env=os.environ)
     assert p.returncode == 0 and re.fullmatch(r"4\.headnode\n", p.stdout)
 
@@ -219,9 +219,9 @@ def test_qhold_qrls_qdel_permissions(rig, monkeypatch, capsys):
 
 
 def test_version_per_flavor(rig):
-    p = run("hpcsched.qstat", "--version")
+    p = run("hpcsched.pbs.qstat", "--version")
     assert p.returncode == 0 and p.stderr.startswith("Version: ") and p.stdout == ""
-    p = run("hpcsched.qstat", "--version", env={"HPCSCHED_FLAVOR": "openpbs"})
+    p = run("hpcsched.pbs.qstat", "--version", env={"HPCSCHED_FLAVOR": "openpbs"})
     assert p.stdout.startswith("pbs_version = ")  # BLAHP: qstat --version | grep PBSPro-style
 
 
@@ -235,7 +235,7 @@ def test_queue_and_server_listings(rig):
 
 def test_bad_config_is_one_line(rig):
     (rig / "home" / "config.toml").write_text('flavor = "slurm"\n[[nodes]]\nnames = "n1"\n')
-    p = run("hpcsched.qstat")
+    p = run("hpcsched.pbs.qstat")
     assert p.returncode == 1 and p.stderr == "qstat: flavor: 'slurm' is not torque or openpbs\n"
 
 
@@ -262,8 +262,8 @@ def test_concurrent_qsub_loses_and_duplicates_nothing(rig):
 
 
 def test_qalter_changes_waiting_jobs_and_only_walltime_of_running_ones(rig, monkeypatch, capsys):
-    from hpcsched.batch import Batch
-    from hpcsched.site import load_site
+    from hpcsched.store.journaled import Batch
+    from hpcsched.store.site import load_site
     submit("-N", "a", "-l", "nodes=4:ppn=4,walltime=01:00:00")
     submit("-N", "b", "-l", "walltime=00:10:00")
     assert qctl.qalter_argv(["-N", "renamed", "-l", "walltime=00:20:00", "-p", "10", "2"]) == 0
@@ -312,8 +312,8 @@ def test_qmove_and_qselect(rig):
 @pytest.mark.parametrize("flag,spec,indices", [("-t", "1-4%2", [1, 2, 3, 4]), ("-J", "0-6:3", [0, 3, 6]),
                                                ("-t", "1,3,5-6", [1, 3, 5, 6])])
 def test_job_arrays(rig, flag, spec, indices, capsys):
-    from hpcsched.batch import Batch
-    from hpcsched.site import load_site
+    from hpcsched.store.journaled import Batch
+    from hpcsched.store.site import load_site
     jid = submit(flag, spec, "-l", "walltime=00:10:00")
     assert jid == "1[].headnode"
     lines = stat()[1].splitlines()[2:]
@@ -350,8 +350,8 @@ def test_qrun_by_operators_on_free_nodes(rig, monkeypatch, capsys):
     assert "Insufficient amount of resource" in capsys.readouterr().err
     assert qctl.qrun_argv(["2"]) == 170  # already running
     # the journal replays to the same placement
-    from hpcsched.batch import Batch
-    from hpcsched.site import load_site
+    from hpcsched.store.journaled import Batch
+    from hpcsched.store.site import load_site
     batch = Batch(load_site())
     with batch.open(write=False):
         assert batch.sched.job(2).nodes == ("node03", "node04")
@@ -364,8 +364,8 @@ def test_json_keeps_a_numeric_looking_name_a_string(rig):
 
 
 def test_openpbs_array_row_shows_begun(rig, monkeypatch):
-    from hpcsched.batch import Batch
-    from hpcsched.site import load_site
+    from hpcsched.store.journaled import Batch
+    from hpcsched.store.site import load_site
     monkeypatch.setenv("HPCSCHED_FLAVOR", "openpbs")
     submit("-J", "1-8", "-l", "walltime=00:10:00")
     batch = Batch(load_site())
@@ -377,8 +377,8 @@ def test_openpbs_array_row_shows_begun(rig, monkeypatch):
 
 
 def test_before_dependencies_make_the_named_job_wait(rig, monkeypatch):
-    from hpcsched.batch import Batch
-    from hpcsched.site import load_site
+    from hpcsched.store.journaled import Batch
+    from hpcsched.store.site import load_site
     waiter = submit("-N", "waiter")
     first = submit("-N", "first", "-W", "depend=beforeok:" + waiter.split(".")[0])
     out = stat("-f", "-1", waiter)[1]

@@ -7,9 +7,9 @@ import time
 
 import pytest
 
-from hpcsched import commands
-from hpcsched.commands import decode_request, encode_request, run_for
-from hpcsched.store import Store
+from hpcsched.pbs import front as commands
+from hpcsched.pbs.front import decode_request, encode_request, run_for
+from hpcsched.store.journal import Store
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -65,9 +65,9 @@ def test_no_server_or_a_stale_socket_runs_the_command_here(rig):
     assert commands.forward("qstat", []) is None
 
 
-PROBE = ("import sys; sys.argv = ['qstat']; from hpcsched import commands; "
+PROBE = ("import sys; sys.argv = ['qstat']; from hpcsched.pbs import front as commands; "
          "status = commands.main('qstat'); "
-         "print('in-process' if 'hpcsched.scheduler' in sys.modules else 'forwarded', status)")
+         "print('in-process' if 'hpcsched.core.scheduler' in sys.modules else 'forwarded', status)")
 
 
 def test_a_running_server_answers_without_the_client_loading_the_store(rig):
@@ -99,10 +99,10 @@ def test_a_running_server_answers_without_the_client_loading_the_store(rig):
 
 
 def test_a_kept_batch_catches_up_with_other_writers(rig, monkeypatch):
-    from hpcsched import batch as batch_module
-    from hpcsched.batch import Batch
-    from hpcsched.jobs import Job, Request
-    from hpcsched.site import load_site
+    from hpcsched.core.jobs import Job, Request
+    from hpcsched.store import journaled as batch_module
+    from hpcsched.store.journaled import Batch
+    from hpcsched.store.site import load_site
 
     site = load_site()
     kept, other = Batch(site), Batch(site)

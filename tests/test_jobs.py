@@ -2,8 +2,7 @@ import itertools
 
 import pytest
 
-from hpcsched import (Dependency, DepType, Hold, InvalidRequest, InvalidState, Job, Request, State,
-                      TRANSITIONS)
+from hpcsched import TRANSITIONS, Dependency, DepType, Hold, InvalidRequest, InvalidState, Job, Request, State
 
 
 @pytest.mark.parametrize("old,new", [(a, b) for a in State for b in TRANSITIONS[a]])

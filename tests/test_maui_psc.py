@@ -5,11 +5,11 @@ import subprocess
 import time
 
 import pytest
-
-from hpcsched import maui, psc
-from hpcsched.batch import Batch
-from hpcsched.site import load_site
 from test_commands import submit
+
+from hpcsched.pbs import maui, psc
+from hpcsched.store.journaled import Batch
+from hpcsched.store.site import load_site
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 

@@ -1,7 +1,7 @@
 import pytest
 
 from hpcsched import InvalidRequest
-from hpcsched.nodelist import compress, compress_nids, expand, expand_nids
+from hpcsched.core.nodelist import compress, compress_nids, expand, expand_nids
 
 
 def test_expand_hostlists():

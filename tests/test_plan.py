@@ -1,8 +1,8 @@
 """Planning: EASY worked by hand, conservative, depth 0, reservations, overruns, estimates."""
 import pytest
+from helpers import job, scheduler
 
 from hpcsched import ALL, Queue, Rejected, Request, Reservation
-from helpers import job, scheduler
 
 
 def started(plan):

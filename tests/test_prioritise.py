@@ -1,8 +1,8 @@
 """Priority policies: FIFO, Cobalt's utility function, Simon's two bins."""
 import pytest
+from helpers import job, scheduler
 
 from hpcsched import Cobalt, Dependency, DepType, Job, Request, Simon, build, default_config
-from helpers import job, scheduler
 
 
 def test_fifo_orders_by_submit_time_then_id():

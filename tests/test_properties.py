@@ -3,10 +3,10 @@ import heapq
 import random
 
 import pytest
-
-from hpcsched import ALL, Job, Request
 from helpers import scheduler
 from oracle import naive_easy
+
+from hpcsched import ALL, Job, Request
 
 
 def workload(seed, n=120, machine=32, exact=True):

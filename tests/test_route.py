@@ -1,6 +1,6 @@
 import pytest
 
-from hpcsched import Job, Queue, Rejected, Request, Router, build, default_config, ConfigError
+from hpcsched import ConfigError, Job, Queue, Rejected, Request, Router, build, default_config
 
 
 def alcf(machine=100):

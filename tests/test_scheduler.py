@@ -2,10 +2,10 @@
 import json
 
 import pytest
-
-from hpcsched import (ConfigError, Dependency, DepType, Hold, InvalidRequest, InvalidState, Job, Rejected,
-                      Request, Reservation, State, UnknownJob, build, default_config)
 from helpers import job, scheduler
+
+from hpcsched import (ConfigError, Dependency, DepType, Hold, InvalidRequest, InvalidState, Job, Rejected, Request,
+                      Reservation, State, UnknownJob, build, default_config)
 
 
 def test_dependencies_release_or_fail_children():

@@ -7,8 +7,8 @@ import time
 
 import pytest
 
-from hpcsched import accounting
-from hpcsched.site import init_site
+from hpcsched.pbs import accounting
+from hpcsched.store.site import init_site
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 BIN = os.path.join(ROOT, "bin")
@@ -75,7 +75,8 @@ def cmd(env, work, *argv, stdin=None):
 def state(env, work, jid):
     """qstat -f -1 JID, run in this process (the command's code without a new interpreter)."""
     import io
-    from hpcsched import qstat
+
+    from hpcsched.pbs import qstat
     buf = io.StringIO()
     qstat.run(["-f", "-1", jid], out=buf)
     out = buf.getvalue()
@@ -235,8 +236,10 @@ def test_a_job_that_ended_before_its_start_time_was_read_still_ends(rig, monkeyp
     """A `true` job can exit before the server reads its start time: it must not be
     taken for alive forever (found by benchmarks/throughput.py)."""
     import io
-    from hpcsched import qsub, server
-    from hpcsched.site import load_site
+
+    from hpcsched.pbs import qsub
+    from hpcsched.server import loop as server
+    from hpcsched.store.site import load_site
     monkeypatch.setattr(server, "_wait_start", lambda pid: None)
     qsub.submit(["-l", "walltime=60"], stdin=io.StringIO("true\n"), cwd=str(rig), env={})
     srv = server.Server(load_site(), grace=1)
@@ -263,8 +266,10 @@ def test_one_server_per_site(live):
 
 def test_finished_jobs_leave_after_the_retention(rig):
     import io
-    from hpcsched import qsub, server
-    from hpcsched.site import load_site
+
+    from hpcsched.pbs import qsub
+    from hpcsched.server import loop as server
+    from hpcsched.store.site import load_site
     text = (rig / "home" / "config.toml").read_text().replace("keep_completed = 300", "keep_completed = 1")
     (rig / "home" / "config.toml").write_text(text)
     qsub.submit(["-l", "walltime=60"], stdin=io.StringIO("true\n"), cwd=str(rig), env={})
@@ -282,8 +287,10 @@ def test_a_vanished_rerunnable_job_is_requeued_and_runs_again(rig):
     """A job whose process is gone with no exit status (its node rebooted, say) is
     requeued and runs again in a fresh run directory."""
     import io
-    from hpcsched import qsub, server
-    from hpcsched.site import load_site
+
+    from hpcsched.pbs import qsub
+    from hpcsched.server import loop as server
+    from hpcsched.store.site import load_site
     qsub.submit(["-l", "walltime=60"], stdin=io.StringIO("echo run >> runs.log\nsleep 30\n"), cwd=str(rig), env={})
     srv = server.Server(load_site(), grace=1)
     assert srv.step() == 1
@@ -306,9 +313,11 @@ def test_a_vanished_rerunnable_job_is_requeued_and_runs_again(rig):
 
 def test_a_job_deleted_before_its_launch_ends(rig):
     import io
-    from hpcsched import qsub, server
-    from hpcsched.batch import Batch
-    from hpcsched.site import load_site
+
+    from hpcsched.pbs import qsub
+    from hpcsched.server import loop as server
+    from hpcsched.store.journaled import Batch
+    from hpcsched.store.site import load_site
     qsub.submit(["-l", "walltime=60"], stdin=io.StringIO("true\n"), cwd=str(rig), env={})
     batch = Batch(load_site())
     with batch.open(write=True):

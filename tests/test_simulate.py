@@ -10,11 +10,11 @@ import subprocess
 import sys
 
 import pytest
-
-from hpcsched import swf
-from hpcsched.simulate import Machine, MapStats, map_record, record, simulate
-from hpcsched.testing import assert_schedule
 from oracle import naive_easy
+
+from hpcsched.sim import swf
+from hpcsched.sim.simulate import Machine, MapStats, map_record, record, simulate
+from hpcsched.sim.testing import assert_schedule
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TRACES = os.path.join(ROOT, "..", "shared", "traces")

@@ -5,7 +5,7 @@ import os
 
 import pytest
 
-from hpcsched.store import JOURNAL, STATE, Store, StoreError, default_home
+from hpcsched.store.journal import JOURNAL, STATE, Store, StoreError, default_home
 
 
 def test_append_and_read_in_order(tmp_path):

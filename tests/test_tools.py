@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-from hpcsched.site import init_site
+from hpcsched.store.site import init_site
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 BIN = os.path.join(ROOT, "bin")
@@ -150,8 +150,8 @@ def test_damaged_store_is_one_line_and_left_alone(env, damage, msg):
     for _ in range(3):
         sh(e, "qsub", script)
     sh(e, "qdel", "1")
-    from hpcsched.batch import Batch
-    from hpcsched.site import load_site
+    from hpcsched.store.journaled import Batch
+    from hpcsched.store.site import load_site
     os.environ["HPCSCHED_HOME"] = str(home)
     try:
         batch = Batch(load_site(home))

@@ -1,7 +1,7 @@
 import pytest
 
 from hpcsched import ConfigError, Node, NodePool, NodeState, Request
-from hpcsched.topology import lowest, mask_of, set_bits
+from hpcsched.core.topology import lowest, mask_of, set_bits
 
 
 def test_bits_helpers():

@@ -11,11 +11,11 @@ import sys
 import time
 from xml.sax.saxutils import escape
 
-from . import pbs
-from .batch import Batch
-from .jobs import FINISHED, Job, State
-from .site import Site, load_site
-from .timefmt import hms
+from ..core.jobs import FINISHED, Job, State
+from ..core.timefmt import hms
+from ..store.journaled import Batch
+from ..store.site import Site, load_site
+from . import common
 
 USAGE = "usage: qstat [-f [-1]] [-F json|dsv] [-x] [-a] [-n [-1]] [-u user] [-Q] [-B] [job_id ...]"
 
@@ -76,12 +76,12 @@ def attributes(job: Job, site: Site, now: float) -> dict:
     a["server"] = site.server
     a["ctime"] = ctime(job.submit_time)
     where = f"{x.get('submit_host', site.server)}:{x.get('submit_dir', x.get('workdir', ''))}"
-    seq = pbs.output_seq(job)
+    seq = common.output_seq(job)
     out_default, err_default = f"{where}/{job.name}.o{seq}", f"{where}/{job.name}.e{seq}"
     a["Error_Path"] = _path(x.get("error"), err_default, job, "e", site)
     if job.nodes and job.state not in (State.DELETED,):
         a["exec_host"] = exec_host(job)
-    a["Hold_Types"] = pbs.hold_letters(job)
+    a["Hold_Types"] = common.hold_letters(job)
     a["Join_Path"] = x.get("join", "n")
     a["Mail_Points"] = x.get("mail_points", "a")
     a["Output_Path"] = _path(x.get("output"), out_default, job, "o", site)
@@ -92,7 +92,7 @@ def attributes(job: Job, site: Site, now: float) -> dict:
     if job.account:
         a["Account_Name"] = job.account
     if job.dependencies:
-        a["depend"] = ",".join(f"{d.kind.value}:{pbs.full_id(d.job_id, site.server)}" for d in job.dependencies)
+        a["depend"] = ",".join(f"{d.kind.value}:{common.full_id(d.job_id, site.server)}" for d in job.dependencies)
     if job.start_after is not None:
         a["Execution_Time"] = ctime(job.start_after)
     a["euser"] = job.owner
@@ -117,7 +117,7 @@ def _path(given: str | None, default: str, job: Job, letter: str, site: Site) ->
         return default
     host = job.extra.get("submit_host", site.server)
     if given.endswith("/"):
-        seq = pbs.output_seq(job)
+        seq = common.output_seq(job)
         return f"{host}:{given}{job.name}.{letter}{seq}"
     return f"{host}:{given}"
 
@@ -178,13 +178,13 @@ def default_listing(jobs: list[Job], site: Site) -> list[str]:
         lines = [f"{'Job ID':<25} {'Name':<16} {'User':<15} {'Time Use':>8} S Queue",
                  f"{'-' * 25} {'-' * 16} {'-' * 15} {'-' * 8} - -----"]
         for j in jobs:
-            lines.append(f"{pbs.display_id(j, site.server):<26} {_cut_torque_name(j.name):<16} "
+            lines.append(f"{common.display_id(j, site.server):<26} {_cut_torque_name(j.name):<16} "
                          f"{j.owner[:15]:<15} {time_use(j):>8} {letter(j, 'torque')} {j.queue}")
         return lines
     lines = [f"{'Job id':<17} {'Name':<16} {'User':<16}  {'Time Use':>8} S Queue",
              f"{'-' * 16}  {'-' * 16} {'-' * 16}  {'-' * 8} - -----"]
     for j in jobs:
-        jid = _cut_star(pbs.display_id(j, site.server.split('.')[0]), 17)
+        jid = _cut_star(common.display_id(j, site.server.split('.')[0]), 17)
         lines.append(f"{jid:<17} {_cut_star(j.name, 16):<16} {_cut_star(j.owner, 16):<16}  "
                      f"{time_use(j):>8} {letter(j, 'openpbs')} {_cut_star(j.queue, 16)}")
     return lines
@@ -204,7 +204,7 @@ def alternate_listing(jobs: list[Job], site: Site, nodes: bool, one_line: bool, 
         mem = mem_text(r.mem * (1 if r.cores else r.nodes)) if r.mem else "--"
         sess = str(j.extra.get("session", "--")) if j.state in (State.RUNNING, State.EXITING) else "--"
         elapsed = hms(((j.end_time or now) - j.start_time)) if j.start_time is not None else "--"
-        row = (f"{pbs.display_id(j, site.server)[:23]:<23} {j.owner[:11]:<11} {j.queue[:8]:<8} "
+        row = (f"{common.display_id(j, site.server)[:23]:<23} {j.owner[:11]:<11} {j.queue[:8]:<8} "
                f"{j.name[:16]:<16} {sess:>6} {r.nodes if not r.cores else '--':>5} {tsk:>6} {mem:>9} "
                f"{hms(j.walltime):>9} {letter(j, site.flavor)} {elapsed:>9}")
         if nodes:
@@ -239,7 +239,7 @@ def queue_listing(site: Site, sched) -> list[str]:
              f"{'-' * 16} {'---'} {'---'} {'---'} {'---'} {'---'} {'---'} {'---'} {'---'} {'---'} {'---'} - {'---'}"]
     for name, q in sched.router.queues.items():
         jobs = [j for j in sched.jobs.values() if j.queue == name]
-        count = {s: sum(1 for j in jobs if pbs.state_letter(j, site.flavor) == s) for s in "QRHWEC"}
+        count = {s: sum(1 for j in jobs if common.state_letter(j, site.flavor) == s) for s in "QRHWEC"}
         lines.append(f"{name[:16]:<16} {q.max_running or 0:>3} {len(jobs):>3} {'yes' if q.enabled else 'no':>3} "
                      f"{'yes' if q.started else 'no':>3} {count['Q']:>3} {count['R']:>3} {count['H']:>3} "
                      f"{count['W']:>3} {0:>3} {count['E']:>3} {'R' if q.routing else 'E'} {count['C']:>3}")
@@ -248,7 +248,7 @@ def queue_listing(site: Site, sched) -> list[str]:
 
 def server_listing(site: Site, sched) -> list[str]:
     jobs = list(sched.jobs.values())
-    count = {s: sum(1 for j in jobs if pbs.state_letter(j, site.flavor) == s) for s in "QRHWE"}
+    count = {s: sum(1 for j in jobs if common.state_letter(j, site.flavor) == s) for s in "QRHWE"}
     return [f"{'Server':<16} {'Max':>3} {'Tot':>3} {'Que':>3} {'Run':>3} {'Hld':>3} {'Wat':>3} {'Trn':>3} "
             f"{'Ext':>3} Status",
             f"{'-' * 16} --- --- --- --- --- --- --- --- ----------",
@@ -269,7 +269,7 @@ def parse(argv: list[str]) -> dict:
             if not arg[2:]:
                 i += 1
             if value not in ("json", "dsv"):
-                raise pbs.CommandError(f"invalid -F value {value!r}\n{USAGE}", pbs.USAGE)
+                raise common.CommandError(f"invalid -F value {value!r}\n{USAGE}", common.USAGE)
             o["F"] = value
         elif arg.startswith("-D"):
             o["D"] = arg[2:] or argv[i + 1]
@@ -280,11 +280,11 @@ def parse(argv: list[str]) -> dict:
             if not arg[2:]:
                 i += 1
             if not o["u"]:
-                raise pbs.CommandError(f"option -u needs a user\n{USAGE}", pbs.USAGE)
+                raise common.CommandError(f"option -u needs a user\n{USAGE}", common.USAGE)
         elif arg.startswith("-") and len(arg) > 1:
             for ch in arg[1:]:
                 if ch not in "fxanQBHwt1":
-                    raise pbs.CommandError(f"invalid option -- '{ch}'\n{USAGE}", pbs.USAGE)
+                    raise common.CommandError(f"invalid option -- '{ch}'\n{USAGE}", common.USAGE)
                 o["one" if ch == "1" else ch] = True
         else:
             o["ids"].append(arg)
@@ -313,20 +313,20 @@ def run(argv: list[str], out=None, now: float | None = None) -> int:
         jobs = []
         for text in o["ids"]:
             try:
-                named = pbs.resolve(sched.jobs, text, site.server)
-            except pbs.CommandError as e:
+                named = common.resolve(sched.jobs, text, site.server)
+            except common.CommandError as e:
                 sys.stderr.write(f"qstat: {e}\n")
                 status = e.status
                 continue
             if all(j.state in FINISHED for j in named):
                 if torque and not o["x"] and not any(_kept(j, site, now) for j in named):
-                    sys.stderr.write(f"qstat: Unknown Job Id {pbs.display_id(named[0], site.server)}\n")
-                    status = pbs.UNKNOWN_JOB
+                    sys.stderr.write(f"qstat: Unknown Job Id {common.display_id(named[0], site.server)}\n")
+                    status = common.UNKNOWN_JOB
                     continue
                 if not torque and not history:
-                    sys.stderr.write(f"qstat: {pbs.display_id(named[0], site.server)} Job has finished, use -x "
+                    sys.stderr.write(f"qstat: {common.display_id(named[0], site.server)} Job has finished, use -x "
                                      f"or -H to obtain historical job information\n")
-                    status = status or pbs.FINISHED
+                    status = status or common.FINISHED
                     continue
             jobs.extend(named)
         if not o["t"]:
@@ -341,9 +341,9 @@ def run(argv: list[str], out=None, now: float | None = None) -> int:
         jobs = [j for j in jobs if j.owner in users]
     jobs.sort(key=lambda j: (j.array_id or j.id, j.array_index))
     if o["f"] or o["F"] or (o["x"] and torque):
-        items = [(pbs.display_id(j, site.server), attributes(j, site, now)) for j in jobs]
+        items = [(common.display_id(j, site.server), attributes(j, site, now)) for j in jobs]
         if o["F"] == "json":
-            doc = {"timestamp": int(now), "pbs_version": pbs.VERSION, "pbs_server": site.server}
+            doc = {"timestamp": int(now), "pbs_version": common.VERSION, "pbs_server": site.server}
             if items:
                 doc["Jobs"] = dict(items)  # attributes are typed already: numbers stay numbers
             out.write(json.dumps(doc, indent=4) + "\n")
@@ -374,7 +374,7 @@ def run(argv: list[str], out=None, now: float | None = None) -> int:
 
 def letter(job: Job, flavor: str) -> str:
     """The state letter qstat shows: an OpenPBS array row whose subjobs began shows B."""
-    return "B" if job.extra.get("array_begun") else pbs.state_letter(job, flavor)
+    return "B" if job.extra.get("array_begun") else common.state_letter(job, flavor)
 
 
 def _collapse(jobs: list[Job], flavor: str) -> list[Job]:
@@ -388,7 +388,7 @@ def _collapse(jobs: list[Job], flavor: str) -> list[Job]:
     for aid, subs in arrays.items():
         first = min(subs, key=lambda j: j.array_index)
         row = first.copy()  # shown as `123[].server`, its state summing up the subjobs'
-        letters = {pbs.state_letter(j, flavor) for j in subs}
+        letters = {common.state_letter(j, flavor) for j in subs}
         started = any(j.start_time is not None for j in subs)
         if letters <= {"C", "F"}:
             row.state = first.state
@@ -396,7 +396,7 @@ def _collapse(jobs: list[Job], flavor: str) -> list[Job]:
             row.state = State.RUNNING
             row.extra = dict(row.extra, array_begun=True)
         else:
-            row.state = next(j.state for j in sorted(subs, key=lambda j: "REQWHCF".index(pbs.state_letter(j, flavor))))
+            row.state = next(j.state for j in sorted(subs, key=lambda j: "REQWHCF".index(common.state_letter(j, flavor))))
         row.array_index = ""
         out.append(row)
     return out
@@ -408,7 +408,7 @@ def _kept(job: Job, site: Site, now: float) -> bool:
 
 
 def main(argv: list[str] | None = None) -> int:
-    return pbs.main("qstat", run, argv)
+    return common.main("qstat", run, argv)
 
 
 if __name__ == "__main__":

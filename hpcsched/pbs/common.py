@@ -8,8 +8,8 @@ from __future__ import annotations
 import re
 import sys
 
-from .errors import ConfigError, SchedulerError
-from .jobs import Hold, Job, State
+from ..core.errors import ConfigError, SchedulerError
+from ..core.jobs import Hold, Job, State
 
 UNKNOWN_JOB = 153
 FINISHED = 35
@@ -102,6 +102,20 @@ def hold_letters(job: Job) -> str:
     return "".join(k for k in "uos" if k in kinds) or "n"
 
 
+def may_touch(site, user: str, job: Job, hold: str = "u") -> bool:
+    """PBS: owners act on their own jobs (user holds); operators also on others' and on
+    operator holds; system holds are for managers."""
+    if hold == "s":
+        return site.is_manager(user)
+    if hold == "o":
+        return site.is_operator(user)
+    return user == job.owner or site.is_operator(user)
+
+
+def deny(prog: str, job: Job, site) -> CommandError:
+    return CommandError(f"Unauthorized Request  {display_id(job, site.server)}", UNAUTHORIZED)
+
+
 def command_line() -> None:
     """A closed pipe (`qstat | head`) ends the command quietly, as for any Unix tool."""
     import signal
@@ -117,7 +131,8 @@ def fail(prog: str, err: Exception) -> int:
 def version(prog: str) -> int:
     """`--version` per flavor: Torque on stderr, OpenPBS `pbs_version =` on stdout."""
     import os
-    from .site import load_site
+
+    from ..store.site import load_site
     try:
         flavor = load_site().flavor
     except ConfigError:
@@ -143,7 +158,7 @@ def main(prog: str, command, argv: list[str] | None = None, wake: bool = False) 
     except (CommandError, SchedulerError, OSError) as e:
         return fail(prog, e)
     if wake:
-        from .site import notify
-        from .store import default_home
+        from ..store.journal import default_home
+        from ..store.site import notify
         notify(default_home())
     return status

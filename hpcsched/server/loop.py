@@ -26,14 +26,15 @@ import subprocess
 import time
 from pathlib import Path
 
-from . import accounting, commands, pbs
-from .batch import Batch
-from .jobs import ACTIVE, FINISHED, Job, State
-from .site import SOCKET, Site
-from .store import StoreError, write_atomic
+from ..core.jobs import ACTIVE, FINISHED, Job, State
+from ..pbs import accounting, common
+from ..pbs import front as commands
+from ..store.journal import StoreError, write_atomic
+from ..store.journaled import Batch
+from ..store.layout import INTERACTIVE, WRAPPER
+from ..store.site import SOCKET, Site
 
 LOST = -1  # exit status of a job whose process vanished without one
-INTERACTIVE = "interactive.json"  # an interactive job's environment, for its qsub -I
 INTERACTIVE_WAIT = 60.0  # seconds a started interactive job waits for its qsub -I
 COMMAND_TIMEOUT = 10.0  # seconds a client may take to send its request or read the reply
 
@@ -49,20 +50,6 @@ def process_start(pid: int) -> str | None:
     if fields[0] == "Z":  # a zombie has ended
         return None
     return fields[19]
-
-
-WRAPPER = (  # $1 job dir, $2 shell, $3 script: pid first, status last, both atomically
-    # mkdir is atomic: if a restarted server launches a job whose first launch it could
-    # not see, only one of the two wrappers runs it
-    'mkdir "$1/started" 2>/dev/null || exit 0\n'
-    'echo $$ > "$1/pid.tmp" && mv "$1/pid.tmp" "$1/pid" || exit 127\n'
-    # signals sent to the job's group are for the job: the wrapper outlives them to record
-    # its status (caught, not ignored, so the job still gets the default handling)
-    "trap : HUP INT QUIT TERM USR1 USR2\n"
-    '"$2" "$3"\n'
-    's=$?\n'
-    'echo $s > "$1/status.tmp" && mv "$1/status.tmp" "$1/status"\n'
-    'exit $s\n')
 
 
 class Server:
@@ -207,7 +194,7 @@ class Server:
         nodefile.write_text("".join(f"{n}\n" * max(1, len(c)) for n, c in zip(job.nodes, job.cores)))
         workdir = x.get("workdir") or str(self.home)
         submit_dir = x.get("submit_dir") or workdir  # default output files go where qsub ran
-        seq = pbs.output_seq(job)
+        seq = common.output_seq(job)
         out = _path(x.get("output"), submit_dir, f"{job.name}.o{seq}")
         err = _path(x.get("error"), submit_dir, f"{job.name}.e{seq}")
         join = x.get("join", "n")
@@ -269,7 +256,7 @@ class Server:
                "USER": job.owner, "LOGNAME": job.owner, "SHELL": x.get("shell") or "/bin/sh", "LANG": v.get("PBS_O_LANG", "C")}
         env.update(v)
         r = job.request
-        jid = pbs.display_id(job, self.site.server)
+        jid = common.display_id(job, self.site.server)
         env.update(PBS_JOBID=jid, PBS_JOBNAME=job.name, PBS_QUEUE=job.queue, PBS_NODEFILE=str(nodefile),
                    PBS_O_WORKDIR=v.get("PBS_O_WORKDIR", workdir), PBS_O_HOST=v.get("PBS_O_HOST", socket.gethostname()),
                    PBS_ENVIRONMENT="PBS_BATCH", PBS_NODENUM="0", PBS_TASKNUM="1", TMPDIR=str(tmpdir),
@@ -374,7 +361,7 @@ class Server:
                 uid = struct.unpack("3i", conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED,
                                                           struct.calcsize("3i")))[1]
                 if uid not in (os.getuid(), 0):
-                    conn.sendall(commands.encode_reply(pbs.UNAUTHORIZED, b"", b"hpcsched: not this server's user\n"))
+                    conn.sendall(commands.encode_reply(common.UNAUTHORIZED, b"", b"hpcsched: not this server's user\n"))
                     return
                 chunks = []
                 while chunk := conn.recv(1 << 16):

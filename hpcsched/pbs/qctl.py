@@ -9,21 +9,11 @@ import sys
 import time as _time
 from typing import Callable
 
-from . import accounting, pbs
-from .batch import Batch
-from .errors import InvalidState, Rejected, SchedulerError
-from .jobs import FINISHED, Hold, Job, State
-from .site import Site, load_site, whoami
-
-
-def may_touch(site: Site, user: str, job: Job, hold: str = "u") -> bool:
-    """PBS: owners act on their own jobs (user holds); operators also on others' and on
-    operator holds; system holds are for managers."""
-    if hold == "s":
-        return site.is_manager(user)
-    if hold == "o":
-        return site.is_operator(user)
-    return user == job.owner or site.is_operator(user)
+from ..core.errors import InvalidState, Rejected, SchedulerError
+from ..core.jobs import FINISHED, Hold, Job, State
+from ..store.journaled import Batch
+from ..store.site import load_site, whoami
+from . import accounting, common
 
 
 def act(prog: str, argv: list[str], usage: str, options: str,
@@ -40,19 +30,19 @@ def act(prog: str, argv: list[str], usage: str, options: str,
                 i += 1
                 continue
             if letter not in options:
-                raise pbs.CommandError(f"invalid option -- '{letter}'\n{usage}", pbs.USAGE)
+                raise common.CommandError(f"invalid option -- '{letter}'\n{usage}", common.USAGE)
             value = arg[2:]
             if not value:
                 i += 1
                 if i >= len(argv):
-                    raise pbs.CommandError(f"option requires an argument -- '{letter}'\n{usage}", pbs.USAGE)
+                    raise common.CommandError(f"option requires an argument -- '{letter}'\n{usage}", common.USAGE)
                 value = argv[i]
             opts[letter] = value
         else:
             ids.append(arg)
         i += 1
     if not ids:
-        raise pbs.CommandError(f"no job id given\n{usage}", pbs.USAGE)
+        raise common.CommandError(f"no job id given\n{usage}", common.USAGE)
     site = load_site()
     user = whoami()
     batch = Batch.of(site)
@@ -60,12 +50,12 @@ def act(prog: str, argv: list[str], usage: str, options: str,
     with batch.open(write=True):
         sched = batch.sched
         if every and ids == ["all"]:
-            ids = [pbs.display_id(j, site.server) for j in sched.jobs.values()
+            ids = [common.display_id(j, site.server) for j in sched.jobs.values()
                    if j.state not in FINISHED and (j.owner == user or site.is_operator(user))]
         for text in ids:
             try:
-                jobs = pbs.resolve(sched.jobs, text, site.server)
-            except pbs.CommandError as e:
+                jobs = common.resolve(sched.jobs, text, site.server)
+            except common.CommandError as e:
                 sys.stderr.write(f"{prog}: {e}\n")
                 status = status or e.status
                 continue
@@ -74,25 +64,21 @@ def act(prog: str, argv: list[str], usage: str, options: str,
                     continue  # an array's ending or finished subjobs are left as they are
                 try:
                     action(batch, job, opts)
-                except pbs.CommandError as e:
+                except common.CommandError as e:
                     sys.stderr.write(f"{prog}: {e}\n")
                     status = status or e.status
                 except InvalidState:
-                    sys.stderr.write(f"{prog}: Request invalid for state of job {pbs.display_id(job, site.server)}\n")
-                    status = status or pbs.BAD_STATE
+                    sys.stderr.write(f"{prog}: Request invalid for state of job {common.display_id(job, site.server)}\n")
+                    status = status or common.BAD_STATE
                 except Rejected as e:
                     sys.stderr.write(f"{prog}: Job exceeds queue resource limits MSG={e}\n")
-                    status = status or pbs.LIMITS
+                    status = status or common.LIMITS
     return status
 
 
-def _deny(prog: str, job: Job, site: Site) -> pbs.CommandError:
-    return pbs.CommandError(f"Unauthorized Request  {pbs.display_id(job, site.server)}", pbs.UNAUTHORIZED)
-
-
 def qdel(batch: Batch, job: Job, opts: dict) -> None:
-    if not may_touch(batch.site, whoami(), job):
-        raise _deny("qdel", job, batch.site)
+    if not common.may_touch(batch.site, whoami(), job):
+        raise common.deny("qdel", job, batch.site)
     now = _time.time()
     batch.do("delete", now, id=job.id)
     accounting.write(batch.site.home, "D", job, batch.site.server, now)
@@ -101,7 +87,7 @@ def qdel(batch: Batch, job: Job, opts: dict) -> None:
 def _hold_kind(opts: dict) -> str:
     kinds = opts.get("h", "u")
     if not kinds or any(k not in "uos" for k in kinds):
-        raise pbs.CommandError(f"illegal -h value {kinds!r}", pbs.USAGE)
+        raise common.CommandError(f"illegal -h value {kinds!r}", common.USAGE)
     return kinds
 
 
@@ -110,8 +96,8 @@ def _holds(op: str):
     def act_on(batch: Batch, job: Job, opts: dict) -> None:
         kinds = _hold_kind(opts)
         for k in kinds:
-            if not may_touch(batch.site, whoami(), job, k):
-                raise _deny(f"q{op}", job, batch.site)
+            if not common.may_touch(batch.site, whoami(), job, k):
+                raise common.deny(f"q{op}", job, batch.site)
         for k in kinds:
             batch.do(op, id=job.id, kind=Hold(k).value)
     return act_on
@@ -143,7 +129,7 @@ ALTER_USAGE = ("usage: qalter [-a date_time] [-A account] [-e path] [-h hold_lis
 
 def alter_changes(job: Job, options: dict[str, str], resources: dict[str, str], now: float) -> tuple[dict, str]:
     """(core alter changes, hold letters to add) for qalter's options on `job`."""
-    from .qsub import build_request, parse_depend, parse_priority, parse_start_after, resolve_path
+    from .attributes import build_request, parse_depend, parse_priority, parse_start_after, resolve_path
     changes: dict = {}
     extra = dict(job.extra)
     if resources:
@@ -160,7 +146,7 @@ def alter_changes(job: Job, options: dict[str, str], resources: dict[str, str], 
         extra["resources"] = merged
     if "N" in options:
         if not options["N"] or any(c.isspace() for c in options["N"]):
-            raise pbs.CommandError(f"illegal -N value\n{ALTER_USAGE}", pbs.USAGE)
+            raise common.CommandError(f"illegal -N value\n{ALTER_USAGE}", common.USAGE)
         changes["name"] = options["N"]
     if "A" in options:
         changes["account"] = options["A"]
@@ -171,10 +157,10 @@ def alter_changes(job: Job, options: dict[str, str], resources: dict[str, str], 
     if "W" in options:
         key, _, val = options["W"].partition("=")
         if key.strip() != "depend":
-            raise pbs.CommandError(f"illegal -W value {options['W']!r}\n{ALTER_USAGE}", pbs.USAGE)
+            raise common.CommandError(f"illegal -W value {options['W']!r}\n{ALTER_USAGE}", common.USAGE)
         deps, befores = parse_depend(val)
         if befores:
-            raise pbs.CommandError("before dependencies are given at qsub time", pbs.USAGE)
+            raise common.CommandError("before dependencies are given at qsub time", common.USAGE)
         changes["dependencies"] = [[d.kind.value, d.job_id] for d in deps]
     for letter, key in (("j", "join"), ("m", "mail_points"), ("M", "mail_users")):
         if letter in options:
@@ -184,7 +170,7 @@ def alter_changes(job: Job, options: dict[str, str], resources: dict[str, str], 
             extra[key] = resolve_path(options[letter], extra.get("workdir", "/"))
     if "r" in options:
         if options["r"] not in ("y", "n"):
-            raise pbs.CommandError(f"illegal -r value\n{ALTER_USAGE}", pbs.USAGE)
+            raise common.CommandError(f"illegal -r value\n{ALTER_USAGE}", common.USAGE)
         extra["rerunnable"] = options["r"] == "y"
     if "v" in options:
         variables = dict(extra.get("variables", {}))
@@ -196,25 +182,25 @@ def alter_changes(job: Job, options: dict[str, str], resources: dict[str, str], 
         changes["extra"] = extra
     holds = options.get("h", "")
     if holds and any(h not in "uosn" for h in holds):
-        raise pbs.CommandError(f"illegal -h value\n{ALTER_USAGE}", pbs.USAGE)
+        raise common.CommandError(f"illegal -h value\n{ALTER_USAGE}", common.USAGE)
     return changes, holds
 
 
 def qalter_argv(argv: list[str]) -> int:
-    from .qsub import OPTIONS, merge, parse_options
+    from .attributes import OPTIONS, merge, parse_options
     opts, ids = parse_options(argv, table={**OPTIONS, "h": True})  # qalter -h takes hold letters
     if not ids:
-        raise pbs.CommandError(f"no job id given\n{ALTER_USAGE}", pbs.USAGE)
+        raise common.CommandError(f"no job id given\n{ALTER_USAGE}", common.USAGE)
     options, resources = merge(opts, [])
     for letter in options:
         if letter not in "aAehjlmMNoprvW":
-            raise pbs.CommandError(f"invalid option -- '{letter}'\n{ALTER_USAGE}", pbs.USAGE)
+            raise common.CommandError(f"invalid option -- '{letter}'\n{ALTER_USAGE}", common.USAGE)
 
     def alter(batch: Batch, job: Job, _opts: dict) -> None:
         import time as _time
         user = whoami()
-        if not may_touch(batch.site, user, job):
-            raise _deny("qalter", job, batch.site)
+        if not common.may_touch(batch.site, user, job):
+            raise common.deny("qalter", job, batch.site)
         changes, holds = alter_changes(job, options, resources, _time.time())
         if job.state in FINISHED:
             raise InvalidState("finished")
@@ -222,12 +208,12 @@ def qalter_argv(argv: list[str]) -> int:
             if set(changes) - {"walltime", "name", "extra"}:
                 raise InvalidState("running")
             if "walltime" in changes and not batch.site.is_operator(user):
-                raise _deny("qalter", job, batch.site)
+                raise common.deny("qalter", job, batch.site)
         if changes:
             batch.do("alter", id=job.id, changes=changes)
         for h in holds.replace("n", ""):
-            if not may_touch(batch.site, user, job, h):
-                raise _deny("qalter", job, batch.site)
+            if not common.may_touch(batch.site, user, job, h):
+                raise common.deny("qalter", job, batch.site)
             batch.do("hold", id=job.id, kind=h)
 
     return act("qalter", ids, ALTER_USAGE, "", alter)
@@ -236,20 +222,20 @@ def qalter_argv(argv: list[str]) -> int:
 def qmove_argv(argv: list[str]) -> int:
     usage = "usage: qmove destination job_id ..."
     if len(argv) < 2:
-        raise pbs.CommandError(usage, pbs.USAGE)
+        raise common.CommandError(usage, common.USAGE)
     dest = argv[0].split("@")[0]
 
     def move(batch: Batch, job: Job, _opts: dict) -> None:
-        if not may_touch(batch.site, whoami(), job):
-            raise _deny("qmove", job, batch.site)
+        if not common.may_touch(batch.site, whoami(), job):
+            raise common.deny("qmove", job, batch.site)
         if dest not in batch.sched.router.queues:
-            raise pbs.CommandError(f"Unknown queue {dest}", 170)
+            raise common.CommandError(f"Unknown queue {dest}", 170)
         if job.state not in (State.QUEUED, State.HELD, State.WAITING, State.DEP_HOLD, State.DEP_FAIL):
             raise InvalidState("not waiting")
         try:
             batch.do("alter", id=job.id, changes={"queue": dest})
         except Rejected as e:
-            raise pbs.CommandError(f"Job violates queue and/or server resource limits: {e}", pbs.LIMITS) from None
+            raise common.CommandError(f"Job violates queue and/or server resource limits: {e}", common.LIMITS) from None
 
     return act("qmove", argv[1:], usage, "", move)
 
@@ -269,28 +255,28 @@ def qselect_argv(argv: list[str], out) -> int:
             i += 1
             continue
         if not a.startswith("-") or len(a) < 2 or a[1] not in "uqsNAhl":
-            raise pbs.CommandError(f"invalid argument {a!r}\n{usage}", pbs.USAGE)
+            raise common.CommandError(f"invalid argument {a!r}\n{usage}", common.USAGE)
         value = a[2:] or (argv[i + 1] if i + 1 < len(argv) else None)
         if value is None:
-            raise pbs.CommandError(f"option {a} needs a value\n{usage}", pbs.USAGE)
+            raise common.CommandError(f"option {a} needs a value\n{usage}", common.USAGE)
         i += 1 if a[2:] else 2
         crit.setdefault(a[1], []).append(value)
     tests = []
     for spec in crit.get("l", []):
         parts = spec.split(".")
         if len(parts) != 3 or parts[1] not in _OPS or parts[0] not in ("walltime", "nodect", "ncpus", "mem"):
-            raise pbs.CommandError(f"illegal -l value {spec!r}\n{usage}", pbs.USAGE)
+            raise common.CommandError(f"illegal -l value {spec!r}\n{usage}", common.USAGE)
         tests.append(parts)
     site = load_site()
     batch = Batch.of(site)
     with batch.open(write=False):
         pass
-    from .qsub import parse_memory
-    from .timefmt import parse_duration
+    from ..core.timefmt import parse_duration
+    from .attributes import parse_memory
     for job in sorted(batch.sched.jobs.values(), key=lambda j: j.id):
         if job.state in FINISHED and not crit.get("x"):
             continue
-        letter = pbs.state_letter(job, site.flavor)
+        letter = common.state_letter(job, site.flavor)
         if "u" in crit and job.owner not in ",".join(crit["u"]).split(","):
             continue
         if "q" in crit and job.queue not in [q.split("@")[0] for q in crit["q"]]:
@@ -301,7 +287,7 @@ def qselect_argv(argv: list[str], out) -> int:
             continue
         if "A" in crit and job.account not in crit["A"]:
             continue
-        if "h" in crit and not set(pbs.hold_letters(job)) & set("".join(crit["h"])):
+        if "h" in crit and not set(common.hold_letters(job)) & set("".join(crit["h"])):
             continue
         ok = True
         for name, op, raw in tests:
@@ -310,10 +296,10 @@ def qselect_argv(argv: list[str], out) -> int:
             try:
                 bound = parse_duration(raw) if name == "walltime" else parse_memory(raw) if name == "mem" else int(raw)
             except Exception:
-                raise pbs.CommandError(f"illegal -l value {raw!r}\n{usage}", pbs.USAGE) from None
+                raise common.CommandError(f"illegal -l value {raw!r}\n{usage}", common.USAGE) from None
             ok = ok and _OPS[op](value, bound)
         if ok:
-            out.write(pbs.display_id(job, site.server) + "\n")
+            out.write(common.display_id(job, site.server) + "\n")
     return 0
 
 
@@ -322,24 +308,25 @@ NO_RESOURCES = 196  # PBSE_RESCUNAV mod 256
 
 
 def qrun_argv(argv: list[str]) -> int:
-    from . import nodelist
+    from ..core import nodelist
 
     def run(batch: Batch, job: Job, opts: dict) -> None:
         if not batch.site.is_operator(whoami()):
-            raise _deny("qrun", job, batch.site)
+            raise common.deny("qrun", job, batch.site)
         hosts = ()
         if "H" in opts:
             try:
                 hosts = tuple(n.split("/")[0] for part in opts["H"].split("+") for n in nodelist.expand(part))
             except SchedulerError as e:
-                raise pbs.CommandError(f"illegal -H value: {e}", pbs.USAGE) from None
-            unknown = [h for h in hosts if h not in batch.sched.topology.by_name]
+                raise common.CommandError(f"illegal -H value: {e}", common.USAGE) from None
+            known = {n.name for n in batch.sched.topology.all_nodes()}
+            unknown = [h for h in hosts if h not in known]
             if unknown:
-                raise pbs.CommandError(f"Unknown node {unknown[0]}", pbs.USAGE)
+                raise common.CommandError(f"Unknown node {unknown[0]}", common.USAGE)
         try:  # the core is deterministic: replaying this record picks the same nodes
             batch.do("run", id=job.id, nodes=list(hosts))
         except Rejected:
-            raise pbs.CommandError(f"Insufficient amount of resource to run {pbs.display_id(job, batch.site.server)}",
+            raise common.CommandError(f"Insufficient amount of resource to run {common.display_id(job, batch.site.server)}",
                                    NO_RESOURCES) from None
 
     return act("qrun", argv, RUN_USAGE, "H", run)
@@ -362,7 +349,7 @@ def main_qselect(argv: list[str] | None = None) -> int:
 
 
 def _run_argv(prog: str, fn, argv: list[str] | None = None) -> int:
-    return pbs.main(prog, fn, argv, wake=True)
+    return common.main(prog, fn, argv, wake=True)
 
 
 SIG_USAGE = "usage: qsig [-s signal] job_id ..."
@@ -380,9 +367,9 @@ def qsig_argv(argv: list[str]) -> int:
         try:
             sig = int(name) if name.isdigit() else int(getattr(_signal, name if name.startswith("SIG") else "SIG" + name))
         except (AttributeError, ValueError):
-            raise pbs.CommandError(f"illegal signal {opts.get('s')!r}\n{SIG_USAGE}", pbs.USAGE) from None
-        if not may_touch(batch.site, whoami(), job):
-            raise _deny("qsig", job, batch.site)
+            raise common.CommandError(f"illegal signal {opts.get('s')!r}\n{SIG_USAGE}", common.USAGE) from None
+        if not common.may_touch(batch.site, whoami(), job):
+            raise common.deny("qsig", job, batch.site)
         if job.state != State.RUNNING:
             raise InvalidState("not running")
         extra = dict(job.extra, pending_signals=[*job.extra.get("pending_signals", []), sig])

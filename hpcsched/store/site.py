@@ -16,10 +16,10 @@ import socket
 from dataclasses import dataclass
 from pathlib import Path
 
-from .config import build, loads
-from .errors import ConfigError
-from .scheduler import Scheduler
-from .store import default_home, write_atomic
+from ..config import build, loads
+from ..core.errors import ConfigError
+from ..core.scheduler import Scheduler
+from .journal import default_home, write_atomic
 
 SOCKET = "server.sock"  # a running server listens here for "something changed"
 

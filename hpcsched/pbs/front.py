@@ -18,6 +18,8 @@ from __future__ import annotations
 import os
 import sys
 
+from ..store.layout import home
+
 #: command name -> "module:function" running it in this process (function(argv) -> status)
 COMMANDS = {
     "checkjob": "maui:main_checkjob", "mdiag": "maui:main_mdiag", "pbsyod": "psc:main_pbsyod",
@@ -42,14 +44,6 @@ OPTIONS = {"a": True, "A": True, "c": True, "C": True, "d": True, "e": True, "h"
 
 class UsageError(Exception):
     """A malformed command line (the command adds its usage line)."""
-
-
-def home() -> str:
-    """The store directory: $HPCSCHED_HOME, else a per-user directory that needs no root."""
-    if os.environ.get("HPCSCHED_HOME"):
-        return os.environ["HPCSCHED_HOME"]
-    data = os.environ.get("XDG_DATA_HOME") or os.path.join(os.path.expanduser("~"), ".local", "share")
-    return os.path.join(data, "hpcsched")
 
 
 def parse_options(argv: list[str], where: str = "", table: dict[str, bool] = OPTIONS
@@ -198,7 +192,7 @@ def run_here(prog: str, argv: list[str] | None = None) -> int:
     """Run the command in this process (argv None: the real command line)."""
     from importlib import import_module
     module, function = COMMANDS[prog].split(":")
-    return getattr(import_module(f"hpcsched.{module}"), function)(argv)
+    return getattr(import_module(f"hpcsched.pbs.{module}"), function)(argv)
 
 
 def run_for(request: bytes) -> bytes:
@@ -253,6 +247,6 @@ def main(prog: str) -> int:
     return run_here(prog)
 
 
-# console-script entry points, one per command: hpcsched.commands:qsub, ...
+# console-script entry points, one per command: hpcsched.pbs.front:qsub, ...
 for _prog in COMMANDS:
     globals()[_prog] = lambda _p=_prog: main(_p)

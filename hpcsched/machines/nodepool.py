@@ -1,187 +1,16 @@
-"""Where a request can run: the topology interface and its first machine, a node pool.
+"""A pool of named nodes: whole-node and shared-node allocation (the default machine).
 
-The planner never counts nodes itself.  It works on *units*, bits of a Python int: a
-topology numbers its allocatable units, tells which units a request may use
-(`eligible`), and picks a concrete allocation out of the units that are free over a
-window (`choose`).  A node pool makes one unit per exclusive node and one per core of a
-shared node; a Blue Gene partition machine makes units of midplanes and cables, so that
-partitions sharing any of them block each other without the planner knowing.
+Units: one per exclusive node, one per core of a shared node, numbered in configuration
+order (`offset[i]` is node i's first unit, `width[i]` its count).
 """
 from __future__ import annotations
 
 import math
-from abc import ABC, abstractmethod
-from dataclasses import dataclass, field
-from enum import Enum
-from typing import Callable
 
-from . import nodelist
-from .errors import ConfigError, InvalidRequest
-from .jobs import Request
-
-
-_CHUNK = 1024
-
-
-def set_bits(mask: int, limit: int | None = None) -> list[int]:
-    """Positions of the set bits of `mask`, lowest first (at most `limit` of them).
-
-    Works a chunk of bits at a time and takes whole runs of ones at once, so a large,
-    mostly contiguous allocation costs a few operations per run, not per bit.
-    """
-    out: list[int] = []
-    want = mask.bit_count() if limit is None else min(limit, mask.bit_count())
-    full = (1 << _CHUNK) - 1
-    base = 0
-    while len(out) < want:
-        chunk = mask & full
-        mask >>= _CHUNK
-        pos = base
-        while chunk and len(out) < want:
-            low = (chunk & -chunk).bit_length() - 1
-            chunk >>= low
-            pos += low
-            run = (~chunk & (chunk + 1)).bit_length() - 1
-            out.extend(range(pos, pos + min(run, want - len(out))))
-            chunk >>= run
-            pos += run
-        base += _CHUNK
-    return out
-
-
-def lowest(mask: int, k: int) -> int:
-    """The `k` lowest set bits of `mask` (all of it if it has no more than `k`)."""
-    if k <= 0:
-        return 0
-    if mask.bit_count() <= k:
-        return mask
-    full = (1 << _CHUNK) - 1
-    base, rest = 0, mask
-    while True:
-        chunk = rest & full
-        c = chunk.bit_count()
-        if c < k:
-            k -= c
-            rest >>= _CHUNK
-            base += _CHUNK
-            continue
-        # the narrowest low part of chunk holding k set bits
-        if k <= 8:
-            for _ in range(k - 1):
-                chunk &= chunk - 1  # drop the lowest set bit
-            width = (chunk & -chunk).bit_length()
-        else:
-            width, hi = k, chunk.bit_length()
-            while width < hi:
-                mid = (width + hi) // 2
-                if (chunk & ((1 << mid) - 1)).bit_count() >= k:
-                    hi = mid
-                else:
-                    width = mid + 1
-        return mask & ((1 << (base + width)) - 1)
-
-
-def mask_of(bits: list[int]) -> int:
-    """The int with exactly `bits` set; linear in the highest bit, not in len(bits)**2."""
-    if not bits:
-        return 0
-    digits = bytearray(b"0" * (max(bits) + 1))
-    for b in bits:
-        digits[b] = 49  # ord("1")
-    digits.reverse()
-    return int(digits, 2)
-
-
-class Allocation:
-    """A concrete placement: the units taken, and per node the cores the job uses.
-
-    `nodes` may be given as a function, called when the names are first read: a pass
-    remakes its reservations every time, and only the allocations of jobs that start, or
-    that someone looks at, need their (possibly thousands of) node names."""
-
-    __slots__ = ("units", "_nodes", "cores")
-
-    def __init__(self, units: int, nodes: tuple[str, ...] | Callable[[], tuple[str, ...]],
-                 cores: tuple[tuple[int, ...], ...]):
-        self.units, self._nodes, self.cores = units, nodes, cores
-
-    @property
-    def nodes(self) -> tuple[str, ...]:
-        if callable(self._nodes):
-            self._nodes = self._nodes()
-        return self._nodes
-
-    def __eq__(self, other) -> bool:
-        return (isinstance(other, Allocation) and self.units == other.units and self.nodes == other.nodes
-                and self.cores == other.cores)
-
-    def __hash__(self) -> int:
-        return hash(self.units)
-
-    def __repr__(self) -> str:
-        return f"Allocation(units={self.units:#x}, nodes={self.nodes!r}, cores={self.cores!r})"
-
-
-class Topology(ABC):
-    """What the planner needs to know about a machine."""
-
-    #: nodes in the machine (the router's and Cobalt's MAX_SIZE)
-    node_count: int
-
-    @abstractmethod
-    def available(self) -> int:
-        """Units that can be scheduled now (nodes up, not bad or offline)."""
-
-    @abstractmethod
-    def eligible(self, request: Request) -> int:
-        """Units `request` may ever use (capacity and features), whatever their state."""
-
-    def shape(self, request: Request) -> tuple:
-        """A small hashable key: requests of one shape have the same eligible units, and a
-        larger amount (nodes or cores) of one shape never fits where a smaller one fails."""
-        return (request.ppn, request.mem, request.features, bool(request.cores))
-
-    @abstractmethod
-    def need(self, request: Request) -> int:
-        """A lower bound on the units `request` takes: a cheap first test of fit."""
-
-    @abstractmethod
-    def size(self, request: Request) -> int:
-        """Nodes `request` occupies: what routing thresholds and size classes see."""
-
-    @abstractmethod
-    def choose(self, request: Request, tiers: list[int]) -> Allocation | None:
-        """Pick units for `request` from the free masks `tiers`, best tier first, or None."""
-
-    @abstractmethod
-    def units_of(self, nodes: tuple[str, ...], cores: tuple[tuple[int, ...], ...]) -> int:
-        """The units of an allocation recorded by node and core (for restoring state)."""
-
-    @abstractmethod
-    def units_of_nodes(self, names) -> int:
-        """Every unit of the named nodes (what a reservation on them holds)."""
-
-    def fits_anywhere(self, request: Request) -> bool:
-        """Could the request ever run here, with every node up?"""
-        return self.choose(request, [self.eligible(request)]) is not None
-
-
-class NodeState(str, Enum):
-    UP = "up"
-    DOWN = "down"
-    OFFLINE = "offline"  # set by an operator: finish what runs, start nothing new
-    BAD = "bad"  # failed a pre-job scan: on the bad list until cleared
-
-
-@dataclass
-class Node:
-    name: str
-    cores: int = 1
-    memory: int = 0  # MB; 0 means not tracked
-    features: frozenset[str] = field(default_factory=frozenset)
-    shared: bool = False  # True: jobs share it core by core; False: one job at a time
-    nid: int = 0  # numeric id (PSC's nid), by default the node's position
-    state: NodeState = NodeState.UP
+from ..core import nodelist
+from ..core.errors import ConfigError, InvalidRequest
+from ..core.jobs import Request
+from ..core.topology import Allocation, Node, NodeState, Topology, lowest, mask_of, set_bits
 
 
 class NodePool(Topology):
@@ -248,15 +77,21 @@ class NodePool(Topology):
         return cls(nodes)
 
     # --- state -----------------------------------------------------------------------
-    def set_state(self, name: str, state: NodeState) -> None:
+    def all_nodes(self) -> list[Node]:
+        return self.nodes
+
+    def node(self, name: str) -> Node:
         if name not in self.by_name:
             raise InvalidRequest(f"unknown node {name!r}")
-        self.nodes[self.by_name[name]].state = state
+        return self.nodes[self.by_name[name]]
+
+    def set_state(self, name: str, state: NodeState) -> None:
+        self.node(name).state = state
         self._available = None
 
-    def node_states(self) -> dict[str, str]:
-        """Nodes not up, by name (what the scheduler's state saves)."""
-        return {n.name: n.state.value for n in self.nodes if n.state != NodeState.UP}
+    def processors(self, units: int) -> int:
+        nodes, unit_node = self.nodes, self.unit_node
+        return sum(1 if nodes[i].shared else nodes[i].cores for i in map(unit_node.__getitem__, set_bits(units)))
 
     def node_units(self, i: int) -> int:
         return ((1 << self.width[i]) - 1) << self.offset[i]

@@ -12,12 +12,12 @@ from __future__ import annotations
 import contextlib
 import time
 
-from .errors import SchedulerError
-from .jobs import Dependency, DepType, Hold, Job, Request
-from .reservations import Reservation
-from .scheduler import Scheduler
+from ..core.errors import SchedulerError
+from ..core.jobs import Dependency, DepType, Hold, Job, Request
+from ..core.reservations import Reservation
+from ..core.scheduler import Scheduler
+from .journal import Store, StoreError
 from .site import Site
-from .store import Store, StoreError
 
 COMPACT_AFTER = 1000  # journal records; a writer holding the whole state compacts past this
 

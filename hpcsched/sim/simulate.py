@@ -20,12 +20,12 @@ import os
 from dataclasses import dataclass, field
 from typing import Callable, Iterable
 
+from ..config import build
+from ..core.errors import SchedulerError
+from ..core.jobs import Job, Request
+from ..core.scheduler import Scheduler
 from . import swf
-from .config import build
-from .errors import SchedulerError
-from .jobs import Job, Request
 from .metrics import Metrics, compute
-from .scheduler import Scheduler
 
 INF = math.inf
 

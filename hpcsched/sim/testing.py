@@ -1,7 +1,7 @@
 """Assertions for other projects' tests of scheduling policies.
 
-    from hpcsched.simulate import simulate, record
-    from hpcsched.testing import assert_schedule
+    from hpcsched.sim.simulate import simulate, record
+    from hpcsched.sim.testing import assert_schedule
 
     result = simulate([record(1, 0, 4, 100, 120), ...], policy="fifo", backfill="easy", nodes=8)
     assert_schedule(result, max_wait=3600, min_utilization=0.5)

@@ -13,14 +13,14 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from .jobs import Job
-from .timefmt import hms
+from ..core.jobs import Job
+from ..core.timefmt import hms
 
 TYPES = frozenset("QSEDAR")
 
 
 def _record(kind: str, job: Job, server: str, now: float) -> str:
-    from .pbs import display_id
+    from .common import display_id
     fields = {"user": job.owner, "group": job.group or job.owner, "jobname": job.name, "queue": job.queue,
               "ctime": int(job.submit_time), "qtime": int(job.submit_time)}
     if job.account:

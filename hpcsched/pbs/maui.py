@@ -10,13 +10,14 @@ import sys
 import time
 from functools import partial
 
-from . import nodelist, pbs
-from .batch import Batch
-from .errors import InvalidRequest
-from .jobs import ACTIVE, FINISHED, PENDING, Job, State
-from .reservations import Reservation
-from .site import load_site, whoami
-from .timefmt import parse_duration
+from ..core import nodelist
+from ..core.errors import InvalidRequest
+from ..core.jobs import ACTIVE, FINISHED, PENDING, Job, State
+from ..core.reservations import Reservation
+from ..core.timefmt import parse_duration
+from ..store.journaled import Batch
+from ..store.site import load_site, whoami
+from . import common
 
 
 def dhms(seconds: float | None) -> str:
@@ -60,7 +61,7 @@ def showq(argv: list[str], out, now: float) -> int:
     site, batch = load()
     sched = batch.sched
     jobs = sorted((j for j in sched.jobs.values() if j.state not in FINISHED), key=lambda j: j.id)
-    total_procs = sum(n.cores for n in sched.topology.nodes)
+    total_procs = sum(n.cores for n in sched.topology.all_nodes())
     active = [j for j in jobs if j.state in ACTIVE]
     idle = [j for j in jobs if j.state == State.QUEUED]
     blocked = [j for j in jobs if j.state in PENDING and j.state != State.QUEUED]
@@ -91,13 +92,13 @@ def showq(argv: list[str], out, now: float) -> int:
 
 def checkjob(argv: list[str], out, now: float) -> int:
     if len(argv) != 1:
-        raise pbs.CommandError("usage: checkjob JOBID", pbs.USAGE)
-    jid = pbs.parse_id(argv[0])
+        raise common.CommandError("usage: checkjob JOBID", common.USAGE)
+    jid = common.parse_id(argv[0])
     site, batch = load()
     sched = batch.sched
     job = sched.jobs.get(jid)
     if job is None:
-        raise pbs.CommandError(f"cannot locate job '{argv[0]}'", pbs.UNKNOWN_JOB)
+        raise common.CommandError(f"cannot locate job '{argv[0]}'", common.UNKNOWN_JOB)
     state = {State.QUEUED: "Idle", State.RUNNING: "Running", State.EXITING: "Running", State.HELD: "Hold",
              State.WAITING: "Deferred", State.DEP_HOLD: "Hold", State.DEP_FAIL: "Hold",
              State.COMPLETED: "Completed", State.DELETED: "Removed"}[job.state]
@@ -143,8 +144,8 @@ def showres(argv: list[str], out, now: float) -> int:
     rows = []
     for r in sched.reservations.values():
         start = next(iter(r.occurrences(now, float("inf"))), (r.start, r.start + r.duration))[0]
-        rows.append((r.name, "User", start, r.duration, len(r.nodes), sum(sched.topology.nodes[
-            sched.topology.by_name[n]].cores for n in r.nodes)))
+        rows.append((r.name, "User", start, r.duration, len(r.nodes), sum(sched.topology.node(n).cores
+                                                                             for n in r.nodes)))
     _, plan = preview(batch, now)
     for jid, (t, alloc) in sorted(plan.reserved.items()):
         job = sched.jobs[jid]
@@ -173,7 +174,7 @@ def showbf(argv: list[str], out, now: float) -> int:
         return 0
     # each line: how many processors are free for at least that long
     for k, (until, _) in enumerate(windows):
-        count = sum(_procs_of(sched.topology, units) for _, units in windows[k:])
+        count = sum(sched.topology.processors(units) for _, units in windows[k:])
         if until == float("inf"):
             w(f"{count:>3} procs available with no timelimit\n")
         else:
@@ -181,18 +182,9 @@ def showbf(argv: list[str], out, now: float) -> int:
     return 0
 
 
-def _procs_of(topo, units: int) -> int:
-    from .topology import set_bits
-    total = 0
-    for u in set_bits(units):
-        i = topo.unit_node[u]
-        total += 1 if topo.nodes[i].shared else topo.nodes[i].cores
-    return total
-
-
 def mdiag(argv: list[str], out, now: float) -> int:
     if argv[:1] != ["-p"]:
-        raise pbs.CommandError("usage: mdiag -p", pbs.USAGE)
+        raise common.CommandError("usage: mdiag -p", common.USAGE)
     site, batch = load()
     sched = batch.sched
     ctx = sched.context(now)
@@ -225,7 +217,7 @@ def parse_when(text: str, now: float) -> float:
     try:
         return datetime.fromisoformat(text).timestamp()
     except ValueError:
-        raise pbs.CommandError(f"bad time {text!r} (now, +HH:MM:SS, epoch seconds or an ISO date)", pbs.USAGE) from None
+        raise common.CommandError(f"bad time {text!r} (now, +HH:MM:SS, epoch seconds or an ISO date)", common.USAGE) from None
 
 
 def setres(argv: list[str], out, now: float) -> int:
@@ -236,20 +228,20 @@ def setres(argv: list[str], out, now: float) -> int:
         a = argv[i]
         if a.startswith("-") and len(a) == 2 and a[1] in "nsdpugaq":
             if i + 1 >= len(argv):
-                raise pbs.CommandError(f"option {a} needs a value\n{usage}", pbs.USAGE)
+                raise common.CommandError(f"option {a} needs a value\n{usage}", common.USAGE)
             opts[a[1]] = argv[i + 1]
             i += 2
         elif a.startswith("-"):
-            raise pbs.CommandError(f"invalid option {a}\n{usage}", pbs.USAGE)
+            raise common.CommandError(f"invalid option {a}\n{usage}", common.USAGE)
         else:
             rest.append(a)
             i += 1
     if len(rest) != 1 or "d" not in opts:
-        raise pbs.CommandError(f"give a duration (-d) and one hostlist or count=N\n{usage}", pbs.USAGE)
+        raise common.CommandError(f"give a duration (-d) and one hostlist or count=N\n{usage}", common.USAGE)
     site, batch = load(write=True)
     user = whoami()
     if not site.is_operator(user):
-        raise pbs.CommandError(f"user {user} is not authorized to create reservations", pbs.UNAUTHORIZED)
+        raise common.CommandError(f"user {user} is not authorized to create reservations", common.UNAUTHORIZED)
     try:
         duration = parse_duration(opts["d"])
         period = {"day": 86400.0, "daily": 86400.0, "week": 604800.0, "weekly": 604800.0}.get(
@@ -257,19 +249,19 @@ def setres(argv: list[str], out, now: float) -> int:
         if period is None:
             period = parse_duration(opts.get("p", "0"))
     except InvalidRequest as e:
-        raise pbs.CommandError(f"{e}\n{usage}", pbs.USAGE) from None
+        raise common.CommandError(f"{e}\n{usage}", common.USAGE) from None
     spec = rest[0]
     count, nodes = 0, ()
     if spec.startswith("count=") or spec.startswith("TASKS=="):
         value = spec.split("=")[-1]
         if not value.isdigit() or int(value) < 1:
-            raise pbs.CommandError(f"bad node count {spec!r}\n{usage}", pbs.USAGE)
+            raise common.CommandError(f"bad node count {spec!r}\n{usage}", common.USAGE)
         count = int(value)
     else:
         try:
             nodes = tuple(nodelist.expand(spec))
         except InvalidRequest as e:
-            raise pbs.CommandError(f"{e}\n{usage}", pbs.USAGE) from None
+            raise common.CommandError(f"{e}\n{usage}", common.USAGE) from None
     split = lambda key: frozenset(filter(None, opts.get(key, "").split(",")))  # noqa: E731
     with batch.open(write=True):
         sched = batch.sched
@@ -279,11 +271,11 @@ def setres(argv: list[str], out, now: float) -> int:
                               nodes=nodes, count=count, users=split("u"), groups=split("g"),
                               projects=split("a"), queue=opts.get("q", ""), period=period, owner=user)
         except InvalidRequest as e:
-            raise pbs.CommandError(str(e), pbs.USAGE) from None
+            raise common.CommandError(str(e), common.USAGE) from None
         if res.queue and res.queue not in sched.router.queues:
-            raise pbs.CommandError(f"unknown queue {res.queue}", pbs.USAGE)
+            raise common.CommandError(f"unknown queue {res.queue}", common.USAGE)
         made = batch.do("reservation", now, reservation=_resolved(sched, res, now).to_dict())
-    tasks = sum(sched.topology.nodes[sched.topology.by_name[n]].cores for n in made.nodes)
+    tasks = sum(sched.topology.node(n).cores for n in made.nodes)
     out.write(f"reservation '{made.name}' created on {len(made.nodes)} nodes ({tasks} tasks)\n")
     return 0
 
@@ -300,7 +292,7 @@ def _resolved(sched, res: Reservation, now: float) -> Reservation:
 
 def releaseres(argv: list[str], out, now: float) -> int:
     if not argv:
-        raise pbs.CommandError("usage: releaseres NAME ...", pbs.USAGE)
+        raise common.CommandError("usage: releaseres NAME ...", common.USAGE)
     site, batch = load(write=True)
     user = whoami()
     status = 0
@@ -309,11 +301,11 @@ def releaseres(argv: list[str], out, now: float) -> int:
             res = batch.sched.reservations.get(name)
             if res is None:
                 sys.stderr.write(f"releaseres: cannot locate reservation '{name}'\n")
-                status = pbs.SYSTEM
+                status = common.SYSTEM
                 continue
             if not (site.is_operator(user) or user == res.owner):
                 sys.stderr.write(f"releaseres: user {user} may not release reservation '{name}'\n")
-                status = pbs.UNAUTHORIZED
+                status = common.UNAUTHORIZED
                 continue
             batch.do("unreserve", now, name=name)
             out.write(f"released User reservation '{name}'\n")
@@ -325,7 +317,7 @@ COMMANDS = {"showq": showq, "checkjob": checkjob, "showres": showres, "showbf": 
 
 
 def run(prog: str, argv: list[str] | None = None, out=None, now: float | None = None) -> int:
-    return pbs.main(prog, lambda a: COMMANDS[prog](a, out or sys.stdout, time.time() if now is None else now),
+    return common.main(prog, lambda a: COMMANDS[prog](a, out or sys.stdout, time.time() if now is None else now),
                     argv, wake=prog in ("setres", "releaseres"))
 
 

@@ -16,8 +16,9 @@ from .backlog import Backlog
 from .errors import InvalidRequest, InvalidState, Rejected, UnknownJob
 from .jobs import (ACTIVE, COMPLETED, DELETED, EXITING, FINISHED, PENDING, QUEUED, RUNNING, WAITING, Dependency,
                    DepType, Hold, Job, Request, State)
-from .plan import Plan, Profile, Start, Walk
-from .prioritise import Context, Fifo, Policy
+from .plan import Plan, Start, Walk
+from .policy import Context, Fifo, Policy
+from .profile import Profile
 from .reservations import Access, Reservation
 from .route import Router
 from .topology import NodeState, Topology

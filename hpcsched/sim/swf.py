@@ -12,7 +12,7 @@ import io
 from dataclasses import dataclass, field
 from typing import IO, Iterator, NamedTuple
 
-from .errors import SchedulerError
+from ..core.errors import SchedulerError
 
 FIELDS = ("job", "submit", "wait", "run", "procs", "cpu", "mem", "req_procs", "req_time", "req_mem",
           "status", "user", "group", "app", "queue", "partition", "prev_job", "think")

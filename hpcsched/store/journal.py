@@ -21,8 +21,8 @@ import json
 import os
 from pathlib import Path
 
-from . import commands
-from .errors import SchedulerError
+from ..core.errors import SchedulerError
+from .layout import home
 
 STORE_VERSION = 1
 STATE, JOURNAL, LOCK = "state.json", "journal.jsonl", "lock"
@@ -34,7 +34,7 @@ class StoreError(SchedulerError):
 
 def default_home() -> Path:
     """The store directory: $HPCSCHED_HOME, else a per-user directory that needs no root."""
-    return Path(commands.home())
+    return Path(home())
 
 
 def write_atomic(path: Path, text: str) -> None:

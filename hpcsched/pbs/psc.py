@@ -14,17 +14,18 @@ import os
 import subprocess
 import sys
 
-from . import nodelist, pbs
-from .batch import Batch
-from .errors import ConfigError
-from .jobs import ACTIVE
-from .site import load_site
-from .topology import NodeState
+from ..core import nodelist
+from ..core.errors import ConfigError
+from ..core.jobs import ACTIVE
+from ..core.topology import NodeState
+from ..store.journaled import Batch
+from ..store.site import load_site
+from . import common
 
 
 def shownids(argv: list[str], out) -> int:
     if argv:
-        raise pbs.CommandError("usage: shownids", pbs.USAGE)
+        raise common.CommandError("usage: shownids", common.USAGE)
     site = load_site()
     batch = Batch.of(site)
     with batch.open(write=False):
@@ -34,10 +35,10 @@ def shownids(argv: list[str], out) -> int:
     for job in sched.jobs.values():
         if job.state in ACTIVE:
             for name in job.nodes:
-                on_node.setdefault(name, []).append(pbs.full_id(job.id, site.server))
+                on_node.setdefault(name, []).append(common.full_id(job.id, site.server))
     out.write(f"{'NID':>6} {'NODE':<16} {'STATE':<8} JOB\n")
     bad = []
-    for node in sched.topology.nodes:
+    for node in sched.topology.all_nodes():
         jobs = ",".join(sorted(set(on_node.get(node.name, [])))) or "--"
         state = node.state.value
         if node.state == NodeState.UP and jobs != "--":
@@ -51,19 +52,19 @@ def shownids(argv: list[str], out) -> int:
 
 def pbsyod(argv: list[str]) -> int:
     if not argv:
-        raise pbs.CommandError("usage: pbsyod APP [ARGS ...]", pbs.USAGE)
+        raise common.CommandError("usage: pbsyod APP [ARGS ...]", common.USAGE)
     jid_text = os.environ.get("PBS_JOBID")
     if not jid_text:
-        raise pbs.CommandError("not inside a batch job (PBS_JOBID is not set)", pbs.USAGE)
+        raise common.CommandError("not inside a batch job (PBS_JOBID is not set)", common.USAGE)
     site = load_site()
     batch = Batch.of(site)
     with batch.open(write=False):
         pass
-    job = batch.sched.jobs.get(pbs.parse_id(jid_text))
+    job = batch.sched.jobs.get(common.parse_id(jid_text))
     if job is None or job.state not in ACTIVE:
-        raise pbs.CommandError(f"job {jid_text} is not running", pbs.UNKNOWN_JOB)
+        raise common.CommandError(f"job {jid_text} is not running", common.UNKNOWN_JOB)
     topo = batch.sched.topology
-    nids = [topo.nodes[topo.by_name[n]].nid for n in job.nodes]
+    nids = [topo.node(n).nid for n in job.nodes]
     nidlist = nodelist.compress_nids(nids)
     np = job.request.processors
     template = site.config.get("pbsyod_launcher")
@@ -82,12 +83,12 @@ def pbsyod(argv: list[str]) -> int:
     try:
         return subprocess.call(command, env=env)
     except OSError as e:
-        raise pbs.CommandError(f"{command[0]}: {e.strerror}", 127) from None
+        raise common.CommandError(f"{command[0]}: {e.strerror}", 127) from None
 
 
 def main_shownids(argv: list[str] | None = None) -> int:
-    return pbs.main("shownids", lambda argv: shownids(argv, sys.stdout), argv)
+    return common.main("shownids", lambda argv: shownids(argv, sys.stdout), argv)
 
 
 def main_pbsyod(argv: list[str] | None = None) -> int:
-    return pbs.main("pbsyod", pbsyod, argv)
+    return common.main("pbsyod", pbsyod, argv)

@@ -1,0 +1,190 @@
+"""Planning: start what fits in priority order, reserve for the top jobs, backfill the rest.
+
+The planner sees the machine as a *profile*: the free units (see topology.py) over time, a
+step function kept as the units freed and taken at each boundary.  Running jobs occupy
+their units until their expected end; reservations block their units for jobs that may not
+use them; each job the walk reserves for occupies its units from its planned start.  A job
+may start now only if some allocation is free over its whole walltime window in this
+profile, so it can never delay a reservation already made.  The reservation depth says how many waiting jobs get
+one: 0 none (first fit), 1 EASY, `ALL` conservative (Maui's RESERVATIONDEPTH).
+
+Which free units a job gets is chosen *tightest in time*: first the units whose free period
+ends soonest after the job would end, then those that became free most recently before it
+would start.  So a backfilled job prefers nodes a reservation needs only later, and a
+reservation prefers nodes that are busy now, which leaves the nodes free now to backfill.
+On a machine of identical nodes this makes the planner start exactly the jobs count-based
+EASY (Lifka) starts.
+"""
+from __future__ import annotations
+
+import math
+from bisect import bisect_right
+from dataclasses import dataclass, field
+from typing import Callable, Iterable, NamedTuple
+
+from .backlog import Cursor
+from .jobs import Job
+from .profile import AccessKey, Profile
+from .timefmt import hms
+from .topology import Allocation, Topology
+
+ALL = math.inf  # reservation depth for conservative backfill
+INF = math.inf
+
+
+class Start(NamedTuple):
+    job_id: int
+    allocation: Allocation
+    backfill: bool  # started while a job ahead of it waited for resources
+
+
+RESOURCES = "waiting for resources"
+
+
+@dataclass
+class Plan:
+    """One pass's decisions.  Reasons and estimated starts are there for every waiting job;
+    estimates for jobs without a reservation are worked out on first request."""
+
+    now: float
+    started: list[Start] = field(default_factory=list)
+    reserved: dict[int, tuple[float, Allocation]] = field(default_factory=dict)
+    reasons: dict[int, str] = field(default_factory=dict)
+    default_reason: str = RESOURCES
+    profile: Profile | None = None  # the pass's final plan (valid until the next pass)
+    _estimate: Callable[[int], float | None] | None = None
+    _estimates: dict[int, float | None] = field(default_factory=dict)
+
+    def reason(self, job_id: int) -> str:
+        if any(s.job_id == job_id for s in self.started):
+            return "started"
+        if job_id in self.reserved:
+            t, alloc = self.reserved[job_id]
+            return f"reserved: starts at {t:g} (in {hms(t - self.now)}) on {len(alloc.nodes)} nodes"
+        return self.reasons.get(job_id, self.default_reason)
+
+    def estimate(self, job_id: int) -> float | None:
+        """Estimated start: now if started, the reservation if one was made, else the
+        earliest fit in this pass's final plan (None: not within the planning horizon)."""
+        for s in self.started:
+            if s.job_id == job_id:
+                return self.now
+        if job_id in self.reserved:
+            return self.reserved[job_id][0]
+        if job_id not in self._estimates:
+            self._estimates[job_id] = self._estimate(job_id) if self._estimate else None
+        return self._estimates[job_id]
+
+
+class Walk:
+    """The planning walk over the ordered runnable jobs (allocate, reserve, backfill)."""
+
+    def __init__(self, topology: Topology, profile: Profile, depth: float,
+                 access: Callable[[Job], AccessKey], gate: Callable[[Job], str | None] | None,
+                 backfill: bool = True):
+        self.topology, self.profile, self.depth = topology, profile, depth
+        self.access, self.gate, self.backfill = access, gate, backfill
+        self.blocked = False  # strict order (no backfill) and a job could not start
+        self.made = 0  # reservations made
+        self.waiting_ahead = False  # a job walked so far waits for resources
+        self.last = None  # the last job walked
+
+    def run(self, now: float, jobs: Iterable[Job], plan: Plan, on_start: Callable[[Job, Start], None],
+            kept: dict[int, tuple[float, int]] | None = None, last: Job | None = None) -> None:
+        """Walk `jobs` in order, carrying on from where an earlier `run` stopped.
+
+        `kept` holds last pass's reservations still valid, already occupied in the
+        profile: each job's own is given back just before its turn, so that it can only
+        move earlier and no job ahead can take it (conservative backfill's guarantee that
+        no reservation is ever delayed)."""
+        topo, prof, depth, gate, access = self.topology, self.profile, self.depth, self.gate, self.access
+        need_of = topo.need
+        kept = dict(kept) if kept else None  # (the caller's dict is left alone)
+        made, waiting_ahead = self.made, self.waiting_ahead
+        if last is not None:
+            self.last = last  # every job up to it has had its turn, walked or cut short
+        if self.blocked:
+            return
+        failed: dict[tuple, list[tuple[int, float]]] = {}  # shape -> (amount, walltime) that did not fit now
+        free_now: dict[tuple, int] = {}  # (shape, access) -> eligible units free now
+        seen = -1  # prof.changes when the caches here were filled
+        upper = 0  # units free now at all: no job can start on more
+        # Once every reservation is made, a job running past the first take (a booking
+        # or a reservation starting) can only have units free now that stay free through
+        # it: `lasting` of them.  Most of a long queue fails that test (EASY's jobs longer
+        # than the shadow), so it is settled here with two comparisons.  (Not with site
+        # reservations: a job's access may open units this count leaves out.)
+        horizon, lasting = INF, 0
+        # A backlog's cursor passes over whole blocks of jobs that bound test would skip.
+        cursor = jobs if isinstance(jobs, Cursor) else None
+        for job in jobs:
+            if prof.changes != seen:
+                failed.clear()
+                free_now.clear()
+                seen = prof.changes
+                upper = prof.free[0].bit_count()
+                i = bisect_right(prof.takes, now)
+                if i < len(prof.takes) and not prof.reservations and self.backfill:
+                    horizon = prof.takes[i] - now
+                    lasting = (prof.usable(0) & prof.usable(prof.segment(prof.takes[i]))).bit_count()
+                else:
+                    horizon = INF
+                if cursor is not None:
+                    sift = made >= depth and self.backfill and gate is None and not kept
+                    # (no units: no job passes, as `not bound` below)
+                    cursor.sieve = (upper or -1, horizon, lasting or -1) if sift else None
+            if cursor is not None and cursor.passed:
+                waiting_ahead = True
+            if made >= depth and not upper and not kept:
+                break  # nothing is free now and no reservation is left to make
+            if kept and job.id in kept:
+                t0, units = kept.pop(job.id)
+                prof.release(units, t0, t0 + job.walltime)
+            if gate is not None:
+                why = gate(job)
+                if why:
+                    plan.reasons[job.id] = why
+                    continue
+            req = job.request
+            need = need_of(req)
+            if made >= depth:  # the common cases in a full machine, settled by comparisons
+                bound = lasting if job.walltime > horizon else upper  # (lasting <= upper)
+                if not bound or need > bound:
+                    waiting_ahead = True
+                    continue
+            wall, acc = job.walltime, access(job)
+            shape = (topo.shape(req), acc)
+            amount = req.cores or req.nodes
+            alloc = None
+            count = free_now.get(shape)
+            if count is None:
+                count = free_now[shape] = (prof.usable(0, acc) & topo.eligible(req)).bit_count()
+            fails = failed.get(shape, ())
+            if count >= need and not (fails and any(a <= amount and w <= wall for a, w in fails)):
+                alloc = prof.fit(topo, req, now, wall, acc, need)
+                if alloc is None:  # keep only the failures no other one implies
+                    failed[shape] = [(a, w) for a, w in fails if a < amount or w < wall] + [(amount, wall)]
+            if alloc is not None:
+                prof.occupy(alloc.units, now, now + wall)
+                start = Start(job.id, alloc, waiting_ahead)
+                plan.started.append(start)
+                on_start(job, start)
+                continue
+            waiting_ahead = True
+            if made < depth:
+                found = prof.earliest(topo, req, wall, acc, need, now)
+                if found is None:
+                    plan.reasons[job.id] = "no start found within the planning horizon with the nodes now up"
+                else:
+                    t, alloc = found
+                    prof.occupy(alloc.units, t, t + wall)
+                    plan.reserved[job.id] = found
+                    made += 1
+            if not self.backfill:
+                self.blocked = True
+                plan.default_reason = f"waiting behind job {job.id} (no backfill)"
+                break
+        if cursor is not None and cursor.passed:
+            waiting_ahead = True
+        self.made, self.waiting_ahead = made, waiting_ahead
+

@@ -1,0 +1,77 @@
+"""The priority policy interface, and FIFO (the default): which waiting job comes first.
+
+A policy sees one job and a `Context` carrying what it needs from the whole state (the
+clock, the pass interval, the machine size, usage so far), so that fair share can be added
+without touching the planner.  Every ordering ends with the same tie-break key,
+`(submit_time, id)`: the earlier submission first, then the lower job id.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from operator import attrgetter
+from typing import Callable, Iterable
+
+from .jobs import Job
+
+
+@dataclass
+class Context:
+    now: float
+    elapsed: float  # seconds since the previous pass (0 on the first)
+    interval: float  # the nominal seconds between passes (Cobalt: 15)
+    machine_nodes: int
+    size: Callable[[Job], int]  # nodes a job occupies
+    usage: Callable[[str, str], float]  # ("user"|"group"|"project", name) -> node-seconds
+    running: Iterable[Job] = ()
+
+
+#: The documented tie-break: earlier submission first, then the lower job id.
+tie_break = attrgetter("submit_time", "id")
+
+
+class Policy:
+    """FIFO: submission order.  The base class every policy refines."""
+
+    name = "fifo"
+    #: True when the relative order of two jobs never changes over time or as other jobs
+    #: come and go; the planner then keeps the order between passes and evaluates new
+    #: submissions incrementally, calling `key(job, None)`: a static key needs no context.
+    static = True
+
+    def on_submit(self, job: Job, ctx: Context) -> None:
+        """Set a new job's starting score."""
+
+    def on_route_change(self, job: Job, ctx: Context) -> None:
+        """A qalter moved the job to another queue."""
+
+    def on_dependencies_met(self, job: Job, parents: list[Job]) -> None:
+        """Every dependency of `job` is satisfied."""
+
+    def prioritise(self, jobs: list[Job], ctx: Context) -> None:
+        """Update scores of the runnable `jobs` for this pass."""
+
+    def key(self, job: Job, ctx: Context) -> tuple:
+        return tie_break(job)
+
+    def order(self, jobs: list[Job], ctx: Context) -> list[Job]:
+        return sorted(jobs, key=lambda j: self.key(j, ctx))
+
+    def hold_back(self, job: Job, ctx: Context, running: dict) -> str | None:
+        """A policy limit that keeps `job` from starting now (None: no objection).
+        `running` is the pass's live tally, which the policy may keep its own counts in."""
+        return None
+
+    def started(self, job: Job, running: dict) -> None:
+        """`job` starts in this pass: update the tally `hold_back` reads."""
+
+    def describe(self, job: Job, ctx: Context) -> dict[str, float]:
+        """Priority factors of `job` (mdiag -p): name -> raw value."""
+        return {"queue_time": ctx.now - job.submit_time}
+
+
+class Fifo(Policy):
+    def order(self, jobs: list[Job], ctx: Context) -> list[Job]:
+        # two stable sorts on plain attributes: no key tuples, so no garbage on a big queue
+        out = sorted(jobs, key=attrgetter("id"))
+        out.sort(key=attrgetter("submit_time"))
+        return out

@@ -1,0 +1,1 @@
+"""Machines, one per file, each a `core.topology.Topology`."""

@@ -1,0 +1,277 @@
+"""Job attributes from PBS options, shared by qsub and qalter: the option table's values
+(-l resources of Torque's and OpenPBS's styles, -a, -p, -t/-J, -W depend=, paths, #PBS
+directives) turned into the core's Request, times and Dependency objects.  Every malformed
+value is a one-line CommandError with exit status 2 (usage)."""
+from __future__ import annotations
+
+import math
+import os
+import re
+import shlex
+from datetime import datetime, timedelta
+
+from ..core.errors import InvalidRequest
+from ..core.jobs import Dependency, DepType, Request
+from ..core.timefmt import parse_duration
+from . import common
+from . import front as commands
+from .front import OPTIONS
+
+USAGE = ("usage: qsub [-a date_time] [-A account_string] [-C directive_prefix] [-d path] [-e path] "
+         "[-h] [-j oe|eo|n] [-l resource_list] [-m mail_options] [-M user_list] [-N name] [-o path] "
+         "[-p priority] [-q destination] [-r y|n] [-S path] [-v variable_list] [-V] [-W attributes] "
+         "[-z] [script]")
+
+
+def usage_error(message: str) -> common.CommandError:
+    return common.CommandError(f"{message}\n{USAGE}", common.USAGE)
+
+
+def parse_options(argv: list[str], where: str = "", table: dict[str, bool] = OPTIONS
+                  ) -> tuple[list[tuple[str, str]], list[str]]:
+    """PBS getopt (commands.parse_options) with qsub's usage line on a malformed option."""
+    try:
+        return commands.parse_options(argv, where, table)
+    except commands.UsageError as e:
+        raise usage_error(str(e)) from None
+
+
+def directives(script: str, prefix: str) -> list[tuple[str, str]]:
+    """Options from the script's directive lines, in order."""
+    opts: list[tuple[str, str]] = []
+    if not prefix:
+        return opts
+    for n, line in enumerate(script.splitlines(), 1):
+        stripped = line.strip()
+        if n == 1 and (stripped.startswith("#!") or stripped.startswith(":")):
+            continue
+        if not stripped:
+            continue
+        if not stripped.startswith("#"):
+            break
+        if stripped.startswith(prefix):
+            body = stripped[len(prefix):]
+            if body and not body[0].isspace():
+                continue  # "#PBSfoo" is a comment, not a directive
+            try:
+                words = shlex.split(body, comments=True)
+            except ValueError as e:
+                raise common.CommandError(f"directive error on script line {n}: {e}", common.USAGE) from None
+            found, rest = parse_options(words, where=f" (script line {n})")
+            if rest:
+                raise common.CommandError(f"directive error on script line {n}: unexpected {rest[0]!r}", common.USAGE)
+            opts.extend(found)
+    return opts
+
+
+def split_resources(value: str) -> list[tuple[str, str]]:
+    out = []
+    for item in value.split(","):
+        item = item.strip()
+        if not item:
+            continue
+        name, eq, val = item.partition("=")
+        if not eq or not name or not val:
+            raise common.CommandError(f"illegal -l value\n{USAGE}", common.USAGE)
+        out.append((name.strip().lower(), val.strip()))
+    return out
+
+
+def merge(cmdline: list[tuple[str, str]], script: list[tuple[str, str]]) -> tuple[dict[str, str], dict[str, str]]:
+    """(first value of each option, resources merged per name), command line first."""
+    options: dict[str, str] = {}
+    resources: dict[str, str] = {}
+    for letter, value in cmdline + script:
+        if letter == "l":
+            for name, val in split_resources(value):
+                resources.setdefault(name, val)
+        elif letter == "v":
+            options["v"] = options["v"] + "," + value if "v" in options else value
+        else:
+            options.setdefault(letter, value)
+    return options, resources
+
+
+_MEM = re.compile(r"^(\d+)\s*([kmgtp]?)(b|w)?$", re.I)
+
+
+def parse_memory(text: str) -> int:
+    """`8gb` -> 8192 (MB, rounded up); plain numbers are bytes, as PBS reads them."""
+    m = _MEM.match(text.strip())
+    if not m:
+        raise common.CommandError(f"illegal -l value: bad size {text!r}\n{USAGE}", common.USAGE)
+    n = int(m.group(1)) * (8 if (m.group(3) or "b").lower() == "w" else 1)
+    scale = {"": 1, "k": 2 ** 10, "m": 2 ** 20, "g": 2 ** 30, "t": 2 ** 40, "p": 2 ** 50}[m.group(2).lower()]
+    return math.ceil(n * scale / 2 ** 20)
+
+
+def positive(text: str, what: str) -> int:
+    if not text.isdigit() or int(text) < 1:
+        raise common.CommandError(f"illegal -l value: {what} must be a positive integer, not {text!r}\n{USAGE}",
+                               common.USAGE)
+    return int(text)
+
+
+TORQUE_RES = {"nodes", "ppn", "procs", "pmem", "vmem", "pvmem"}
+KNOWN_RES = TORQUE_RES | {"walltime", "mem", "ncpus", "select", "place", "cput", "file", "host", "nice",
+                          "mpiprocs", "naccelerators", "ngpus", "software", "arch"}
+
+
+def build_request(res: dict[str, str]) -> tuple[Request, float | None]:
+    """(request, walltime or None) from -l resources of either style."""
+    for name in res:
+        if name not in KNOWN_RES:
+            raise common.CommandError(f"Unknown resource type {name}", common.USAGE)
+    if "select" in res or "place" in res:
+        mixed = sorted(TORQUE_RES & set(res))
+        if mixed:
+            raise common.CommandError(f'"-lresource=" cannot be used with "select" or "place", resource is: '
+                                   f'{mixed[0]}', common.USAGE)
+    walltime = None
+    if "walltime" in res:
+        try:
+            walltime = parse_duration(res["walltime"])
+        except InvalidRequest:
+            raise common.CommandError(f"illegal -l value: walltime {res['walltime']!r}\n{USAGE}", common.USAGE) from None
+        if walltime <= 0:
+            raise common.CommandError(f"illegal -l value: walltime must be positive\n{USAGE}", common.USAGE)
+    nodes, ppn, cores, mem, features = 1, 1, 0, 0, []
+    if "select" in res:
+        chunks = res["select"].split("+")
+        shapes = []
+        for chunk in chunks:
+            parts = chunk.split(":")
+            count = 1
+            if parts and parts[0].isdigit():
+                count = positive(parts.pop(0), "select count")
+            shape = {}
+            for p in parts:
+                k, eq, v = p.partition("=")
+                if not eq:
+                    raise common.CommandError(f"illegal -l value: select chunk {chunk!r}\n{USAGE}", common.USAGE)
+                shape[k.strip()] = v.strip()
+            shapes.append((count, shape))
+        if any(s != shapes[0][1] for _, s in shapes):
+            raise common.CommandError("illegal -l value: chunks of different shapes are not supported", common.USAGE)
+        nodes, shape = sum(c for c, _ in shapes), shapes[0][1]
+        ppn = positive(shape.get("ncpus", shape.get("mpiprocs", "1")), "ncpus")
+        if "mem" in shape:
+            mem = parse_memory(shape["mem"])
+    elif "nodes" in res:
+        parts = res["nodes"].split(":")
+        if "+" in res["nodes"] or not parts[0].isdigit():
+            raise common.CommandError(f"illegal -l value: nodes={res['nodes']} (give a node count)\n{USAGE}",
+                                   common.USAGE)
+        nodes = positive(parts[0], "nodes")
+        for p in parts[1:]:
+            if p.startswith("ppn="):
+                ppn = positive(p[4:], "ppn")
+            elif p and "=" not in p:
+                features.append(p)
+            else:
+                raise common.CommandError(f"illegal -l value: nodes={res['nodes']}\n{USAGE}", common.USAGE)
+    elif "procs" in res or "ncpus" in res:
+        cores = positive(res.get("procs") or res.get("ncpus"), "procs")
+    if "ppn" in res and "nodes" not in res:
+        ppn = positive(res["ppn"], "ppn")
+    if "mem" in res and "select" not in res:
+        total = parse_memory(res["mem"])
+        mem = math.ceil(total / nodes) if not cores else total
+    if "pmem" in res:
+        mem = max(mem, parse_memory(res["pmem"]) * (ppn if not cores else cores))
+    return Request(nodes=nodes, ppn=ppn, cores=cores, mem=mem, features=tuple(features)), walltime
+
+
+def parse_start_after(text: str, now: float) -> float:
+    """`-a [[[[CC]YY]MM]DD]hhmm[.SS]` in local time; a bare hhmm already past is tomorrow."""
+    m = re.match(r"^(\d{4,12})(?:\.(\d{2}))?$", text)
+    if not m or len(m.group(1)) % 2:
+        raise common.CommandError(f"illegal -a value {text!r}\n{USAGE}", common.USAGE)
+    digits, secs = m.group(1), int(m.group(2) or 0)
+    base = datetime.fromtimestamp(now)
+    hh, mm = int(digits[-4:-2]), int(digits[-2:])
+    fields = {"hour": hh, "minute": mm, "second": secs}
+    rest = digits[:-4]
+    try:
+        if rest:
+            fields["day"] = int(rest[-2:])
+        if len(rest) >= 4:
+            fields["month"] = int(rest[-4:-2])
+        if len(rest) >= 6:
+            yy = rest[:-4]
+            fields["year"] = int(yy) if len(yy) == 4 else 2000 + int(yy)
+        when = base.replace(microsecond=0, **fields)
+    except ValueError:
+        raise common.CommandError(f"illegal -a value {text!r}\n{USAGE}", common.USAGE) from None
+    if not rest and when.timestamp() < now:
+        when += timedelta(days=1)
+    return when.timestamp()
+
+
+def parse_array(text: str) -> tuple[list[int], int]:
+    """`-t 1-10%5`, `-t 1,3,5-7` (Torque) or `-J 1-10:2%5` (OpenPBS) -> (indices, slot limit)."""
+    body, _, limit = text.partition("%")
+    if limit and (not limit.isdigit() or int(limit) < 1):
+        raise common.CommandError(f"illegal array request {text!r}\n{USAGE}", common.USAGE)
+    indices: list[int] = []
+    for part in body.split(","):
+        m = re.fullmatch(r"\s*(\d+)(?:-(\d+)(?::(\d+))?)?\s*", part)
+        if not m:
+            raise common.CommandError(f"illegal array request {text!r}\n{USAGE}", common.USAGE)
+        lo, hi, step = int(m.group(1)), int(m.group(2) or m.group(1)), int(m.group(3) or 1)
+        if hi < lo or step < 1:
+            raise common.CommandError(f"illegal array request {text!r}\n{USAGE}", common.USAGE)
+        indices.extend(range(lo, hi + 1, step))
+    indices = sorted(set(indices))
+    if len(indices) > 100000:
+        raise common.CommandError("array request too large (at most 100000 subjobs)", common.USAGE)
+    return indices, int(limit or 0)
+
+
+def parse_priority(text: str, usage: str) -> int:
+    """-p: an integer from -1024 to 1023."""
+    try:
+        priority = int(text)
+    except ValueError:
+        priority = 9999
+    if not -1024 <= priority <= 1023:
+        raise common.CommandError(f"illegal -p value {text!r}\n{usage}", common.USAGE)
+    return priority
+
+
+#: before-kinds: `-W depend=beforeok:B` gives job B the mirror dependency afterok on this job
+BEFORE = {"before": "afterany", "beforeok": "afterok", "beforenotok": "afternotok", "beforeany": "afterany"}
+
+
+def parse_depend(value: str) -> tuple[list[Dependency], list[Dependency]]:
+    """(this job's dependencies, the dependencies on it that the named jobs gain)."""
+    deps, befores = [], []
+    for part in value.split(","):
+        kind, _, ids = part.partition(":")
+        kind = kind.strip()
+        if kind == "after":
+            kind = "afterany"  # started is not tracked apart from ended: the nearest kind
+        if kind not in ("afterok", "afternotok", "afterany") and kind not in BEFORE:
+            if kind in ("on", "synccount", "syncwith"):
+                raise common.CommandError(f"dependency type {kind} is not supported", common.USAGE)
+            raise common.CommandError(f"illegal -W value: depend={value}\n{USAGE}", common.USAGE)
+        if not ids:
+            raise common.CommandError(f"illegal -W value: depend={value}\n{USAGE}", common.USAGE)
+        for jid in ids.split(":"):
+            if kind in BEFORE:  # the job id here names the job that will wait
+                befores.append(Dependency(DepType(BEFORE[kind]), common.parse_id(jid)))
+            else:
+                deps.append(Dependency(DepType(kind), common.parse_id(jid)))
+    return deps, befores
+
+
+def resolve_path(path: str, cwd: str) -> str:
+    """`[host:]path` made absolute against qsub's cwd.  A directory keeps a trailing `/`:
+    the job's default file name goes inside it once the job has its id."""
+    if ":" in path and not path.startswith("/"):
+        path = path.split(":", 1)[1]
+    if not os.path.isabs(path):
+        path = os.path.join(cwd, path)
+    directory = path.endswith("/") or os.path.isdir(path)
+    path = os.path.normpath(path)
+    return path + "/" if directory else path

@@ -1,0 +1,245 @@
+"""qsub: submit a batch job, Torque/OpenPBS style.
+
+Options are taken from the command line first, then from `#PBS` directives in the script
+(the command line wins; `-l` merges resource by resource, the command line winning each).
+On success stdout is exactly one line, the job id.
+"""
+from __future__ import annotations
+
+import os
+import re
+import socket
+import subprocess
+import sys
+import time
+
+from ..core.errors import Rejected
+from ..core.jobs import Dependency, Hold, Job
+from ..store.journaled import Batch
+from ..store.layout import INTERACTIVE, WRAPPER
+from ..store.site import load_site, notify, whoami
+from . import accounting, common
+from . import front as commands
+from .attributes import (USAGE, build_request, directives, merge, parse_array, parse_depend, parse_options,
+                         parse_priority, parse_start_after, resolve_path, usage_error)
+
+
+def make_job(options: dict[str, str], resources: dict[str, str], script: str, script_name: str,
+             cwd: str, env: dict[str, str], user: str, server: str, now: float
+             ) -> tuple[Job, list[Dependency]]:
+    """The job, and the dependencies on it that `-W depend=before...` gives other jobs."""
+    request, walltime = build_request(resources)
+    name = options.get("N", os.path.basename(script_name) if script_name else "STDIN")
+    if not name or any(c.isspace() for c in name) or len(name) > 236:
+        raise common.CommandError(f"illegal -N value {name!r}\n{USAGE}", common.USAGE)
+    dest = options.get("q", "")
+    queue, _, dest_server = dest.partition("@")
+    if dest_server and dest_server.split(".")[0] != server:
+        raise common.CommandError(f"Unknown server {dest_server}", common.SYSTEM)
+    priority = parse_priority(options["p"], USAGE) if "p" in options else 0
+    extra_w, deps, befores, group = {}, [], [], ""
+    if "W" in options:
+        for item in re.split(r",(?=\s*[a-z_]+=)", options["W"]):
+            key, eq, val = item.strip().partition("=")
+            if not eq:
+                raise common.CommandError(f"illegal -W value {options['W']!r}\n{USAGE}", common.USAGE)
+            if key == "depend":
+                deps, befores = parse_depend(val)
+            elif key == "group_list":
+                group = val.split("@")[0]
+            elif key in ("umask", "block", "stagein", "stageout", "x", "sandbox", "run_count"):
+                extra_w[key] = val
+            else:
+                raise common.CommandError(f"illegal -W value {key}\n{USAGE}", common.USAGE)
+    join = options.get("j", "n")
+    if join not in ("oe", "eo", "n"):
+        raise common.CommandError(f"illegal -j value {join!r}\n{USAGE}", common.USAGE)
+    rerun = options.get("r", "y")
+    if rerun not in ("y", "n"):
+        raise common.CommandError(f"illegal -r value {rerun!r}\n{USAGE}", common.USAGE)
+    workdir = options.get("d") or options.get("w") or cwd
+    if not os.path.isabs(workdir):
+        workdir = os.path.normpath(os.path.join(cwd, workdir))
+    variables = {f"PBS_O_{k}": env[k] for k in ("HOME", "LANG", "LOGNAME", "PATH", "MAIL", "SHELL", "TZ")
+                 if k in env}
+    variables.update(PBS_O_HOST=socket.gethostname(), PBS_O_WORKDIR=cwd, PBS_O_QUEUE=queue or "")
+    if workdir != cwd:
+        variables["PBS_O_INITDIR"] = workdir
+    if "V" in options:
+        variables.update({k: v for k, v in env.items() if k not in variables})
+    for item in filter(None, (x.strip() for x in options.get("v", "").split(","))):
+        k, eq, v = item.partition("=")
+        variables[k] = v if eq else env.get(k, "")
+    job = Job(name=name, owner=user, group=group, account=options.get("A", ""), queue=queue,
+              request=request, walltime=walltime or 0.0, priority=priority,
+              start_after=parse_start_after(options["a"], now) if "a" in options else None,
+              holds={Hold.USER} if "h" in options else set(), dependencies=deps)
+    job.extra = {"script": script, "workdir": workdir, "submit_dir": cwd, "join": join, "rerunnable": rerun == "y",
+                 "variables": variables, "submit_host": socket.gethostname(),
+                 "resources": dict(resources), "output": options.get("o", ""), "error": options.get("e", ""),
+                 "mail_points": options.get("m", "a"), "mail_users": options.get("M", ""),
+                 "shell": options.get("S", ""), **({"W": extra_w} if extra_w else {})}
+    return job, befores
+
+
+def submit(argv: list[str], stdin=None, cwd: str | None = None, env: dict | None = None,
+           now: float | None = None) -> tuple[str, bool]:
+    """Everything qsub does; returns (job id, -z given).  CommandError on any refusal."""
+    stdin = stdin if stdin is not None else sys.stdin
+    env = dict(os.environ if env is None else env)
+    cwd = cwd or os.getcwd()
+    now = time.time() if now is None else now
+    cmd, rest = parse_options(argv)
+    if len(rest) > 1:
+        raise usage_error(f"too many arguments: {' '.join(rest[1:])}")
+    interactive = any(letter == "I" for letter, _ in cmd)
+    if interactive and not commands.server_answers():
+        raise common.CommandError("interactive jobs (-I) need a running server (hpcsched server)", common.SYSTEM)
+    if interactive and not rest:
+        script, script_name = "", ""  # the terminal is the session's, not a script
+    elif rest:
+        try:
+            with open(rest[0], encoding="utf-8", errors="replace") as f:
+                script = f.read()
+        except OSError as e:
+            raise common.CommandError(f"script file cannot be loaded - {e.strerror}: {rest[0]}", common.SYSTEM) from None
+        script_name = rest[0]
+    else:
+        script, script_name = stdin.read(), ""
+    prefix = next((v for letter, v in cmd if letter == "C"), env.get("PBS_DPREFIX", "#PBS"))
+    options, resources = merge(cmd, directives(script, prefix))
+    site = load_site()
+    user = whoami()
+    job, befores = make_job(options, resources, script, script_name, cwd, env, user, site.server, now)
+    if interactive:
+        if "t" in options or "J" in options:
+            raise usage_error("an interactive job (-I) cannot be an array")
+        job.extra.update(interactive=True, rerunnable=False)  # PBS never reruns a session
+    for key in ("output", "error"):
+        if job.extra[key]:
+            job.extra[key] = resolve_path(job.extra[key], cwd)
+    batch = Batch.of(site)
+    # Only dependencies and queued-job limits need the jobs already stored; without them
+    # the job is checked against the configuration alone, so qsub's cost does not grow
+    # with the store.
+    queues = batch.site.scheduler().router.queues
+    needs_state = bool(job.dependencies or befores) or any(
+        q.max_queued is not None or q.max_queued_per_user is not None for q in queues.values())
+    with batch.open(write=True, load=needs_state):
+        sched = batch.sched
+        queue = job.queue or sched.router.default
+        if queue and queue not in sched.router.queues:
+            if site.flavor == "torque":
+                raise common.CommandError("submit error (Unknown queue MSG=requested queue not found)", 172)
+            raise common.CommandError("Unknown queue", 170)
+        job.extra["variables"]["PBS_O_QUEUE"] = queue
+        if job.walltime <= 0:
+            job.walltime = sched.router.queues[queue].max_walltime or 3600.0 if queue else 3600.0
+        array = options.get("t") or options.get("J")
+        if befores and array:
+            raise usage_error("an array cannot carry before dependencies")
+        waiters = [_waiter(batch, site, user, b.job_id) for b in befores]
+        try:
+            if array:
+                indices, limit = parse_array(array)
+                first = batch.next_id
+                for index in indices:
+                    sub = job.copy()
+                    sub.array_id, sub.array_index, sub.array_limit = first, index, limit
+                    accounting.write(site.home, "Q", batch.submit(sub, now), site.server, now)
+                return f"{first}[].{site.server}", "z" in options
+            done = batch.submit(job, now)
+            accounting.write(site.home, "Q", done, site.server, now)
+            for waiter, before in zip(waiters, befores):
+                deps = [[d.kind.value, d.job_id] for d in waiter.dependencies] + [[before.kind.value, done.id]]
+                batch.do("alter", now, id=waiter.id, changes={"dependencies": deps})
+        except Rejected as e:
+            if site.flavor == "torque":
+                raise common.CommandError(f"submit error (Job exceeds queue resource limits MSG={e})", common.LIMITS)
+            raise common.CommandError(f"Job violates queue and/or server resource limits: {e}", common.LIMITS)
+    return common.full_id(done.id, site.server), "z" in options
+
+
+def _waiter(batch: Batch, site, user: str, job_id: int) -> Job:
+    """The job a `before` dependency names: it must still be waiting, and be the
+    caller's to change (as for qalter)."""
+    job = batch.sched.jobs.get(job_id)
+    if job is None:
+        raise common.CommandError(f"Unknown Job Id {job_id}.{site.server}", common.UNKNOWN_JOB)
+    if job.start_time is not None or job.end_time is not None:
+        raise common.CommandError(f"cannot add a dependency to job {common.display_id(job, site.server)}: "
+                               f"it has started", common.BAD_STATE)
+    if not common.may_touch(site, user, job):
+        raise common.deny("qsub", job, site)
+    return job
+
+
+def session(jid: str, poll: float = 0.2) -> int:
+    """`qsub -I`: wait for the job to start, then run its shell on this terminal under the
+    server's job wrapper (so the server sees its pid, enforces its walltime, qdel ends it
+    and its exit status is recorded); returns that status."""
+    import json
+    import signal
+
+    site = load_site()
+    job_id = common.parse_ref(jid)[0]
+    ready, checked = None, time.monotonic()
+    try:  # (from the first line on: a ^C right after it is the user's answer to it)
+        print(f"qsub: waiting for job {jid} to start", flush=True)
+        while ready is None:
+            ready = next(site.home.glob(f"jobs/{job_id}/run*/{INTERACTIVE}"), None)
+            if ready is None and time.monotonic() - checked > 2:  # deleted while waiting?
+                with Batch.of(site).open(write=False) as batch:
+                    job = batch.sched.jobs.get(job_id)
+                if job is None or job.end_time is not None:
+                    print(f"qsub: job {jid} apparently deleted", flush=True)
+                    return 1
+                checked = time.monotonic()
+            if ready is None:
+                time.sleep(poll)
+    except KeyboardInterrupt:  # ^C while waiting: the session is not wanted any more
+        with Batch.of(site).open() as batch:
+            job = batch.sched.jobs.get(job_id)
+            if job is not None and job.start_time is None and job.end_time is None:
+                batch.do("delete", id=job_id)
+        print(f"\nqsub: job {jid} deleted", flush=True)
+        return 130
+    info = json.loads(ready.read_text())
+    print(f"qsub: job {jid} ready\n", flush=True)
+    env = info["env"]
+    shell = env.get("SHELL") or "/bin/sh"
+    tty = os.isatty(0)
+
+    def foreground():  # the session's own process group owns the terminal (qdel kills the group)
+        os.setpgid(0, 0)
+        if tty:
+            signal.signal(signal.SIGTTOU, signal.SIG_IGN)
+            os.tcsetpgrp(0, os.getpgrp())
+            signal.signal(signal.SIGTTOU, signal.SIG_DFL)
+
+    argv = ["/bin/sh", "-c", WRAPPER, "hpcsched-job", str(ready.parent), shell, "-i" if tty else "-s"]
+    old = signal.signal(signal.SIGTTOU, signal.SIG_IGN)
+    try:
+        status = subprocess.run(argv, cwd=info["workdir"], env=env, preexec_fn=foreground).returncode
+    finally:
+        if tty:
+            os.tcsetpgrp(0, os.getpgrp())
+        signal.signal(signal.SIGTTOU, old)
+    print(f"qsub: job {jid} completed", flush=True)
+    return status if status >= 0 else 128 - status
+
+
+def main(argv: list[str] | None = None) -> int:
+    def run(argv: list[str]) -> int:
+        jid, quiet = submit(argv)
+        if any(letter == "I" for letter, _ in parse_options(argv)[0]):
+            notify(load_site().home)  # the server starts it as soon as it can
+            return session(jid)
+        if not quiet:
+            print(jid)
+        return 0
+    return common.main("qsub", run, argv, wake=True)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

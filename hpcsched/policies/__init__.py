@@ -1,0 +1,1 @@
+"""Priority policies beyond FIFO, one per file, each a `core.policy.Policy`."""

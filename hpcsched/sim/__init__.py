@@ -1,0 +1,1 @@
+"""The trace simulator: SWF traces, the simulated-clock engine, metrics, test assertions."""

@@ -1,0 +1,115 @@
+"""The package's layers, read from its imports with `ast` (every import, also inside functions).
+
+    core      <- policies, machines <- config <- store, sim <- pbs <- server <- cli, demos
+
+A layer imports only itself and the layers to its left; nothing imports in a cycle.
+"""
+import ast
+import os
+
+ROOT = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "hpcsched")
+
+#: layer -> the layers it may import (besides itself); a module outside these is top level
+MAY_IMPORT = {
+    "core": set(),
+    "policies": {"core"},
+    "machines": {"core"},
+    "config": {"core", "policies", "machines"},
+    "sim": {"core", "policies", "machines", "config"},
+    "store": {"core", "policies", "machines", "config"},
+    "pbs": {"core", "policies", "machines", "config", "store"},
+    "server": {"core", "policies", "machines", "config", "store", "pbs"},
+}
+
+
+def modules() -> dict[str, str]:
+    """dotted name (without `hpcsched.`) -> file, for every module of the package."""
+    found = {}
+    for dirpath, _, files in os.walk(ROOT):
+        for f in files:
+            if f.endswith(".py"):
+                path = os.path.join(dirpath, f)
+                name = os.path.relpath(path, ROOT)[:-3].replace(os.sep, ".")
+                found[name.removesuffix(".__init__") if name != "__init__" else ""] = path
+    return found
+
+
+def imports(name: str, path: str, known: dict[str, str]) -> set[str]:
+    """The package's modules that `name` imports (a `from X import y` counts y if y is a
+    module, else X)."""
+    package = name if path.endswith("__init__.py") else name.rpartition(".")[0]
+    out = set()
+    for node in ast.walk(ast.parse(open(path).read())):
+        if isinstance(node, ast.Import):
+            targets = [a.name.removeprefix("hpcsched.") for a in node.names if a.name.startswith("hpcsched.")]
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = package.split(".") if package else []
+                base = base[:len(base) - (node.level - 1)]
+                stem = ".".join(base + ([node.module] if node.module else []))
+            elif node.module and (node.module == "hpcsched" or node.module.startswith("hpcsched.")):
+                stem = node.module.removeprefix("hpcsched").removeprefix(".")
+            else:
+                continue
+            subs = [f"{stem}.{a.name}".strip(".") for a in node.names]
+            targets = [s for s in subs if s in known] or [stem]
+        else:
+            continue
+        out.update(t for t in targets if t in known and t != name)
+    return out
+
+
+def layer(name: str) -> str:
+    head = name.split(".")[0]
+    return head if head in MAY_IMPORT else "top"
+
+
+def graph() -> dict[str, set[str]]:
+    known = modules()
+    return {name: imports(name, path, known) for name, path in known.items()}
+
+
+def test_every_import_goes_down_the_layers():
+    wrong = []
+    for name, targets in graph().items():
+        mine = layer(name)
+        if mine == "top":
+            continue
+        for t in targets:
+            theirs = layer(t)
+            if t == "" or theirs != mine and theirs not in MAY_IMPORT[mine]:
+                wrong.append(f"{name} ({mine}) imports {t or 'hpcsched'} ({theirs})")
+    assert not wrong, "\n".join(sorted(wrong))
+
+
+def test_no_import_cycles():
+    edges = graph()
+    # a package's __init__ importing its own submodules is how packages work, not a cycle
+    for name in edges:
+        edges[name] = {t for t in edges[name] if not (t == "" or name.startswith(t + "."))}
+    state: dict[str, int] = {}
+    path: list[str] = []
+
+    def visit(v):
+        state[v] = 1
+        path.append(v)
+        for w in sorted(edges[v]):
+            if state.get(w) == 1:
+                raise AssertionError("import cycle: " + " -> ".join(path[path.index(w):] + [w]))
+            if w not in state:
+                visit(w)
+        path.pop()
+        state[v] = 2
+
+    for v in sorted(edges):
+        if v not in state:
+            visit(v)
+
+
+def test_the_reader_sees_imports_inside_functions_and_relative_forms(tmp_path):
+    pkg = tmp_path / "p"
+    (pkg / "a").mkdir(parents=True)
+    (pkg / "a" / "__init__.py").write_text("")
+    (pkg / "a" / "x.py").write_text("def f():\n    from ..b import y\n    from . import z\n")
+    known = {"a": "", "a.x": "", "a.z": "", "b": ""}
+    assert imports("a.x", str(pkg / "a" / "x.py"), known) == {"b", "a.z"}
