@@ -43,6 +43,11 @@ WORKLOADS = {
     "lublin-simon": (LUBLIN, None, dict(policy="simon", backfill="easy")),
     "lublin-simon-nodes": (LUBLIN, None, dict(policy="simon", backfill="easy", nodes=32, ppn=8)),
     "lublin-simon-shared": (LUBLIN, None, dict(policy="simon", backfill="easy", nodes=32, ppn=8, shared=True)),
+    # the limits a pass checks as it walks: Simon's cap on large jobs, a queue's per-user cap
+    "lublin-simon-capped": (LUBLIN, None, dict(policy="simon", backfill="easy",
+                                               config={"priority": {"large": 64, "max_large_running": 2}})),
+    "hpc2n-cobalt-peruser": (HPC2N, None, dict(policy="cobalt", backfill="easy", period=15,
+                                                config={"queues": {"batch": {"max_running_per_user": 3}}})),
 }
 
 

@@ -20,7 +20,7 @@ from __future__ import annotations
 import math
 from bisect import bisect_right
 from dataclasses import dataclass, field
-from typing import Callable, Iterable, NamedTuple
+from typing import Callable, Iterable, NamedTuple, Protocol
 
 from .backlog import Cursor
 from .jobs import Job
@@ -76,12 +76,20 @@ class Plan:
         return self._estimates[job_id]
 
 
+class Gate(Protocol):
+    """The limits that may hold a runnable job back in this pass (queue and policy limits):
+    `gate(job)` gives the reason, or None; `started(job)` counts a start the walk made."""
+
+    def __call__(self, job: Job) -> str | None: ...
+
+    def started(self, job: Job) -> None: ...
+
+
 class Walk:
     """The planning walk over the ordered runnable jobs (allocate, reserve, backfill)."""
 
     def __init__(self, topology: Topology, profile: Profile, depth: float,
-                 access: Callable[[Job], AccessKey], gate: Callable[[Job], str | None] | None,
-                 backfill: bool = True):
+                 access: Callable[[Job], AccessKey], gate: "Gate | None", backfill: bool = True):
         self.topology, self.profile, self.depth = topology, profile, depth
         self.access, self.gate, self.backfill = access, gate, backfill
         self.blocked = False  # strict order (no backfill) and a job could not start
@@ -89,9 +97,11 @@ class Walk:
         self.waiting_ahead = False  # a job walked so far waits for resources
         self.last = None  # the last job walked
 
-    def run(self, now: float, jobs: Iterable[Job], plan: Plan, on_start: Callable[[Job, Start], None],
+    def run(self, now: float, jobs: Iterable[Job], plan: Plan,
             kept: dict[int, tuple[float, int]] | None = None, last: Job | None = None) -> None:
-        """Walk `jobs` in order, carrying on from where an earlier `run` stopped.
+        """Walk `jobs` in order, carrying on from where an earlier `run` stopped, adding the
+        starts, reservations and reasons it decides to `plan` (it changes no job: the
+        scheduler applies the starts after the walk).
 
         `kept` holds last pass's reservations still valid, already occupied in the
         profile: each job's own is given back just before its turn, so that it can only
@@ -168,7 +178,8 @@ class Walk:
                 prof.occupy(alloc.units, now, now + wall)
                 start = Start(job.id, alloc, waiting_ahead)
                 plan.started.append(start)
-                on_start(job, start)
+                if gate is not None:
+                    gate.started(job)
                 continue
             waiting_ahead = True
             if made < depth:

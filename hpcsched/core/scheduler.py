@@ -1,6 +1,9 @@
 """The scheduling core: the one pass every driver (library, simulator, commands, server) runs.
 
-    route -> prioritise -> plan (allocate, reserve, backfill) -> apply
+    route       submit / alter: the router picks the job's queue (route.py)
+    prioritise  iterate: the policy orders the runnable jobs (policy.py, policies/)
+    plan        iterate: the walk starts, reserves and backfills in a profile (plan.py)
+    apply       iterate: the starts the plan decided change the jobs, after the walk
 
 `Scheduler` holds the jobs, queues, reservations and machine; it does no I/O and never
 reads a clock: every call takes `now` (seconds on the caller's clock).  Its whole state
@@ -11,6 +14,7 @@ from __future__ import annotations
 import heapq
 import math
 from dataclasses import dataclass
+from typing import Iterable
 
 from .backlog import Backlog
 from .errors import InvalidRequest, InvalidState, Rejected, UnknownJob
@@ -70,7 +74,6 @@ class Scheduler:
         # the last pass, carried on while only new jobs arrive (see iterate)
         self._walk: Walk | None = None
         self._plan: Plan | None = None
-        self._tallies: dict | None = None
         self._fresh: list[Job] = []
         self._dirty = True
         # running jobs' units over time, kept up to date as jobs start and end (see _profile)
@@ -79,10 +82,8 @@ class Scheduler:
         self._overrun: set[int] = set()  # running past their walltime
         # for a static policy, the runnable jobs kept in priority order between passes, so
         # a pass reads only as far as it walks and passes over what cannot start (see
-        # backlog.py; removals wait while a walk reads it)
+        # backlog.py)
         self._order: Backlog | None = Backlog() if self.policy.static else None
-        self._walking = False
-        self._unordered: list[tuple] = []
         self._array_limits = 0  # jobs with an array slot limit ever seen (turns the gate on)
 
     # --- reading ---------------------------------------------------------------------
@@ -103,10 +104,11 @@ class Scheduler:
     def size(self, job: Job) -> int:
         return self.topology.size(job.request)
 
-    def context(self, now: float) -> Context:
+    def context(self, now: float, running: Iterable[Job] | None = None) -> Context:
         elapsed = 0.0 if self.last_pass is None else now - self.last_pass
-        return Context(now, elapsed, self.settings.interval, self.topology.node_count,
-                       self.size, lambda kind, name: self._usage(kind, name, now), self._active.values())
+        return Context(now, elapsed, self.settings.interval, self.topology.node_count, self.size,
+                       lambda kind, name: self._usage(kind, name, now),
+                       self._active.values() if running is None else running)
 
     def _usage(self, kind: str, name: str, now: float) -> float:
         """Node-seconds used so far, including what running jobs have used up to `now`."""
@@ -152,11 +154,7 @@ class Scheduler:
 
     def _unorder(self, job: Job) -> None:
         if self._order is not None:
-            entry = (self.policy.key(job, None), job.id)
-            if self._walking:
-                self._unordered.append(entry)
-            else:
-                self._order.remove(entry)
+            self._order.remove((self.policy.key(job, None), job.id))
 
     def _count(self, job: Job, delta: int) -> None:
         self._pending_count[job.queue] = self._pending_count.get(job.queue, 0) + delta
@@ -263,33 +261,16 @@ class Scheduler:
             plan = Plan(now, reserved=dict(self._plan.reserved), reasons=dict(self._plan.reasons),
                         default_reason=self._plan.default_reason)
             fresh = self.policy.order(fresh, None)  # a static order needs no context
-            walk.run(now, fresh, plan, self._applier(now), last=fresh[-1] if fresh else None)
+            walk.run(now, fresh, plan, last=fresh[-1] if fresh else None)
         else:
-            gated = self._gated()
-            ctx = self.context(now) if gated or self._order is None else None
-            if self._order is not None:  # static order, kept: read only as far as the walk goes
-                order = self._order.cursor()
-                last = self._order.last()
-            else:
-                runnable = list(self._queued.values())
-                self.policy.prioritise(runnable, ctx)
-                order = self.policy.order(runnable, ctx)
-                last = order[-1]
+            gate = _Gate(self, now) if self._gated() else None
+            order, last = self._prioritise(now, gate.ctx if gate else None)
             plan = Plan(now)
-            gate = None
-            if gated:
-                self._tallies = self._tally()
-                gate = lambda job: self._gate(job, ctx, self._tallies)  # noqa: E731
             walk = self._walk = Walk(self.topology, self._profile(now), self.settings.depth, self._access, gate,
                                      self.settings.backfill)
-            self._walking = True
-            try:
-                walk.run(now, order, plan, self._applier(now), self._keep(walk.profile, now), last)
-            finally:
-                self._walking = False
-                for entry in self._unordered:
-                    self._order.remove(entry)
-                self._unordered.clear()
+            walk.run(now, order, plan, self._keep(walk.profile, now), last)
+        for start in plan.started:
+            self._apply(self._queued[start.job_id], start, now)
         self.last_pass = now
         self._plan = plan
         self._dirty = False
@@ -311,22 +292,27 @@ class Scheduler:
         plan.profile = profiles[0] if profiles else None
         return plan
 
-    def _applier(self, now: float):
-        """What the walk calls for each job it starts: the apply step."""
-        def apply(job: Job, start: Start) -> None:
-            a = start.allocation
-            job.nodes = lambda: a.nodes  # names are listed when first read (see jobs.py)
-            job.cores, job.start_time = a.cores, now
-            job.score_at_start, job.run_count = job.score, job.run_count + 1
-            self._move(job, RUNNING, now)
-            self._units[job.id] = a.units
-            if self._base is not None:
-                self._base.occupy(a.units, now, now + job.walltime)
-            heapq.heappush(self._ends, (now + job.walltime, job.id))
-            if self._tallies is not None:
-                self._tally_start(job, self._tallies)
-                self.policy.started(job, self._tallies)
-        return apply
+    def _prioritise(self, now: float, ctx: Context | None) -> tuple[Iterable[Job], Job]:
+        """The runnable jobs in priority order, and the last of them."""
+        if self._order is not None:  # static order, kept: read only as far as the walk goes
+            return self._order.cursor(), self._order.last()
+        ctx = ctx or self.context(now)
+        runnable = list(self._queued.values())
+        self.policy.prioritise(runnable, ctx)
+        order = self.policy.order(runnable, ctx)
+        return order, order[-1]
+
+    def _apply(self, job: Job, start: Start, now: float) -> None:
+        """A start the plan decided: the job runs on its allocation from `now`."""
+        a = start.allocation
+        job.nodes = lambda: a.nodes  # names are listed when first read (see jobs.py)
+        job.cores, job.start_time = a.cores, now
+        job.score_at_start, job.run_count = job.score, job.run_count + 1
+        self._move(job, RUNNING, now)
+        self._units[job.id] = a.units
+        if self._base is not None:
+            self._base.occupy(a.units, now, now + job.walltime)
+        heapq.heappush(self._ends, (now + job.walltime, job.id))
 
     def _sorts_after(self, fresh: list[Job], last: Job | None) -> bool:
         """Do all new jobs sort after `last`?  (Static policies only: keys need no context.)"""
@@ -355,7 +341,7 @@ class Scheduler:
         if alloc is None:
             raise Rejected(f"job {job.id}: not enough free resources to run it now")
         start = Start(job.id, alloc, False)
-        self._applier(now)(job, start)
+        self._apply(job, start, now)
         self._dirty = True
         return start
 
@@ -581,31 +567,6 @@ class Scheduler:
         return tuple(sorted((r.name, a) for r in self.reservations.values()
                             if (a := r.access(job)) is not Access.BLOCKED))
 
-    def _tally(self) -> dict:
-        tally: dict = {"q": {}, "qu": {}, "qn": {}, "arr": {}}
-        for j in self._active.values():
-            self._tally_start(j, tally)
-        return tally
-
-    def _tally_start(self, job: Job, tally: dict) -> None:
-        q, qu = job.queue, (job.queue, job.owner)
-        tally["q"][q] = tally["q"].get(q, 0) + 1
-        tally["qu"][qu] = tally["qu"].get(qu, 0) + 1
-        tally["qn"][q] = tally["qn"].get(q, 0) + self.size(job)
-        if job.array_id:
-            tally["arr"][job.array_id] = tally["arr"].get(job.array_id, 0) + 1
-
-    def _gate(self, job: Job, ctx: Context, tally: dict) -> str | None:
-        q = self.router.queues.get(job.queue)
-        if q is not None:
-            why = q.hold_back(job, self.size(job), self.topology.node_count, tally["q"].get(q.name, 0),
-                              tally["qu"].get((q.name, job.owner), 0), tally["qn"].get(q.name, 0))
-            if why:
-                return why
-        if job.array_limit and tally["arr"].get(job.array_id, 0) >= job.array_limit:
-            return f"array {job.array_id} already runs its limit of {job.array_limit} subjobs"
-        return self.policy.hold_back(job, ctx, tally)
-
     # --- state as plain dicts ----------------------------------------------------------
     def to_dict(self) -> dict:
         return {"version": STATE_VERSION, "next_id": self.next_id, "last_pass": self.last_pass,
@@ -662,3 +623,41 @@ class Scheduler:
 
 _OWNER = {"user": "owner", "group": "group", "project": "account"}  # usage kind -> Job attribute
 
+
+class _Gate:
+    """One pass's limits that hold a runnable job back: its queue's running limits, its
+    array's slot limit and the policy's own.  It counts the jobs running, including those
+    the walk starts, so that each check sees the starts before it."""
+
+    def __init__(self, sched: Scheduler, now: float):
+        self.sched = sched
+        self.running = list(sched._active.values())  # grows as the walk starts jobs
+        self.ctx = sched.context(now, self.running)
+        self.tally: dict = {"q": {}, "qu": {}, "qn": {}, "arr": {}}
+        for job in self.running:
+            self._count(job)
+
+    def __call__(self, job: Job) -> str | None:
+        sched, tally = self.sched, self.tally
+        q = sched.router.queues.get(job.queue)
+        if q is not None:
+            why = q.hold_back(job, sched.size(job), sched.topology.node_count, tally["q"].get(q.name, 0),
+                              tally["qu"].get((q.name, job.owner), 0), tally["qn"].get(q.name, 0))
+            if why:
+                return why
+        if job.array_limit and tally["arr"].get(job.array_id, 0) >= job.array_limit:
+            return f"array {job.array_id} already runs its limit of {job.array_limit} subjobs"
+        return sched.policy.hold_back(job, self.ctx, tally)
+
+    def started(self, job: Job) -> None:
+        self.running.append(job)
+        self._count(job)
+        self.sched.policy.started(job, self.tally)
+
+    def _count(self, job: Job) -> None:
+        tally, q, qu = self.tally, job.queue, (job.queue, job.owner)
+        tally["q"][q] = tally["q"].get(q, 0) + 1
+        tally["qu"][qu] = tally["qu"].get(qu, 0) + 1
+        tally["qn"][q] = tally["qn"].get(q, 0) + self.sched.size(job)
+        if job.array_id:
+            tally["arr"][job.array_id] = tally["arr"].get(job.array_id, 0) + 1
