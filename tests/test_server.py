@@ -404,3 +404,26 @@ def test_interrupting_a_waiting_interactive_qsub_deletes_its_job(live):
     out, err = waiting.communicate(timeout=20)
     assert waiting.returncode == 130 and out == f"\nqsub: job {jid} deleted\n" and err == ""
     assert state(env, work, jid)["job_state"] == "C"
+
+
+def test_a_launch_is_journaled_as_a_process_record_without_the_script(rig):
+    """The server's bookkeeping of a job's process is its own small journal record: not
+    an alter carrying the job's whole `extra` (script included) into the journal."""
+    import io
+    import json
+
+    from hpcsched.pbs import qsub
+    from hpcsched.server import loop as server
+    from hpcsched.store.journaled import Batch
+    from hpcsched.store.site import load_site
+    qsub.submit(["-l", "walltime=60"], stdin=io.StringIO("echo SCRIPT-TEXT\n"), cwd=str(rig), env={})
+    srv = server.Server(load_site(), grace=1)
+    assert srv.step() == 1
+    records = [json.loads(line) for line in (rig / "home" / "journal.jsonl").read_text().splitlines()]
+    launch = records[-1]
+    assert launch["op"] == "process" and launch["id"] == 1 and set(launch["set"]) >= {"launched", "pid"}
+    assert "SCRIPT-TEXT" not in json.dumps(launch) and "alter" not in {r["op"] for r in records}
+    fresh = Batch(load_site())  # a replay restores what the server noted
+    with fresh.open(write=False):
+        assert fresh.sched.job(1).extra["pid"] == launch["set"]["pid"]
+    os.killpg(launch["set"]["pid"], signal.SIGKILL)

@@ -372,8 +372,7 @@ def qsig_argv(argv: list[str]) -> int:
             raise common.deny("qsig", job, batch.site)
         if job.state != State.RUNNING:
             raise InvalidState("not running")
-        extra = dict(job.extra, pending_signals=[*job.extra.get("pending_signals", []), sig])
-        batch.do("alter", id=job.id, changes={"extra": extra})
+        batch.do("process", id=job.id, set={"pending_signals": [*job.extra.get("pending_signals", []), sig]})
 
     return act("qsig", argv, SIG_USAGE, "s", send)
 

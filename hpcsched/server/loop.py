@@ -149,7 +149,7 @@ class Server:
                 if job.extra.get("rerunnable", True) and job.state == State.RUNNING:
                     accounting.write(self.home, "R", job, self.site.server, now)
                     self.batch.do("requeue", now, id=job.id)
-                    self.batch.do("alter", now, id=job.id, changes={"extra": _without(job.extra, "launched", "pid", "pid_start", "signal")})
+                    self._note(job, now, clear=["launched", "pid", "pid_start", "signal", "signalled_at"])
                     return
                 status = LOST
             self.batch.do("ended", now, id=job.id, exit_status=status)
@@ -162,7 +162,7 @@ class Server:
                     os.killpg(pid, sig)
                 except ProcessLookupError:
                     pass
-            self.batch.do("alter", now, id=job.id, changes={"extra": _without(job.extra, "pending_signals")})
+            self._note(job, now, clear=["pending_signals"])
         over = job.start_time + job.walltime
         if job.state == State.EXITING or now >= over:
             sent, at = job.extra.get("signal"), job.extra.get("signalled_at", now)
@@ -171,13 +171,16 @@ class Server:
             elif sent == signal.SIGTERM and now >= at + self.grace:
                 self._signal(job, pid, signal.SIGKILL, now)
 
+    def _note(self, job: Job, now: float, **change) -> None:
+        """Journal what changed about a job's process (a `process` record, not an alter)."""
+        self.batch.do("process", now, id=job.id, **change)
+
     def _signal(self, job: Job, pid: int, sig: int, now: float) -> None:
         try:
             os.killpg(pid, sig)
         except ProcessLookupError:
             pass
-        extra = dict(job.extra, signal=int(sig), signalled_at=now)
-        self.batch.do("alter", now, id=job.id, changes={"extra": extra})
+        self._note(job, now, set={"signal": int(sig), "signalled_at": now})
 
     # --- launching -------------------------------------------------------------------------
     def _launch(self, job: Job, now: float) -> int:
@@ -205,7 +208,7 @@ class Server:
             env["PBS_ENVIRONMENT"] = "PBS_INTERACTIVE"
             env["SHELL"] = x.get("shell") or env.get("PBS_O_SHELL") or "/bin/sh"  # the caller's own
             write_atomic(d / INTERACTIVE, json.dumps({"env": env, "workdir": workdir}))
-            self.batch.do("alter", now, id=job.id, changes={"extra": dict(x, launched=now)})
+            self._note(job, now, set={"launched": now})
             accounting.write(self.home, "S", job, self.site.server, now)
             return 1
         shell = x.get("shell") or "/bin/sh"
@@ -223,13 +226,12 @@ class Server:
             if stderr is not subprocess.STDOUT:
                 stderr.close()
         except OSError as e:
-            job.comment = f"launch failed: {e.strerror}"
-            self.batch.do("alter", now, id=job.id, changes={"extra": dict(x, launched=now), "comment": job.comment})
+            self._note(job, now, set={"launched": now}, comment=f"launch failed: {e.strerror}")
             self.batch.do("ended", now, id=job.id, exit_status=LOST)
             accounting.write(self.home, "A", job, self.site.server, now)
             return 0
-        extra = dict(x, launched=now, pid=proc.pid, pid_start=_wait_start(proc.pid), session=proc.pid)
-        self.batch.do("alter", now, id=job.id, changes={"extra": extra})
+        self._note(job, now, set={"launched": now, "pid": proc.pid, "pid_start": _wait_start(proc.pid),
+                                  "session": proc.pid})
         accounting.write(self.home, "S", job, self.site.server, now)
         return 1
 
@@ -372,10 +374,6 @@ class Server:
 
     def _stop(self, *_):
         self.stopping = True
-
-
-def _without(d: dict, *keys: str) -> dict:
-    return {k: v for k, v in d.items() if k not in keys}
 
 
 def _path(given: str | None, workdir: str, default: str) -> str:

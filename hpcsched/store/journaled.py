@@ -60,6 +60,17 @@ def apply(sched: Scheduler, rec: dict):
         return sched.remove_reservation(rec["name"])
     if op == "node":
         return sched.set_node_state(rec["name"], rec["state"])
+    if op == "process":
+        # what the server knows of a job's process (pid, launch time, signals sent or
+        # asked for, a launch failure's comment): attributes the core never reads, so
+        # they change nothing it planned and the record carries only what changed
+        job = sched.job(rec["id"])
+        job.extra.update(rec.get("set", {}))
+        for key in rec.get("clear", ()):
+            job.extra.pop(key, None)
+        if "comment" in rec:
+            job.comment = rec["comment"]
+        return job
     raise StoreError(f"journal record {rec.get('seq')}: unknown operation {op!r}")
 
 
