@@ -36,6 +36,15 @@ def run(*cmd, env=None):
                           timeout=60)
 
 
+def test_qsub_configures_the_site_scheduler_once(rig, monkeypatch):
+    """Checking the configuration, reading queue limits and the submission share one build."""
+    from hpcsched.config import build
+    from hpcsched.store import site
+    built = []
+    monkeypatch.setattr(site, "build", lambda *a, **k: built.append(1) or build(*a, **k))
+    assert submit("-N", "once") == "1.headnode" and len(built) == 1
+
+
 def test_qsub_prints_exactly_one_id_line(rig):
     assert submit("-N", "first") == "1.headnode"
     assert submit("-lwalltime=1:00:00,nodes=1:ppn=4") == "2.headnode"

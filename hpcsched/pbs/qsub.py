@@ -122,9 +122,8 @@ def submit(argv: list[str], stdin=None, cwd: str | None = None, env: dict | None
     # Only dependencies and queued-job limits need the jobs already stored; without them
     # the job is checked against the configuration alone, so qsub's cost does not grow
     # with the store.
-    queues = batch.site.scheduler().router.queues
     needs_state = bool(job.dependencies or befores) or any(
-        q.max_queued is not None or q.max_queued_per_user is not None for q in queues.values())
+        "max_queued" in q or "max_queued_per_user" in q for q in site.config.get("queues", {}).values())
     with batch.open(write=True, load=needs_state):
         sched = batch.sched
         queue = job.queue or sched.router.default

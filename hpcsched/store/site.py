@@ -13,7 +13,7 @@ from __future__ import annotations
 import math
 import os
 import socket
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..config import build, loads
@@ -38,9 +38,13 @@ class Site:
     operators: frozenset[str]
     managers: frozenset[str]
     keep_completed: float
+    _built: Scheduler | None = field(default=None, repr=False, compare=False)
 
     def scheduler(self) -> Scheduler:
-        return build(self.config, extra_keys=SITE_KEYS)
+        """A scheduler configured as the site says (no jobs yet): the one `load_site` built
+        to check the configuration the first time, a new one after."""
+        sched, self._built = self._built, None
+        return sched or build(self.config, extra_keys=SITE_KEYS)
 
     def is_operator(self, user: str) -> bool:
         return user in self.operators or user in self.managers or user == "root"
@@ -80,7 +84,7 @@ def load_site(home: str | os.PathLike | None = None) -> Site:
         raise ConfigError("server_name: must be a name without spaces")
     site = Site(home, config, server, flavor, _names(config, "operators"), _names(config, "managers"),
                 float(keep))
-    site.scheduler()  # validate the rest now: one line naming the key
+    site._built = site.scheduler()  # check the rest now (one line naming the key), and keep it
     return site
 
 
