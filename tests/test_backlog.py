@@ -77,7 +77,6 @@ def unlearned(p):
     """A copy of `p` that knows only its first segment's mask."""
     q = p.derive(p.now)
     q.free = [q.free[0]] + [None] * (len(q.times) - 1)
-    q._open = [None] * len(q.times)
     q._known = 1
     return q
 

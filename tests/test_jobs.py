@@ -81,3 +81,10 @@ def test_job_round_trips_through_dict():
 def test_job_from_dict_rejects_unknown_fields():
     with pytest.raises(InvalidRequest, match="unknown job field 'bogus'"):
         Job.from_dict({"id": 1, "bogus": 2})
+
+
+def test_request_from_dict_refuses_unknown_fields_whatever_it_saw_before():
+    assert Request.from_dict({"nodes": 1, "ppn": 2}) == Request(nodes=1, ppn=2)
+    with pytest.raises(InvalidRequest, match="bogus"):
+        Request.from_dict({"ppn": 2, "bogus": 1})  # same size and values as the one cached
+    assert Request.from_dict({"ppn": 2}) is Request.from_dict({"nodes": 1, "ppn": 2})  # one shared object

@@ -25,3 +25,11 @@ def test_command_is_packaged(name):
 
 def test_config_file_page():
     assert os.path.exists(os.path.join(ROOT, "man", "man5", "hpcsched.toml.5"))
+
+
+def test_every_subpackage_is_installed():
+    """`pip install .` installs what pyproject lists: every directory of the package."""
+    listed = set(tomllib.load(open(os.path.join(ROOT, "pyproject.toml"), "rb"))["tool"]["setuptools"]["packages"])
+    found = {os.path.relpath(d, ROOT).replace(os.sep, ".") for d, _, files in os.walk(os.path.join(ROOT, "hpcsched"))
+             if "__init__.py" in files}
+    assert listed == found

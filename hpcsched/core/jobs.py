@@ -36,18 +36,56 @@ PENDING = frozenset({QUEUED, HELD, WAITING, DEP_HOLD, DEP_FAIL})
 ACTIVE = frozenset({RUNNING, EXITING})
 FINISHED = frozenset({COMPLETED, DELETED})
 
-#: Every allowed state change; anything else raises InvalidState.
+#: Every allowed state change, each with the event that causes it; anything else raises
+#: InvalidState.  A waiting job's state is derived (`pending_state`): holds first, then a
+#: failed dependency, then one still open, then a start-after time ahead, else QUEUED.
 TRANSITIONS: dict[State, frozenset[State]] = {
-    QUEUED: frozenset({HELD, WAITING, DEP_HOLD, DEP_FAIL, RUNNING, DELETED}),
-    HELD: frozenset({QUEUED, WAITING, DEP_HOLD, DEP_FAIL, DELETED}),
-    WAITING: frozenset({QUEUED, HELD, DEP_HOLD, DEP_FAIL, DELETED}),
-    DEP_HOLD: frozenset({QUEUED, HELD, WAITING, DEP_FAIL, DELETED}),
-    DEP_FAIL: frozenset({QUEUED, HELD, WAITING, DEP_HOLD, DELETED}),
-    # RUNNING -> QUEUED is a requeue (launch failure, rerunnable job after a crash).
-    RUNNING: frozenset({EXITING, COMPLETED, QUEUED}),
-    EXITING: frozenset({COMPLETED}),
-    COMPLETED: frozenset(),
-    DELETED: frozenset(),
+    QUEUED: frozenset({
+        HELD,  # qhold (user, operator or system hold)
+        WAITING,  # qalter -a: a start-after time still ahead
+        DEP_HOLD,  # qalter -W depend= on a job that has not ended
+        DEP_FAIL,  # qalter -W depend= on a job that ended the wrong way
+        RUNNING,  # a pass starts it (or an operator's qrun)
+        DELETED,  # qdel
+    }),
+    HELD: frozenset({
+        QUEUED,  # qrls of its last hold, nothing else to wait for
+        WAITING,  # qrls, and its start-after time is still ahead
+        DEP_HOLD,  # qrls, and a dependency is still open
+        DEP_FAIL,  # qrls, and a dependency can never be met
+        DELETED,  # qdel
+    }),
+    WAITING: frozenset({
+        QUEUED,  # a pass at or after its start-after time
+        HELD,  # qhold
+        DEP_HOLD,  # qalter -W depend= on a job that has not ended
+        DEP_FAIL,  # qalter -W depend= on a job that ended the wrong way
+        DELETED,  # qdel
+    }),
+    DEP_HOLD: frozenset({
+        QUEUED,  # its last open dependency is met
+        HELD,  # qhold
+        WAITING,  # its dependencies are met, its start-after time is still ahead
+        DEP_FAIL,  # a parent ended the wrong way (afterok parent failed, say)
+        DELETED,  # qdel
+    }),
+    DEP_FAIL: frozenset({
+        QUEUED,  # qalter -W depend= replaces the failed dependency with met ones
+        HELD,  # qhold
+        WAITING,  # qalter -W depend=, and its start-after time is still ahead
+        DEP_HOLD,  # qalter -W depend= on a job that has not ended
+        DELETED,  # qdel
+    }),
+    RUNNING: frozenset({
+        EXITING,  # qdel of a running job: told to stop, its nodes still in use
+        COMPLETED,  # its process ended (job_ended)
+        QUEUED,  # requeue: its launch failed, or it vanished and is rerunnable
+    }),
+    EXITING: frozenset({
+        COMPLETED,  # its process ended after the signal (job_ended)
+    }),
+    COMPLETED: frozenset(),  # final (a retention policy forgets it)
+    DELETED: frozenset(),  # final
 }
 
 
@@ -98,15 +136,14 @@ class Request:
 
     @classmethod
     def from_dict(cls, d: dict) -> "Request":
+        if not d.keys() <= _REQUEST_FIELDS:
+            raise InvalidRequest(f"unknown request field {sorted(d.keys() - _REQUEST_FIELDS)[0]!r}")
         # requests repeat across a store's jobs, and are immutable: share one object each
         key = (d.get("nodes", 1), d.get("ppn", 1), d.get("cores", 0), d.get("mem", 0),
-               tuple(d.get("features", ())), len(d))
+               tuple(d.get("features", ())))
         req = _REQUESTS.get(key)
         if req is None:
-            extra = d.keys() - {"nodes", "ppn", "cores", "mem", "features"}
-            if extra:
-                raise InvalidRequest(f"unknown request field {sorted(extra)[0]!r}")
-            req = _REQUESTS[key] = cls(*key[:5])
+            req = _REQUESTS[key] = cls(*key)
         return req
 
 
@@ -270,6 +307,7 @@ def _set_nodes(job: Job, value) -> None:
 Job.nodes = property(_nodes, _set_nodes)
 
 _REQUEST_DEFAULTS = tuple((f.name, f.default) for f in fields(Request))
+_REQUEST_FIELDS = frozenset(name for name, _ in _REQUEST_DEFAULTS)
 _JOB_FIELDS = tuple(f.name for f in fields(Job))
 _JOB_FIELD_SET = frozenset(_JOB_FIELDS)
 _REQUESTS: dict[tuple, Request] = {}

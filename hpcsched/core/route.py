@@ -125,13 +125,6 @@ class Queue:
             kw[f.name] = v
         return cls(name=name, **kw)
 
-    def to_config(self) -> dict:
-        out = {}
-        for f in fields(self):
-            v = getattr(self, f.name)
-            if f.name != "name" and v != f.default and not (f.default is None and v is None):
-                out[f.name] = sorted(v) if isinstance(v, frozenset) else list(v) if isinstance(v, tuple) else v
-        return out
 
 
 @dataclass

@@ -15,12 +15,10 @@ from pathlib import Path
 
 from ..core.jobs import Job
 from ..core.timefmt import hms
-
-TYPES = frozenset("QSEDAR")
+from .common import display_id
 
 
 def _record(kind: str, job: Job, server: str, now: float) -> str:
-    from .common import display_id
     fields = {"user": job.owner, "group": job.group or job.owner, "jobname": job.name, "queue": job.queue,
               "ctime": int(job.submit_time), "qtime": int(job.submit_time)}
     if job.account:

@@ -8,6 +8,7 @@ from __future__ import annotations
 import re
 import sys
 
+from .. import __version__ as VERSION
 from ..core.errors import ConfigError, SchedulerError
 from ..core.jobs import Hold, Job, State
 
@@ -19,7 +20,6 @@ BAD_STATE = 170  # PBSE_BADSTATE 15018 mod 256
 USAGE = 2
 SYSTEM = 1
 
-VERSION = "0.1.0"
 
 
 class CommandError(Exception):
