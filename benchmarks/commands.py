@@ -66,7 +66,7 @@ def main(argv=None) -> int:
                 qsub.submit(SUBMIT, stdin=io.StringIO("true\n"), cwd=home, env={})
                 inproc_sub.append(time.perf_counter() - t)
                 t = time.perf_counter()
-                qstat.run([], out=io.StringIO())
+                qstat.QSTAT([], out=io.StringIO())
                 inproc_stat.append(time.perf_counter() - t)
             for _ in range(max(3, args.runs // 4)):
                 proc_sub.append(timed(qsub_cmd, "true\n"))

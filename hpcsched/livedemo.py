@@ -26,9 +26,7 @@ def _command(name: str) -> list[str]:
     local = ROOT / "bin" / name
     if local.exists():
         return [sys.executable, str(local)]
-    module, function = {"qsub": ("hpcsched.pbs.qsub", "main"), "qstat": ("hpcsched.pbs.qstat", "main"),
-                        "qrls": ("hpcsched.pbs.qctl", "main_qrls")}[name]
-    return [sys.executable, "-c", f"import sys; from {module} import {function}; sys.exit({function}())"]
+    return [sys.executable, "-c", f"import sys; from hpcsched.pbs.front import main; sys.exit(main({name!r}))"]
 
 
 def run(out) -> int:

@@ -16,7 +16,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 def run(prog, *argv, later=10.0):
     out = io.StringIO()
-    status = maui.run(prog, list(argv), out=out, now=time.time() + later)
+    status = getattr(maui, prog.upper())(list(argv), out=out, now=time.time() + later)
     return status, out.getvalue()
 
 
@@ -94,7 +94,7 @@ def test_shownids_and_bad_list(busy):
     with batch.open(write=True):
         batch.do("node", name="node03", state="bad")
     out = io.StringIO()
-    assert psc.shownids([], out) == 0
+    assert psc.SHOWNIDS([], out=out) == 0
     lines = out.getvalue().splitlines()
     assert lines[0].split() == ["NID", "NODE", "STATE", "JOB"]
     assert lines[1].split() == ["0", "node01", "busy", "1.headnode"]

@@ -78,7 +78,7 @@ def state(env, work, jid):
 
     from hpcsched.pbs import qstat
     buf = io.StringIO()
-    qstat.run(["-f", "-1", jid], out=buf)
+    qstat.QSTAT(["-f", "-1", jid], out=buf)
     out = buf.getvalue()
     found = {}
     for line in out.splitlines():

@@ -1,7 +1,8 @@
 """Job attributes from PBS options, shared by qsub and qalter: the option table's values
 (-l resources of Torque's and OpenPBS's styles, -a, -p, -t/-J, -W depend=, paths, #PBS
 directives) turned into the core's Request, times and Dependency objects.  Every malformed
-value is a one-line CommandError with exit status 2 (usage)."""
+value is one line with exit status 2 (a UsageError, after which the command prints its
+usage line, or a CommandError)."""
 from __future__ import annotations
 
 import math
@@ -13,27 +14,8 @@ from datetime import datetime, timedelta
 from ..core.errors import InvalidRequest
 from ..core.jobs import Dependency, DepType, Request
 from ..core.timefmt import parse_duration
-from . import common
-from . import front as commands
-from .front import OPTIONS
-
-USAGE = ("usage: qsub [-a date_time] [-A account_string] [-C directive_prefix] [-d path] [-e path] "
-         "[-h] [-j oe|eo|n] [-l resource_list] [-m mail_options] [-M user_list] [-N name] [-o path] "
-         "[-p priority] [-q destination] [-r y|n] [-S path] [-v variable_list] [-V] [-W attributes] "
-         "[-z] [script]")
-
-
-def usage_error(message: str) -> common.CommandError:
-    return common.CommandError(f"{message}\n{USAGE}", common.USAGE)
-
-
-def parse_options(argv: list[str], where: str = "", table: dict[str, bool] = OPTIONS
-                  ) -> tuple[list[tuple[str, str]], list[str]]:
-    """PBS getopt (commands.parse_options) with qsub's usage line on a malformed option."""
-    try:
-        return commands.parse_options(argv, where, table)
-    except commands.UsageError as e:
-        raise usage_error(str(e)) from None
+from . import common, options
+from .errors import UsageError
 
 
 def directives(script: str, prefix: str) -> list[tuple[str, str]]:
@@ -57,7 +39,7 @@ def directives(script: str, prefix: str) -> list[tuple[str, str]]:
                 words = shlex.split(body, comments=True)
             except ValueError as e:
                 raise common.CommandError(f"directive error on script line {n}: {e}", common.USAGE) from None
-            found, rest = parse_options(words, where=f" (script line {n})")
+            found, rest = options.parse(words, options.QSUB, permute=False, where=f" (script line {n})")
             if rest:
                 raise common.CommandError(f"directive error on script line {n}: unexpected {rest[0]!r}", common.USAGE)
             opts.extend(found)
@@ -72,7 +54,7 @@ def split_resources(value: str) -> list[tuple[str, str]]:
             continue
         name, eq, val = item.partition("=")
         if not eq or not name or not val:
-            raise common.CommandError(f"illegal -l value\n{USAGE}", common.USAGE)
+            raise UsageError("illegal -l value")
         out.append((name.strip().lower(), val.strip()))
     return out
 
@@ -99,7 +81,7 @@ def parse_memory(text: str) -> int:
     """`8gb` -> 8192 (MB, rounded up); plain numbers are bytes, as PBS reads them."""
     m = _MEM.match(text.strip())
     if not m:
-        raise common.CommandError(f"illegal -l value: bad size {text!r}\n{USAGE}", common.USAGE)
+        raise UsageError(f"illegal -l value: bad size {text!r}")
     n = int(m.group(1)) * (8 if (m.group(3) or "b").lower() == "w" else 1)
     scale = {"": 1, "k": 2 ** 10, "m": 2 ** 20, "g": 2 ** 30, "t": 2 ** 40, "p": 2 ** 50}[m.group(2).lower()]
     return math.ceil(n * scale / 2 ** 20)
@@ -107,8 +89,7 @@ def parse_memory(text: str) -> int:
 
 def positive(text: str, what: str) -> int:
     if not text.isdigit() or int(text) < 1:
-        raise common.CommandError(f"illegal -l value: {what} must be a positive integer, not {text!r}\n{USAGE}",
-                               common.USAGE)
+        raise UsageError(f"illegal -l value: {what} must be a positive integer, not {text!r}")
     return int(text)
 
 
@@ -132,9 +113,9 @@ def build_request(res: dict[str, str]) -> tuple[Request, float | None]:
         try:
             walltime = parse_duration(res["walltime"])
         except InvalidRequest:
-            raise common.CommandError(f"illegal -l value: walltime {res['walltime']!r}\n{USAGE}", common.USAGE) from None
+            raise UsageError(f"illegal -l value: walltime {res['walltime']!r}") from None
         if walltime <= 0:
-            raise common.CommandError(f"illegal -l value: walltime must be positive\n{USAGE}", common.USAGE)
+            raise UsageError("illegal -l value: walltime must be positive")
     nodes, ppn, cores, mem, features = 1, 1, 0, 0, []
     if "select" in res:
         chunks = res["select"].split("+")
@@ -148,7 +129,7 @@ def build_request(res: dict[str, str]) -> tuple[Request, float | None]:
             for p in parts:
                 k, eq, v = p.partition("=")
                 if not eq:
-                    raise common.CommandError(f"illegal -l value: select chunk {chunk!r}\n{USAGE}", common.USAGE)
+                    raise UsageError(f"illegal -l value: select chunk {chunk!r}")
                 shape[k.strip()] = v.strip()
             shapes.append((count, shape))
         if any(s != shapes[0][1] for _, s in shapes):
@@ -160,8 +141,7 @@ def build_request(res: dict[str, str]) -> tuple[Request, float | None]:
     elif "nodes" in res:
         parts = res["nodes"].split(":")
         if "+" in res["nodes"] or not parts[0].isdigit():
-            raise common.CommandError(f"illegal -l value: nodes={res['nodes']} (give a node count)\n{USAGE}",
-                                   common.USAGE)
+            raise UsageError(f"illegal -l value: nodes={res['nodes']} (give a node count)")
         nodes = positive(parts[0], "nodes")
         for p in parts[1:]:
             if p.startswith("ppn="):
@@ -169,7 +149,7 @@ def build_request(res: dict[str, str]) -> tuple[Request, float | None]:
             elif p and "=" not in p:
                 features.append(p)
             else:
-                raise common.CommandError(f"illegal -l value: nodes={res['nodes']}\n{USAGE}", common.USAGE)
+                raise UsageError(f"illegal -l value: nodes={res['nodes']}")
     elif "procs" in res or "ncpus" in res:
         cores = positive(res.get("procs") or res.get("ncpus"), "procs")
     if "ppn" in res and "nodes" not in res:
@@ -186,7 +166,7 @@ def parse_start_after(text: str, now: float) -> float:
     """`-a [[[[CC]YY]MM]DD]hhmm[.SS]` in local time; a bare hhmm already past is tomorrow."""
     m = re.match(r"^(\d{4,12})(?:\.(\d{2}))?$", text)
     if not m or len(m.group(1)) % 2:
-        raise common.CommandError(f"illegal -a value {text!r}\n{USAGE}", common.USAGE)
+        raise UsageError(f"illegal -a value {text!r}")
     digits, secs = m.group(1), int(m.group(2) or 0)
     base = datetime.fromtimestamp(now)
     hh, mm = int(digits[-4:-2]), int(digits[-2:])
@@ -202,7 +182,7 @@ def parse_start_after(text: str, now: float) -> float:
             fields["year"] = int(yy) if len(yy) == 4 else 2000 + int(yy)
         when = base.replace(microsecond=0, **fields)
     except ValueError:
-        raise common.CommandError(f"illegal -a value {text!r}\n{USAGE}", common.USAGE) from None
+        raise UsageError(f"illegal -a value {text!r}") from None
     if not rest and when.timestamp() < now:
         when += timedelta(days=1)
     return when.timestamp()
@@ -212,15 +192,15 @@ def parse_array(text: str) -> tuple[list[int], int]:
     """`-t 1-10%5`, `-t 1,3,5-7` (Torque) or `-J 1-10:2%5` (OpenPBS) -> (indices, slot limit)."""
     body, _, limit = text.partition("%")
     if limit and (not limit.isdigit() or int(limit) < 1):
-        raise common.CommandError(f"illegal array request {text!r}\n{USAGE}", common.USAGE)
+        raise UsageError(f"illegal array request {text!r}")
     indices: list[int] = []
     for part in body.split(","):
         m = re.fullmatch(r"\s*(\d+)(?:-(\d+)(?::(\d+))?)?\s*", part)
         if not m:
-            raise common.CommandError(f"illegal array request {text!r}\n{USAGE}", common.USAGE)
+            raise UsageError(f"illegal array request {text!r}")
         lo, hi, step = int(m.group(1)), int(m.group(2) or m.group(1)), int(m.group(3) or 1)
         if hi < lo or step < 1:
-            raise common.CommandError(f"illegal array request {text!r}\n{USAGE}", common.USAGE)
+            raise UsageError(f"illegal array request {text!r}")
         indices.extend(range(lo, hi + 1, step))
     indices = sorted(set(indices))
     if len(indices) > 100000:
@@ -228,14 +208,14 @@ def parse_array(text: str) -> tuple[list[int], int]:
     return indices, int(limit or 0)
 
 
-def parse_priority(text: str, usage: str) -> int:
+def parse_priority(text: str) -> int:
     """-p: an integer from -1024 to 1023."""
     try:
         priority = int(text)
     except ValueError:
         priority = 9999
     if not -1024 <= priority <= 1023:
-        raise common.CommandError(f"illegal -p value {text!r}\n{usage}", common.USAGE)
+        raise UsageError(f"illegal -p value {text!r}")
     return priority
 
 
@@ -254,9 +234,9 @@ def parse_depend(value: str) -> tuple[list[Dependency], list[Dependency]]:
         if kind not in ("afterok", "afternotok", "afterany") and kind not in BEFORE:
             if kind in ("on", "synccount", "syncwith"):
                 raise common.CommandError(f"dependency type {kind} is not supported", common.USAGE)
-            raise common.CommandError(f"illegal -W value: depend={value}\n{USAGE}", common.USAGE)
+            raise UsageError(f"illegal -W value: depend={value}")
         if not ids:
-            raise common.CommandError(f"illegal -W value: depend={value}\n{USAGE}", common.USAGE)
+            raise UsageError(f"illegal -W value: depend={value}")
         for jid in ids.split(":"):
             if kind in BEFORE:  # the job id here names the job that will wait
                 befores.append(Dependency(DepType(BEFORE[kind]), common.parse_id(jid)))

@@ -7,27 +7,22 @@ from __future__ import annotations
 
 import re
 import sys
+import time
+from dataclasses import dataclass
+from typing import Callable, TextIO
 
 from .. import __version__ as VERSION
 from ..core.errors import ConfigError, SchedulerError
 from ..core.jobs import Hold, Job, State
+from . import options
+from .errors import SYSTEM, USAGE, CommandError, UsageError
 
 UNKNOWN_JOB = 153
 FINISHED = 35
 LIMITS = 188
 UNAUTHORIZED = 159
 BAD_STATE = 170  # PBSE_BADSTATE 15018 mod 256
-USAGE = 2
-SYSTEM = 1
 
-
-
-class CommandError(Exception):
-    """One line for stderr and the exit status that goes with it."""
-
-    def __init__(self, message: str, status: int = SYSTEM):
-        super().__init__(message)
-        self.status = status
 
 
 def full_id(job_id: int, server: str) -> str:
@@ -144,21 +139,41 @@ def version(prog: str) -> int:
     return 0
 
 
-def main(prog: str, command, argv: list[str] | None = None, wake: bool = False) -> int:
-    """Every command's entry point: `--version`, one-line errors with PBS exit statuses,
-    and (for changes) a poke that wakes a waiting server.  `argv` None means sys.argv,
-    a real command line."""
-    if argv is None:
-        command_line()
-        argv = sys.argv[1:]
-    if argv[:1] == ["--version"]:
-        return version(prog)
-    try:
-        status = command(argv)
-    except (CommandError, SchedulerError, OSError) as e:
-        return fail(prog, e)
-    if wake:
-        from ..store.journal import default_home
-        from ..store.site import notify
-        notify(default_home())
-    return status
+@dataclass(frozen=True)
+class Command:
+    """A PBS-style command: its option table (see options.py), its usage line, and its
+    action, `action(opts, operands, out, now) -> exit status`, given the options in order
+    as (letter, value) pairs.  An action raises CommandError for one line and a status,
+    or UsageError for a line that the usage line follows."""
+
+    name: str
+    options: str
+    usage: str
+    action: Callable[[list[tuple[str, str]], list[str], TextIO, float], int]
+    changes: bool = False  # it changes the store: wake a waiting server after it
+    permute: bool = True  # options may follow operands
+
+    def parse(self, argv: list[str]) -> tuple[list[tuple[str, str]], list[str]]:
+        """(options in order, operands) by the command's table; UsageError if malformed."""
+        return options.parse(argv, self.options, self.permute)
+
+    def __call__(self, argv: list[str] | None = None, out: TextIO | None = None, now: float | None = None) -> int:
+        """Run the command (`argv` None: from the real command line): `--version`, one-line
+        errors with PBS exit statuses, and after a change a poke to the server."""
+        if argv is None:
+            command_line()
+            argv = sys.argv[1:]
+        if argv[:1] == ["--version"]:
+            return version(self.name)
+        try:
+            opts, operands = self.parse(argv)
+            status = self.action(opts, operands, out or sys.stdout, time.time() if now is None else now)
+        except UsageError as e:
+            return fail(self.name, CommandError(f"{e}\n{self.usage}", USAGE))
+        except (CommandError, SchedulerError, OSError) as e:
+            return fail(self.name, e)
+        if self.changes:
+            from ..store.journal import default_home
+            from ..store.site import notify
+            notify(default_home())
+        return status

@@ -19,72 +19,23 @@ import os
 import sys
 
 from ..store.layout import home
+from .errors import UsageError
+from .options import QSUB, parse
 
-#: command name -> "module:function" running it in this process (function(argv) -> status)
-COMMANDS = {
-    "checkjob": "maui:main_checkjob", "mdiag": "maui:main_mdiag", "pbsyod": "psc:main_pbsyod",
-    "qalter": "qctl:main_qalter", "qdel": "qctl:main_qdel", "qhold": "qctl:main_qhold",
-    "qmove": "qctl:main_qmove", "qrls": "qctl:main_qrls", "qrun": "qctl:main_qrun",
-    "qselect": "qctl:main_qselect", "qsig": "qctl:main_qsig", "qstat": "qstat:main",
-    "qsub": "qsub:main", "releaseres": "maui:main_releaseres", "setres": "maui:main_setres",
-    "showbf": "maui:main_showbf", "shownids": "psc:main_shownids", "showq": "maui:main_showq",
-    "showres": "maui:main_showres",
-}
+#: command name -> "module:NAME" of its Command (common.py), run in this process
+COMMANDS = {name: f"{module}:{name.upper()}" for module, names in (
+    ("qsub", ["qsub"]), ("qstat", ["qstat"]),
+    ("qctl", ["qalter", "qdel", "qhold", "qmove", "qrls", "qrun", "qselect", "qsig"]),
+    ("maui", ["checkjob", "mdiag", "releaseres", "setres", "showbf", "showq", "showres"]),
+    ("psc", ["pbsyod", "shownids"])) for name in names}
 #: pbsyod runs the site's launcher as the caller's child, inside the job: never forwarded
 LOCAL_ONLY = frozenset({"pbsyod"})
 SOCKET = "commands.sock"
 MAGIC = b"hpcsched1"
 
-#: qsub's options: letter -> takes a value (qalter reuses them)
-OPTIONS = {"a": True, "A": True, "c": True, "C": True, "d": True, "e": True, "h": False, "I": False,
-           "j": True, "J": True, "k": True, "l": True, "m": True, "M": True, "N": True, "o": True,
-           "p": True, "q": True, "r": True, "S": True, "t": True, "u": True, "v": True, "V": False,
-           "w": True, "W": True, "z": False}
-
-
-class UsageError(Exception):
-    """A malformed command line (the command adds its usage line)."""
-
-
-def parse_options(argv: list[str], where: str = "", table: dict[str, bool] = OPTIONS
-                  ) -> tuple[list[tuple[str, str]], list[str]]:
-    """getopt as PBS does it: attached or separate values; a value may begin with a space
-    (`"-W depend=afterok:1"` as one argument).  Returns (options in order, operands)."""
-    opts, rest, i = [], [], 0
-    while i < len(argv):
-        arg = argv[i]
-        if arg == "--":
-            rest.extend(argv[i + 1:])
-            break
-        if not arg.startswith("-") or arg == "-":
-            rest.extend(argv[i:])
-            break
-        letter = arg[1]
-        if letter not in table:
-            raise UsageError(f"invalid option -- '{letter}'{where}")
-        if table[letter]:
-            value = arg[2:]
-            if not value:
-                i += 1
-                if i >= len(argv):
-                    raise UsageError(f"option requires an argument -- '{letter}'{where}")
-                value = argv[i]
-            opts.append((letter, value.strip()))
-        else:
-            if len(arg) > 2:  # clustered flags such as -hV
-                for ch in arg[1:]:
-                    if ch not in table or table[ch]:
-                        raise UsageError(f"invalid option -- '{ch}'{where}")
-                    opts.append((ch, ""))
-            else:
-                opts.append((letter, ""))
-        i += 1
-    return opts, rest
-
-
 def _qsub_options(argv: list[str]) -> tuple[list[tuple[str, str]], list[str]]:
     try:
-        return parse_options(argv)
+        return parse(argv, QSUB, permute=False)
     except UsageError:
         return [], ["-"]  # the server reports the usage error
 
@@ -191,8 +142,8 @@ def forward(prog: str, argv: list[str]) -> int | None:
 def run_here(prog: str, argv: list[str] | None = None) -> int:
     """Run the command in this process (argv None: the real command line)."""
     from importlib import import_module
-    module, function = COMMANDS[prog].split(":")
-    return getattr(import_module(f"hpcsched.pbs.{module}"), function)(argv)
+    module, name = COMMANDS[prog].split(":")
+    return getattr(import_module(f"hpcsched.pbs.{module}"), name)(argv)
 
 
 def run_for(request: bytes) -> bytes:
@@ -218,10 +169,6 @@ def run_for(request: bytes) -> bytes:
         try:
             os.chdir(cwd)
             status = run_here(prog, argv)
-        except SystemExit as e:  # argparse's usage errors
-            status = e.code if isinstance(e.code, int) else 0 if e.code is None else 1
-            if isinstance(e.code, str):
-                err.write(e.code + "\n")
         except OSError as e:
             err.write(f"{prog}: {cwd}: {e.strerror}\n")
             status = 1

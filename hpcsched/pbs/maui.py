@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import sys
 import time
-from functools import partial
 
 from ..core import nodelist
 from ..core.errors import InvalidRequest
@@ -18,6 +17,8 @@ from ..core.timefmt import parse_duration
 from ..store.journaled import Batch
 from ..store.site import load_site, whoami
 from . import common
+from .common import Command
+from .errors import UsageError
 
 
 def dhms(seconds: float | None) -> str:
@@ -57,7 +58,7 @@ def preview(batch: Batch, now: float):
     return before, plan
 
 
-def showq(argv: list[str], out, now: float) -> int:
+def showq(opts: list[tuple[str, str]], operands: list[str], out, now: float) -> int:
     site, batch = load()
     sched = batch.sched
     jobs = sorted((j for j in sched.jobs.values() if j.state not in FINISHED), key=lambda j: j.id)
@@ -90,15 +91,15 @@ def showq(argv: list[str], out, now: float) -> int:
     return 0
 
 
-def checkjob(argv: list[str], out, now: float) -> int:
-    if len(argv) != 1:
-        raise common.CommandError("usage: checkjob JOBID", common.USAGE)
-    jid = common.parse_id(argv[0])
+def checkjob(opts: list[tuple[str, str]], operands: list[str], out, now: float) -> int:
+    if len(operands) != 1:
+        raise UsageError("give one job id")
+    jid = common.parse_id(operands[0])
     site, batch = load()
     sched = batch.sched
     job = sched.jobs.get(jid)
     if job is None:
-        raise common.CommandError(f"cannot locate job '{argv[0]}'", common.UNKNOWN_JOB)
+        raise common.CommandError(f"cannot locate job '{operands[0]}'", common.UNKNOWN_JOB)
     state = {State.QUEUED: "Idle", State.RUNNING: "Running", State.EXITING: "Running", State.HELD: "Hold",
              State.WAITING: "Deferred", State.DEP_HOLD: "Hold", State.DEP_FAIL: "Hold",
              State.COMPLETED: "Completed", State.DELETED: "Removed"}[job.state]
@@ -138,7 +139,7 @@ def checkjob(argv: list[str], out, now: float) -> int:
     return 0
 
 
-def showres(argv: list[str], out, now: float) -> int:
+def showres(opts: list[tuple[str, str]], operands: list[str], out, now: float) -> int:
     site, batch = load()
     sched = batch.sched
     rows = []
@@ -160,7 +161,7 @@ def showres(argv: list[str], out, now: float) -> int:
     return 0
 
 
-def showbf(argv: list[str], out, now: float) -> int:
+def showbf(opts: list[tuple[str, str]], operands: list[str], out, now: float) -> int:
     site, batch = load()
     sched = batch.sched
     user = whoami()
@@ -182,9 +183,9 @@ def showbf(argv: list[str], out, now: float) -> int:
     return 0
 
 
-def mdiag(argv: list[str], out, now: float) -> int:
-    if argv[:1] != ["-p"]:
-        raise common.CommandError("usage: mdiag -p", common.USAGE)
+def mdiag(opts: list[tuple[str, str]], operands: list[str], out, now: float) -> int:
+    if not opts or operands:
+        raise UsageError("give -p")
     site, batch = load()
     sched = batch.sched
     ctx = sched.context(now)
@@ -220,24 +221,10 @@ def parse_when(text: str, now: float) -> float:
         raise common.CommandError(f"bad time {text!r} (now, +HH:MM:SS, epoch seconds or an ISO date)", common.USAGE) from None
 
 
-def setres(argv: list[str], out, now: float) -> int:
-    usage = ("usage: setres [-n name] [-s start] [-d duration] [-p period] [-u users] [-g groups] "
-             "[-a accounts] [-q queue] hostlist|count=N")
-    opts, rest, i = {}, [], 0
-    while i < len(argv):
-        a = argv[i]
-        if a.startswith("-") and len(a) == 2 and a[1] in "nsdpugaq":
-            if i + 1 >= len(argv):
-                raise common.CommandError(f"option {a} needs a value\n{usage}", common.USAGE)
-            opts[a[1]] = argv[i + 1]
-            i += 2
-        elif a.startswith("-"):
-            raise common.CommandError(f"invalid option {a}\n{usage}", common.USAGE)
-        else:
-            rest.append(a)
-            i += 1
-    if len(rest) != 1 or "d" not in opts:
-        raise common.CommandError(f"give a duration (-d) and one hostlist or count=N\n{usage}", common.USAGE)
+def setres(options: list[tuple[str, str]], operands: list[str], out, now: float) -> int:
+    opts = dict(options)
+    if len(operands) != 1 or "d" not in opts:
+        raise UsageError("give a duration (-d) and one hostlist or count=N")
     site, batch = load(write=True)
     user = whoami()
     if not site.is_operator(user):
@@ -249,19 +236,19 @@ def setres(argv: list[str], out, now: float) -> int:
         if period is None:
             period = parse_duration(opts.get("p", "0"))
     except InvalidRequest as e:
-        raise common.CommandError(f"{e}\n{usage}", common.USAGE) from None
-    spec = rest[0]
+        raise UsageError(str(e)) from None
+    spec = operands[0]
     count, nodes = 0, ()
     if spec.startswith("count=") or spec.startswith("TASKS=="):
         value = spec.split("=")[-1]
         if not value.isdigit() or int(value) < 1:
-            raise common.CommandError(f"bad node count {spec!r}\n{usage}", common.USAGE)
+            raise UsageError(f"bad node count {spec!r}")
         count = int(value)
     else:
         try:
             nodes = tuple(nodelist.expand(spec))
         except InvalidRequest as e:
-            raise common.CommandError(f"{e}\n{usage}", common.USAGE) from None
+            raise UsageError(str(e)) from None
     split = lambda key: frozenset(filter(None, opts.get(key, "").split(",")))  # noqa: E731
     with batch.open(write=True):
         sched = batch.sched
@@ -290,14 +277,14 @@ def _resolved(sched, res: Reservation, now: float) -> Reservation:
     return Reservation(**{**probe.to_dict()})
 
 
-def releaseres(argv: list[str], out, now: float) -> int:
-    if not argv:
-        raise common.CommandError("usage: releaseres NAME ...", common.USAGE)
+def releaseres(opts: list[tuple[str, str]], operands: list[str], out, now: float) -> int:
+    if not operands:
+        raise UsageError("give a reservation name")
     site, batch = load(write=True)
     user = whoami()
     status = 0
     with batch.open(write=True):
-        for name in argv:
+        for name in operands:
             res = batch.sched.reservations.get(name)
             if res is None:
                 sys.stderr.write(f"releaseres: cannot locate reservation '{name}'\n")
@@ -312,19 +299,11 @@ def releaseres(argv: list[str], out, now: float) -> int:
     return status
 
 
-COMMANDS = {"showq": showq, "checkjob": checkjob, "showres": showres, "showbf": showbf, "setres": setres,
-            "releaseres": releaseres, "mdiag": mdiag}
-
-
-def run(prog: str, argv: list[str] | None = None, out=None, now: float | None = None) -> int:
-    return common.main(prog, lambda a: COMMANDS[prog](a, out or sys.stdout, time.time() if now is None else now),
-                    argv, wake=prog in ("setres", "releaseres"))
-
-
-def main(prog: str, argv: list[str] | None = None) -> int:
-    return run(prog, argv)
-
-
-# console-script entry points, one per command
-main_showq, main_checkjob, main_showres, main_showbf, main_setres, main_releaseres, main_mdiag = (
-    partial(main, name) for name in ("showq", "checkjob", "showres", "showbf", "setres", "releaseres", "mdiag"))
+SHOWQ = Command("showq", "", "usage: showq", showq)
+CHECKJOB = Command("checkjob", "", "usage: checkjob JOBID", checkjob)
+SHOWRES = Command("showres", "", "usage: showres", showres)
+SHOWBF = Command("showbf", "", "usage: showbf", showbf)
+SETRES = Command("setres", "n:s:d:p:u:g:a:q:", "usage: setres [-n name] [-s start] [-d duration] [-p period] "
+                 "[-u users] [-g groups] [-a accounts] [-q queue] hostlist|count=N", setres, changes=True)
+RELEASERES = Command("releaseres", "", "usage: releaseres NAME ...", releaseres, changes=True)
+MDIAG = Command("mdiag", "p", "usage: mdiag -p", mdiag)

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import os
 import subprocess
-import sys
 
 from ..core import nodelist
 from ..core.errors import ConfigError
@@ -21,11 +20,13 @@ from ..core.topology import NodeState
 from ..store.journaled import Batch
 from ..store.site import load_site
 from . import common
+from .common import Command
+from .errors import UsageError
 
 
-def shownids(argv: list[str], out) -> int:
-    if argv:
-        raise common.CommandError("usage: shownids", common.USAGE)
+def shownids(opts: list[tuple[str, str]], operands: list[str], out, now: float) -> int:
+    if operands:
+        raise UsageError(f"unexpected {operands[0]!r}")
     site = load_site()
     batch = Batch.of(site)
     with batch.open(write=False):
@@ -50,9 +51,9 @@ def shownids(argv: list[str], out) -> int:
     return 0
 
 
-def pbsyod(argv: list[str]) -> int:
+def pbsyod(opts: list[tuple[str, str]], argv: list[str], out, now: float) -> int:
     if not argv:
-        raise common.CommandError("usage: pbsyod APP [ARGS ...]", common.USAGE)
+        raise UsageError("give a program to run")
     jid_text = os.environ.get("PBS_JOBID")
     if not jid_text:
         raise common.CommandError("not inside a batch job (PBS_JOBID is not set)", common.USAGE)
@@ -86,9 +87,5 @@ def pbsyod(argv: list[str]) -> int:
         raise common.CommandError(f"{command[0]}: {e.strerror}", 127) from None
 
 
-def main_shownids(argv: list[str] | None = None) -> int:
-    return common.main("shownids", lambda argv: shownids(argv, sys.stdout), argv)
-
-
-def main_pbsyod(argv: list[str] | None = None) -> int:
-    return common.main("pbsyod", pbsyod, argv)
+SHOWNIDS = Command("shownids", "", "usage: shownids", shownids)
+PBSYOD = Command("pbsyod", "", "usage: pbsyod APP [ARGS ...]", pbsyod, permute=False)

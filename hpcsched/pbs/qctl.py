@@ -14,35 +14,17 @@ from ..core.jobs import FINISHED, Hold, Job, State
 from ..store.journaled import Batch
 from ..store.site import load_site, whoami
 from . import accounting, common
+from .common import Command
+from .errors import UsageError
 
 
-def act(prog: str, argv: list[str], usage: str, options: str,
-        action: Callable[[Batch, Job, dict], None], every: bool = False, flags: str = "") -> int:
-    """Parse `-X value` options in `options` (and bare `flags`), then apply `action` to
-    each job id."""
-    opts, ids, i = {}, [], 0
-    while i < len(argv):
-        arg = argv[i]
-        if arg.startswith("-") and len(arg) > 1:
-            letter = arg[1]
-            if letter in flags and len(arg) == 2:
-                opts[letter] = True
-                i += 1
-                continue
-            if letter not in options:
-                raise common.CommandError(f"invalid option -- '{letter}'\n{usage}", common.USAGE)
-            value = arg[2:]
-            if not value:
-                i += 1
-                if i >= len(argv):
-                    raise common.CommandError(f"option requires an argument -- '{letter}'\n{usage}", common.USAGE)
-                value = argv[i]
-            opts[letter] = value
-        else:
-            ids.append(arg)
-        i += 1
+def act(prog: str, ids: list[str], action: Callable[[Batch, Job, dict], None], opts: dict | None = None,
+        every: bool = False) -> int:
+    """Apply `action` to each job an id names (`all`: every job the caller may touch, if
+    `every`), each on its own: one failing prints its line and the others go on."""
+    opts = opts or {}
     if not ids:
-        raise common.CommandError(f"no job id given\n{usage}", common.USAGE)
+        raise UsageError("no job id given")
     site = load_site()
     user = whoami()
     batch = Batch.of(site)
@@ -106,21 +88,12 @@ def _holds(op: str):
 qhold, qrls = _holds("hold"), _holds("release")
 
 
-def _main(prog: str, usage: str, options: str, action, argv, every: bool = False, flags: str = "") -> int:
-    return _run_argv(prog, lambda argv: act(prog, argv, usage, options, action, every, flags), argv)
-
-
-def main_qdel(argv: list[str] | None = None) -> int:
-    return _main("qdel", "usage: qdel [-p] [-x] [-W delay|force] job_id ... | all", "W", qdel, argv, every=True,
-                 flags="px")
-
-
-def main_qhold(argv: list[str] | None = None) -> int:
-    return _main("qhold", "usage: qhold [-h u|o|s] job_id ...", "h", qhold, argv)
-
-
-def main_qrls(argv: list[str] | None = None) -> int:
-    return _main("qrls", "usage: qrls [-h u|o|s] job_id ...", "h", qrls, argv)
+QDEL = Command("qdel", "W:px", "usage: qdel [-p] [-x] [-W delay|force] job_id ... | all",
+               lambda opts, ids, out, now: act("qdel", ids, qdel, every=True), changes=True)
+QHOLD = Command("qhold", "h:", "usage: qhold [-h u|o|s] job_id ...",
+                lambda opts, ids, out, now: act("qhold", ids, qhold, dict(opts)), changes=True)
+QRLS = Command("qrls", "h:", "usage: qrls [-h u|o|s] job_id ...",
+               lambda opts, ids, out, now: act("qrls", ids, qrls, dict(opts)), changes=True)
 
 
 ALTER_USAGE = ("usage: qalter [-a date_time] [-A account] [-e path] [-h hold_list] [-j join] [-l resources] "
@@ -146,18 +119,18 @@ def alter_changes(job: Job, options: dict[str, str], resources: dict[str, str], 
         extra["resources"] = merged
     if "N" in options:
         if not options["N"] or any(c.isspace() for c in options["N"]):
-            raise common.CommandError(f"illegal -N value\n{ALTER_USAGE}", common.USAGE)
+            raise UsageError("illegal -N value")
         changes["name"] = options["N"]
     if "A" in options:
         changes["account"] = options["A"]
     if "p" in options:
-        changes["priority"] = parse_priority(options["p"], ALTER_USAGE)
+        changes["priority"] = parse_priority(options["p"])
     if "a" in options:
         changes["start_after"] = parse_start_after(options["a"], now)
     if "W" in options:
         key, _, val = options["W"].partition("=")
         if key.strip() != "depend":
-            raise common.CommandError(f"illegal -W value {options['W']!r}\n{ALTER_USAGE}", common.USAGE)
+            raise UsageError(f"illegal -W value {options['W']!r}")
         deps, befores = parse_depend(val)
         if befores:
             raise common.CommandError("before dependencies are given at qsub time", common.USAGE)
@@ -170,7 +143,7 @@ def alter_changes(job: Job, options: dict[str, str], resources: dict[str, str], 
             extra[key] = resolve_path(options[letter], extra.get("workdir", "/"))
     if "r" in options:
         if options["r"] not in ("y", "n"):
-            raise common.CommandError(f"illegal -r value\n{ALTER_USAGE}", common.USAGE)
+            raise UsageError("illegal -r value")
         extra["rerunnable"] = options["r"] == "y"
     if "v" in options:
         variables = dict(extra.get("variables", {}))
@@ -182,19 +155,13 @@ def alter_changes(job: Job, options: dict[str, str], resources: dict[str, str], 
         changes["extra"] = extra
     holds = options.get("h", "")
     if holds and any(h not in "uosn" for h in holds):
-        raise common.CommandError(f"illegal -h value\n{ALTER_USAGE}", common.USAGE)
+        raise UsageError("illegal -h value")
     return changes, holds
 
 
-def qalter_argv(argv: list[str]) -> int:
-    from .attributes import OPTIONS, merge, parse_options
-    opts, ids = parse_options(argv, table={**OPTIONS, "h": True})  # qalter -h takes hold letters
-    if not ids:
-        raise common.CommandError(f"no job id given\n{ALTER_USAGE}", common.USAGE)
+def qalter(opts: list[tuple[str, str]], ids: list[str], out, now: float) -> int:
+    from .attributes import merge
     options, resources = merge(opts, [])
-    for letter in options:
-        if letter not in "aAehjlmMNoprvW":
-            raise common.CommandError(f"invalid option -- '{letter}'\n{ALTER_USAGE}", common.USAGE)
 
     def alter(batch: Batch, job: Job, _opts: dict) -> None:
         import time as _time
@@ -216,14 +183,16 @@ def qalter_argv(argv: list[str]) -> int:
                 raise common.deny("qalter", job, batch.site)
             batch.do("hold", id=job.id, kind=h)
 
-    return act("qalter", ids, ALTER_USAGE, "", alter)
+    return act("qalter", ids, alter)
 
 
-def qmove_argv(argv: list[str]) -> int:
-    usage = "usage: qmove destination job_id ..."
-    if len(argv) < 2:
-        raise common.CommandError(usage, common.USAGE)
-    dest = argv[0].split("@")[0]
+QALTER = Command("qalter", "a:A:e:h:j:l:m:M:N:o:p:r:v:W:", ALTER_USAGE, qalter, changes=True, permute=False)
+
+
+def qmove(opts: list[tuple[str, str]], operands: list[str], out, now: float) -> int:
+    if len(operands) < 2:
+        raise UsageError("give a destination and a job id")
+    dest = operands[0].split("@")[0]
 
     def move(batch: Batch, job: Job, _opts: dict) -> None:
         if not common.may_touch(batch.site, whoami(), job):
@@ -237,35 +206,28 @@ def qmove_argv(argv: list[str]) -> int:
         except Rejected as e:
             raise common.CommandError(f"Job violates queue and/or server resource limits: {e}", common.LIMITS) from None
 
-    return act("qmove", argv[1:], usage, "", move)
+    return act("qmove", operands[1:], move)
+
+
+QMOVE = Command("qmove", "", "usage: qmove destination job_id ...", qmove, changes=True)
 
 
 _OPS = {"eq": lambda a, b: a == b, "ne": lambda a, b: a != b, "lt": lambda a, b: a < b,
         "le": lambda a, b: a <= b, "gt": lambda a, b: a > b, "ge": lambda a, b: a >= b}
 
 
-def qselect_argv(argv: list[str], out) -> int:
+def qselect(opts: list[tuple[str, str]], operands: list[str], out, now: float) -> int:
     """Job ids matching every criterion, one per line (full ids)."""
-    usage = "usage: qselect [-u users] [-q queue] [-s states] [-N name] [-A account] [-h holds] [-l res.op.value] [-x]"
-    crit, i = {}, 0
-    while i < len(argv):
-        a = argv[i]
-        if a == "-x":
-            crit["x"] = True
-            i += 1
-            continue
-        if not a.startswith("-") or len(a) < 2 or a[1] not in "uqsNAhl":
-            raise common.CommandError(f"invalid argument {a!r}\n{usage}", common.USAGE)
-        value = a[2:] or (argv[i + 1] if i + 1 < len(argv) else None)
-        if value is None:
-            raise common.CommandError(f"option {a} needs a value\n{usage}", common.USAGE)
-        i += 1 if a[2:] else 2
-        crit.setdefault(a[1], []).append(value)
+    if operands:
+        raise UsageError(f"invalid argument {operands[0]!r}")
+    crit: dict[str, list[str]] = {}
+    for letter, value in opts:
+        crit.setdefault(letter, []).append(value)
     tests = []
     for spec in crit.get("l", []):
         parts = spec.split(".")
         if len(parts) != 3 or parts[1] not in _OPS or parts[0] not in ("walltime", "nodect", "ncpus", "mem"):
-            raise common.CommandError(f"illegal -l value {spec!r}\n{usage}", common.USAGE)
+            raise UsageError(f"illegal -l value {spec!r}")
         tests.append(parts)
     site = load_site()
     batch = Batch.of(site)
@@ -296,18 +258,21 @@ def qselect_argv(argv: list[str], out) -> int:
             try:
                 bound = parse_duration(raw) if name == "walltime" else parse_memory(raw) if name == "mem" else int(raw)
             except Exception:
-                raise common.CommandError(f"illegal -l value {raw!r}\n{usage}", common.USAGE) from None
+                raise UsageError(f"illegal -l value {raw!r}") from None
             ok = ok and _OPS[op](value, bound)
         if ok:
             out.write(common.display_id(job, site.server) + "\n")
     return 0
 
 
-RUN_USAGE = "usage: qrun [-H host[+host...]] job_id ..."
+QSELECT = Command("qselect", "u:q:s:N:A:h:l:x", "usage: qselect [-u users] [-q queue] [-s states] [-N name] "
+                  "[-A account] [-h holds] [-l res.op.value] [-x]", qselect)
+
+
 NO_RESOURCES = 196  # PBSE_RESCUNAV mod 256
 
 
-def qrun_argv(argv: list[str]) -> int:
+def qrun(opts: list[tuple[str, str]], ids: list[str], out, now: float) -> int:
     from ..core import nodelist
 
     def run(batch: Batch, job: Job, opts: dict) -> None:
@@ -329,33 +294,13 @@ def qrun_argv(argv: list[str]) -> int:
             raise common.CommandError(f"Insufficient amount of resource to run {common.display_id(job, batch.site.server)}",
                                    NO_RESOURCES) from None
 
-    return act("qrun", argv, RUN_USAGE, "H", run)
+    return act("qrun", ids, run, dict(opts))
 
 
-def main_qrun(argv: list[str] | None = None) -> int:
-    return _run_argv("qrun", qrun_argv, argv)
+QRUN = Command("qrun", "H:", "usage: qrun [-H host[+host...]] job_id ...", qrun, changes=True)
 
 
-def main_qalter(argv: list[str] | None = None) -> int:
-    return _run_argv("qalter", qalter_argv, argv)
-
-
-def main_qmove(argv: list[str] | None = None) -> int:
-    return _run_argv("qmove", qmove_argv, argv)
-
-
-def main_qselect(argv: list[str] | None = None) -> int:
-    return _run_argv("qselect", lambda argv: qselect_argv(argv, sys.stdout), argv)
-
-
-def _run_argv(prog: str, fn, argv: list[str] | None = None) -> int:
-    return common.main(prog, fn, argv, wake=True)
-
-
-SIG_USAGE = "usage: qsig [-s signal] job_id ..."
-
-
-def qsig_argv(argv: list[str]) -> int:
+def qsig(opts: list[tuple[str, str]], ids: list[str], out, now: float) -> int:
     """Send a signal to running jobs (the server delivers it to each job's processes);
     `suspend` and `resume` are SIGSTOP and SIGCONT."""
     import signal as _signal
@@ -367,15 +312,14 @@ def qsig_argv(argv: list[str]) -> int:
         try:
             sig = int(name) if name.isdigit() else int(getattr(_signal, name if name.startswith("SIG") else "SIG" + name))
         except (AttributeError, ValueError):
-            raise common.CommandError(f"illegal signal {opts.get('s')!r}\n{SIG_USAGE}", common.USAGE) from None
+            raise UsageError(f"illegal signal {opts.get('s')!r}") from None
         if not common.may_touch(batch.site, whoami(), job):
             raise common.deny("qsig", job, batch.site)
         if job.state != State.RUNNING:
             raise InvalidState("not running")
         batch.do("process", id=job.id, set={"pending_signals": [*job.extra.get("pending_signals", []), sig]})
 
-    return act("qsig", argv, SIG_USAGE, "s", send)
+    return act("qsig", ids, send, dict(opts))
 
 
-def main_qsig(argv: list[str] | None = None) -> int:
-    return _run_argv("qsig", qsig_argv, argv)
+QSIG = Command("qsig", "s:", "usage: qsig [-s signal] job_id ...", qsig, changes=True)

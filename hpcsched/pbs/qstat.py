@@ -16,6 +16,8 @@ from ..core.timefmt import hms
 from ..store.journaled import Batch
 from ..store.site import Site, load_site
 from . import common
+from .common import Command
+from .errors import UsageError
 
 USAGE = "usage: qstat [-f [-1]] [-F json|dsv] [-x] [-a] [-n [-1]] [-u user] [-Q] [-B] [job_id ...]"
 
@@ -256,46 +258,19 @@ def server_listing(site: Site, sched) -> list[str]:
             f"{count['W']:>3} {0:>3} {count['E']:>3} Active"]
 
 
-def parse(argv: list[str]) -> dict:
+def settings(opts: list[tuple[str, str]], ids: list[str]) -> dict:
+    """What the options ask for: a flag's letter -> True, -F/-D/-u -> their values."""
     o = {"f": False, "one": False, "F": None, "D": "|", "x": False, "a": False, "n": False, "u": None,
-         "Q": False, "B": False, "H": False, "w": False, "t": False, "ids": []}
-    i = 0
-    while i < len(argv):
-        arg = argv[i]
-        if arg in ("-1",):
-            o["one"] = True
-        elif arg.startswith("-F"):
-            value = arg[2:] or (argv[i + 1] if i + 1 < len(argv) else "")
-            if not arg[2:]:
-                i += 1
-            if value not in ("json", "dsv"):
-                raise common.CommandError(f"invalid -F value {value!r}\n{USAGE}", common.USAGE)
-            o["F"] = value
-        elif arg.startswith("-D"):
-            o["D"] = arg[2:] or argv[i + 1]
-            if not arg[2:]:
-                i += 1
-        elif arg.startswith("-u"):
-            o["u"] = arg[2:] or (argv[i + 1] if i + 1 < len(argv) else None)
-            if not arg[2:]:
-                i += 1
-            if not o["u"]:
-                raise common.CommandError(f"option -u needs a user\n{USAGE}", common.USAGE)
-        elif arg.startswith("-") and len(arg) > 1:
-            for ch in arg[1:]:
-                if ch not in "fxanQBHwt1":
-                    raise common.CommandError(f"invalid option -- '{ch}'\n{USAGE}", common.USAGE)
-                o["one" if ch == "1" else ch] = True
-        else:
-            o["ids"].append(arg)
-        i += 1
+         "Q": False, "B": False, "H": False, "w": False, "t": False, "ids": ids}
+    for letter, value in opts:
+        o["one" if letter == "1" else letter] = value if letter in "FDu" else True
+    if o["F"] not in (None, "json", "dsv"):
+        raise UsageError(f"invalid -F value {o['F']!r}")
     return o
 
 
-def run(argv: list[str], out=None, now: float | None = None) -> int:
-    out = out or sys.stdout
-    o = parse(argv)
-    now = time.time() if now is None else now
+def qstat(opts: list[tuple[str, str]], ids: list[str], out, now: float) -> int:
+    o = settings(opts, ids)
     site = load_site()
     batch = Batch.of(site)
     with batch.open(write=False):
@@ -407,9 +382,4 @@ def _kept(job: Job, site: Site, now: float) -> bool:
     return job.end_time is not None and now - job.end_time <= site.keep_completed
 
 
-def main(argv: list[str] | None = None) -> int:
-    return common.main("qstat", run, argv)
-
-
-if __name__ == "__main__":
-    sys.exit(main())
+QSTAT = Command("qstat", "fxanQBHwt1F:D:u:", USAGE, qstat)

@@ -20,8 +20,17 @@ from ..store.layout import INTERACTIVE, WRAPPER
 from ..store.site import load_site, notify, whoami
 from . import accounting, common
 from . import front as commands
-from .attributes import (USAGE, build_request, directives, merge, parse_array, parse_depend, parse_options,
-                         parse_priority, parse_start_after, resolve_path, usage_error)
+from .attributes import (build_request, directives, merge, parse_array, parse_depend, parse_priority, parse_start_after,
+                         resolve_path)
+from .common import Command
+from .errors import UsageError
+from .options import QSUB as QSUB_TABLE
+from .options import parse as parse_argv
+
+USAGE = ("usage: qsub [-a date_time] [-A account_string] [-C directive_prefix] [-d path] [-e path] "
+         "[-h] [-j oe|eo|n] [-l resource_list] [-m mail_options] [-M user_list] [-N name] [-o path] "
+         "[-p priority] [-q destination] [-r y|n] [-S path] [-v variable_list] [-V] [-W attributes] "
+         "[-z] [script]")
 
 
 def make_job(options: dict[str, str], resources: dict[str, str], script: str, script_name: str,
@@ -31,18 +40,18 @@ def make_job(options: dict[str, str], resources: dict[str, str], script: str, sc
     request, walltime = build_request(resources)
     name = options.get("N", os.path.basename(script_name) if script_name else "STDIN")
     if not name or any(c.isspace() for c in name) or len(name) > 236:
-        raise common.CommandError(f"illegal -N value {name!r}\n{USAGE}", common.USAGE)
+        raise UsageError(f"illegal -N value {name!r}")
     dest = options.get("q", "")
     queue, _, dest_server = dest.partition("@")
     if dest_server and dest_server.split(".")[0] != server:
         raise common.CommandError(f"Unknown server {dest_server}", common.SYSTEM)
-    priority = parse_priority(options["p"], USAGE) if "p" in options else 0
+    priority = parse_priority(options["p"]) if "p" in options else 0
     extra_w, deps, befores, group = {}, [], [], ""
     if "W" in options:
         for item in re.split(r",(?=\s*[a-z_]+=)", options["W"]):
             key, eq, val = item.strip().partition("=")
             if not eq:
-                raise common.CommandError(f"illegal -W value {options['W']!r}\n{USAGE}", common.USAGE)
+                raise UsageError(f"illegal -W value {options['W']!r}")
             if key == "depend":
                 deps, befores = parse_depend(val)
             elif key == "group_list":
@@ -50,13 +59,13 @@ def make_job(options: dict[str, str], resources: dict[str, str], script: str, sc
             elif key in ("umask", "block", "stagein", "stageout", "x", "sandbox", "run_count"):
                 extra_w[key] = val
             else:
-                raise common.CommandError(f"illegal -W value {key}\n{USAGE}", common.USAGE)
+                raise UsageError(f"illegal -W value {key}")
     join = options.get("j", "n")
     if join not in ("oe", "eo", "n"):
-        raise common.CommandError(f"illegal -j value {join!r}\n{USAGE}", common.USAGE)
+        raise UsageError(f"illegal -j value {join!r}")
     rerun = options.get("r", "y")
     if rerun not in ("y", "n"):
-        raise common.CommandError(f"illegal -r value {rerun!r}\n{USAGE}", common.USAGE)
+        raise UsageError(f"illegal -r value {rerun!r}")
     workdir = options.get("d") or options.get("w") or cwd
     if not os.path.isabs(workdir):
         workdir = os.path.normpath(os.path.join(cwd, workdir))
@@ -85,13 +94,18 @@ def make_job(options: dict[str, str], resources: dict[str, str], script: str, sc
 def submit(argv: list[str], stdin=None, cwd: str | None = None, env: dict | None = None,
            now: float | None = None) -> tuple[str, bool]:
     """Everything qsub does; returns (job id, -z given).  CommandError on any refusal."""
+    return submit_parsed(*parse_argv(argv, QSUB_TABLE, permute=False), stdin, cwd, env, now)
+
+
+def submit_parsed(cmd: list[tuple[str, str]], rest: list[str], stdin=None, cwd: str | None = None,
+                  env: dict | None = None, now: float | None = None) -> tuple[str, bool]:
+    """`submit` with the command line already parsed: (options in order, operands)."""
     stdin = stdin if stdin is not None else sys.stdin
     env = dict(os.environ if env is None else env)
     cwd = cwd or os.getcwd()
     now = time.time() if now is None else now
-    cmd, rest = parse_options(argv)
     if len(rest) > 1:
-        raise usage_error(f"too many arguments: {' '.join(rest[1:])}")
+        raise UsageError(f"too many arguments: {' '.join(rest[1:])}")
     interactive = any(letter == "I" for letter, _ in cmd)
     if interactive and not commands.server_answers():
         raise common.CommandError("interactive jobs (-I) need a running server (hpcsched server)", common.SYSTEM)
@@ -113,7 +127,7 @@ def submit(argv: list[str], stdin=None, cwd: str | None = None, env: dict | None
     job, befores = make_job(options, resources, script, script_name, cwd, env, user, site.server, now)
     if interactive:
         if "t" in options or "J" in options:
-            raise usage_error("an interactive job (-I) cannot be an array")
+            raise UsageError("an interactive job (-I) cannot be an array")
         job.extra.update(interactive=True, rerunnable=False)  # PBS never reruns a session
     for key in ("output", "error"):
         if job.extra[key]:
@@ -136,7 +150,7 @@ def submit(argv: list[str], stdin=None, cwd: str | None = None, env: dict | None
             job.walltime = sched.router.queues[queue].max_walltime or 3600.0 if queue else 3600.0
         array = options.get("t") or options.get("J")
         if befores and array:
-            raise usage_error("an array cannot carry before dependencies")
+            raise UsageError("an array cannot carry before dependencies")
         waiters = [_waiter(batch, site, user, b.job_id) for b in befores]
         try:
             if array:
@@ -228,17 +242,15 @@ def session(jid: str, poll: float = 0.2) -> int:
     return status if status >= 0 else 128 - status
 
 
-def main(argv: list[str] | None = None) -> int:
-    def run(argv: list[str]) -> int:
-        jid, quiet = submit(argv)
-        if any(letter == "I" for letter, _ in parse_options(argv)[0]):
-            notify(load_site().home)  # the server starts it as soon as it can
-            return session(jid)
-        if not quiet:
-            print(jid)
-        return 0
-    return common.main("qsub", run, argv, wake=True)
+def qsub(opts: list[tuple[str, str]], operands: list[str], out, now: float) -> int:
+    """Submit, print the id (not with -z); with -I, wait for the job and run its session."""
+    jid, quiet = submit_parsed(opts, operands, now=now)
+    if ("I", "") in opts:
+        notify(load_site().home)  # the server starts it as soon as it can
+        return session(jid)
+    if not quiet:
+        out.write(jid + "\n")
+    return 0
 
 
-if __name__ == "__main__":
-    sys.exit(main())
+QSUB = Command("qsub", QSUB_TABLE, USAGE, qsub, changes=True, permute=False)
