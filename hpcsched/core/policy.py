@@ -37,11 +37,13 @@ class Policy:
     #: come and go; the planner then keeps the order between passes and evaluates new
     #: submissions incrementally, calling `key(job, None)`: a static key needs no context.
     static = True
+    #: True when `hold_back` may hold a job back: the pass then checks every job it walks.
+    limits = False
 
-    def on_submit(self, job: Job, ctx: Context) -> None:
+    def on_submit(self, job: Job) -> None:
         """Set a new job's starting score."""
 
-    def on_route_change(self, job: Job, ctx: Context) -> None:
+    def on_route_change(self, job: Job) -> None:
         """A qalter moved the job to another queue."""
 
     def on_dependencies_met(self, job: Job, parents: list[Job]) -> None:

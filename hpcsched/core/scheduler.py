@@ -221,8 +221,7 @@ class Scheduler:
         self._array_limits += job.array_limit > 0
         self._count(job, 1)
         self._register_children(job)
-        if type(self.policy).on_submit is not Policy.on_submit:  # (FIFO's needs no context)
-            self.policy.on_submit(job, self.context(now))
+        self.policy.on_submit(job)
         if job.dependencies and all(d.met for d in job.dependencies):
             self.policy.on_dependencies_met(job, [self.jobs[d.job_id] for d in job.dependencies])
         dirty = self._dirty
@@ -323,7 +322,7 @@ class Scheduler:
 
     def _gated(self) -> bool:
         """Can a queue limit or the policy hold a job back? (Else the walk skips the check.)"""
-        return type(self.policy).hold_back is not Policy.hold_back or self._array_limits > 0 or any(
+        return self.policy.limits or self._array_limits > 0 or any(
             not q.started or q.max_running is not None or q.max_running_per_user is not None
             or q.max_running_fraction is not None for q in self.router.queues.values())
 
@@ -446,7 +445,7 @@ class Scheduler:
             self._enorder(job)
         if rerouted:
             self._count(job, 1)
-            self.policy.on_route_change(job, self.context(now))
+            self.policy.on_route_change(job)
         if "dependencies" in changes:
             self._register_children(job)
             if job.dependencies and all(d.met for d in job.dependencies):

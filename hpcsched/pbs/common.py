@@ -13,7 +13,7 @@ from typing import Callable, TextIO
 
 from .. import __version__ as VERSION
 from ..core.errors import ConfigError, SchedulerError
-from ..core.jobs import Hold, Job, State
+from ..core.jobs import COMPLETED, DELETED, DEP_FAIL, DEP_HOLD, EXITING, HELD, QUEUED, RUNNING, WAITING, Hold, Job
 from . import options
 from .errors import SYSTEM, USAGE, CommandError, UsageError
 
@@ -79,9 +79,9 @@ def resolve(jobs: dict, text: str, server: str) -> list[Job]:
 
 
 #: flavor -> the state letter for each core state (finished is C in Torque, F in OpenPBS)
-_LETTERS = {flavor: {State.QUEUED: "Q", State.HELD: "H", State.DEP_HOLD: "H", State.DEP_FAIL: "H",
-                     State.WAITING: "W", State.RUNNING: "R", State.EXITING: "E",
-                     State.COMPLETED: done, State.DELETED: done}
+_LETTERS = {flavor: {QUEUED: "Q", HELD: "H", DEP_HOLD: "H", DEP_FAIL: "H",
+                     WAITING: "W", RUNNING: "R", EXITING: "E",
+                     COMPLETED: done, DELETED: done}
             for flavor, done in (("torque", "C"), ("openpbs", "F"))}
 
 
@@ -92,7 +92,7 @@ def state_letter(job: Job, flavor: str) -> str:
 def hold_letters(job: Job) -> str:
     """PBS Hold_Types: some of u, o, s (dependency holds count as s), or n."""
     kinds = {h.value for h in job.holds}
-    if job.state in (State.DEP_HOLD, State.DEP_FAIL):
+    if job.state in (DEP_HOLD, DEP_FAIL):
         kinds.add(Hold.SYSTEM.value)
     return "".join(k for k in "uos" if k in kinds) or "n"
 

@@ -11,7 +11,8 @@ import time
 
 from ..core import nodelist
 from ..core.errors import InvalidRequest
-from ..core.jobs import ACTIVE, FINISHED, PENDING, Job, State
+from ..core.jobs import (ACTIVE, COMPLETED, DELETED, DEP_FAIL, DEP_HOLD, EXITING, FINISHED, HELD, PENDING, QUEUED,
+                         RUNNING, WAITING, Job)
 from ..core.reservations import Reservation
 from ..core.timefmt import parse_duration
 from ..store.journaled import Batch
@@ -64,14 +65,14 @@ def showq(opts: list[tuple[str, str]], operands: list[str], out, now: float) -> 
     jobs = sorted((j for j in sched.jobs.values() if j.state not in FINISHED), key=lambda j: j.id)
     total_procs = sum(n.cores for n in sched.topology.all_nodes())
     active = [j for j in jobs if j.state in ACTIVE]
-    idle = [j for j in jobs if j.state == State.QUEUED]
-    blocked = [j for j in jobs if j.state in PENDING and j.state != State.QUEUED]
+    idle = [j for j in jobs if j.state == QUEUED]
+    blocked = [j for j in jobs if j.state in PENDING and j.state != QUEUED]
     used = sum(procs(j) for j in active)
     w = out.write
     w("ACTIVE JOBS--------------------\n")
     w(f"{'JOBNAME':<18} {'USERNAME':<12} {'STATE':>8} {'PROC':>5} {'REMAINING':>11}  {'STARTTIME':>19}\n\n")
     for j in active:
-        state = "Running" if j.state == State.RUNNING else "Exiting"
+        state = "Running" if j.state == RUNNING else "Exiting"
         w(f"{j.id:<18} {j.owner:<12} {state:>8} {procs(j):>5} {dhms(j.start_time + j.walltime - now):>11}  "
           f"{when(j.start_time):>19}\n")
     pct = 100.0 * used / total_procs if total_procs else 0.0
@@ -82,8 +83,8 @@ def showq(opts: list[tuple[str, str]], operands: list[str], out, now: float) -> 
         w(title + "\n")
         w(f"{'JOBNAME':<18} {'USERNAME':<12} {'STATE':>8} {'PROC':>5} {'WCLIMIT':>11}  {'QUEUETIME':>19}\n\n")
         for j in group:
-            label = "Idle" if state is None else {State.HELD: "Hold", State.WAITING: "Deferred",
-                                                  State.DEP_HOLD: "Hold", State.DEP_FAIL: "Hold"}.get(j.state, "Blocked")
+            label = "Idle" if state is None else {HELD: "Hold", WAITING: "Deferred",
+                                                  DEP_HOLD: "Hold", DEP_FAIL: "Hold"}.get(j.state, "Blocked")
             w(f"{j.id:<18} {j.owner:<12} {label:>8} {procs(j):>5} {dhms(j.walltime):>11}  {when(j.submit_time):>19}\n")
         w(f"\n{len(group)} {'Idle' if state is None else 'Blocked'} Job{'s' if len(group) != 1 else ''}\n\n")
     w(f"Total Jobs: {len(jobs)}   Active Jobs: {len(active)}   Idle Jobs: {len(idle)}   "
@@ -100,9 +101,9 @@ def checkjob(opts: list[tuple[str, str]], operands: list[str], out, now: float) 
     job = sched.jobs.get(jid)
     if job is None:
         raise common.CommandError(f"cannot locate job '{operands[0]}'", common.UNKNOWN_JOB)
-    state = {State.QUEUED: "Idle", State.RUNNING: "Running", State.EXITING: "Running", State.HELD: "Hold",
-             State.WAITING: "Deferred", State.DEP_HOLD: "Hold", State.DEP_FAIL: "Hold",
-             State.COMPLETED: "Completed", State.DELETED: "Removed"}[job.state]
+    state = {QUEUED: "Idle", RUNNING: "Running", EXITING: "Running", HELD: "Hold",
+             WAITING: "Deferred", DEP_HOLD: "Hold", DEP_FAIL: "Hold",
+             COMPLETED: "Completed", DELETED: "Removed"}[job.state]
     w = out.write
     w(f"checking job {job.id}\n\n")
     w(f"State: {state}\n")
@@ -126,15 +127,15 @@ def checkjob(opts: list[tuple[str, str]], operands: list[str], out, now: float) 
         before, plan = preview(batch, now)
         if any(s.job_id == job.id for s in plan.started):
             w("job can start now: it starts at the next scheduling pass\n")
-        elif job.state == State.QUEUED:
+        elif job.state == QUEUED:
             w(f"job cannot run: {plan.reason(job.id)}\n")
             est = plan.estimate(job.id)
             w(f"Estimated start: {when(est)} (in {dhms(est - now)})\n" if est is not None
               else "Estimated start: none within the planning horizon\n")
         else:
-            reason = {State.HELD: "job is held", State.WAITING: f"job may not start before {when(job.start_after)}",
-                      State.DEP_HOLD: "job waits for its dependencies",
-                      State.DEP_FAIL: "a dependency can never be satisfied"}[job.state]
+            reason = {HELD: "job is held", WAITING: f"job may not start before {when(job.start_after)}",
+                      DEP_HOLD: "job waits for its dependencies",
+                      DEP_FAIL: "a dependency can never be satisfied"}[job.state]
             w(f"job cannot run: {reason}\n")
     return 0
 
@@ -189,7 +190,7 @@ def mdiag(opts: list[tuple[str, str]], operands: list[str], out, now: float) -> 
     site, batch = load()
     sched = batch.sched
     ctx = sched.context(now)
-    jobs = sorted((j for j in sched.jobs.values() if j.state == State.QUEUED), key=lambda j: j.id)
+    jobs = sorted((j for j in sched.jobs.values() if j.state == QUEUED), key=lambda j: j.id)
     factors = {j.id: sched.policy.describe(j, ctx) for j in jobs}
     names = list(next(iter(factors.values()), {}))
     top = {n: max((abs(f[n]) for f in factors.values()), default=0.0) or 1.0 for n in names}

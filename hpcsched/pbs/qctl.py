@@ -10,7 +10,7 @@ import time as _time
 from typing import Callable
 
 from ..core.errors import InvalidState, Rejected, SchedulerError
-from ..core.jobs import FINISHED, Hold, Job, State
+from ..core.jobs import EXITING, FINISHED, PENDING, RUNNING, Hold, Job
 from ..store.journaled import Batch
 from ..store.site import load_site, whoami
 from . import accounting, common
@@ -42,7 +42,7 @@ def act(prog: str, ids: list[str], action: Callable[[Batch, Job, dict], None], o
                 status = status or e.status
                 continue
             for job in jobs:
-                if len(jobs) > 1 and (job.state in FINISHED or job.state == State.EXITING):
+                if len(jobs) > 1 and (job.state in FINISHED or job.state == EXITING):
                     continue  # an array's ending or finished subjobs are left as they are
                 try:
                     action(batch, job, opts)
@@ -171,7 +171,7 @@ def qalter(opts: list[tuple[str, str]], ids: list[str], out, now: float) -> int:
         changes, holds = alter_changes(job, options, resources, _time.time())
         if job.state in FINISHED:
             raise InvalidState("finished")
-        if job.state not in (State.QUEUED, State.HELD, State.WAITING, State.DEP_HOLD, State.DEP_FAIL):
+        if job.state not in PENDING:
             if set(changes) - {"walltime", "name", "extra"}:
                 raise InvalidState("running")
             if "walltime" in changes and not batch.site.is_operator(user):
@@ -199,7 +199,7 @@ def qmove(opts: list[tuple[str, str]], operands: list[str], out, now: float) -> 
             raise common.deny("qmove", job, batch.site)
         if dest not in batch.sched.router.queues:
             raise common.CommandError(f"Unknown queue {dest}", 170)
-        if job.state not in (State.QUEUED, State.HELD, State.WAITING, State.DEP_HOLD, State.DEP_FAIL):
+        if job.state not in PENDING:
             raise InvalidState("not waiting")
         try:
             batch.do("alter", id=job.id, changes={"queue": dest})
@@ -315,7 +315,7 @@ def qsig(opts: list[tuple[str, str]], ids: list[str], out, now: float) -> int:
             raise UsageError(f"illegal signal {opts.get('s')!r}") from None
         if not common.may_touch(batch.site, whoami(), job):
             raise common.deny("qsig", job, batch.site)
-        if job.state != State.RUNNING:
+        if job.state != RUNNING:
             raise InvalidState("not running")
         batch.do("process", id=job.id, set={"pending_signals": [*job.extra.get("pending_signals", []), sig]})
 

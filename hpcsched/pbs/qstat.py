@@ -11,7 +11,7 @@ import sys
 import time
 from xml.sax.saxutils import escape
 
-from ..core.jobs import FINISHED, Job, State
+from ..core.jobs import COMPLETED, DELETED, EXITING, FINISHED, RUNNING, Job
 from ..core.timefmt import hms
 from ..store.journaled import Batch
 from ..store.site import Site, load_site
@@ -81,7 +81,7 @@ def attributes(job: Job, site: Site, now: float) -> dict:
     seq = common.output_seq(job)
     out_default, err_default = f"{where}/{job.name}.o{seq}", f"{where}/{job.name}.e{seq}"
     a["Error_Path"] = _path(x.get("error"), err_default, job, "e", site)
-    if job.nodes and job.state not in (State.DELETED,):
+    if job.nodes and job.state not in (DELETED,):
         a["exec_host"] = exec_host(job)
     a["Hold_Types"] = common.hold_letters(job)
     a["Join_Path"] = x.get("join", "n")
@@ -125,8 +125,8 @@ def _path(given: str | None, default: str, job: Job, letter: str, site: Site) ->
 
 
 def _comment(job: Job) -> str:
-    return {State.RUNNING: "Job run", State.COMPLETED: "Job run and finished",
-            State.DELETED: "Job deleted"}.get(job.state, "Not Running")
+    return {RUNNING: "Job run", COMPLETED: "Job run and finished",
+            DELETED: "Job deleted"}.get(job.state, "Not Running")
 
 
 def _plain(value) -> str:
@@ -204,7 +204,7 @@ def alternate_listing(jobs: list[Job], site: Site, nodes: bool, one_line: bool, 
         r = j.request
         tsk = r.cores or r.nodes * r.ppn
         mem = mem_text(r.mem * (1 if r.cores else r.nodes)) if r.mem else "--"
-        sess = str(j.extra.get("session", "--")) if j.state in (State.RUNNING, State.EXITING) else "--"
+        sess = str(j.extra.get("session", "--")) if j.state in (RUNNING, EXITING) else "--"
         elapsed = hms(((j.end_time or now) - j.start_time)) if j.start_time is not None else "--"
         row = (f"{common.display_id(j, site.server)[:23]:<23} {j.owner[:11]:<11} {j.queue[:8]:<8} "
                f"{j.name[:16]:<16} {sess:>6} {r.nodes if not r.cores else '--':>5} {tsk:>6} {mem:>9} "
@@ -368,7 +368,7 @@ def _collapse(jobs: list[Job], flavor: str) -> list[Job]:
         if letters <= {"C", "F"}:
             row.state = first.state
         elif flavor == "openpbs" and started:
-            row.state = State.RUNNING
+            row.state = RUNNING
             row.extra = dict(row.extra, array_begun=True)
         else:
             row.state = next(j.state for j in sorted(subs, key=lambda j: "REQWHCF".index(common.state_letter(j, flavor))))

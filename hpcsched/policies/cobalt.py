@@ -28,12 +28,12 @@ class Cobalt(Policy):
     name = "cobalt"
     static = False
 
-    def on_submit(self, job: Job, ctx: Context) -> None:
+    def on_submit(self, job: Job) -> None:
         job.score = self.initial_scores.get(job.queue, 0.0)
 
-    def on_route_change(self, job: Job, ctx: Context) -> None:
+    def on_route_change(self, job: Job) -> None:
         # Anti-gaming: a qalter that changes the routed queue starts the score afresh.
-        self.on_submit(job, ctx)
+        self.on_submit(job)
 
     def on_dependencies_met(self, job: Job, parents: list[Job]) -> None:
         inherited = [self.dep_frac * p.score_at_start for p in parents if p.score_at_start is not None]

@@ -22,6 +22,7 @@ class Simon(Policy):
 
     name = "simon"
     static = False
+    limits = True
 
     def is_large(self, job: Job) -> bool:
         return job.request.processors >= self.large

@@ -26,7 +26,7 @@ import subprocess
 import time
 from pathlib import Path
 
-from ..core.jobs import ACTIVE, FINISHED, Job, State
+from ..core.jobs import ACTIVE, EXITING, FINISHED, RUNNING, Job
 from ..pbs import accounting, common
 from ..pbs import front as commands
 from ..store.journal import StoreError, write_atomic
@@ -103,7 +103,7 @@ class Server:
             # a RUNNING job with no pid file was started by a pass whose launch never
             # happened (the server died in between): launch it now
             for job in sched.jobs.values():
-                if job.state == State.RUNNING and job not in started and "launched" not in job.extra:
+                if job.state == RUNNING and job not in started and "launched" not in job.extra:
                     started.append(job)  # (the wrapper's mkdir keeps it from running twice)
             for job in started:
                 launched += self._launch(job, now)
@@ -122,14 +122,14 @@ class Server:
     def _watch(self, job: Job, now: float) -> None:
         """End a job whose process is gone; signal one past its walltime or deleted."""
         if "launched" not in job.extra:
-            if job.state == State.EXITING:  # deleted between its pass and its launch
+            if job.state == EXITING:  # deleted between its pass and its launch
                 self.batch.do("ended", now, id=job.id, exit_status=256 + signal.SIGTERM)
                 accounting.write(self.home, "E", job, self.site.server, now)
             return
         # the pid file names the wrapper that runs the job; the start time recorded at
         # launch (None: it had already ended) tells a reused pid from ours
         pid = self._read_int(self.jobdir(job) / "pid") or job.extra.get("pid")
-        if pid is None and job.extra.get("interactive") and job.state == State.RUNNING \
+        if pid is None and job.extra.get("interactive") and job.state == RUNNING \
                 and now < job.extra["launched"] + INTERACTIVE_WAIT:
             return  # its qsub -I has not started the session yet
         start = process_start(pid) if pid else None
@@ -146,7 +146,7 @@ class Server:
                 ws = self.children.pop(pid)
                 status = 256 + os.WTERMSIG(ws) if os.WIFSIGNALED(ws) else os.WEXITSTATUS(ws)
             if status is None:
-                if job.extra.get("rerunnable", True) and job.state == State.RUNNING:
+                if job.extra.get("rerunnable", True) and job.state == RUNNING:
                     accounting.write(self.home, "R", job, self.site.server, now)
                     self.batch.do("requeue", now, id=job.id)
                     self._note(job, now, clear=["launched", "pid", "pid_start", "signal", "signalled_at"])
@@ -164,7 +164,7 @@ class Server:
                     pass
             self._note(job, now, clear=["pending_signals"])
         over = job.start_time + job.walltime
-        if job.state == State.EXITING or now >= over:
+        if job.state == EXITING or now >= over:
             sent, at = job.extra.get("signal"), job.extra.get("signalled_at", now)
             if not sent:
                 self._signal(job, pid, signal.SIGTERM, now)

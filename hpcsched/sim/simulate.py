@@ -232,8 +232,6 @@ class Engine:
         first = last_t = None
         last_end, passes = 0.0, 0
         next_tick = INF
-        size_of, job_ended, forget, submit, iterate = (sched.topology.size, sched.job_ended, sched.forget,
-                                                       sched.submit, sched.iterate)
         while nxt is not None or ends or (next_tick < INF and sched.runnable):
             now = min(nxt[0].submit if nxt is not None else INF, ends[0][0] if ends else INF,
                       next_tick if sched.runnable else INF)
@@ -246,28 +244,28 @@ class Engine:
             while ends and ends[0][0] == now:
                 _, jid = heapq.heappop(ends)
                 rec, start, size, units, backfill = pending.pop(jid)
-                job_ended(jid, now, 0)
-                forget(jid)
+                sched.job_ended(jid, now, 0)
+                sched.forget(jid)
                 busy_units -= units
                 finished.append(Finished(rec, start, now, size, units, backfill))
                 last_end = now
             while nxt is not None and nxt[0].submit == now:
                 rec, (request, wall, run) = nxt
-                job = submit(job_for(rec, request, wall), now)
+                job = sched.submit(job_for(rec, request, wall), now)
                 records_by_id[job.id] = (rec, run)
                 if first is None:
                     first = now
                 nxt = self._next(source, mapping)
                 if nxt is not None and nxt[0].submit < now:
                     raise SimulationError(f"trace not sorted by submit time at job {nxt[0].job}")
-            plan = iterate(now)
+            plan = sched.iterate(now)
             passes += 1
             for st in plan.started:
                 jid = st.job_id
                 rec, run = records_by_id.pop(jid)
                 units = st.allocation.units.bit_count()
                 busy_units += units
-                pending[jid] = (rec, now, size_of(sched.jobs[jid].request), units, st.backfill)
+                pending[jid] = (rec, now, sched.topology.size(sched.jobs[jid].request), units, st.backfill)
                 heapq.heappush(ends, (now + run, jid))
             if period:
                 next_tick = (math.floor(now / period) + 1) * period
