@@ -28,6 +28,28 @@ def check_sieve(b, model, rnd):
     assert c.passed == len(model) - len(want)
 
 
+def check_backlog_invariants(b):
+    """The invariants backlog.py's docstring states."""
+    keys = [k for block in b._blocks for k in block.keys]
+    assert keys == sorted(set(keys)) and len(keys) == len(b)
+    assert all(0 < len(block.keys) <= 2 * backlog.BLOCK for block in b._blocks)
+    assert b._maxes == [block.keys[-1] for block in b._blocks]
+
+
+def check_profile_invariants(p):
+    """The invariants profile.py's docstring states."""
+    n = len(p.times)
+    assert p.times[0] == p.now and all(a < b for a, b in zip(p.times, p.times[1:]))
+    assert len(p.free) == len(p.rel) == len(p.take) == len(p.resv) == n
+    assert p.rel[0] == p.take[0] == 0 and all(r & t == 0 for r, t in zip(p.rel, p.take))
+    for i in range(1, n):
+        if i < p._known:
+            assert p.free[i] == (p.free[i - 1] | p.rel[i] | p.take[i]) ^ p.take[i]
+        else:
+            assert p.free[i] is None
+    assert p.takes == sorted(p.takes) and all(t > p.now for t in p.takes)
+
+
 @pytest.mark.parametrize("seed", range(6))
 def test_backlog_keeps_order_and_sieves_exactly(seed, monkeypatch):
     monkeypatch.setattr(backlog, "BLOCK", 4)  # many small blocks: splits and empty blocks
@@ -46,6 +68,7 @@ def test_backlog_keeps_order_and_sieves_exactly(seed, monkeypatch):
             b.add(key, j, model[key][1])
         if n % 7 == 0:  # block summaries made here are then kept up to date by adds and removes
             check_sieve(b, model, rnd)
+            check_backlog_invariants(b)
     assert len(b) == len(model)
     ordered = [model[k][0] for k in sorted(model)]
     assert list(b.cursor()) == ordered and b.last() is ordered[-1]
@@ -117,6 +140,7 @@ def test_profile_masks_match_a_naive_timeline(seed):
             cut = t0 if rnd.random() < 0.5 else rnd.choice([t0 + 10, t0 + (t1 - t0) * rnd.random()])
             p.release(u, cut, t1)
             ops.append(("release", u, cut, t1))
+        check_profile_invariants(p)
         probes = p.times + [rnd.uniform(0, 500) for _ in range(5)]
         for when in probes:  # worked out from the changes alone
             q = unlearned(p)

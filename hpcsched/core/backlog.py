@@ -7,6 +7,13 @@ a queue job by job made every pass as long as the queue.  So the backlog keeps i
 blocks of about BLOCK, each of which knows, for any walltime, the least need among its
 jobs no longer than that: a walk passes over a block none of whose jobs can pass the bound
 test with one bisection.
+
+Invariants (tests/test_backlog.py checks them against a sorted list read job by job):
+
+    the blocks' keys, concatenated, are sorted and unique; no block is empty and none
+    holds more than 2 * BLOCK entries; _maxes[i] is block i's last key
+    a block's summary, once built (walls is not None), equals summarise() of its jobs now
+    a cursor yields exactly the jobs, in order, that pass its sieve when they are read
 """
 from __future__ import annotations
 

@@ -4,6 +4,18 @@ A step function from `now` on, over units (bits of an int; see topology.py): seg
 [times[i], times[i+1]).  Running jobs occupy their units until their expected end;
 reservations block their units for the jobs that may not use them; each job the plan
 reserves for occupies its units from its planned start.
+
+Invariants of a Profile (`naive_free` in tests/test_backlog.py is the readable model: the
+free units at t are the available ones less every occupy and release replayed at t):
+
+    times[0] == now < times[1] < ... ; segment i is [times[i], times[i+1]), the last open
+    the parallel lists times, free, rel, take, resv have one entry per segment
+    at the boundary i > 0 the units rel[i] become free and take[i] stop being free:
+        rel[i] & take[i] == 0, and rel[0] == take[0] == 0
+    free[i] is segment i's free mask for i < _known, derived front to back:
+        free[i] == (free[i-1] | rel[i] | take[i]) ^ take[i];  free[i] is None from _known on
+    resv[i] lists the reservation occurrences covering segment i (name, units, real)
+    takes holds, sorted, every time after now where some unit stops being free
 """
 from __future__ import annotations
 
