@@ -3,6 +3,7 @@
 Node counts only, every list rescanned at every event: obviously right and slow.  Jobs are
 (submit, size, walltime estimate, run time) tuples; events of one instant are taken ends
 first, then submissions, then one scheduling pass.  Returns {job index: start time}.
+It keeps its own event loop on purpose: a reference model shares no code with what it checks.
 """
 import heapq
 

@@ -1,5 +1,4 @@
 """Properties of the planner on random workloads, and a naive EASY oracle."""
-import heapq
 import random
 
 import pytest
@@ -7,6 +6,7 @@ from helpers import scheduler
 from oracle import naive_easy
 
 from hpcsched import ALL, Job, Request
+from hpcsched.sim.engine import Engine
 
 
 def workload(seed, n=120, machine=32, exact=True):
@@ -22,28 +22,12 @@ def workload(seed, n=120, machine=32, exact=True):
 
 
 def replay(sched, jobs, check=None):
-    """Drive `sched` with the workload: events at each time, then one pass.  Returns starts."""
-    events = [(t, 1, i) for i, (t, *_rest) in enumerate(jobs)]
-    heapq.heapify(events)
-    starts, ids = {}, {}
-    while events:
-        now = events[0][0]
-        while events and events[0][0] == now:
-            _, kind, i = heapq.heappop(events)
-            if kind == 0:
-                sched.job_ended(ids[i], now, 0)
-            else:
-                _, size, wall, _ = jobs[i]
-                ids[i] = sched.submit(Job(owner=f"u{i % 3}", request=Request(nodes=size), walltime=wall), now).id
-        plan = sched.iterate(now)
-        back = {v: k for k, v in ids.items()}
-        for st in plan.started:
-            i = back[st.job_id]
-            starts[i] = now
-            heapq.heappush(events, (now + jobs[i][3], 0, i))
-        if check:
-            check(sched, plan, back)
-    return starts
+    """Drive `sched` with the workload on the simulator's engine; {job index: start}.
+    `check(sched, plan)` is called after every pass."""
+    arrivals = [(t, Job(owner=f"u{i % 3}", request=Request(nodes=size), walltime=wall), run, i)
+                for i, (t, size, wall, run) in enumerate(jobs)]
+    finished, _ = Engine(sched).run(arrivals, watch=check and (lambda plan: check(sched, plan)), keep=True)
+    return {f.record: f.start for f in finished}
 
 
 @pytest.mark.parametrize("seed", range(12))
@@ -55,7 +39,7 @@ def test_planner_matches_naive_easy(seed):
 @pytest.mark.parametrize("depth", [0, 1, 3, ALL])
 @pytest.mark.parametrize("seed", range(4))
 def test_no_node_is_ever_allocated_twice(seed, depth):
-    def check(sched, plan, back):
+    def check(sched, plan):
         seen = set()
         for j in sched.running():
             assert not seen & set(j.nodes)
@@ -69,7 +53,7 @@ def test_no_node_is_ever_allocated_twice(seed, depth):
 def test_easy_reserved_job_never_starts_after_its_shadow(seed):
     promised = {}
 
-    def check(sched, plan, back):
+    def check(sched, plan):
         for jid, (t, _) in plan.reserved.items():
             promised[jid] = min(t, promised.get(jid, t))
 
@@ -84,7 +68,7 @@ def test_easy_reserved_job_never_starts_after_its_shadow(seed):
 def test_conservative_never_delays_a_reservation(seed):
     promised = {}
 
-    def check(sched, plan, back):
+    def check(sched, plan):
         for jid, (t, _) in plan.reserved.items():
             assert t <= promised.get(jid, t), f"job {jid} moved later"
             promised[jid] = t

@@ -1,19 +1,16 @@
-"""Trace-driven simulation on the scheduling core, with a simulated clock.
+"""Trace-driven simulation on the scheduling core: a trace replayed by the engine.
 
     result = simulate("trace.swf.gz", policy="fifo", backfill="easy")
     print(result.summary())
 
-The engine is a discrete-event loop: submissions at their trace times, ends at start +
-run time, and one scheduling pass (`Scheduler.iterate`, the same pass the commands and the
-server run) after all events of one instant, optionally also every `period` seconds while
-jobs wait (Cobalt passes every 15 s).  Events of one instant are taken ends first, then
-submissions in trace order, so runs are deterministic.
+Each record is mapped onto the machine (`map_record`) as it is read and submitted at its
+trace time; the engine (engine.py) ends it at start + run time.  Submissions of one
+instant go in trace order, so runs are deterministic.
 """
 from __future__ import annotations
 
 import functools
 import gc
-import heapq
 import json
 import math
 import os
@@ -21,17 +18,11 @@ from dataclasses import dataclass, field
 from typing import Callable, Iterable
 
 from ..config import build
-from ..core.errors import SchedulerError
 from ..core.jobs import Job, Request
-from ..core.scheduler import Scheduler
 from . import swf
+from .engine import Engine, Finished, SimulationError
 from .metrics import Metrics, compute
 
-INF = math.inf
-
-
-class SimulationError(SchedulerError):
-    """A workload the simulator cannot replay (unsorted, or no machine size)."""
 
 
 @dataclass(frozen=True)
@@ -134,36 +125,6 @@ def _request(nodes: int, ppn: int, cores: int) -> Request:
     return Request(nodes=nodes, ppn=ppn, cores=cores) if not cores else Request(cores=cores)
 
 
-class Finished:
-    """One replayed job: its trace record and what the simulation did with it."""
-
-    __slots__ = ("record", "start", "end", "size", "units", "backfill")
-
-    def __init__(self, record: swf.Record, start: float, end: float, size: int, units: int, backfill: bool):
-        self.record, self.start, self.end = record, start, end
-        self.size, self.units, self.backfill = size, units, backfill
-
-    @property
-    def submit(self) -> float:
-        return self.record.submit
-
-    @property
-    def wait(self) -> float:
-        return self.start - self.record.submit
-
-    @property
-    def run(self) -> float:
-        return self.end - self.start
-
-    @property
-    def response(self) -> float:
-        return self.end - self.record.submit
-
-    def as_record(self) -> swf.Record:
-        """The trace record with the simulated wait and run time."""
-        return self.record._replace(wait=self.wait, run=self.run)
-
-
 @dataclass
 class Result:
     jobs: list[Finished]
@@ -211,76 +172,13 @@ class Result:
         return {f.record.job: f.start for f in self.jobs}
 
 
-class Engine:
-    """The discrete-event loop around one Scheduler."""
-
-    def __init__(self, scheduler: Scheduler, machine: Machine, period: float | None = None,
-                 progress: Callable[[int, int], None] | None = None):
-        self.scheduler, self.machine, self.period, self.progress = scheduler, machine, period, progress
-
-    def run(self, records: Iterable[swf.Record], mapping: MapStats) -> tuple[list[Finished], dict]:
-        sched, period, progress = self.scheduler, self.period, self.progress
-        ends: list[tuple[float, int]] = []  # (end time, job id)
-        pending: dict[int, tuple] = {}  # running: record, start, size, units, backfill
-        records_by_id: dict[int, tuple[swf.Record, float]] = {}  # waiting: record, run
-        finished: list[Finished] = []
-        source = iter(records)
-        nxt = self._next(source, mapping)
-        total_units = sched.topology.available().bit_count()
-        busy_units = 0
-        busy = idle_while_waiting = 0.0  # unit-seconds
-        first = last_t = None
-        last_end, passes = 0.0, 0
-        next_tick = INF
-        while nxt is not None or ends or (next_tick < INF and sched.runnable):
-            now = min(nxt[0].submit if nxt is not None else INF, ends[0][0] if ends else INF,
-                      next_tick if sched.runnable else INF)
-            if last_t is not None:
-                dt = now - last_t
-                busy += busy_units * dt
-                if sched.runnable:
-                    idle_while_waiting += (total_units - busy_units) * dt
-            last_t = now
-            while ends and ends[0][0] == now:
-                _, jid = heapq.heappop(ends)
-                rec, start, size, units, backfill = pending.pop(jid)
-                sched.job_ended(jid, now, 0)
-                sched.forget(jid)
-                busy_units -= units
-                finished.append(Finished(rec, start, now, size, units, backfill))
-                last_end = now
-            while nxt is not None and nxt[0].submit == now:
-                rec, (request, wall, run) = nxt
-                job = sched.submit(job_for(rec, request, wall), now)
-                records_by_id[job.id] = (rec, run)
-                if first is None:
-                    first = now
-                nxt = self._next(source, mapping)
-                if nxt is not None and nxt[0].submit < now:
-                    raise SimulationError(f"trace not sorted by submit time at job {nxt[0].job}")
-            plan = sched.iterate(now)
-            passes += 1
-            for st in plan.started:
-                jid = st.job_id
-                rec, run = records_by_id.pop(jid)
-                units = st.allocation.units.bit_count()
-                busy_units += units
-                pending[jid] = (rec, now, sched.topology.size(sched.jobs[jid].request), units, st.backfill)
-                heapq.heappush(ends, (now + run, jid))
-            if period:
-                next_tick = (math.floor(now / period) + 1) * period
-            if progress:
-                progress(mapping.records, len(finished))
-        acc = {"busy": busy, "idle_while_waiting": idle_while_waiting, "first": first, "last": last_end,
-               "passes": passes, "units": total_units}
-        return finished, acc
-
-    def _next(self, source, mapping: MapStats):
-        for rec in source:
-            mapped = map_record(rec, self.machine, mapping)
-            if mapped is not None:
-                return rec, mapped
-        return None
+def arrivals(records: Iterable[swf.Record], machine: Machine, mapping: MapStats):
+    """The engine's arrivals from trace records, mapped onto `machine` as they are read."""
+    for rec in records:
+        mapped = map_record(rec, machine, mapping)
+        if mapped is not None:
+            request, wall, run = mapped
+            yield rec.submit, job_for(rec, request, wall), run, rec
 
 
 def record(job: int, submit: float, procs: int, run: float, req_time: float = -1, user: int = 1,
@@ -320,7 +218,7 @@ def simulate(workload, *, policy: str = "fifo", backfill: str = "easy", nodes: i
         cfg.setdefault("interval", period)
     sched = build(cfg)
     mapping = MapStats()
-    engine = Engine(sched, machine, period, progress)
+    engine = Engine(sched, period, progress and (lambda done: progress(mapping.records, done)))
     # A replay keeps two objects per job (its record and its Finished) to the end and
     # leaves no cyclic garbage, so Python's cycle collector would only scan them over and
     # over, all of them at every full collection (6.7 s of 86 s on RICC's 448k jobs).  It
@@ -328,7 +226,7 @@ def simulate(workload, *, policy: str = "fifo", backfill: str = "easy", nodes: i
     collecting = gc.isenabled()
     gc.disable()
     try:
-        finished, acc = engine.run(records, mapping)
+        finished, acc = engine.run(arrivals(records, machine, mapping))
         metrics = compute(finished, acc, warmup)
     finally:
         if collecting:

@@ -1,0 +1,135 @@
+"""The simulated-clock event loop: how the library is driven through time.
+
+    finished, acc = Engine(scheduler).run(arrivals, events=[(1000.0, release)], watch=show)
+
+`arrivals` are (submit time, Job, run time, tag) in submit order, read lazily (a trace
+streams).  At each instant the loop ends the jobs whose run time is up (`job_ended`, and
+`forget` unless `keep`), submits that instant's arrivals in order, calls that instant's
+`events` (callables taking (scheduler, now)), then runs one scheduling pass, the pass
+the commands and the server run; also every `period` seconds while jobs wait (Cobalt
+passes every 15 s).  A started job ends at its start plus its run time.  So runs are
+deterministic: ends first, then submissions in arrival order, then events.
+
+The server (`server/loop.py`) is the real-time twin: the same calls into the same core,
+on the wall clock, with real processes ending the jobs.
+"""
+from __future__ import annotations
+
+import heapq
+import math
+from typing import Callable, Iterable
+
+from ..core.errors import SchedulerError
+from ..core.jobs import Job
+from ..core.plan import Plan
+from ..core.scheduler import Scheduler
+
+INF = math.inf
+
+
+class SimulationError(SchedulerError):
+    """A workload the simulator cannot replay (unsorted, or no machine size)."""
+
+
+class Finished:
+    """One replayed job: the tag it arrived with (a trace record in a replay) and what the
+    simulation did with it."""
+
+    __slots__ = ("record", "submit", "start", "end", "size", "units", "backfill")
+
+    def __init__(self, record, submit: float, start: float, end: float, size: int, units: int, backfill: bool):
+        self.record, self.submit, self.start, self.end = record, submit, start, end
+        self.size, self.units, self.backfill = size, units, backfill
+
+    @property
+    def wait(self) -> float:
+        return self.start - self.submit
+
+    @property
+    def run(self) -> float:
+        return self.end - self.start
+
+    @property
+    def response(self) -> float:
+        return self.end - self.submit
+
+    def as_record(self):
+        """The trace record with the simulated wait and run time."""
+        return self.record._replace(wait=self.wait, run=self.run)
+
+
+class Engine:
+    """The discrete-event loop around one Scheduler."""
+
+    def __init__(self, scheduler: Scheduler, period: float | None = None,
+                 progress: Callable[[int], None] | None = None):
+        self.scheduler, self.period, self.progress = scheduler, period, progress
+
+    def run(self, arrivals: Iterable[tuple[float, Job, float, object]],
+            events: Iterable[tuple[float, Callable[[Scheduler, float], None]]] = (),
+            watch: Callable[[Plan], None] | None = None, keep: bool = False) -> tuple[list[Finished], dict]:
+        """Run to the end; (the jobs in the order they ended, the machine's accounting:
+        busy and idle-while-waiting unit-seconds, first submit, last end, passes, units)."""
+        sched, period, progress = self.scheduler, self.period, self.progress
+        ends: list[tuple[float, int]] = []  # (end time, job id)
+        running: dict[int, tuple] = {}  # job id -> tag, submit, start, size, units, backfill
+        waiting: dict[int, tuple] = {}  # job id -> tag, run time
+        timed = sorted(events, key=lambda e: e[0])
+        timed.reverse()  # popped from the end, soonest first
+        finished: list[Finished] = []
+        source = iter(arrivals)
+        nxt = next(source, None)
+        total_units = sched.topology.available().bit_count()
+        busy_units = 0
+        busy = idle_while_waiting = 0.0  # unit-seconds
+        first = last_t = None
+        last_end, passes = 0.0, 0
+        next_tick = INF
+        while nxt is not None or ends or timed or (next_tick < INF and sched.runnable):
+            now = min(nxt[0] if nxt is not None else INF, ends[0][0] if ends else INF,
+                      timed[-1][0] if timed else INF, next_tick if sched.runnable else INF)
+            if last_t is not None:
+                dt = now - last_t
+                busy += busy_units * dt
+                if sched.runnable:
+                    idle_while_waiting += (total_units - busy_units) * dt
+            last_t = now
+            while ends and ends[0][0] == now:
+                _, jid = heapq.heappop(ends)
+                tag, submit, start, size, units, backfill = running.pop(jid)
+                sched.job_ended(jid, now, 0)
+                if not keep:
+                    sched.forget(jid)
+                busy_units -= units
+                finished.append(Finished(tag, submit, start, now, size, units, backfill))
+                last_end = now
+            while nxt is not None and nxt[0] == now:
+                _, job, run, tag = nxt
+                job = sched.submit(job, now)
+                waiting[job.id] = (tag, run)
+                if first is None:
+                    first = now
+                nxt = next(source, None)
+                if nxt is not None and nxt[0] < now:
+                    raise SimulationError(f"arrivals not sorted by submit time at job {nxt[1].id or nxt[3]}")
+            while timed and timed[-1][0] == now:
+                timed.pop()[1](sched, now)
+            plan = sched.iterate(now)
+            passes += 1
+            for st in plan.started:
+                jid = st.job_id
+                tag, run = waiting.pop(jid)
+                units = st.allocation.units.bit_count()
+                busy_units += units
+                job = sched.jobs[jid]
+                running[jid] = (tag, job.submit_time, now, sched.topology.size(job.request), units, st.backfill)
+                heapq.heappush(ends, (now + run, jid))
+            if watch:
+                watch(plan)
+            if period:
+                next_tick = (math.floor(now / period) + 1) * period
+            if progress:
+                progress(len(finished))
+        acc = {"busy": busy, "idle_while_waiting": idle_while_waiting, "first": first, "last": last_end,
+               "passes": passes, "units": total_units}
+        return finished, acc
