@@ -85,8 +85,77 @@ class Gate(Protocol):
     def started(self, job: Job) -> None: ...
 
 
+class _Now:
+    """What can start now, worked out again only when the profile changes (the walk's
+    caches; `current` brings them up to date).
+
+    upper     units free now at all: no job can start on more
+    horizon   seconds to the first take (a booking or a reservation starting), and
+    lasting   the units free now that stay free through it: once every reservation is
+              made, a job running past the horizon can use no more than these.  Most of a
+              long queue fails this bound test (EASY's jobs longer than the shadow), so it
+              is settled with two comparisons.  (Not with site reservations: a job's access
+              may open units this count leaves out.)
+    free      (shape, access) -> eligible units free now
+    failed    (shape, access) -> (amount, walltime) pairs that did not fit: a job of that
+              shape asking as much or more, for as long or longer, cannot fit either
+    """
+
+    __slots__ = ("walk", "now", "seen", "upper", "horizon", "lasting", "free", "failed")
+
+    def __init__(self, walk: "Walk", now: float):
+        self.walk, self.now, self.seen = walk, now, -1
+        self.upper, self.horizon, self.lasting = 0, INF, 0
+        self.free: dict[tuple, int] = {}
+        self.failed: dict[tuple, list[tuple[int, float]]] = {}
+
+    def current(self) -> bool:
+        """Bring the caches up to date with the profile; True if it had changed."""
+        prof = self.walk.profile
+        if prof.changes == self.seen:
+            return False
+        self.seen = prof.changes
+        self.free.clear()
+        self.failed.clear()
+        self.upper = prof.free[0].bit_count()
+        i = bisect_right(prof.takes, self.now)
+        if i < len(prof.takes) and not prof.reservations and self.walk.backfill:
+            self.horizon = prof.takes[i] - self.now
+            self.lasting = (prof.usable(0) & prof.usable(prof.segment(prof.takes[i]))).bit_count()
+        else:
+            self.horizon = INF
+        return True
+
+    def hopeless(self, job: Job, need: int) -> bool:
+        """The bound test: `job` cannot start now (exact once every reservation is made)."""
+        bound = self.lasting if job.walltime > self.horizon else self.upper  # (lasting <= upper)
+        return not bound or need > bound
+
+    def fit(self, job: Job, need: int, access: AccessKey) -> Allocation | None:
+        """An allocation free from now through `job`'s walltime, or None."""
+        topo, req, wall = self.walk.topology, job.request, job.walltime
+        shape = (topo.shape(req), access)
+        count = self.free.get(shape)
+        if count is None:
+            count = self.free[shape] = (self.walk.profile.usable(0, access) & topo.eligible(req)).bit_count()
+        if count < need:
+            return None
+        amount, fails = req.cores or req.nodes, self.failed.get(shape, ())
+        if fails and any(a <= amount and w <= wall for a, w in fails):
+            return None
+        alloc = self.walk.profile.fit(topo, req, self.now, wall, access, need)
+        if alloc is None:  # keep only the failures no other one implies
+            self.failed[shape] = [(a, w) for a, w in fails if a < amount or w < wall] + [(amount, wall)]
+        return alloc
+
+
 class Walk:
-    """The planning walk over the ordered runnable jobs (allocate, reserve, backfill)."""
+    """The planning walk over the ordered runnable jobs.  For each job in priority order:
+
+        start it if it fits now (in every window a reservation leaves free);
+        else reserve its earliest start while the depth allows more reservations;
+        else, without backfill, stop: nothing may pass it.
+    """
 
     def __init__(self, topology: Topology, profile: Profile, depth: float,
                  access: Callable[[Job], AccessKey], gate: "Gate | None", backfill: bool = True):
@@ -107,45 +176,25 @@ class Walk:
         profile: each job's own is given back just before its turn, so that it can only
         move earlier and no job ahead can take it (conservative backfill's guarantee that
         no reservation is ever delayed)."""
-        topo, prof, depth, gate, access = self.topology, self.profile, self.depth, self.gate, self.access
-        need_of = topo.need
-        kept = dict(kept) if kept else None  # (the caller's dict is left alone)
-        made, waiting_ahead = self.made, self.waiting_ahead
         if last is not None:
             self.last = last  # every job up to it has had its turn, walked or cut short
         if self.blocked:
             return
-        failed: dict[tuple, list[tuple[int, float]]] = {}  # shape -> (amount, walltime) that did not fit now
-        free_now: dict[tuple, int] = {}  # (shape, access) -> eligible units free now
-        seen = -1  # prof.changes when the caches here were filled
-        upper = 0  # units free now at all: no job can start on more
-        # Once every reservation is made, a job running past the first take (a booking
-        # or a reservation starting) can only have units free now that stay free through
-        # it: `lasting` of them.  Most of a long queue fails that test (EASY's jobs longer
-        # than the shadow), so it is settled here with two comparisons.  (Not with site
-        # reservations: a job's access may open units this count leaves out.)
-        horizon, lasting = INF, 0
-        # A backlog's cursor passes over whole blocks of jobs that bound test would skip.
+        prof, depth, gate = self.profile, self.depth, self.gate
+        kept = dict(kept) if kept else None  # (the caller's dict is left alone)
+        made, waiting_ahead = self.made, self.waiting_ahead
+        now_ = _Now(self, now)
+        # A backlog's cursor passes over whole blocks of jobs the bound test would pass
+        # over one by one: the walk tells it the bounds while nothing else decides.
         cursor = jobs if isinstance(jobs, Cursor) else None
         for job in jobs:
-            if prof.changes != seen:
-                failed.clear()
-                free_now.clear()
-                seen = prof.changes
-                upper = prof.free[0].bit_count()
-                i = bisect_right(prof.takes, now)
-                if i < len(prof.takes) and not prof.reservations and self.backfill:
-                    horizon = prof.takes[i] - now
-                    lasting = (prof.usable(0) & prof.usable(prof.segment(prof.takes[i]))).bit_count()
-                else:
-                    horizon = INF
-                if cursor is not None:
-                    sift = made >= depth and self.backfill and gate is None and not kept
-                    # (no units: no job passes, as `not bound` below)
-                    cursor.sieve = (upper or -1, horizon, lasting or -1) if sift else None
+            if now_.current() and cursor is not None:
+                sift = made >= depth and self.backfill and gate is None and not kept
+                # (no units: no job passes, as `hopeless` says)
+                cursor.sieve = (now_.upper or -1, now_.horizon, now_.lasting or -1) if sift else None
             if cursor is not None and cursor.passed:
                 waiting_ahead = True
-            if made >= depth and not upper and not kept:
+            if made >= depth and not now_.upper and not kept:
                 break  # nothing is free now and no reservation is left to make
             if kept and job.id in kept:
                 t0, units = kept.pop(job.id)
@@ -155,47 +204,32 @@ class Walk:
                 if why:
                     plan.reasons[job.id] = why
                     continue
-            req = job.request
-            need = need_of(req)
-            if made >= depth:  # the common cases in a full machine, settled by comparisons
-                bound = lasting if job.walltime > horizon else upper  # (lasting <= upper)
-                if not bound or need > bound:
-                    waiting_ahead = True
-                    continue
-            wall, acc = job.walltime, access(job)
-            shape = (topo.shape(req), acc)
-            amount = req.cores or req.nodes
-            alloc = None
-            count = free_now.get(shape)
-            if count is None:
-                count = free_now[shape] = (prof.usable(0, acc) & topo.eligible(req)).bit_count()
-            fails = failed.get(shape, ())
-            if count >= need and not (fails and any(a <= amount and w <= wall for a, w in fails)):
-                alloc = prof.fit(topo, req, now, wall, acc, need)
-                if alloc is None:  # keep only the failures no other one implies
-                    failed[shape] = [(a, w) for a, w in fails if a < amount or w < wall] + [(amount, wall)]
-            if alloc is not None:
-                prof.occupy(alloc.units, now, now + wall)
-                start = Start(job.id, alloc, waiting_ahead)
-                plan.started.append(start)
+            need = self.topology.need(job.request)
+            if made >= depth and now_.hopeless(job, need):
+                waiting_ahead = True
+                continue
+            acc = self.access(job)
+            alloc = now_.fit(job, need, acc)
+            if alloc is not None:  # it fits now: start it
+                prof.occupy(alloc.units, now, now + job.walltime)
+                plan.started.append(Start(job.id, alloc, waiting_ahead))
                 if gate is not None:
                     gate.started(job)
                 continue
             waiting_ahead = True
-            if made < depth:
-                found = prof.earliest(topo, req, wall, acc, need, now)
+            if made < depth:  # reserve its earliest start
+                found = prof.earliest(self.topology, job.request, job.walltime, acc, need, now)
                 if found is None:
                     plan.reasons[job.id] = "no start found within the planning horizon with the nodes now up"
                 else:
                     t, alloc = found
-                    prof.occupy(alloc.units, t, t + wall)
+                    prof.occupy(alloc.units, t, t + job.walltime)
                     plan.reserved[job.id] = found
                     made += 1
-            if not self.backfill:
+            if not self.backfill:  # nothing may pass it
                 self.blocked = True
                 plan.default_reason = f"waiting behind job {job.id} (no backfill)"
                 break
         if cursor is not None and cursor.passed:
             waiting_ahead = True
         self.made, self.waiting_ahead = made, waiting_ahead
-
