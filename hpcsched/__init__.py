@@ -25,7 +25,7 @@ _HOME = {
     "Access": "core.reservations", "Reservation": "core.reservations",
     "Queue": "core.route", "Router": "core.route",
     "Scheduler": "core.scheduler", "Settings": "core.scheduler",
-    "Allocation": "core.topology", "Node": "core.topology", "NodePool": "machines.nodepool", "NodeState": "core.topology",
+    "Allocation": "core.jobs", "Node": "core.topology", "NodePool": "machines.nodepool", "NodeState": "core.topology",
     "Topology": "core.topology",
     "simulate": "sim.simulate", "record": "sim.simulate", "assert_schedule": "sim.testing",
 }

@@ -2,7 +2,7 @@ import itertools
 
 import pytest
 
-from hpcsched import TRANSITIONS, Dependency, DepType, Hold, InvalidRequest, InvalidState, Job, Request, State
+from hpcsched import TRANSITIONS, Allocation, Dependency, DepType, Hold, InvalidRequest, InvalidState, Job, Request, State
 
 
 @pytest.mark.parametrize("old,new", [(a, b) for a in State for b in TRANSITIONS[a]])
@@ -72,7 +72,7 @@ def test_bad_requests(kw, msg):
 def test_job_round_trips_through_dict():
     job = Job(id=3, name="x", owner="a", request=Request(nodes=2, ppn=4, features=("ib", "gpu")),
               holds={Hold.USER, Hold.SYSTEM}, dependencies=[Dependency(DepType.AFTERANY, 1, True)],
-              state=State.RUNNING, nodes=("n1", "n2"), cores=((0, 1), (0, 1)), extra={"k": [1]})
+              state=State.RUNNING, allocation=Allocation(0, ("n1", "n2"), ((0, 1), (0, 1))), extra={"k": [1]})
     again = Job.from_dict(job.to_dict())
     assert again == job
     assert again.request.features == ("gpu", "ib")

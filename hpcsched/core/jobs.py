@@ -1,4 +1,4 @@
-"""Jobs, their resource requests, and the job state machine.
+"""Jobs, their resource requests and allocations, and the job state machine.
 
 A job's state follows an explicit whitelist (`TRANSITIONS`); every state change goes
 through `Job.move_to`, which refuses anything else.  Which *waiting* state a job is in is
@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from dataclasses import MISSING, dataclass, field, fields, replace
 from enum import Enum
+from typing import Callable
 
 from .errors import InvalidRequest, InvalidState
 
@@ -147,6 +148,37 @@ class Request:
         return req
 
 
+class Allocation:
+    """A concrete placement: the units taken, and per node the cores the job uses.
+
+    `nodes` may be given as a function, called when the names are first read: a pass
+    remakes its reservations every time, and only the allocations of jobs that start, or
+    that someone looks at, need their (possibly thousands of) node names."""
+
+    __slots__ = ("units", "_nodes", "cores")
+
+    def __init__(self, units: int, nodes: tuple[str, ...] | Callable[[], tuple[str, ...]],
+                 cores: tuple[tuple[int, ...], ...]):
+        self.units, self._nodes, self.cores = units, nodes, cores
+
+    @property
+    def nodes(self) -> tuple[str, ...]:
+        if callable(self._nodes):
+            self._nodes = self._nodes()
+        return self._nodes
+
+    # The same placement is the same nodes and cores: `units` are only a machine's numbering
+    # of them (0 in a job read from a dict, until a scheduler places it on its machine).
+    def __eq__(self, other) -> bool:
+        return isinstance(other, Allocation) and self.nodes == other.nodes and self.cores == other.cores
+
+    def __hash__(self) -> int:
+        return hash((self.nodes, self.cores))
+
+    def __repr__(self) -> str:
+        return f"Allocation(units={self.units:#x}, nodes={self.nodes!r}, cores={self.cores!r})"
+
+
 @dataclass
 class Dependency:
     kind: DepType
@@ -182,8 +214,7 @@ class Job:
     exit_status: int | None = None
     start_time: float | None = None
     end_time: float | None = None
-    nodes: tuple[str, ...] = ()  # allocated node names, one per chunk or node used
-    cores: tuple[tuple[int, ...], ...] = ()  # allocated core indices, parallel to nodes
+    allocation: Allocation | None = None  # where it runs (None while it waits)
     eligible_time: float = 0.0  # seconds spent QUEUED (runnable) so far
     eligible_since: float | None = None
     score_at_start: float | None = None
@@ -193,6 +224,16 @@ class Job:
     array_limit: int = 0  # at most this many of the array's subjobs run at once (0: no limit)
     comment: str = ""
     extra: dict = field(default_factory=dict)  # opaque to the core: the commands' attributes
+
+    @property
+    def nodes(self) -> tuple[str, ...]:
+        """Allocated node names, one per chunk or node used (() while it waits)."""
+        return self.allocation.nodes if self.allocation is not None else ()
+
+    @property
+    def cores(self) -> tuple[tuple[int, ...], ...]:
+        """Allocated core indices, parallel to `nodes`."""
+        return self.allocation.cores if self.allocation is not None else ()
 
     # --- state machine -------------------------------------------------------------
     def move_to(self, new: State, now: float) -> None:
@@ -248,10 +289,9 @@ class Job:
                 v = [[dep.kind.value, dep.job_id, dep.met] for dep in v]
             elif name == "state":
                 v = v.value
-            elif name == "nodes":
-                v = list(v)
-            elif name == "cores":
-                v = [list(c) for c in v]
+            elif name == "allocation":  # stored as node names and cores (units are the machine's)
+                d["nodes"], d["cores"] = list(v.nodes), [list(c) for c in v.cores]
+                continue
             d[name] = v
         return d
 
@@ -269,10 +309,8 @@ class Job:
             d["dependencies"] = [Dependency(DepType(k), int(i), m) for k, i, m in d["dependencies"]]
         if "state" in d:
             d["state"] = _STATES[d["state"]]
-        if "nodes" in d:
-            d["nodes"] = tuple(d["nodes"])
-        if "cores" in d:
-            d["cores"] = tuple(map(tuple, d["cores"]))
+        if "nodes" in d:  # units 0 until a scheduler places it on its machine (restore)
+            d["allocation"] = Allocation(0, tuple(d.pop("nodes")), tuple(map(tuple, d.pop("cores", ()))))
         return cls.trusted(d)
 
     @classmethod
@@ -289,27 +327,10 @@ class Job:
                        dependencies=[replace(x) for x in self.dependencies], extra=dict(self.extra))
 
 
-def _nodes(job: Job) -> tuple[str, ...]:
-    value = job.__dict__["nodes"]
-    if callable(value):
-        value = job.__dict__["nodes"] = value()
-    return value
-
-
-def _set_nodes(job: Job, value) -> None:
-    job.__dict__["nodes"] = value
-
-
-# `nodes` may be set to a function that lists the names, called when they are first read:
-# a trace replay starts hundreds of thousands of jobs and never reads them.  (Stored in
-# the instance under the same name, so the generated methods and from_dict work as for
-# any field.)
-Job.nodes = property(_nodes, _set_nodes)
-
 _REQUEST_DEFAULTS = tuple((f.name, f.default) for f in fields(Request))
 _REQUEST_FIELDS = frozenset(name for name, _ in _REQUEST_DEFAULTS)
 _JOB_FIELDS = tuple(f.name for f in fields(Job))
-_JOB_FIELD_SET = frozenset(_JOB_FIELDS)
+_JOB_FIELD_SET = frozenset(_JOB_FIELDS) - {"allocation"} | {"nodes", "cores"}  # as stored
 _REQUESTS: dict[tuple, Request] = {}
 _STATES = {s.value: s for s in State}
 _JOB_DEFAULTS = {f.name: f.default for f in fields(Job) if f.default is not MISSING}

@@ -23,10 +23,10 @@ from dataclasses import dataclass, field
 from typing import Callable, Iterable, NamedTuple, Protocol
 
 from .backlog import Cursor
-from .jobs import Job
+from .jobs import Allocation, Job
 from .profile import AccessKey, Profile
 from .timefmt import hms
-from .topology import Allocation, Topology
+from .topology import Topology
 
 ALL = math.inf  # reservation depth for conservative backfill
 INF = math.inf

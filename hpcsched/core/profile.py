@@ -22,9 +22,9 @@ from __future__ import annotations
 import math
 from bisect import bisect_left, bisect_right, insort
 
-from .jobs import Request
+from .jobs import Allocation, Request
 from .reservations import Access
-from .topology import Allocation, Topology
+from .topology import Topology
 
 INF = math.inf
 HORIZON = 366 * 86400.0  # the planner looks no further ahead than this

@@ -18,8 +18,8 @@ from typing import Iterable
 
 from .backlog import Backlog
 from .errors import InvalidRequest, InvalidState, Rejected, UnknownJob
-from .jobs import (ACTIVE, COMPLETED, DELETED, EXITING, FINISHED, PENDING, QUEUED, RUNNING, WAITING, Dependency,
-                   DepType, Hold, Job, Request, State)
+from .jobs import (ACTIVE, COMPLETED, DELETED, EXITING, FINISHED, PENDING, QUEUED, RUNNING, WAITING, Allocation,
+                   Dependency, DepType, Hold, Job, Request, State)
 from .plan import Plan, Start, Walk
 from .policy import Context, Fifo, Policy
 from .profile import Profile
@@ -214,7 +214,7 @@ class Scheduler:
         job.submit_time = now
         job.state, job.eligible_since, job.eligible_time = QUEUED, now, 0.0
         job.start_time = job.end_time = job.exit_status = None
-        job.nodes, job.cores = (), ()
+        job.allocation = None
         self.jobs[job.id] = job
         self._queued[job.id] = job
         self._enorder(job)
@@ -304,8 +304,7 @@ class Scheduler:
     def _apply(self, job: Job, start: Start, now: float) -> None:
         """A start the plan decided: the job runs on its allocation from `now`."""
         a = start.allocation
-        job.nodes = lambda: a.nodes  # names are listed when first read (see jobs.py)
-        job.cores, job.start_time = a.cores, now
+        job.allocation, job.start_time = a, now  # (its node names are listed when first read)
         job.score_at_start, job.run_count = job.score, job.run_count + 1
         self._move(job, RUNNING, now)
         self._units[job.id] = a.units
@@ -378,7 +377,7 @@ class Scheduler:
         if job.state != RUNNING:
             raise InvalidState(f"job {job.id} is {job.state.value}, not running")
         self._move(job, QUEUED, now)  # frees its nodes (it needs the start time)
-        job.nodes, job.cores, job.start_time = (), (), None
+        job.allocation, job.start_time = None, None
         self._settle(job, now)
         return job
 
@@ -598,7 +597,8 @@ class Scheduler:
                     self._waiting.add(job.id)
                 elif job.state in ACTIVE:
                     self._active[job.id] = job
-                    self._units[job.id] = self.topology.units_of(job.nodes, job.cores)
+                    units = self._units[job.id] = self.topology.units_of(job.nodes, job.cores)
+                    job.allocation = Allocation(units, job.nodes, job.cores)
                 if job.state in PENDING:
                     self._count(job, 1)
                     if job.dependencies and any(d.met is None for d in job.dependencies):

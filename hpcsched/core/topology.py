@@ -12,9 +12,8 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from enum import Enum
-from typing import Callable
 
-from .jobs import Request
+from .jobs import Allocation, Request
 
 _CHUNK = 1024
 
@@ -86,36 +85,6 @@ def mask_of(bits: list[int]) -> int:
         digits[b] = 49  # ord("1")
     digits.reverse()
     return int(digits, 2)
-
-
-class Allocation:
-    """A concrete placement: the units taken, and per node the cores the job uses.
-
-    `nodes` may be given as a function, called when the names are first read: a pass
-    remakes its reservations every time, and only the allocations of jobs that start, or
-    that someone looks at, need their (possibly thousands of) node names."""
-
-    __slots__ = ("units", "_nodes", "cores")
-
-    def __init__(self, units: int, nodes: tuple[str, ...] | Callable[[], tuple[str, ...]],
-                 cores: tuple[tuple[int, ...], ...]):
-        self.units, self._nodes, self.cores = units, nodes, cores
-
-    @property
-    def nodes(self) -> tuple[str, ...]:
-        if callable(self._nodes):
-            self._nodes = self._nodes()
-        return self._nodes
-
-    def __eq__(self, other) -> bool:
-        return (isinstance(other, Allocation) and self.units == other.units and self.nodes == other.nodes
-                and self.cores == other.cores)
-
-    def __hash__(self) -> int:
-        return hash(self.units)
-
-    def __repr__(self) -> str:
-        return f"Allocation(units={self.units:#x}, nodes={self.nodes!r}, cores={self.cores!r})"
 
 
 class Topology(ABC):

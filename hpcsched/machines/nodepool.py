@@ -9,8 +9,8 @@ import math
 
 from ..core import nodelist
 from ..core.errors import ConfigError, InvalidRequest
-from ..core.jobs import Request
-from ..core.topology import Allocation, Node, NodeState, Topology, lowest, mask_of, set_bits
+from ..core.jobs import Allocation, Request
+from ..core.topology import Node, NodeState, Topology, lowest, mask_of, set_bits
 
 
 class NodePool(Topology):

@@ -24,7 +24,6 @@ from .engine import Engine, Finished, SimulationError
 from .metrics import Metrics, compute
 
 
-
 @dataclass(frozen=True)
 class Machine:
     """What the trace runs on: `nodes` nodes of `ppn` cores.  Exclusive nodes take
