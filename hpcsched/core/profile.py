@@ -28,6 +28,8 @@ from .topology import Topology
 
 INF = math.inf
 HORIZON = 366 * 86400.0  # the planner looks no further ahead than this
+LAID_OUT = 7 * 86400.0  # a pass starts with reservation occurrences laid out this far ahead
+BEFORE_TIERS = 64  # `tiers` ranks free units by how recently they became free, this many deep
 
 #: A job's reservation access: sorted ((reservation name, Access), ...) of every
 #: reservation it may use; () for most jobs.
@@ -93,7 +95,7 @@ class Profile:
         p = Profile(now, 0, reservations, slop)
         p.times, p.free, p.rel, p.take = self.times[:], self.free[:], self.rel[:], self.take[:]
         p.resv, p._known = self.resv[:], self._known
-        p.ensure(now + 7 * 86400.0)
+        p.ensure(now + LAID_OUT)
         return p
 
     def drop_before(self, now: float) -> None:
@@ -304,7 +306,7 @@ class Profile:
             after.append(rem)
         before, rem = [], m
         k = self.segment(t0) - 1
-        while rem and k >= 0 and len(before) < 64:
+        while rem and k >= 0 and len(before) < BEFORE_TIERS:
             gone = rem ^ (rem & self.usable(k, access))
             if gone:
                 before.append(gone)
