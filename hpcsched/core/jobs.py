@@ -28,8 +28,8 @@ class State(str, Enum):
 
 
 # The package names states by these constants, never as State.QUEUED: in Python 3.11 any
-# attribute read on an Enum class goes through the metaclass's __getattr__ hook (0.18 us
-# against 0.01 us for a module constant), several times for every job that starts and ends.
+# attribute read on an Enum class goes through the metaclass's __getattr__ hook, an order
+# of magnitude slower than a module constant, several times for every job that starts and ends.
 QUEUED, HELD, WAITING, DEP_HOLD, DEP_FAIL, RUNNING, EXITING, COMPLETED, DELETED = (
     State.QUEUED, State.HELD, State.WAITING, State.DEP_HOLD, State.DEP_FAIL, State.RUNNING, State.EXITING,
     State.COMPLETED, State.DELETED)
@@ -312,8 +312,8 @@ class Job:
         if "nodes" in d:  # units 0 until a scheduler places it on its machine (restore)
             d["allocation"] = Allocation(0, tuple(d.pop("nodes")), tuple(map(tuple, d.pop("cores", ()))))
         # The fields are checked and converted above, so they are set directly: the
-        # generated __init__ called with **d costs twice as much (2.2 us against 1.2 us a
-        # job), a third of a large store's load time.
+        # generated __init__ called with **d costs about twice as much, and building jobs
+        # is a third of a large store's load time.
         job = object.__new__(cls)
         job.__dict__.update(_JOB_DEFAULTS, holds=set(), dependencies=[], extra={})
         job.__dict__.update(d)

@@ -286,7 +286,7 @@ class Server:
 
     def serve(self, until: float | None = None) -> None:
         """Step on every wake-up or interval until SIGTERM/SIGINT (or `until`); answer
-        the commands that offer themselves on the command socket (commands.py) between
+        the commands that offer themselves on the command socket (pbs/front.py) between
         steps, from the state this process keeps loaded."""
         self._lock = self.claim()
         sel = selectors.DefaultSelector()

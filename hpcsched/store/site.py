@@ -1,7 +1,7 @@
 """A site: its configuration file and its store, as the commands see them.
 
     $HPCSCHED_HOME/config.toml   the site configuration (`hpcsched init` writes one)
-    $HPCSCHED_HOME/state.json    the store (see store.py)
+    $HPCSCHED_HOME/state.json    the store (see journal.py)
 
 The configuration holds the core's keys (config.py) and the commands' own: `flavor`
 (`torque`, the default, or `openpbs`; $HPCSCHED_FLAVOR overrides it per call),
