@@ -88,3 +88,34 @@ def test_same_inputs_same_decisions(depth):
         replay(s, jobs)
         runs.append([(j.id, j.start_time, j.nodes) for j in s.jobs.values()])
     assert runs[0] == runs[1]
+
+
+def small_workload(rng):
+    """Tens of jobs on a few to ~100 processors, with many equal end times: the cases where
+    ties and many release times decide EASY's extra processors."""
+    machine = rng.choice([4, 7, 16, 33, 71, 100])
+    t, jobs = 0.0, []
+    for _ in range(rng.randrange(5, 40)):
+        t += rng.choice([0, 0, 0, 1, 5, 10])
+        size = rng.choice([1, 1, 1, 2, 3, max(1, machine // 4), max(1, machine // 2), machine])
+        wall = float(rng.choice([5, 10, 20, 50, 100]))
+        run = wall if rng.random() < 0.7 else float(rng.randrange(1, int(wall) + 1))
+        jobs.append((t, size, wall, run))
+    return jobs, machine
+
+
+def test_easy_counts_every_release_before_the_shadow():
+    """71 processors: 66 one-processor jobs end at 66 different times before the head's
+    shadow at 100, which leaves one extra processor: the 1-processor job backfills at 5."""
+    jobs = [(0.0, 3, 5.0, 5.0)] + [(0.0, 1, float(e), float(e)) for e in range(11, 77)]
+    jobs += [(0.0, 2, 100.0, 100.0), (5.0, 70, 1000.0, 1000.0), (5.0, 1, 1000.0, 1000.0)]
+    starts = replay(scheduler(71, depth=1), jobs)
+    assert starts[len(jobs) - 2] == 100.0 and starts[len(jobs) - 1] == 5.0
+    assert starts == naive_easy(jobs, 71)
+
+
+def test_easy_matches_count_based_easy_on_many_small_random_workloads():
+    rng = random.Random(2023)
+    for n in range(1500):
+        jobs, machine = small_workload(rng)
+        assert replay(scheduler(machine, depth=1), jobs) == naive_easy(jobs, machine), f"workload {n}"

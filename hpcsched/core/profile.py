@@ -29,7 +29,6 @@ from .topology import Topology
 INF = math.inf
 HORIZON = 366 * 86400.0  # the planner looks no further ahead than this
 LAID_OUT = 7 * 86400.0  # a pass starts with reservation occurrences laid out this far ahead
-BEFORE_TIERS = 64  # `tiers` ranks free units by how recently they became free, this many deep
 
 #: A job's reservation access: sorted ((reservation name, Access), ...) of every
 #: reservation it may use; () for most jobs.
@@ -306,7 +305,7 @@ class Profile:
             after.append(rem)
         before, rem = [], m
         k = self.segment(t0) - 1
-        while rem and k >= 0 and len(before) < BEFORE_TIERS:
+        while rem and k >= 0:
             gone = rem ^ (rem & self.usable(k, access))
             if gone:
                 before.append(gone)
