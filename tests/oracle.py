@@ -6,6 +6,7 @@ first, then submissions, then one scheduling pass.  Returns {job index: start ti
 It keeps its own event loop on purpose: a reference model shares no code with what it checks.
 """
 import heapq
+import math
 
 
 def naive_easy(jobs, machine):
@@ -53,4 +54,61 @@ def naive_easy(jobs, machine):
                 elif size <= extra:
                     extra -= size
                     start(i)
+    return starts
+
+
+def naive_conservative(jobs, machine, depth=math.inf):
+    """Conservative backfill (Mu'alem and Feitelson) as algorithms.md states it, on node
+    counts: every waiting job holds a reservation at its earliest start beside all the
+    others.  When a job ends the schedule is compressed: in queue order, each job gives
+    its reservation back and takes the earliest start that fits beside every other job's
+    (so it never moves later), starting now if that is now.  Otherwise only new jobs are
+    placed, and jobs whose reserved time has come start.  With a `depth`, only that many
+    waiting jobs in queue order hold reservations (Maui's RESERVATIONDEPTH); the others
+    start only if they fit now beside them.  Obviously right, slow."""
+    events = [(t, 1, i) for i, (t, *_r) in enumerate(jobs)]
+    heapq.heapify(events)
+    queue, running, starts, booked = [], {}, {}, {}
+    while events:
+        now = events[0][0]
+        ended = False
+        while events and events[0][0] == now:
+            _, kind, i = heapq.heappop(events)
+            if kind == 0:
+                del running[i]
+                ended = True
+            else:
+                queue.append(i)
+
+        def used(t, skip):
+            """Nodes in use at t: running jobs (to their walltime end) and reservations."""
+            n = sum(jobs[i][1] for i, end in running.items() if end > t)
+            return n + sum(jobs[i][1] for i, s in booked.items() if i != skip and s <= t < s + jobs[i][2])
+
+        made = 0
+        for i in list(queue):
+            if not (ended or i not in booked or booked[i] <= now):
+                made += 1  # its reservation stands
+                continue
+            size, wall = jobs[i][1], jobs[i][2]
+            # candidate starts: now, and every time some running job or reservation ends
+            times = sorted({now} | {e for e in running.values() if e > now}
+                           | {s + jobs[j][2] for j, s in booked.items() if j != i and s + jobs[j][2] > now})
+            for t in times:
+                # the usage only changes where a job or reservation starts or ends: check
+                # t and every such point inside [t, t + wall)
+                points = {t} | {s for j, s in booked.items() if j != i and t < s < t + wall}
+                if all(used(p, i) + size <= machine for p in points):
+                    break
+            if t == now:
+                queue.remove(i)
+                booked.pop(i, None)
+                running[i] = now + wall
+                starts[i] = now
+                heapq.heappush(events, (now + jobs[i][3], 0, i))
+            elif made < depth:
+                booked[i] = t
+                made += 1
+            else:
+                booked.pop(i, None)
     return starts

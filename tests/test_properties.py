@@ -3,7 +3,7 @@ import random
 
 import pytest
 from helpers import scheduler
-from oracle import naive_easy
+from oracle import naive_conservative, naive_easy
 
 from hpcsched import ALL, Job, Request
 from hpcsched.sim.engine import Engine
@@ -119,3 +119,29 @@ def test_easy_matches_count_based_easy_on_many_small_random_workloads():
     for n in range(1500):
         jobs, machine = small_workload(rng)
         assert replay(scheduler(machine, depth=1), jobs) == naive_easy(jobs, machine), f"workload {n}"
+
+
+@pytest.mark.parametrize("depth", [ALL, 3])
+def test_conservative_and_depth_n_match_the_count_based_definition_on_many_small_workloads(depth):
+    rng = random.Random(2024)
+    for n in range(1000):
+        jobs, machine = small_workload(rng)
+        assert replay(scheduler(machine, depth=depth), jobs) == naive_conservative(jobs, machine, depth), \
+            f"workload {n}"
+
+
+def test_the_count_based_references_agree_at_depth_one():
+    rng = random.Random(2025)
+    for _ in range(300):
+        jobs, machine = small_workload(rng)
+        assert naive_conservative(jobs, machine, 1) == naive_easy(jobs, machine)
+
+
+def test_conservative_refuses_no_count_feasible_backfill():
+    """8 processors.  t=0: job 0 (4 procs, ends 100) and job 1 (3 procs, ends 10) start;
+    t=1: job 2 (5 procs, 100 s) is reserved at 100; t=2: job 3 (3 procs, 1,000 s) at 10;
+    t=3: job 4 (1 proc, 50 s) fits now on counts and delays nobody: it starts at 3."""
+    jobs = [(0.0, 4, 100.0, 100.0), (0.0, 3, 10.0, 10.0), (1.0, 5, 100.0, 100.0), (2.0, 3, 1000.0, 1000.0),
+            (3.0, 1, 50.0, 50.0)]
+    assert naive_conservative(jobs, 8) == {0: 0.0, 1: 0.0, 2: 100.0, 3: 10.0, 4: 3.0}
+    assert replay(scheduler(8, depth=ALL), jobs) == naive_conservative(jobs, 8)

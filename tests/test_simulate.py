@@ -10,7 +10,7 @@ import subprocess
 import sys
 
 import pytest
-from oracle import naive_easy
+from oracle import naive_conservative, naive_easy
 
 from hpcsched.sim import swf
 from hpcsched.sim.simulate import Machine, MapStats, map_record, record, simulate
@@ -189,15 +189,16 @@ def oracle_jobs(records, machine):
 
 
 @pytest.mark.skipif(not os.path.exists(KTH), reason="../shared/traces is not beside the checkout")
-def test_easy_matches_the_naive_oracle_on_kth():
+@pytest.mark.parametrize("backfill, reference", [("easy", naive_easy), ("conservative", naive_conservative)])
+def test_backfill_matches_the_naive_oracle_on_kth(backfill, reference):
     records = []
     for rec in swf.read(KTH):
         records.append(rec)
         if len(records) == 2000:
             break
-    r = simulate(records, nodes=100)
+    r = simulate(records, nodes=100, backfill=backfill)
     jobs, ids = oracle_jobs(records, 100)
-    expected = {ids[i]: t for i, t in naive_easy(jobs, 100).items()}
+    expected = {ids[i]: t for i, t in reference(jobs, 100).items()}
     assert r.start_times() == expected
     assert len(expected) > 1990
 

@@ -143,7 +143,10 @@ class _Now:
         amount, fails = req.cores or req.nodes, self.failed.get(shape, ())
         if fails and any(a <= amount and w <= wall for a, w in fails):
             return None
-        alloc = self.walk.profile.fit(topo, req, self.now, wall, access, need)
+        prof = self.walk.profile
+        alloc = prof.fit(topo, req, self.now, wall, access, need)
+        if alloc is not None and prof.holding and prof.room(self.now, self.now + wall, access) < need:
+            alloc = None  # it would take units a held reservation counts on
         if alloc is None:  # keep only the failures no other one implies
             self.failed[shape] = [(a, w) for a, w in fails if a < amount or w < wall] + [(amount, wall)]
         return alloc
@@ -158,24 +161,32 @@ class Walk:
     """
 
     def __init__(self, topology: Topology, profile: Profile, depth: float,
-                 access: Callable[[Job], AccessKey], gate: "Gate | None", backfill: bool = True):
+                 access: Callable[[Job], AccessKey], gate: "Gate | None", backfill: bool = True,
+                 counts: bool = False):
         self.topology, self.profile, self.depth = topology, profile, depth
         self.access, self.gate, self.backfill = access, gate, backfill
+        # reserve as counts (Profile.hold) for jobs any units serve, so that a reservation
+        # pins no node that a later job could use first (conservative and depth-N)
+        self.counts = counts
+        self.held: dict[int, int] = {}  # job id -> units held as a count
         self.blocked = False  # strict order (no backfill) and a job could not start
         self.made = 0  # reservations made
         self.waiting_ahead = False  # a job walked so far waits for resources
         self.last = None  # the last job walked
 
     def run(self, now: float, jobs: Iterable[Job], plan: Plan,
-            kept: dict[int, tuple[float, int]] | None = None, last: Job | None = None) -> None:
+            kept: dict[int, tuple[float, int, int, Allocation]] | None = None, last: Job | None = None,
+            compress: bool = True) -> None:
         """Walk `jobs` in order, carrying on from where an earlier `run` stopped, adding the
         starts, reservations and reasons it decides to `plan` (it changes no job: the
         scheduler applies the starts after the walk).
 
-        `kept` holds last pass's reservations still valid, already occupied in the
-        profile: each job's own is given back just before its turn, so that it can only
-        move earlier and no job ahead can take it (conservative backfill's guarantee that
-        no reservation is ever delayed)."""
+        `kept` holds last pass's reservations still valid, already occupied (or held) in
+        the profile: job id -> (start, units, count, allocation).  With `compress` (a job
+        ended, or anything else freed resources, since the last pass) each job's own is
+        given back just before its turn, so that it can only move earlier and no job ahead
+        can take it (conservative backfill's guarantee that no reservation is ever
+        delayed); without it, a reservation whose time has not come stands as it is."""
         if last is not None:
             self.last = last  # every job up to it has had its turn, walked or cut short
         if self.blocked:
@@ -196,9 +207,19 @@ class Walk:
                 waiting_ahead = True
             if made >= depth and not now_.upper and not kept:
                 break  # nothing is free now and no reservation is left to make
-            if kept and job.id in kept:
-                t0, units = kept.pop(job.id)
-                prof.release(units, t0, t0 + job.walltime)
+            if kept and job.id in kept:  # its own reservation is given back for its turn
+                t0, units, count, alloc = kept.pop(job.id)
+                if not compress and t0 > now:
+                    plan.reserved[job.id] = (t0, alloc)
+                    if count:
+                        self.held[job.id] = count
+                    made += 1
+                    waiting_ahead = True
+                    continue
+                if count:
+                    prof.hold(-count, t0, t0 + job.walltime)
+                else:
+                    prof.release(units, t0, t0 + job.walltime)
             if gate is not None:
                 why = gate(job)
                 if why:
@@ -218,12 +239,15 @@ class Walk:
                 continue
             waiting_ahead = True
             if made < depth:  # reserve its earliest start
-                found = prof.earliest(self.topology, job.request, job.walltime, acc, need, now)
+                if self.counts and self.topology.interchangeable(job.request):
+                    found = self._hold(job, need, acc, now)
+                else:
+                    found = prof.earliest(self.topology, job.request, job.walltime, acc, need, now)
+                    if found is not None:
+                        prof.occupy(found[1].units, found[0], found[0] + job.walltime)
                 if found is None:
                     plan.reasons[job.id] = "no start found within the planning horizon with the nodes now up"
                 else:
-                    t, alloc = found
-                    prof.occupy(alloc.units, t, t + job.walltime)
                     plan.reserved[job.id] = found
                     made += 1
             if not self.backfill:  # nothing may pass it
@@ -233,3 +257,15 @@ class Walk:
         if cursor is not None and cursor.passed:
             waiting_ahead = True
         self.made, self.waiting_ahead = made, waiting_ahead
+
+    def _hold(self, job: Job, need: int, access: AccessKey, now: float) -> tuple[float, Allocation] | None:
+        """Reserve `job`'s earliest start as a count; the allocation shown with it is the
+        nodes it could take at that time, named for people, not booked."""
+        prof = self.profile
+        t = prof.earliest_count(job.walltime, access, need, now)
+        if t is None:
+            return None
+        prof.hold(need, t, t + job.walltime)
+        self.held[job.id] = need
+        shown = self.topology.choose(job.request, [prof.usable(prof.segment(t), access)])
+        return t, shown or Allocation(0, (), ())

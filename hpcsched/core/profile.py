@@ -58,6 +58,10 @@ class Profile:
         # per segment: ((reservation name, units, real), ...); real is False in the slop
         # before an occurrence, which blocks but does not admit bound jobs
         self.resv: list[tuple] = [()]
+        # per segment: units promised to reservations held as counts, on no unit in
+        # particular (conservative backfill on interchangeable nodes: see `hold`)
+        self.held: list[int] = [0]
+        self.holding = 0  # how many such reservations are held
         self.reservations = [(r, u) for r, u in reservations]
         self.slop = slop
         self.horizon = now
@@ -84,7 +88,7 @@ class Profile:
                     p.rel[at[e]] |= units & available
                     free = (free | units) ^ units
             p.free = [free] + [None] * (n - 1)
-            p.resv = [()] * n
+            p.resv, p.held = [()] * n, [0] * n
         return p
 
     def derive(self, now: float, reservations=(), slop: float = 0.0) -> "Profile":
@@ -93,7 +97,7 @@ class Profile:
         self.drop_before(now)
         p = Profile(now, 0, reservations, slop)
         p.times, p.free, p.rel, p.take = self.times[:], self.free[:], self.rel[:], self.take[:]
-        p.resv, p._known = self.resv[:], self._known
+        p.resv, p.held, p._known = self.resv[:], self.held[:], self._known
         p.ensure(now + LAID_OUT)
         return p
 
@@ -102,7 +106,7 @@ class Profile:
         k = bisect_right(self.times, now) - 1
         if k > 0:
             self.mask(k)
-            del self.times[:k], self.free[:k], self.rel[:k], self.take[:k], self.resv[:k]
+            del self.times[:k], self.free[:k], self.rel[:k], self.take[:k], self.resv[:k], self.held[:k]
             self._known -= k
             self.rel[0] = self.take[0] = 0
         self.times[0] = self.now = now
@@ -128,6 +132,7 @@ class Profile:
         self.rel.insert(i + 1, 0)
         self.take.insert(i + 1, 0)
         self.resv.insert(i + 1, self.resv[i])
+        self.held.insert(i + 1, self.held[i])
         if i < self._known - 1:  # inside the known prefix, which stays as short as it is
             self.free.insert(i + 1, self.free[i])
             self._known += 1
@@ -181,10 +186,50 @@ class Profile:
         # a boundary that no longer changes anything goes, so profiles do not silt up
         for k in (span.stop, span.start):
             if (0 < k < len(self.times) and not self.rel[k] and not self.take[k]
-                    and self.resv[k] == self.resv[k - 1]):
-                del self.times[k], self.free[k], self.rel[k], self.take[k], self.resv[k]
+                    and self.resv[k] == self.resv[k - 1] and self.held[k] == self.held[k - 1]):
+                del self.times[k], self.free[k], self.rel[k], self.take[k], self.resv[k], self.held[k]
                 if k < self._known:
                     self._known -= 1
+
+    def hold(self, count: int, t0: float, t1: float) -> None:
+        """Promise `count` units, on no unit in particular, over [t0, t1) (a negative count
+        gives a promise back).  Exact where any units serve the job: all units free at a
+        time stay free until a booking takes them, so jobs started in time order can
+        always be given units when, at every time, the promised counts fit (an interval
+        graph is coloured greedily in start order)."""
+        t0 = max(t0, self.now)
+        if t1 <= t0:
+            return
+        for k in self._span(t0, t1):
+            self.held[k] += count
+        self.holding += 1 if count > 0 else -1
+        self.changes += 1
+
+    def room(self, t0: float, t1: float, access: AccessKey = ()) -> int:
+        """The fewest units usable and not promised at any time in [t0, t1)."""
+        self.ensure(t1)
+        times, n = self.times, len(self.times)
+        k = self.segment(t0)
+        least = self.usable(k, access).bit_count() - self.held[k]
+        k += 1
+        while k < n and times[k] < t1:
+            least = min(least, self.usable(k, access).bit_count() - self.held[k])
+            k += 1
+        return least
+
+    def earliest_count(self, duration: float, access: AccessKey, need: int, not_before: float) -> float | None:
+        """The earliest start at or after `not_before` with `need` units unpromised for
+        `duration` (counts only: a reservation `hold` keeps)."""
+        times = self.times
+        c = self.segment(max(not_before, self.now))
+        while c < len(times):
+            t = times[c] if times[c] > not_before else not_before
+            if t + duration > self.limit:
+                return None
+            if self.room(t, t + duration, access) >= need:
+                return t
+            c += 1
+        return None
 
     def windows(self, access: AccessKey = ()) -> list[tuple[float, int]]:
         """How long the units free now stay free: [(until, units)], soonest first, the last
@@ -344,7 +389,7 @@ class Profile:
             m = self.usable(c, access)
             if (eligible & m).bit_count() >= need:
                 m = self.window(t, end, access, eligible, need)
-                if m:
+                if m and (not self.holding or self.room(t, end, access) >= need):
                     alloc = topology.choose(request, self.tiers(m, t, end, access))
                     if alloc is not None:
                         return t, alloc

@@ -70,7 +70,8 @@ class Scheduler:
         self._pending_count: dict[str, int] = {}
         self._pending_user: dict[tuple[str, str], int] = {}
         self._fits: dict[Request, bool] = {}
-        self._booked: dict[int, tuple[float, tuple, tuple]] = {}  # last pass's reservations
+        # last pass's reservations: job id -> (start, nodes, cores, units held as a count)
+        self._booked: dict[int, tuple[float, tuple, tuple, int]] = {}
         # the last pass, carried on while only new jobs arrive (see iterate)
         self._walk: Walk | None = None
         self._plan: Plan | None = None
@@ -247,6 +248,7 @@ class Scheduler:
         if self.reservations:
             for name in [n for n, r in self.reservations.items() if r.expired(now)]:
                 self.remove_reservation(name)
+        compress = self._dirty  # (arrivals leave it clean: see submit)
         fresh, self._fresh = self._fresh, []
         walk = self._walk
         if not self._queued:
@@ -266,8 +268,8 @@ class Scheduler:
             order, last = self._prioritise(now, gate.ctx if gate else None)
             plan = Plan(now)
             walk = self._walk = Walk(self.topology, self._profile(now), self.settings.depth, self._access, gate,
-                                     self.settings.backfill)
-            walk.run(now, order, plan, self._keep(walk.profile, now), last)
+                                     self.settings.backfill, counts=self.settings.depth > 1 and not self.reservations)
+            walk.run(now, order, plan, self._keep(walk.profile, now), last, compress)
         for start in plan.started:
             self._apply(self._queued[start.job_id], start, now)
         self.last_pass = now
@@ -275,7 +277,8 @@ class Scheduler:
         self._dirty = False
         profiles = [self._walk.profile] if self._walk else []
         if self.settings.depth > 1:
-            self._booked = {jid: (t, a.nodes, a.cores) for jid, (t, a) in plan.reserved.items()}
+            held = self._walk.held if self._walk else {}
+            self._booked = {jid: (t, a.nodes, a.cores, held.get(jid, 0)) for jid, (t, a) in plan.reserved.items()}
 
         def estimate(job_id: int) -> float | None:
             job = self.jobs.get(job_id)
@@ -544,19 +547,27 @@ class Scheduler:
                 profile.occupy(self._units[jid], now, now + grace)
         return profile
 
-    def _keep(self, profile: Profile, now: float) -> dict[int, tuple[float, int]]:
-        """Last pass's reservations that still hold, occupied in `profile` (depth > 1)."""
+    def _keep(self, profile: Profile, now: float) -> dict[int, tuple[float, int, int, Allocation]]:
+        """Last pass's reservations that still hold, occupied (or held as counts) in
+        `profile` (depth > 1): job id -> (start, units, count, allocation)."""
         kept = {}
         if self.settings.depth <= 1:
             return kept
-        for jid, (t, nodes, cores) in self._booked.items():
+        for jid, (t, nodes, cores, count) in self._booked.items():
             job = self._queued.get(jid)
             if job is None:
                 continue
-            t0, units = max(t, now), self.topology.units_of(nodes, cores)
-            if profile.holds(units, t0, t0 + job.walltime, self._access(job)):
-                profile.occupy(units, t0, t0 + job.walltime)
-                kept[jid] = (t0, units)
+            t0, t1, access = max(t, now), max(t, now) + job.walltime, self._access(job)
+            if count:
+                if profile.room(t0, t1, access) >= count:
+                    profile.hold(count, t0, t1)
+                    kept[jid] = (t0, 0, count, Allocation(0, nodes, cores))
+                continue
+            units = self.topology.units_of(nodes, cores)
+            if profile.holds(units, t0, t1, access) and (not profile.holding or
+                                                         profile.room(t0, t1, access) >= units.bit_count()):
+                profile.occupy(units, t0, t1)
+                kept[jid] = (t0, units, 0, Allocation(units, nodes, cores))
         return kept
 
     def _access(self, job: Job) -> tuple:
@@ -572,8 +583,8 @@ class Scheduler:
                 "reservations": [r.to_dict() for r in self.reservations.values()],
                 "nodes": self.topology.node_states(),
                 "usage": {k: dict(v) for k, v in self.usage.items()},
-                "booked": [[jid, t, list(nodes), [list(c) for c in cores]]
-                           for jid, (t, nodes, cores) in self._booked.items()]}
+                "booked": [[jid, t, list(nodes), [list(c) for c in cores], count]
+                           for jid, (t, nodes, cores, count) in self._booked.items()]}
 
     def restore(self, state: dict) -> "Scheduler":
         """Load a state saved by `to_dict` into this (freshly configured) scheduler."""
@@ -608,8 +619,9 @@ class Scheduler:
                                              for j in self._queued.values()))
             self.next_id = int(state.get("next_id", max(self.jobs, default=0) + 1))
             self.last_pass = state.get("last_pass")
-            self._booked = {int(jid): (float(t), tuple(nodes), tuple(tuple(c) for c in cores))
-                            for jid, t, nodes, cores in state.get("booked", [])}
+            self._booked = {int(b[0]): (float(b[1]), tuple(b[2]), tuple(tuple(c) for c in b[3]),
+                                        int(b[4]) if len(b) > 4 else 0)  # (a count: since version 0.1)
+                            for b in state.get("booked", [])}
             self._dirty = True
             self._base = None
             usage = state.get("usage", {})

@@ -126,6 +126,11 @@ class Topology(ABC):
     def units_of_nodes(self, names) -> int:
         """Every unit of the named nodes (what a reservation on them holds)."""
 
+    def interchangeable(self, request: Request) -> bool:
+        """Would any `need(request)` available units make an allocation for it?  (Then a
+        future reservation can be held as a count: see Profile.hold.)"""
+        return False
+
     def fits_anywhere(self, request: Request) -> bool:
         """Could the request ever run here, with every node up?"""
         return self.choose(request, [self.eligible(request)]) is not None

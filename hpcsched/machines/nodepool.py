@@ -89,6 +89,10 @@ class NodePool(Topology):
         self.node(name).state = state
         self._available = None
 
+    def interchangeable(self, request: Request) -> bool:
+        # whole nodes, and every node serves the request: any `need` of them will do
+        return self.exclusive and self.eligible(request) == (1 << len(self.unit_node)) - 1
+
     def processors(self, units: int) -> int:
         nodes, unit_node = self.nodes, self.unit_node
         return sum(1 if nodes[i].shared else nodes[i].cores for i in map(unit_node.__getitem__, set_bits(units)))
