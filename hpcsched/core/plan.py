@@ -267,5 +267,9 @@ class Walk:
             return None
         prof.hold(need, t, t + job.walltime)
         self.held[job.id] = need
-        shown = self.topology.choose(job.request, [prof.usable(prof.segment(t), access)])
-        return t, shown or Allocation(0, (), ())
+        free, topology, request = prof.usable(prof.segment(t), access), self.topology, job.request
+
+        def names() -> tuple[str, ...]:  # (listed only if someone looks)
+            shown = topology.choose(request, [free])
+            return shown.nodes if shown else ()
+        return t, Allocation(0, names, ())

@@ -219,16 +219,29 @@ class Profile:
 
     def earliest_count(self, duration: float, access: AccessKey, need: int, not_before: float) -> float | None:
         """The earliest start at or after `not_before` with `need` units unpromised for
-        `duration` (counts only: a reservation `hold` keeps)."""
-        times = self.times
+        `duration` (counts only: a reservation `hold` keeps).  One scan: a segment without
+        room rules out every start up to it."""
+        times, held, free = self.times, self.held, self.free
         c = self.segment(max(not_before, self.now))
+        k = c  # segments c..k-1 are known to have room
         while c < len(times):
             t = times[c] if times[c] > not_before else not_before
-            if t + duration > self.limit:
+            end = t + duration
+            if end > self.limit:
                 return None
-            if self.room(t, t + duration, access) >= need:
+            if end > self.horizon:
+                self.ensure(end)
+            while k < len(times) and times[k] < end:
+                if self.reservations:
+                    units = self.usable(k, access)
+                else:  # (the same, read directly)
+                    units = free[k] if k < self._known else self.mask(k)
+                if units.bit_count() - held[k] < need:
+                    break
+                k += 1
+            else:
                 return t
-            c += 1
+            c = k = k + 1
         return None
 
     def windows(self, access: AccessKey = ()) -> list[tuple[float, int]]:

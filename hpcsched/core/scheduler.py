@@ -70,8 +70,8 @@ class Scheduler:
         self._pending_count: dict[str, int] = {}
         self._pending_user: dict[tuple[str, str], int] = {}
         self._fits: dict[Request, bool] = {}
-        # last pass's reservations: job id -> (start, nodes, cores, units held as a count)
-        self._booked: dict[int, tuple[float, tuple, tuple, int]] = {}
+        # last pass's reservations: job id -> (start, allocation, units held as a count)
+        self._booked: dict[int, tuple[float, Allocation, int]] = {}
         # the last pass, carried on while only new jobs arrive (see iterate)
         self._walk: Walk | None = None
         self._plan: Plan | None = None
@@ -278,7 +278,7 @@ class Scheduler:
         profiles = [self._walk.profile] if self._walk else []
         if self.settings.depth > 1:
             held = self._walk.held if self._walk else {}
-            self._booked = {jid: (t, a.nodes, a.cores, held.get(jid, 0)) for jid, (t, a) in plan.reserved.items()}
+            self._booked = {jid: (t, a, held.get(jid, 0)) for jid, (t, a) in plan.reserved.items()}
 
         def estimate(job_id: int) -> float | None:
             job = self.jobs.get(job_id)
@@ -553,7 +553,7 @@ class Scheduler:
         kept = {}
         if self.settings.depth <= 1:
             return kept
-        for jid, (t, nodes, cores, count) in self._booked.items():
+        for jid, (t, alloc, count) in self._booked.items():
             job = self._queued.get(jid)
             if job is None:
                 continue
@@ -561,13 +561,13 @@ class Scheduler:
             if count:
                 if profile.room(t0, t1, access) >= count:
                     profile.hold(count, t0, t1)
-                    kept[jid] = (t0, 0, count, Allocation(0, nodes, cores))
+                    kept[jid] = (t0, 0, count, alloc)
                 continue
-            units = self.topology.units_of(nodes, cores)
+            units = alloc.units or self.topology.units_of(alloc.nodes, alloc.cores)
             if profile.holds(units, t0, t1, access) and (not profile.holding or
                                                          profile.room(t0, t1, access) >= units.bit_count()):
                 profile.occupy(units, t0, t1)
-                kept[jid] = (t0, units, 0, Allocation(units, nodes, cores))
+                kept[jid] = (t0, units, 0, alloc)
         return kept
 
     def _access(self, job: Job) -> tuple:
@@ -583,8 +583,8 @@ class Scheduler:
                 "reservations": [r.to_dict() for r in self.reservations.values()],
                 "nodes": self.topology.node_states(),
                 "usage": {k: dict(v) for k, v in self.usage.items()},
-                "booked": [[jid, t, list(nodes), [list(c) for c in cores], count]
-                           for jid, (t, nodes, cores, count) in self._booked.items()]}
+                "booked": [[jid, t, list(a.nodes), [list(c) for c in a.cores], count]
+                           for jid, (t, a, count) in self._booked.items()]}
 
     def restore(self, state: dict) -> "Scheduler":
         """Load a state saved by `to_dict` into this (freshly configured) scheduler."""
@@ -619,8 +619,8 @@ class Scheduler:
                                              for j in self._queued.values()))
             self.next_id = int(state.get("next_id", max(self.jobs, default=0) + 1))
             self.last_pass = state.get("last_pass")
-            self._booked = {int(b[0]): (float(b[1]), tuple(b[2]), tuple(tuple(c) for c in b[3]),
-                                        int(b[4]) if len(b) > 4 else 0)  # (a count: since version 0.1)
+            self._booked = {int(b[0]): (float(b[1]), Allocation(0, tuple(b[2]), tuple(tuple(c) for c in b[3])),
+                                        int(b[4]) if len(b) > 4 else 0)  # (states saved before counts: 0)
                             for b in state.get("booked", [])}
             self._dirty = True
             self._base = None
