@@ -1,11 +1,13 @@
 """Parse and simulate real traces: seconds, jobs per second, peak memory.
 
-    python3 benchmarks/simulate.py [--traces DIR] [--only KTH|RICC] [--timeout S] [--breakdown]
+    python3 benchmarks/simulate.py [--traces DIR] [--only KTH|LUBLIN|RICC] [--timeout S] [--breakdown]
 
 For each trace: the time to merely parse it (read every record); the time to parse it,
 map every record onto the machine and build its Job object, which any replay through the
 scheduling core does before it schedules anything; and the time to simulate it under FIFO
-without backfill and under FIFO with EASY backfill.  Each runs in a fresh child process so
+without backfill, with EASY and with conservative backfill (on RICC, conservative and EASY
+also on its first 50,000 jobs, as a full conservative replay there is long).  Each runs in
+a fresh child process so
 that its peak resident memory is its own.  The figures the general core reaches here are
 the accepted reference (about 3 s for KTH-SP2 and 80-90 s for RICC-2010 under EASY; the
 project keeps one scheduling core rather than a faster second copy of a policy); peak
@@ -24,7 +26,15 @@ import subprocess
 import sys
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-TRACES = {"KTH": "KTH-SP2-1996-2.1-cln.swf.gz", "RICC": "RICC-2010-2.swf.gz"}
+TRACES = {"KTH": "KTH-SP2-1996-2.1-cln.swf.gz", "LUBLIN": "lublin_256.swf.gz", "RICC": "RICC-2010-2.swf.gz"}
+#: trace -> the replays timed: (what the child runs, label); "N:mode" replays the first N jobs
+RUNS = {
+    "KTH": [("parse", "parse only"), ("floor", "parse+map+jobs"), ("none", "FIFO"), ("easy", "FIFO + EASY"),
+            ("conservative", "FIFO + conserv.")],
+    "LUBLIN": [("easy", "FIFO + EASY"), ("conservative", "FIFO + conserv.")],
+    "RICC": [("parse", "parse only"), ("floor", "parse+map+jobs"), ("none", "FIFO"), ("easy", "FIFO + EASY"),
+             ("50000:easy", "50k + EASY"), ("50000:conservative", "50k + conserv.")],
+}
 MEMORY_MB = 1024
 
 CHILD = r"""
@@ -61,6 +71,15 @@ elif what == "breakdown":
     r = simulate(path, policy="fifo", backfill="easy")
     n = r.metrics.jobs
     print(*spent.values(), r.metrics.passes, end=" ")
+elif ":" in what:  # the first N jobs
+    first, mode = what.split(":")
+    records = []
+    for rec in swf.read(path):
+        if len(records) == int(first):
+            break
+        records.append(rec)
+    r = simulate(records, policy="fifo", backfill=mode, nodes=swf.header(path).max_procs)
+    n = r.metrics.jobs
 else:
     r = simulate(path, policy="fifo", backfill=what)
     n = r.metrics.jobs
@@ -108,15 +127,14 @@ def main(argv=None) -> int:
             print(f"{name:<6}skipped: {path} not found")
             continue
         parse = None
-        for what, label in (("parse", "parse only"), ("floor", "parse+map+jobs"), ("none", "FIFO"),
-                            ("easy", "FIFO + EASY")):
+        for what, label in RUNS[name]:
             m = measure(path, what, args.timeout)
             if m is None:
                 print(f"{name:<6}{label:<16}  did not finish in {args.timeout:.0f} s")
                 continue
             n, dt, mb, _ = m
             parse = dt if what == "parse" else parse
-            ratio = f"{dt / parse:8.1f}x" if parse and what != "parse" else f"{'':>9}"
+            ratio = f"{dt / parse:8.1f}x" if parse and what != "parse" and ":" not in what else f"{'':>9}"
             verdict = "" if mb < MEMORY_MB else f"  over {MEMORY_MB} MB"
             print(f"{name:<6}{label:<16}{n:>8}{dt:>10.2f}{n / dt:>10.0f}{ratio}{mb:>9.0f}{verdict}")
         if args.breakdown:
