@@ -5,15 +5,18 @@ step function kept as the units freed and taken at each boundary.  Running jobs 
 their units until their expected end; reservations block their units for jobs that may not
 use them; each job the walk reserves for occupies its units from its planned start.  A job
 may start now only if some allocation is free over its whole walltime window in this
-profile, so it can never delay a reservation already made.  The reservation depth says how many waiting jobs get
-one: 0 none (first fit), 1 EASY, `ALL` conservative (Maui's RESERVATIONDEPTH).
+profile, so it can never delay a reservation already made.  The reservation depth says
+how many waiting jobs get one: 0 none (first fit), 1 EASY, `ALL` conservative (Maui's
+RESERVATIONDEPTH).  With depth > 1, a job any nodes serve has its reservation held as a
+count (Profile.hold), so that no reservation pins a node a later job could use first.
 
 Which free units a job gets is chosen *tightest in time*: first the units whose free period
 ends soonest after the job would end, then those that became free most recently before it
 would start.  So a backfilled job prefers nodes a reservation needs only later, and a
 reservation prefers nodes that are busy now, which leaves the nodes free now to backfill.
 On a machine of identical nodes this makes the planner start exactly the jobs count-based
-EASY (Lifka) starts.
+EASY (Lifka) starts, and with counts held, exactly those count-based conservative starts
+(the references are in tests/oracle.py).
 """
 from __future__ import annotations
 
