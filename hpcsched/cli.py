@@ -2,6 +2,7 @@
 
     hpcsched demo                      schedule a small workload on the embedded test rig
     hpcsched simulate TRACE [options]  replay an SWF trace, print metrics, write results
+    hpcsched drain LOGS... [options]   drain-time report from Moab-format node-status logs
 
 Exit status: 0 success, 1 a bad trace or configuration (one line on stderr), 2 bad usage.
 """
@@ -49,7 +50,7 @@ def cmd_simulate(args) -> int:
     try:
         result = simulate(args.trace, policy=args.policy, backfill=args.backfill, nodes=args.nodes,
                           ppn=args.ppn, shared=args.shared, period=args.period, skip_bad=args.skip_bad,
-                          warmup=args.warmup, progress=progress)
+                          warmup=args.warmup, progress=progress, drain=not args.no_drain)
     except (SchedulerError, OSError, EOFError) as e:
         if progress:
             sys.stderr.write("\n")
@@ -64,6 +65,48 @@ def cmd_simulate(args) -> int:
                       result.write_json)
         _write_atomic(os.path.join(args.out, "schedule.swf"), result.write_swf)
         print(f"wrote {os.path.join(args.out, 'results.json')} and {os.path.join(args.out, 'schedule.swf')}")
+    return 0
+
+
+def cmd_drain(args) -> int:
+    import json
+
+    import functools
+
+    from .drain import moablog, records
+    from .sim.simulate import swf_job_records
+    from .drain.accounts import GROUPS, Accounts, groups_from, text
+    try:
+        groups = groups_from([int(x) for x in args.groups.split(",")]) if args.groups else GROUPS
+    except ValueError:
+        print("hpcsched drain: --groups: give increasing lowest sizes, e.g. 1,129,1000", file=sys.stderr)
+        return 2
+    logs = []
+    for p in args.logs:
+        if os.path.isdir(p):
+            logs.extend(os.path.join(p, q) for q in sorted(os.listdir(p)))
+        elif os.path.exists(p):
+            logs.append(p)
+        else:
+            print(f"hpcsched drain: {p}: no such file", file=sys.stderr)
+            return 1
+    try:
+        jobs = records.merge(args.jobs or [], functools.partial(swf_job_records, ppn=args.ppn))
+        accounts, quality = moablog.read(logs, Accounts(node_count=args.nodes or 0))
+    except (OSError, EOFError, ValueError, SchedulerError) as e:
+        print(f"hpcsched drain: {e}", file=sys.stderr)
+        return 1
+    report = accounts.report(jobs, basis=args.basis, groups=groups, gap=args.gap, top=args.top)
+    report["quality"] = quality.to_json()
+    if args.json:
+        json.dump(report, sys.stdout, indent=1)
+        print()
+    else:
+        print(text(report))
+        print(f"read {quality.files} files, {quality.lines} lines: {quality.samples} samples, "
+              f"{quality.unrelated} other lines, {quality.malformed} malformed status lines")
+    for e in quality.errors:
+        print(f"hpcsched drain: malformed: {e}", file=sys.stderr)
     return 0
 
 
@@ -178,7 +221,21 @@ def main(argv=None) -> int:
     s.add_argument("--warmup", type=float, default=0.0, help="fraction of first jobs left out of statistics")
     s.add_argument("--out", help="directory for results.json and schedule.swf")
     s.add_argument("--quiet", action="store_true", help="no progress line")
+    s.add_argument("--no-drain", action="store_true", help="leave drain-time accounting out (a little faster)")
     s.set_defaults(func=cmd_simulate)
+    r = sub.add_parser("drain", help="drain-time report from Moab-format node-status logs (one file per day)")
+    r.add_argument("logs", nargs="+", help="log files or directories (plain or .gz), in time order")
+    r.add_argument("--jobs", action="append", help="job records: a Torque accounting log (file or directory), "
+                   "a simulation's results.json, or an SWF trace (repeatable)")
+    r.add_argument("--ppn", type=int, default=1, help="cores per node, to size SWF records (default 1)")
+    r.add_argument("--nodes", type=int, help="nodes of the static basis (default: the nodes in the logs)")
+    r.add_argument("--basis", choices=["static", "dynamic"], default="static",
+                   help="static: nodes x accounted seconds; dynamic: node-seconds not Down")
+    r.add_argument("--groups", help="job-size groups by lowest size (default 1,129,1000,2000,4000,8000,16000)")
+    r.add_argument("--gap", type=float, default=900.0, help="a node is short on a day missing more seconds (900)")
+    r.add_argument("--top", type=int, default=10, help="jobs listed for failure to launch and sliding (10)")
+    r.add_argument("--json", action="store_true", help="the report as JSON")
+    r.set_defaults(func=cmd_drain)
     args = ap.parse_args(argv)
     if getattr(args, "nodes", None) is not None and args.nodes < 1 or getattr(args, "ppn", None) is not None \
             and args.ppn < 1 or (getattr(args, "cores", None) or 1) < 1:

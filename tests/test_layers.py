@@ -1,6 +1,6 @@
 """The package's layers, read from its imports with `ast` (every import, also inside functions).
 
-    core      <- policies, machines <- config <- store, sim <- pbs <- server <- cli, demos
+    core      <- policies, machines, drain <- config <- store, sim <- pbs <- server <- cli, demos
 
 A layer imports only itself and the layers to its left; nothing imports in a cycle.
 """
@@ -14,11 +14,12 @@ MAY_IMPORT = {
     "core": set(),
     "policies": {"core"},
     "machines": {"core"},
+    "drain": {"core"},
     "config": {"core", "policies", "machines"},
-    "sim": {"core", "policies", "machines", "config"},
+    "sim": {"core", "policies", "machines", "config", "drain"},
     "store": {"core", "policies", "machines", "config"},
     "pbs": {"core", "policies", "machines", "config", "store"},
-    "server": {"core", "policies", "machines", "config", "store", "pbs"},
+    "server": {"core", "policies", "machines", "config", "store", "pbs", "drain"},
 }
 
 

@@ -52,6 +52,7 @@ class Plan:
     now: float
     started: list[Start] = field(default_factory=list)
     reserved: dict[int, tuple[float, Allocation]] = field(default_factory=dict)
+    held: dict[int, int] = field(default_factory=dict)  # reserved as a count: job id -> units
     reasons: dict[int, str] = field(default_factory=dict)
     default_reason: str = RESOURCES
     profile: Profile | None = None  # the pass's final plan (valid until the next pass)

@@ -65,6 +65,7 @@ class Scheduler:
         self._active: dict[int, Job] = {}
         self._waiting: set[int] = set()
         self._units: dict[int, int] = {}
+        self.busy = 0  # units running jobs hold now (the OR of `_units`)
         self._res_units: dict[str, int] = {}
         self._children: dict[int, list[int]] = {}
         self._pending_count: dict[str, int] = {}
@@ -136,6 +137,8 @@ class Scheduler:
         elif old in ACTIVE and new not in ACTIVE:
             del self._active[jid]
             units = self._units.pop(jid, None)
+            if units:
+                self.busy ^= units
             if self._base is not None and units:
                 self._base.release(units, now, job.start_time + job.walltime)
             self._overrun.discard(jid)
@@ -292,6 +295,8 @@ class Scheduler:
 
         plan._estimate = estimate
         plan.profile = profiles[0] if profiles else None
+        if self._walk is not None and self._walk.held:
+            plan.held = {jid: n for jid, n in self._walk.held.items() if jid in plan.reserved}
         return plan
 
     def _prioritise(self, now: float, ctx: Context | None) -> tuple[Iterable[Job], Job]:
@@ -311,6 +316,7 @@ class Scheduler:
         job.score_at_start, job.run_count = job.score, job.run_count + 1
         self._move(job, RUNNING, now)
         self._units[job.id] = a.units
+        self.busy |= a.units
         if self._base is not None:
             self._base.occupy(a.units, now, now + job.walltime)
         heapq.heappush(self._ends, (now + job.walltime, job.id))
@@ -609,6 +615,7 @@ class Scheduler:
                 elif job.state in ACTIVE:
                     self._active[job.id] = job
                     units = self._units[job.id] = self.topology.units_of(job.nodes, job.cores)
+                    self.busy |= units
                     job.allocation = Allocation(units, job.nodes, job.cores)
                 if job.state in PENDING:
                     self._count(job, 1)

@@ -19,6 +19,9 @@ from typing import Callable, Iterable
 
 from ..config import build
 from ..core.jobs import Job, Request
+from ..drain.accounts import GROUPS, Accounts, JobRecord
+from ..drain.accounts import text as drain_text
+from ..drain.samples import Recorder
 from . import swf
 from .engine import Engine, Finished, SimulationError
 from .metrics import Metrics, compute
@@ -132,15 +135,19 @@ class Result:
     policy: str
     backfill: str
     header: swf.Header = field(default_factory=swf.Header)
+    drain: dict | None = None  # the drain report (drain/accounts.py), if it was accounted
 
     def summary(self) -> str:
-        return self.metrics.text(self)
+        out = self.metrics.text(self)
+        if self.drain is not None:
+            out += "\n" + drain_text(self.drain)
+        return out
 
     def to_json(self) -> dict:
-        return {"policy": self.policy, "backfill": self.backfill,
+        return {"policy": self.policy, "backfill": self.backfill, "epoch": self.header.unix_start_time or 0,
                 "machine": {"nodes": self.machine.nodes, "ppn": self.machine.ppn, "shared": self.machine.shared},
                 "mapping": vars(self.mapping) | {"simulated": self.mapping.simulated},
-                "metrics": self.metrics.to_json(),
+                "metrics": self.metrics.to_json(), "drain": self.drain,
                 "jobs": [{"job": f.record.job, "submit": f.submit, "start": f.start, "end": f.end,
                           "wait": f.wait, "run": f.run, "size": f.size, "backfill": f.backfill}
                          for f in self.jobs]}
@@ -189,13 +196,15 @@ def record(job: int, submit: float, procs: int, run: float, req_time: float = -1
 def simulate(workload, *, policy: str = "fifo", backfill: str = "easy", nodes: int | None = None,
              ppn: int | None = None, shared: bool = False, period: float | None = None,
              skip_bad: bool = False, warmup: float = 0.0, config: dict | None = None,
-             progress: Callable[[int, int], None] | None = None) -> Result:
+             progress: Callable[[int, int], None] | None = None, drain: bool = True,
+             groups=GROUPS) -> Result:
     """Replay `workload` (an SWF path, or Records / `record(...)` tuples sorted by submit
     time) under a policy and backfill mode; returns the schedule and its metrics.
 
     `config` may give extra scheduler settings (priority options, queues); the machine
     always comes from the trace header or `nodes`/`ppn`/`shared`.  `warmup` excludes that
-    fraction of the first jobs (by submit order) from the per-job statistics.  Python's
+    fraction of the first jobs (by submit order) from the per-job statistics.  With `drain`,
+    every pass's node picture is accounted (drain/), reported by job-size `groups`.  Python's
     cycle collector is paused while it runs (for every thread) and restored after."""
     read_stats = swf.ReadStats()
     if isinstance(workload, (str, os.PathLike)):
@@ -217,6 +226,7 @@ def simulate(workload, *, policy: str = "fifo", backfill: str = "easy", nodes: i
     sched = build(cfg)
     mapping = MapStats()
     engine = Engine(sched, period, progress and (lambda done: progress(mapping.records, done)))
+    recorder = Recorder(sched, Accounts(offset=_utc_offset(header)), header.unix_start_time or 0.0) if drain else None
     # A replay keeps two objects per job (its record and its Finished) to the end and
     # leaves no cyclic garbage, so Python's cycle collector would only scan them over and
     # over, all of them at every full collection (8 % of a RICC replay when measured).  It
@@ -224,10 +234,42 @@ def simulate(workload, *, policy: str = "fifo", backfill: str = "easy", nodes: i
     collecting = gc.isenabled()
     gc.disable()
     try:
-        finished, acc = engine.run(arrivals(records, machine, mapping))
+        finished, acc = engine.run(arrivals(records, machine, mapping), watch=recorder and recorder.watch)
         metrics = compute(finished, acc, warmup)
+        report = recorder and recorder.accounts.report(job_records(finished, recorder.epoch), groups=groups)
     finally:
         if collecting:
             gc.enable()
     mapping.skipped_bad_lines = read_stats.skipped
-    return Result(finished, metrics, machine, mapping, policy, backfill, header)
+    return Result(finished, metrics, machine, mapping, policy, backfill, header, report)
+
+
+def job_records(finished: list[Finished], epoch: float = 0.0) -> dict[str, JobRecord]:
+    """The drain report's job records from a replay's finished jobs."""
+    return {str(f.record.job): JobRecord(str(f.record.job), f.size, f.start + epoch, f.end + epoch, f.backfill)
+            for f in finished}
+
+
+def swf_job_records(path: str, ppn: int = 1) -> dict[str, JobRecord]:
+    """An SWF trace's jobs as drain job records (times offset by its UnixStartTime):
+    size = processors / ppn, rounded up."""
+    epoch = float(swf.header(path).unix_start_time or 0)
+    out = {}
+    for r in swf.read(path):
+        procs = r.procs if r.procs > 0 else r.req_procs
+        start = r.submit + r.wait + epoch if r.wait >= 0 else None
+        end = start + r.run if start is not None and r.run >= 0 else None
+        out[str(r.job)] = JobRecord(str(r.job), max(1, math.ceil(procs / ppn)), start, end)
+    return out
+
+
+def _utc_offset(header: swf.Header) -> float:
+    """The trace's UTC offset at its start (days begin at local midnight), 0 if unknown."""
+    if not header.time_zone or header.unix_start_time is None:
+        return 0.0
+    try:
+        from datetime import datetime
+        from zoneinfo import ZoneInfo
+        return datetime.fromtimestamp(header.unix_start_time, ZoneInfo(header.time_zone)).utcoffset().total_seconds()
+    except Exception:  # no such zone, or no time zone data on this machine
+        return 0.0

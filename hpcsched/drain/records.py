@@ -1,0 +1,94 @@
+"""Job records to join drain with: Torque accounting logs, simulator results, SWF traces.
+
+Every reader returns {job id: JobRecord}, the id as Moab's reservation lists name the job
+(a Torque id's number: "1292428.bw" -> "1292428").  A job's last record wins (a rerun job
+ends once more).  A line a reader cannot use raises ValueError naming file and line.
+"""
+from __future__ import annotations
+
+import gzip
+import json
+from pathlib import Path
+
+from .accounts import JobRecord
+
+
+def read(path: str, swf=None) -> dict[str, JobRecord]:
+    """By content: results.json (a simulation's), an SWF trace (read by `swf(path)`, the
+    simulator's reader: see sim/simulate.py), or a Torque accounting log."""
+    opener = gzip.open if str(path).endswith(".gz") else open
+    with opener(path, "rt", encoding="utf-8", errors="replace") as f:
+        head = f.read(4096)
+    if head.lstrip().startswith("{"):
+        return results_json(path)
+    if head.lstrip().startswith(";") or _swf_like(head):
+        if swf is None:
+            raise ValueError(f"{path}: an SWF trace, and no SWF reader was given")
+        return swf(path)
+    return torque(path)
+
+
+def _swf_like(head: str) -> bool:
+    line = next((x for x in head.splitlines() if x.strip() and not x.startswith(";")), "")
+    return len(line.split()) == 18 and all(_number(x) for x in line.split())
+
+
+def _number(x: str) -> bool:
+    try:
+        float(x)
+    except ValueError:
+        return False
+    return True
+
+
+def results_json(path: str) -> dict[str, JobRecord]:
+    """A simulation's results.json (`hpcsched simulate --out`): sizes, times, backfill.
+    Its times are the trace's, offset by the header's UnixStartTime when it had one."""
+    try:
+        with open(path, encoding="utf-8") as f:
+            data = json.load(f)
+        epoch = float(data.get("epoch") or 0.0)
+        return {str(j["job"]): JobRecord(str(j["job"]), int(j["size"]), float(j["start"]) + epoch,
+                                         float(j["end"]) + epoch, bool(j["backfill"]))
+                for j in data["jobs"]}
+    except (ValueError, KeyError, TypeError) as e:
+        raise ValueError(f"{path}: not a results.json of hpcsched simulate ({e})") from None
+
+
+def torque(path: str) -> dict[str, JobRecord]:
+    """A Torque/PBS accounting log (hpcsched's own, or a site's): S and E records.  Size is
+    Resource_List.nodect, else the hosts in exec_host; a job with S and no E is running."""
+    out: dict[str, JobRecord] = {}
+    opener = gzip.open if str(path).endswith(".gz") else open
+    with opener(path, "rt", encoding="utf-8", errors="replace") as f:
+        for n, line in enumerate(f, 1):
+            if not line.strip():
+                continue
+            parts = line.rstrip("\n").split(";", 3)
+            if len(parts) != 4:
+                raise ValueError(f"{path}:{n}: not <date>;<type>;<job id>;<attributes>")
+            _, kind, jid, body = parts
+            if kind not in ("S", "E"):
+                continue
+            fields = dict(kv.split("=", 1) for kv in body.split() if "=" in kv)
+            jid = jid.split(".", 1)[0]
+            try:
+                size = int(fields["Resource_List.nodect"]) if "Resource_List.nodect" in fields else \
+                    len({h.split("/", 1)[0] for h in fields.get("exec_host", "").split("+") if h}) or 1
+                start = float(fields["start"]) if "start" in fields else None
+                end = float(fields["end"]) if kind == "E" and "end" in fields else None
+            except ValueError:
+                raise ValueError(f"{path}:{n}: a number that does not parse") from None
+            if kind == "E" and start is None and end is not None:
+                continue  # ended without running (deleted while queued)
+            out[jid] = JobRecord(jid, size, start, end)
+    return out
+
+
+def merge(paths, swf=None) -> dict[str, JobRecord]:
+    """Every record of `paths` (files, or directories of daily files), later ones winning."""
+    jobs: dict[str, JobRecord] = {}
+    for p in paths:
+        for q in (sorted(Path(p).iterdir()) if Path(p).is_dir() else [p]):
+            jobs.update(read(str(q), swf))
+    return jobs

@@ -1,0 +1,207 @@
+"""What a pass leaves on each node, in Moab's terms: state, reservation list, job list.
+
+States: Down (down or on the bad list), Drained (offline, nothing running), Draining
+(offline, a job still running), and on nodes up: Idle (nothing running), Busy (all of it
+in use), Running (some of it in use: a shared node).  A node's reservation list holds,
+soonest first, every site reservation and every waiting job's reservation that covers it.
+
+A job reservation held as a count (conservative backfill on interchangeable nodes) covers
+no node in particular; it is shown on the nodes it would take, *tightest* as the planner
+takes them: nodes busy now first, then the lowest idle ones (see plan.py).
+
+`samples` lists every node (the spec, and what logs are written from); `tally` gives the
+same picture as counts per combination and drained nodes per reservation, with a few mask
+operations per reservation instead of work per node (the simulator's hot path).  A test
+checks one against the other.
+"""
+from __future__ import annotations
+
+import math
+
+from ..core.plan import Plan
+from ..core.scheduler import Scheduler
+from ..core.topology import NodeState, lowest, set_bits
+from .accounts import IDLE, STATES, combo
+
+DOWN, BUSY, RUNNING, DRAINED, DRAINING = (STATES.index(s) for s in ("Down", "Busy", "Running", "Drained",
+                                                                   "Draining"))
+_DRAIN, _UNALLOCATED = combo(IDLE, True, False), combo(IDLE, False, False)
+_BUSY_RSV, _BUSY = combo(BUSY, True, True), combo(BUSY, False, True)
+
+
+class Sampler:
+    """Reads a scheduler after each pass (its topology must not change shape)."""
+
+    def __init__(self, sched: Scheduler):
+        self.sched = sched
+        topo = sched.topology
+        self.nodes = topo.all_nodes()
+        self.node_units = [topo.units_of_nodes([n.name]) for n in self.nodes]
+        # one unit per node, node i on unit i: masks of units are masks of nodes
+        self.simple = all(m == 1 << i for i, m in enumerate(self.node_units))
+        self.every = (1 << len(self.node_units)) - 1
+        self._site: dict[str, int] = {}
+
+    # --- the pieces ----------------------------------------------------------------------
+    def _reservations(self, plan: Plan, idle: int) -> list[tuple[float, str, int]]:
+        """(start, id, units) of every reservation, soonest first (ties by id)."""
+        sched, topo, prof = self.sched, self.sched.topology, plan.profile
+        out = []
+        now = plan.now
+        for name, res in sched.reservations.items():
+            when = next(res.occurrences(now, math.inf), None)
+            if when is None:
+                continue
+            units = self._site.get(name)
+            if units is None:
+                units = self._site[name] = topo.units_of_nodes(res.nodes)
+            out.append((when[0], name, units))
+        for jid, (t, alloc) in plan.reserved.items():
+            count = plan.held.get(jid)
+            if count:
+                free = prof.usable(prof.segment(t))
+                busy_then = (free | idle) ^ idle
+                units = lowest(busy_then, count)
+                if units.bit_count() < count:
+                    units |= lowest(free & idle, count - units.bit_count())
+            else:
+                units = alloc.units
+            out.append((t, str(jid), units))
+        out.sort(key=lambda r: (r[0], r[1]))
+        return out
+
+    def _jobs(self) -> int:
+        """Units running jobs hold."""
+        busy = 0
+        for job in self.sched.running():
+            busy |= job.allocation.units
+        return busy
+
+    def _down(self) -> tuple[int, int]:
+        """(units of nodes down or bad, units of nodes offline)."""
+        down = offline = 0
+        for n, m in zip(self.nodes, self.node_units):
+            if n.state == NodeState.UP:
+                continue
+            if n.state == NodeState.OFFLINE:
+                offline |= m
+            else:
+                down |= m
+        return down, offline
+
+    # --- per node: the spec --------------------------------------------------------------
+    def samples(self, plan: Plan) -> list[tuple[str, str, list[str], list[str]]]:
+        """(node, state, rsvlist, joblist) of every node after `plan`'s pass."""
+        busy = self._jobs()
+        down, offline = self._down()
+        on: dict[int, list[str]] = {}  # unit -> ids of the jobs running on it
+        for job in sorted(self.sched.running(), key=lambda j: j.id):
+            for u in set_bits(job.allocation.units):
+                on.setdefault(u, []).append(str(job.id))
+        idle = self.sched.topology.available() ^ (self.sched.topology.available() & busy)
+        reservations = self._reservations(plan, idle)
+        out = []
+        for node, m in zip(self.nodes, self.node_units):
+            jobs: list[str] = []
+            for u in set_bits(m):
+                jobs.extend(j for j in on.get(u, ()) if j not in jobs)
+            used = m & busy
+            if m & down:
+                state = DOWN
+            elif m & offline:
+                state = DRAINING if used else DRAINED
+            else:
+                state = IDLE if not used else BUSY if used == m else RUNNING
+            rsv = [rid for _, rid, units in reservations if units & m]
+            out.append((node.name, STATES[state], rsv, jobs))
+        return out
+
+    # --- counted: the simulator's -------------------------------------------------------
+    def tally(self, plan: Plan) -> tuple[dict[int, int], dict[str, int]]:
+        """(nodes per combination, drained nodes per reservation id) after `plan`'s pass:
+        what `samples` says, counted."""
+        sched = self.sched
+        avail, busy = sched.topology.available(), sched.busy
+        if self.simple and avail == self.every:
+            down = offline = 0
+        else:
+            down, offline = self._down()
+        idle = avail ^ (avail & busy)
+        reservations = self._reservations(plan, idle) if (plan.reserved or sched.reservations) else ()
+        covered = 0
+        for _, _, units in reservations:
+            covered |= units
+        charges: dict[str, int] = {}
+        if not self.simple:
+            return self._tally_nodes(busy, down, offline, reservations, covered, charges), charges
+        drained = idle & covered
+        if drained:
+            left = drained
+            for _, rid, units in reservations:
+                mine = left & units
+                if mine:
+                    charges[rid] = mine.bit_count()
+                    left ^= mine
+                    if not left:
+                        break
+        if not (down or offline):  # (the usual case: every node up)
+            running = busy & covered
+            counts = {_DRAIN: drained.bit_count(), _UNALLOCATED: (idle ^ drained).bit_count(),
+                      _BUSY_RSV: running.bit_count(), _BUSY: (busy ^ running).bit_count()}
+            return {c: n for c, n in counts.items() if n}, charges
+        counts = {}
+        for state, mask in ((DOWN, down), (DRAINED, offline ^ (offline & busy)), (DRAINING, offline & busy),
+                            (IDLE, idle), (BUSY, avail & busy)):
+            r = mask & covered
+            for has_rsv, m in ((True, r), (False, mask ^ r)):
+                j = m & busy
+                for has_job, part in ((True, j), (False, m ^ j)):
+                    if part:
+                        counts[combo(state, has_rsv, has_job)] = part.bit_count()
+        return counts, charges
+
+    def _tally_nodes(self, busy, down, offline, reservations, covered, charges) -> dict[int, int]:
+        """`tally` node by node, for machines whose nodes have several units."""
+        counts: dict[int, int] = {}
+        for m in self.node_units:
+            used = m & busy
+            if m & down:
+                state = DOWN
+            elif m & offline:
+                state = DRAINING if used else DRAINED
+            else:
+                state = IDLE if not used else BUSY if used == m else RUNNING
+            has_rsv = bool(m & covered)
+            c = combo(state, has_rsv, bool(used))
+            counts[c] = counts.get(c, 0) + 1
+            if state == IDLE and has_rsv:
+                rid = next(rid for _, rid, units in reservations if units & m)
+                charges[rid] = charges.get(rid, 0) + 1
+        return counts
+
+
+class Recorder:
+    """Drain accounting of a run, pass by pass: `watch(plan)` after every pass (the
+    engine's watch hook); each pass's picture holds until the next one.
+
+    `epoch` is added to the scheduler's times (a trace's UnixStartTime); with `log`, a
+    moablog.DailyWriter, every node's sample is also written, as a live server does."""
+
+    def __init__(self, sched: Scheduler, accounts, epoch: float = 0.0, log=None):
+        self.sampler = Sampler(sched)
+        self.accounts = accounts
+        accounts.node_count = accounts.node_count or len(self.sampler.nodes)
+        self.epoch, self.log = epoch, log
+        self.last: float | None = None
+        self.picture: tuple[dict, dict] = ({}, {})
+        self.passes = 0
+
+    def watch(self, plan: Plan) -> None:
+        t = plan.now + self.epoch
+        if self.last is not None:
+            self.accounts.add_all(self.last, t, *self.picture)
+        self.last = t
+        self.picture = self.sampler.tally(plan)
+        if self.log is not None:
+            self.log.write(t, self.sampler.samples(plan), self.passes)
+        self.passes += 1

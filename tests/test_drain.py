@@ -1,0 +1,330 @@
+"""Drain-time accounting: hand-worked logs, the sampler's two views, the three sources."""
+import gzip
+import json
+import os
+import random
+import subprocess
+import sys
+
+import pytest
+from helpers import scheduler
+
+from hpcsched import ALL, Job, Request
+from hpcsched.core.reservations import Reservation
+from hpcsched.core.topology import NodeState
+from hpcsched.drain import moablog, records
+from hpcsched.drain.accounts import DRAIN, GROUPS, Accounts, JobRecord, combo, groups_from
+from hpcsched.drain.samples import Recorder, Sampler
+from hpcsched.sim.engine import Engine
+from hpcsched.sim.simulate import record, simulate, swf_job_records
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+KTH = os.path.join(ROOT, "..", "shared", "traces", "KTH-SP2-1996-2.1-cln.swf.gz")
+IDLE, BUSY, RUNNING, DOWN, DRAINED, DRAINING = 1, 2, 3, 0, 4, 5
+
+
+def status(stamp, node, state, rsv="none", jobs="none", it=21166):
+    """A line exactly as the paper prints it (written out here, not by moablog.line)."""
+    return f"{stamp}.000-0600 {it} INFO Node '{node}' status: state='{state}' rsvlist='{rsv}' joblist='{jobs}'\n"
+
+
+DAY1 = "2014-12-31T"
+DAY2 = "2015-01-01T"
+
+
+def day_one():
+    """Two nodes over one day; every state and reservation/job combination on n1."""
+    n1 = [("00:00:00", "Idle", "7,8", "none"),     # 600 s drain, charged to 7 (first in the list)
+          ("00:10:00", "Busy", "none", "5"),       # 600 s Busy with a job
+          ("00:20:00", "Idle", "none", "none"),    # 1,200 s unallocated idle (no sample at 00:30: a gap)
+          ("00:40:00", "Down", "9", "none"),       # 300 s Down with a reservation
+          ("00:45:00", "Running", "9", "5,6"),     # 300 s Running, reservation and jobs
+          ("00:50:00", "Drained", "none", "none"),  # 60 s
+          ("00:51:00", "Draining", "none", "6"),   # 60 s
+          ("00:52:00", "Idle", "7", "none")]       # drain to 7 until the last sample, 23:59:00
+    lines = ["Moab starting up: unrelated line\n"]
+    for hh in range(24):
+        for mm in range(0, 60, 10):
+            t = f"{hh:02d}:{mm:02d}:00"
+            lines.append(status(DAY1 + t, "n2", "Busy", "7", "5"))  # one run, the same all day
+    for t, s, r, j in n1:
+        lines.append(status(DAY1 + t, "n1", s, r, j))
+    lines.append(status(DAY1 + "23:59:00", "n1", "Idle", "7", "none"))
+    lines.append(status(DAY1 + "23:59:00", "n2", "Busy", "7", "5"))
+    lines.append("2014-12-31T12:00:00.000-0600 21166 INFO Node 'n1' status: state='Sleeping' rsvlist='none' "
+                 "joblist='none'\n")  # malformed: no such state
+    lines.sort(key=lambda x: x[11:19] if x[:4] == "2014" else "")
+    return "".join(lines)
+
+
+def day_two():
+    return "".join([status(DAY2 + "00:01:00", "n1", "Idle", "7"),
+                    status(DAY2 + "00:01:00", "n2", "Busy", "none", "5"),
+                    status(DAY2 + "00:11:00", "n1", "Busy", "none", "7"),
+                    status(DAY2 + "00:11:00", "n2", "Idle"),
+                    status(DAY2 + "00:21:00", "n1", "Busy", "none", "7"),
+                    status(DAY2 + "00:21:00", "n2", "Idle")])
+
+
+@pytest.fixture
+def logs(tmp_path):
+    one, two = tmp_path / "20141231", tmp_path / "20150101.gz"
+    one.write_text(day_one())
+    with gzip.open(two, "wt") as f:
+        f.write(day_two())
+    return [str(one), str(two)]
+
+
+def test_hand_worked_day(logs):
+    acc, q = moablog.read(logs[:1])
+    (day,) = acc.days.values()
+    assert day[combo(IDLE, True, False)] == 600 + (23 * 3600 + 59 * 60 - 52 * 60)
+    assert day[combo(BUSY, False, True)] == 600
+    assert day[combo(IDLE, False, False)] == 1200  # the gap accrues to the earlier sample
+    assert day[combo(DOWN, True, False)] == 300
+    assert day[combo(RUNNING, True, True)] == 300
+    assert day[combo(DRAINED, False, False)] == 60
+    assert day[combo(DRAINING, False, True)] == 60
+    assert day[combo(BUSY, True, True)] == 86340  # n2: 145 equal samples, one run
+    assert sum(day) == 2 * 86340
+    assert acc.drain == {"7": 600 + 83220}
+    assert acc.seen_running == {"5": 600 + 300 + 86340, "6": 300 + 60}
+    assert q.samples == 145 + 9 and q.unrelated == 1 and q.malformed == 1
+    assert q.errors[0].startswith(logs[0] + ":") and "known state" in q.errors[0]
+
+
+def test_days_and_jobs_across_files(logs):
+    acc, q = moablog.read(logs)
+    assert q.files == 2
+    assert acc.drain["7"] == 83820 + 600  # one job's drain, summed over both files
+    assert acc.offset == -6 * 3600
+    rep = acc.report({"7": JobRecord("7", 2, 1420092660.0 + 600, None)}, gap=60)
+    d1, d2 = rep["days"]
+    assert (d1["day"], d2["day"]) == ("2014-12-31", "2015-01-01")
+    assert d1["accounted_s"] == 86340 and d2["accounted_s"] == 1200
+    assert d1["drain_pct"] == pytest.approx(100 * 83820 / (2 * 86340))
+    assert d2["drain_pct"] == pytest.approx(100 * 600 / (2 * 1200))
+    assert rep["sliding"][0]["job"] == "7" and rep["sliding"][0]["drain_per_node_s"] == (83820 + 600) / 2
+    assert rep["drain_unattributed_node_hours"] == 0
+
+
+def test_one_file_across_midnight_is_split_at_local_midnight(tmp_path):
+    p = tmp_path / "log"
+    p.write_text(status(DAY1 + "23:50:00", "n1", "Idle", "3") + status(DAY2 + "00:10:00", "n1", "Busy", "none", "3")
+                 + status(DAY2 + "00:20:00", "n1", "Busy", "none", "3"))
+    acc, _ = moablog.read([str(p)])
+    days = [acc.days[d] for d in sorted(acc.days)]
+    assert days[0][DRAIN] == 600 and days[1][DRAIN] == 600 and days[1][combo(BUSY, False, True)] == 600
+
+
+def test_nodes_short_of_a_day_are_reported(tmp_path):
+    p = tmp_path / "log"
+    p.write_text(status(DAY1 + "00:00:00", "a", "Idle") + status(DAY1 + "00:00:00", "b", "Idle")
+                 + status(DAY1 + "12:00:00", "b", "Idle") + status(DAY1 + "23:00:00", "a", "Idle"))
+    rep = moablog.read([str(p)])[0].report(gap=900)
+    assert rep["days"][0]["accounted_s"] == 23 * 3600 and rep["days"][0]["nodes_short"] == 1
+    rep = moablog.read([str(p)], Accounts(node_count=3))[0].report()
+    assert rep["days"][0]["nodes_short"] == 2  # and one node never sampled at all
+
+
+def test_dynamic_basis_leaves_down_time_out(logs):
+    acc, _ = moablog.read(logs[:1])
+    static, dynamic = acc.report(basis="static"), acc.report(basis="dynamic")
+    assert static["node_hours"] == pytest.approx(2 * 86340 / 3600)
+    assert dynamic["node_hours"] == pytest.approx((2 * 86340 - 300) / 3600)
+    assert dynamic["drain_pct"] > static["drain_pct"]
+
+
+def test_malformed_lines_are_counted_never_fatal(tmp_path):
+    p = tmp_path / "log"
+    good = status(DAY1 + "00:00:00", "n1", "Idle", "4")
+    p.write_text(good + "garbage Node 'n1' status: nonsense\n"
+                 + "not-a-time 1 INFO Node 'n1' status: state='Idle' rsvlist='4' joblist='none'\n"
+                 + status(DAY1 + "00:05:00", "n1", "Idle", "4").replace("joblist", "jobs")
+                 + status(DAY1 + "00:00:00", "n1", "Busy", "none", "4").replace("00:00:00", "00:01:00")
+                 + status(DAY1 + "00:00:30", "n1", "Idle")  # time going back for n1
+                 + status(DAY1 + "00:10:00", "n1", "Busy", "none", "4"))
+    acc, q = moablog.read([str(p)])
+    assert q.malformed == 4 and [e.split(":")[1] for e in q.errors] == ["2", "3", "4", "6"]
+    assert acc.drain == {"4": 60} and acc.days[min(acc.days)][combo(BUSY, False, True)] == 540
+
+
+def test_written_lines_read_back():
+    line = moablog.line(1420005799.696, "27453", "Idle", ["1292428", "1292433"], [], offset=-21600, iteration=21166)
+    assert line == ("2014-12-31T00:03:19.696-0600 21166 INFO Node '27453' status: state='Idle' "
+                    "rsvlist='1292428,1292433' joblist='none'\n")
+
+
+def test_size_groups():
+    assert GROUPS[1] == ("Sub1k", 129)
+    assert groups_from([1, 2, 10]) == (("1", 1), ("2-9", 2), ("10+", 10))
+    with pytest.raises(ValueError):
+        groups_from([0, 5])
+
+
+def test_report_joins_job_records():
+    acc = Accounts(node_count=10)
+    acc.add(DRAIN, 0, 100, "a", "1")
+    acc.add(DRAIN, 0, 50, "b", "2")
+    acc.add(DRAIN, 0, 20, "c", "r1")  # a site reservation: no job record
+    jobs = {"1": JobRecord("1", 200, 100, 110, False), "2": JobRecord("2", 4, 50, 1050, True),
+            "3": JobRecord("3", 1, 0, 40, True)}
+    rep = acc.report(jobs)
+    tiny, sub1k = rep["by_size"][0], rep["by_size"][1]
+    assert (tiny["jobs"], tiny["drained_jobs"], sub1k["drained_jobs"]) == (2, 1, 1)
+    assert sub1k["mean_drain_per_node"] == 100 / 200
+    f = rep["failure_to_launch"]
+    assert f["jobs"] == 1 and f["worst"][0]["job"] == "1" and f["worst"][0]["drain_per_run"] == 100 / (200 * 10)
+    assert rep["drain_unattributed_node_hours"] == pytest.approx(20 / 3600)
+    bf = 4 * 1000 + 1 * 40
+    assert rep["backfill_efficiency"] == pytest.approx(bf / (bf + 170))
+
+
+# --- the sampler: per node (the spec) against counted (the simulator's) ---------------------
+
+def _counted(samples):
+    counts, charges = {}, {}
+    from hpcsched.drain.accounts import STATES
+    for _, state, rsv, jobs in samples:
+        c = combo(STATES.index(state), bool(rsv), bool(jobs))
+        counts[c] = counts.get(c, 0) + 1
+        if state == "Idle" and rsv and not jobs:
+            charges[rsv[0]] = charges.get(rsv[0], 0) + 1
+    return counts, charges
+
+
+def _random_run(seed, depth, shared=False, events=()):
+    rng = random.Random(seed)
+    sched = scheduler(12, depth=depth, cores=4 if shared else 1, shared=shared)
+    sampler = Sampler(sched)
+    arrivals, t = [], 0.0
+    for i in range(40):
+        t += rng.choice([0, 0, 5, 30])
+        size = rng.choice([1, 2, 3, 6, 12])
+        req = Request(cores=size * 2) if shared and rng.random() < 0.5 else Request(nodes=size)
+        arrivals.append((t, Job(owner="u", request=req, walltime=float(rng.choice([50, 100, 400]))),
+                         float(rng.choice([10, 50, 100])), i))
+    seen = []
+
+    def check(plan):
+        samples = sampler.samples(plan)
+        assert sampler.tally(plan) == _counted(samples), f"pass at {plan.now}"
+        seen.append(samples)
+    Engine(sched).run(arrivals, events=list(events), watch=check)
+    return seen
+
+
+@pytest.mark.parametrize("depth", [0, 1, 3, ALL])
+@pytest.mark.parametrize("seed", range(6))
+def test_tally_counts_what_the_samples_say(seed, depth):
+    seen = _random_run(seed, depth)
+    drained = any(s == "Idle" and r for pic in seen for _, s, r, _ in pic)
+    assert drained == (depth > 0)  # (no reservations, no drain)
+
+
+def test_tally_on_shared_nodes_down_offline_and_site_reservations():
+    def down(sched, now):
+        sched.set_node_state("n03", NodeState.DOWN)
+        sched.set_node_state("n04", NodeState.OFFLINE)
+
+    def maintenance(sched, now):
+        sched.add_reservation(Reservation("pm", start=now + 100, duration=200, nodes=("n05", "n06")), now)
+    for seed in range(4):
+        seen = _random_run(seed, 1, shared=seed % 2 == 1, events=[(20.0, down), (25.0, maintenance)])
+        states = {s for pic in seen for _, s, _, _ in pic}
+        assert {"Down", "Idle"} <= states and states & {"Drained", "Draining"}
+        assert any("pm" in r for pic in seen for _, _, r, _ in pic)
+
+
+def test_held_reservations_are_shown_on_busy_nodes_first():
+    """Conservative holds counts: a 4-node reservation on 4 nodes freed later, not on idle ones."""
+    sched = scheduler(6, depth=ALL)
+    sampler = Sampler(sched)
+    sched.submit(Job(owner="u", request=Request(nodes=4), walltime=100.0), 0.0)
+    sched.submit(Job(owner="u", request=Request(nodes=6), walltime=100.0), 0.0)
+    plan = sched.iterate(0.0)
+    assert plan.held == {2: 6}
+    (c, ch) = sampler.tally(plan)
+    assert ch == {"2": 2} and c[DRAIN] == 2  # the two idle nodes wait for job 2
+
+
+# --- the three sources -------------------------------------------------------------------
+
+def test_logs_written_by_a_run_give_the_runs_own_accounts(tmp_path):
+    """The simulator's direct accumulators and the analysis of the logs it writes agree."""
+    for depth in (1, ALL):
+        sched = scheduler(16, depth=depth)
+        direct = Accounts()
+        writer = moablog.DailyWriter(tmp_path / f"d{depth}", offset=0.0)
+        rec = Recorder(sched, direct, epoch=1420070400.0, log=writer)  # 2015-01-01T00:00Z
+        rng = random.Random(depth)
+        arrivals = [(float(i * 7), Job(owner="u", request=Request(nodes=rng.choice([1, 3, 8, 16])),
+                                       walltime=300.0), float(rng.choice([30, 300])), i) for i in range(60)]
+        Engine(sched).run(arrivals, watch=rec.watch)
+        writer.close()
+        files = sorted(str(p) for p in (tmp_path / f"d{depth}").iterdir())
+        assert len(files) == 1
+        logged, q = moablog.read(files)
+        assert q.malformed == 0 and q.samples == 16 * rec.passes
+        assert logged.days.keys() == direct.days.keys()
+        for d in direct.days:
+            assert logged.days[d] == pytest.approx(direct.days[d])
+        assert logged.drain == pytest.approx(direct.drain)
+        assert direct.drain  # (there was drain to compare)
+
+
+def test_simulate_reports_drain(tmp_path):
+    jobs = [record(1, 0, 2, 100, 100), record(2, 0, 4, 100, 100), record(3, 10, 1, 20, 20)]
+    r = simulate(jobs, nodes=4)
+    # two nodes wait 100 s for job 2; job 3 backfills on one of them for 20 s
+    assert r.drain["drain_node_hours"] == pytest.approx((2 * 100 - 20) / 3600)
+    assert r.drain["by_size"][0]["drained_jobs"] == 1
+    assert "drain time" in r.summary()
+    data = r.to_json()
+    assert data["drain"]["drain_pct"] == r.drain["drain_pct"]
+    assert simulate(jobs, nodes=4, drain=False).drain is None
+
+
+def test_drain_command(tmp_path, logs):
+    acct = tmp_path / "acct"
+    acct.write_text("12/31/2014 00:10:00;S;7.bw;user=a Resource_List.nodect=2 start=1420006200\n"
+                    "01/01/2015 00:11:00;S;7.bw;user=a Resource_List.nodect=2 start=1420092660\n")
+    env = dict(os.environ, PYTHONPATH=ROOT)
+    out = subprocess.run([sys.executable, "-m", "hpcsched.cli", "drain", *logs, "--jobs", str(acct), "--json"],
+                         capture_output=True, text=True, env=env)
+    assert out.returncode == 0, out.stderr
+    rep = json.loads(out.stdout)
+    assert rep["quality"]["malformed"] == 1 and "malformed" in out.stderr
+    assert rep["drain_unattributed_node_hours"] == 0 and rep["by_size"][0]["drained_jobs"] == 1
+    text = subprocess.run([sys.executable, "-m", "hpcsched.cli", "drain", *logs], capture_output=True, text=True,
+                          env=env)
+    assert text.returncode == 0 and "drain time:" in text.stdout and "2014-12-31" in text.stdout
+    for args, code in (([str(tmp_path / "nope")], 1), ([logs[0], "--groups", "x"], 2),
+                       ([logs[0], "--jobs", logs[0]], 1)):
+        bad = subprocess.run([sys.executable, "-m", "hpcsched.cli", "drain", *args], capture_output=True,
+                             text=True, env=env)
+        assert bad.returncode == code and len(bad.stderr.strip().splitlines()) == 1, bad.stderr
+        assert "Traceback" not in bad.stderr
+
+
+def test_records_readers(tmp_path):
+    res = tmp_path / "results.json"
+    res.write_text(json.dumps({"epoch": 100, "jobs": [{"job": 4, "size": 3, "start": 10, "end": 20,
+                                                       "backfill": True}]}))
+    assert records.read(str(res)) == {"4": JobRecord("4", 3, 110.0, 120.0, True)}
+    swf = tmp_path / "t.swf"
+    swf.write_text("; UnixStartTime: 1000\n1 0 5 10 8 -1 -1 8 20 -1 1 1 1 -1 1 -1 -1 -1\n")
+    assert records.read(str(swf), lambda p: swf_job_records(p, ppn=4)) == {"1": JobRecord("1", 2, 1005.0, 1015.0)}
+    with pytest.raises(ValueError):
+        records.read(str(swf))
+
+
+@pytest.mark.skipif(not os.path.exists(KTH), reason="KTH trace not present")
+def test_kth_replay_accounts_every_node_second():
+    r = simulate(KTH, nodes=100)
+    d = r.drain
+    assert d["nodes"] == 100
+    shares = d["drain_pct"] + d["unallocated_idle_pct"] + d["down_pct"] + d["utilization_pct"]
+    assert shares == pytest.approx(100.0)  # every node-second is in exactly one of them
+    assert 0 < d["drain_pct"] < 50
+    assert d["backfill_efficiency"] is not None and 0 < d["backfill_efficiency"] < 1
