@@ -427,3 +427,30 @@ def test_a_launch_is_journaled_as_a_process_record_without_the_script(rig):
     with fresh.open(write=False):
         assert fresh.sched.job(1).extra["pid"] == launch["set"]["pid"]
     os.killpg(launch["set"]["pid"], signal.SIGKILL)
+
+
+def test_node_log_writes_moab_samples_that_hpcsched_drain_reads(rig):
+    """node_log = true: after every pass, one Moab status line per node, one file per day."""
+    import io
+
+    from hpcsched.drain import moablog
+    from hpcsched.pbs import qsub
+    from hpcsched.server import loop as server
+    from hpcsched.store.site import load_site
+    config = rig / "home" / "config.toml"
+    config.write_text("node_log = true\n" + config.read_text())
+    qsub.submit(["-l", "walltime=60,nodes=1"], stdin=io.StringIO("sleep 1\n"), cwd=str(rig), env={})
+    srv = server.Server(load_site(), grace=1)
+    for _ in range(3):
+        srv.step()
+        time.sleep(0.1)
+    (log,) = (rig / "home" / "nodelog").iterdir()
+    lines = log.read_text().splitlines()
+    nodes = len(srv.batch.sched.topology.all_nodes())
+    assert len(lines) == 3 * nodes and "state='Busy'" in lines[0] and "joblist='1'" in lines[0]
+    acc, quality = moablog.read([str(log)])
+    assert quality.malformed == 0 and quality.samples == 3 * nodes and len(acc.nodes) == nodes
+    config.write_text("node_log = 3\n" + config.read_text().replace("node_log = true\n", ""))
+    from hpcsched.core.errors import ConfigError
+    with pytest.raises(ConfigError, match="node_log"):
+        load_site()

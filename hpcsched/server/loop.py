@@ -23,10 +23,13 @@ import signal
 import socket
 import struct
 import subprocess
+import sys
 import time
 from pathlib import Path
 
 from ..core.jobs import ACTIVE, EXITING, FINISHED, RUNNING, Job
+from ..drain.moablog import DailyWriter
+from ..drain.samples import Sampler
 from ..pbs import accounting, common
 from ..pbs import front as commands
 from ..store.journal import StoreError, write_atomic
@@ -70,6 +73,11 @@ class Server:
                           else float(cfg.get("job_history_duration", 14 * 86400)))
         self.children: dict[int, int] = {}  # pid -> wait status, reaped
         self.stopping = False
+        # node_log: after every pass, each node's sample in Moab's format (drain/), one file
+        # per local day: `hpcsched drain` reads them as it reads a Moab site's logs
+        log = cfg.get("node_log", False)
+        self.node_log = (self.home / "nodelog" if log is True else Path(log) if log else None)
+        self.passes = 0
 
     # --- files ---------------------------------------------------------------------------
     def jobdir(self, job: Job) -> Path:
@@ -99,6 +107,8 @@ class Server:
             if old:
                 self.batch.do("forget", now, ids=old)
             plan = self.batch.do("pass", now)
+            if self.node_log is not None:
+                self._log_nodes(sched, plan, now)
             started = [sched.jobs[s.job_id] for s in plan.started]
             # a RUNNING job with no pid file was started by a pass whose launch never
             # happened (the server died in between): launch it now
@@ -108,6 +118,17 @@ class Server:
             for job in started:
                 launched += self._launch(job, now)
         return launched
+
+    def _log_nodes(self, sched, plan, now: float) -> None:
+        """Append every node's sample after this pass (losing the log never stops a pass)."""
+        writer = DailyWriter(self.node_log, offset=time.localtime(now).tm_gmtoff)
+        try:
+            writer.write(now, Sampler(sched).samples(plan), self.passes)
+        except OSError as e:
+            print(f"hpcsched server: node_log: {e}", file=sys.stderr)
+        finally:
+            writer.close()
+        self.passes += 1
 
     def _reap_children(self) -> None:
         while True:

@@ -24,7 +24,8 @@ from .journal import default_home, write_atomic
 SOCKET = "server.sock"  # a running server listens here for "something changed"
 
 SITE_KEYS = frozenset({"flavor", "operators", "managers", "keep_completed", "pbsyod_launcher",
-                       "server_interval", "kill_grace", "prejob_check", "launcher", "job_history_duration"})
+                       "server_interval", "kill_grace", "prejob_check", "launcher", "job_history_duration",
+                       "node_log"})
 FLAVORS = ("torque", "openpbs")
 CONFIG = "config.toml"
 
@@ -76,6 +77,8 @@ def load_site(home: str | os.PathLike | None = None) -> Site:
     if flavor not in FLAVORS:
         where = "HPCSCHED_FLAVOR" if os.environ.get("HPCSCHED_FLAVOR") else "flavor"
         raise ConfigError(f"{where}: {flavor!r} is not torque or openpbs")
+    if not isinstance(config.get("node_log", False), (bool, str)) or config.get("node_log") == "":
+        raise ConfigError("node_log: must be true, false or a directory")
     keep = config.get("keep_completed", 300)
     if not isinstance(keep, (int, float)) or isinstance(keep, bool) or keep < 0 or not math.isfinite(keep):
         raise ConfigError("keep_completed: must be a non-negative number of seconds")
