@@ -36,12 +36,25 @@ def _progress(stream):
     return show
 
 
+def _groups(prog: str, given: str | None):
+    """--groups as size groups (None: the default), or None after a usage message."""
+    from .drain.accounts import GROUPS, groups_from
+    try:
+        return groups_from([int(x) for x in given.split(",")]) if given else GROUPS
+    except ValueError:
+        print(f"hpcsched {prog}: --groups: give increasing lowest sizes, e.g. 1,129,1000", file=sys.stderr)
+        return None
+
+
 def cmd_simulate(args) -> int:
     from .sim.simulate import simulate
     try:
         parse_backfill(args.backfill)
     except ConfigError as e:
         print(f"hpcsched simulate: {e}", file=sys.stderr)
+        return 2
+    groups = _groups("simulate", args.groups)
+    if groups is None:
         return 2
     if not os.path.exists(args.trace):
         print(f"hpcsched simulate: {args.trace}: no such file", file=sys.stderr)
@@ -50,7 +63,8 @@ def cmd_simulate(args) -> int:
     try:
         result = simulate(args.trace, policy=args.policy, backfill=args.backfill, nodes=args.nodes,
                           ppn=args.ppn, shared=args.shared, period=args.period, skip_bad=args.skip_bad,
-                          warmup=args.warmup, progress=progress, drain=not args.no_drain)
+                          warmup=args.warmup, progress=progress, drain=not args.no_drain,
+                          placement=args.placement, groups=groups)
     except (SchedulerError, OSError, EOFError) as e:
         if progress:
             sys.stderr.write("\n")
@@ -75,11 +89,9 @@ def cmd_drain(args) -> int:
 
     from .drain import moablog, records
     from .sim.simulate import swf_job_records
-    from .drain.accounts import GROUPS, Accounts, groups_from, text
-    try:
-        groups = groups_from([int(x) for x in args.groups.split(",")]) if args.groups else GROUPS
-    except ValueError:
-        print("hpcsched drain: --groups: give increasing lowest sizes, e.g. 1,129,1000", file=sys.stderr)
+    from .drain.accounts import Accounts, text
+    groups = _groups("drain", args.groups)
+    if groups is None:
         return 2
     logs = []
     for p in args.logs:
@@ -221,7 +233,11 @@ def main(argv=None) -> int:
     s.add_argument("--warmup", type=float, default=0.0, help="fraction of first jobs left out of statistics")
     s.add_argument("--out", help="directory for results.json and schedule.swf")
     s.add_argument("--quiet", action="store_true", help="no progress line")
+    s.add_argument("--placement", choices=["first-fit", "contiguous"], default="first-fit",
+                   help="which free nodes a job gets: the lowest (first-fit), or one run of consecutive nodes")
     s.add_argument("--no-drain", action="store_true", help="leave drain-time accounting out (a little faster)")
+    s.add_argument("--groups", help="drain by job size: groups' lowest sizes in nodes "
+                   "(default 1,129,1000,2000,4000,8000,16000)")
     s.set_defaults(func=cmd_simulate)
     r = sub.add_parser("drain", help="drain-time report from Moab-format node-status logs (one file per day)")
     r.add_argument("logs", nargs="+", help="log files or directories (plain or .gz), in time order")

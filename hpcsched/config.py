@@ -15,13 +15,13 @@ from .core.reservations import Reservation
 from .core.route import Queue, Router
 from .core.scheduler import Scheduler, Settings
 from .core.timefmt import parse_duration
-from .machines.nodepool import NodePool
+from .machines.nodepool import PLACEMENTS, NodePool
 from .policies.cobalt import Cobalt
 from .policies.simon import Simon
 
 #: Top-level keys the core reads; drivers (commands, server) add their own via `extra_keys`.
 CORE_KEYS = frozenset({"server_name", "backfill", "interval", "overrun_grace", "reservation_slop",
-                       "default_queue", "priority", "queues", "nodes", "reservations"})
+                       "default_queue", "priority", "queues", "nodes", "reservations", "placement"})
 
 #: The embedded default: a small test rig with ALCF-style routing and EASY backfill.
 DEFAULT_TOML = """\
@@ -160,7 +160,10 @@ def build(config: dict, extra_keys=(), now: float = 0.0) -> Scheduler:
     nodes = config.get("nodes")
     if not isinstance(nodes, list) or not nodes:
         raise ConfigError("nodes: need at least one [[nodes]] table")
-    topology = NodePool.from_config(nodes)
+    placement = config.get("placement", "first-fit")
+    if placement not in PLACEMENTS:
+        raise ConfigError(f"placement: {placement!r} is not one of {', '.join(PLACEMENTS)}")
+    topology = NodePool.from_config(nodes, placement)
     queues_cfg = config.get("queues", {"batch": {}})
     if not isinstance(queues_cfg, dict) or not queues_cfg:
         raise ConfigError("queues: need at least one [queues.NAME] table")

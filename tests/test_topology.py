@@ -75,3 +75,45 @@ def test_set_bits_agrees_with_a_plain_loop():
         assert set_bits(mask) == bits
         assert set_bits(mask, k) == bits[:k]
         assert mask_of(bits[:k]) == sum(1 << b for b in bits[:k]) == lowest(mask, k)
+
+
+def test_first_run_matches_a_scan():
+    import random
+
+    from hpcsched.machines.nodepool import first_run
+    rng = random.Random(5)
+    for _ in range(3000):
+        n = rng.randrange(1, 70)
+        mask = rng.getrandbits(n) | (((1 << rng.randrange(0, n)) - 1) << rng.randrange(0, 8) if rng.random() < .5 else 0)
+        k = rng.randrange(1, 12)
+        bits = f"{mask:b}"[::-1]
+        expected = bits.find("1" * k)
+        assert first_run(mask, k) == expected, (mask, k)
+
+
+def test_contiguous_placement_gives_one_run_and_never_a_unit_twice():
+    import random
+
+    from hpcsched import Job, Request
+    from hpcsched.config import build
+    from hpcsched.core.errors import ConfigError
+    from hpcsched.sim.engine import Engine
+    for depth in ("none", "easy", "conservative"):
+        sched = build({"nodes": [{"names": "n[00-15]"}], "placement": "contiguous", "backfill": depth})
+        rng = random.Random(depth)
+        arrivals = [(float(i * 3), Job(owner="u", request=Request(nodes=rng.choice([1, 2, 3, 5, 8, 16])),
+                                       walltime=100.0), float(rng.choice([20, 100])), i) for i in range(80)]
+        index = {n: i for i, n in enumerate(sched.topology.names)}
+
+        def check(plan):
+            used = 0
+            for job in sched.running():
+                units = job.allocation.units
+                assert not used & units
+                used |= units
+                nodes = sorted(index[n] for n in job.nodes)
+                assert nodes == list(range(nodes[0], nodes[0] + len(nodes)))  # consecutive
+        finished, _ = Engine(sched).run(arrivals, watch=check)
+        assert len(finished) == 80
+    with pytest.raises(ConfigError, match="placement"):
+        build({"nodes": [{"names": "n1"}], "placement": "torus"})

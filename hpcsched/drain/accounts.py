@@ -257,8 +257,8 @@ def _shares(acc: list[float], base: float) -> dict:
             "utilization_pct": pct(occupied)}
 
 
-def text(report: dict, title: str = "drain time") -> str:
-    """The report as people read it."""
+def text(report: dict, title: str = "drain time", daily: bool = True) -> str:
+    """The report as people read it (`daily`: a row per day, else their spread)."""
     r = report
     out = [f"{title}: {r['drain_pct']:.2f} % of {r['node_hours']:,.0f} node-hours ({r['basis']} basis, "
            f"{r['nodes']} nodes): drain {r['drain_node_hours']:,.1f} nh, unallocated idle "
@@ -267,8 +267,15 @@ def text(report: dict, title: str = "drain time") -> str:
     out.append("backfill efficiency: " + (f"{100 * eff:.1f} % (backfill {r['backfill_node_hours']:,.1f} nh / "
                                           f"backfill + drain)" if eff is not None else
                                           "unknown (no record says which jobs backfilled)"))
-    out.append("day          accounted  short  drain %  idle %  down %  util %")
-    for d in r["days"]:
+    if not daily:
+        pct = sorted(d["drain_pct"] for d in r["days"])
+        if pct:
+            out.append(f"daily drain % over {len(pct)} days: median {pct[len(pct) // 2]:.2f}, "
+                       f"p90 {pct[min(len(pct) - 1, int(0.9 * len(pct)))]:.2f}, max {pct[-1]:.2f}, "
+                       f"days without drain {sum(1 for p in pct if p == 0)}")
+    else:
+        out.append("day          accounted  short  drain %  idle %  down %  util %")
+    for d in r["days"] if daily else ():
         out.append(f"{d['day']}  {d['accounted_s']:9.0f}  {d['nodes_short']:5d}  {d['drain_pct']:7.2f}"
                    f"  {d['unallocated_idle_pct']:6.2f}  {d['down_pct']:6.2f}  {d['utilization_pct']:6.2f}")
     out.append(f"drain by job size (attributed {r['drain_attributed_node_hours']:,.1f} nh, "

@@ -2,6 +2,11 @@
 
 Units: one per exclusive node, one per core of a shared node, numbered in configuration
 order (`offset[i]` is node i's first unit, `width[i]` its count).
+
+Placement, the machine's choice among free nodes:
+    first-fit   the lowest free nodes, best tier first (ALPS' default on a Cray)
+    contiguous  one run of consecutive nodes in configuration (nid) order, the lowest run
+                in the best tiers that hold one (PSC's Simon); whole-node requests only
 """
 from __future__ import annotations
 
@@ -13,6 +18,20 @@ from ..core.jobs import Allocation, Request
 from ..core.topology import Node, NodeState, Topology, lowest, mask_of, set_bits
 
 
+PLACEMENTS = ("first-fit", "contiguous")
+
+
+def first_run(mask: int, k: int) -> int:
+    """The lowest position where `mask` has `k` set bits in a row, or -1.  (`r` keeps the
+    bits that start a run of `have` ones; doubling `have` costs O(log k) mask operations.)"""
+    r, have = mask, 1
+    while have < k and r:
+        step = min(have, k - have)
+        r &= r >> step
+        have += step
+    return (r & -r).bit_length() - 1 if r else -1
+
+
 class NodePool(Topology):
     """Named nodes with cores, memory and features; whole-node and shared-node allocation.
 
@@ -20,7 +39,10 @@ class NodePool(Topology):
     cores lowest first.
     """
 
-    def __init__(self, nodes: list[Node]):
+    def __init__(self, nodes: list[Node], placement: str = "first-fit"):
+        if placement not in PLACEMENTS:
+            raise ConfigError(f"placement: {placement!r} is not one of {', '.join(PLACEMENTS)}")
+        self.placement = placement
         if not nodes:
             raise ConfigError("nodes: at least one node is needed")
         self.nodes = nodes
@@ -48,7 +70,7 @@ class NodePool(Topology):
 
     # --- configuration ---------------------------------------------------------------
     @classmethod
-    def from_config(cls, groups: list[dict]) -> "NodePool":
+    def from_config(cls, groups: list[dict], placement: str = "first-fit") -> "NodePool":
         """Build from `[{names = "n[01-04]", cores = 8, memory = 16000, features = [..],
         shared = false}, ...]`; node ids count from 0 in order unless `first_nid` is given."""
         nodes: list[Node] = []
@@ -74,7 +96,7 @@ class NodePool(Topology):
             for j, name in enumerate(names):
                 nodes.append(Node(name, cores, memory, frozenset(features), bool(g.get("shared", False)),
                                   nid=first + j))
-        return cls(nodes)
+        return cls(nodes, placement)
 
     # --- state -----------------------------------------------------------------------
     def all_nodes(self) -> list[Node]:
@@ -91,7 +113,8 @@ class NodePool(Topology):
 
     def interchangeable(self, request: Request) -> bool:
         # whole nodes, and every node serves the request: any `need` of them will do
-        return self.exclusive and self.eligible(request) == (1 << len(self.unit_node)) - 1
+        return (self.exclusive and self.placement == "first-fit"
+                and self.eligible(request) == (1 << len(self.unit_node)) - 1)
 
     def processors(self, units: int) -> int:
         nodes, unit_node = self.nodes, self.unit_node
@@ -148,6 +171,8 @@ class NodePool(Topology):
     def choose(self, request: Request, tiers: list[int]) -> Allocation | None:
         eligible = self.eligible(request)
         if self.exclusive and not request.cores:
+            if self.placement == "contiguous":
+                return self._choose_run(request, tiers, eligible)
             return self._choose_whole(request, tiers, eligible)
         return self._choose_general(request, [t & eligible for t in tiers])
 
@@ -168,6 +193,19 @@ class NodePool(Topology):
         if cores is None:  # (immutable, so one per shape serves every allocation)
             cores = self._cores[request.ppn, want] = (tuple(range(request.ppn)),) * want
         return Allocation(units, lambda: tuple([names[u] for u in set_bits(units)]), cores)
+
+    def _choose_run(self, request: Request, tiers: list[int], eligible: int) -> Allocation | None:
+        """Contiguous: the lowest run of `request.nodes` free nodes in the fewest best tiers."""
+        free = 0
+        for t in tiers:
+            free |= t & eligible
+            at = first_run(free, request.nodes)
+            if at >= 0:
+                units = ((1 << request.nodes) - 1) << at
+                names = self.names
+                return Allocation(units, tuple(names[at:at + request.nodes]),
+                                  (tuple(range(request.ppn)),) * request.nodes)
+        return None
 
     def _choose_general(self, request: Request, tiers: list[int]) -> Allocation | None:
         """Shared nodes or core counts: walk nodes best tier first, then in order."""

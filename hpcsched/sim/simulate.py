@@ -140,7 +140,7 @@ class Result:
     def summary(self) -> str:
         out = self.metrics.text(self)
         if self.drain is not None:
-            out += "\n" + drain_text(self.drain)
+            out += "\n" + drain_text(self.drain, daily=False)
         return out
 
     def to_json(self) -> dict:
@@ -197,12 +197,13 @@ def simulate(workload, *, policy: str = "fifo", backfill: str = "easy", nodes: i
              ppn: int | None = None, shared: bool = False, period: float | None = None,
              skip_bad: bool = False, warmup: float = 0.0, config: dict | None = None,
              progress: Callable[[int, int], None] | None = None, drain: bool = True,
-             groups=GROUPS) -> Result:
+             groups=GROUPS, placement: str = "first-fit") -> Result:
     """Replay `workload` (an SWF path, or Records / `record(...)` tuples sorted by submit
     time) under a policy and backfill mode; returns the schedule and its metrics.
 
     `config` may give extra scheduler settings (priority options, queues); the machine
-    always comes from the trace header or `nodes`/`ppn`/`shared`.  `warmup` excludes that
+    always comes from the trace header or `nodes`/`ppn`/`shared`, its node `placement`
+    from the argument (first-fit or contiguous; see machines/nodepool.py).  `warmup` excludes that
     fraction of the first jobs (by submit order) from the per-job statistics.  With `drain`,
     every pass's node picture is accounted (drain/), reported by job-size `groups`.  Python's
     cycle collector is paused while it runs (for every thread) and restored after."""
@@ -218,6 +219,7 @@ def simulate(workload, *, policy: str = "fifo", backfill: str = "easy", nodes: i
     machine = machine_for(header, nodes, ppn, shared)
     cfg = dict(config or {})
     cfg["nodes"] = machine.config()
+    cfg.setdefault("placement", placement)
     cfg.setdefault("queues", {"batch": {}})
     cfg["priority"] = dict(cfg.get("priority", {}), policy=policy)
     cfg["backfill"] = backfill
