@@ -4,7 +4,8 @@
     hpcsched simulate TRACE [options]  replay an SWF trace, print metrics, write results
     hpcsched drain LOGS... [options]   drain-time report from Moab-format node-status logs
 
-Exit status: 0 success, 1 a bad trace or configuration (one line on stderr), 2 bad usage.
+Exit status: 0 success, 1 a bad trace, log, job record or configuration (one line on
+stderr), 2 bad usage.
 """
 from __future__ import annotations
 

@@ -134,7 +134,7 @@ def _read_one(f, path: str, acc: Accounts, q: Quality) -> None:
         if not lines:
             break
         for lineno, text in enumerate(lines, lineno + 1):
-            key = text[text.find(b"Node '") + 6:]
+            key = text[text.find(b"Node '", 28) + 6:]
             run = get(key)
             if run is not None:  # the same status as the node's last sample: the run goes on
                 if text.startswith(second) and text[23:29] == zone:

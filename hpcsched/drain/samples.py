@@ -127,7 +127,13 @@ class Sampler:
         else:
             down, offline = self._down()
         idle = avail ^ (avail & busy)
-        reservations = self._reservations(plan, idle) if (plan.reserved or sched.reservations) else ()
+        if len(plan.reserved) == 1 and not plan.held and not sched.reservations:
+            (jid, (t, alloc)), = plan.reserved.items()  # (EASY's one reservation, pinned)
+            reservations = ((t, str(jid), alloc.units),)
+        elif plan.reserved or sched.reservations:
+            reservations = self._reservations(plan, idle)
+        else:
+            reservations = ()
         covered = 0
         for _, _, units in reservations:
             covered |= units
