@@ -29,6 +29,15 @@ _DRAIN, _UNALLOCATED = combo(IDLE, True, False), combo(IDLE, False, False)
 _BUSY_RSV, _BUSY = combo(BUSY, True, True), combo(BUSY, False, True)
 
 
+def _state(m: int, used: int, down: int, offline: int) -> int:
+    """The Moab state of the node with units `m`, `used` of them by running jobs."""
+    if m & down:
+        return DOWN
+    if m & offline:
+        return DRAINING if used else DRAINED
+    return IDLE if not used else BUSY if used == m else RUNNING
+
+
 class Sampler:
     """Reads a scheduler after each pass (its topology must not change shape)."""
 
@@ -106,12 +115,7 @@ class Sampler:
             for u in set_bits(m):
                 jobs.extend(j for j in on.get(u, ()) if j not in jobs)
             used = m & busy
-            if m & down:
-                state = DOWN
-            elif m & offline:
-                state = DRAINING if used else DRAINED
-            else:
-                state = IDLE if not used else BUSY if used == m else RUNNING
+            state = _state(m, used, down, offline)
             rsv = [rid for _, rid, units in reservations if units & m]
             out.append((node.name, STATES[state], rsv, jobs))
         return out
@@ -171,12 +175,7 @@ class Sampler:
         counts: dict[int, int] = {}
         for m in self.node_units:
             used = m & busy
-            if m & down:
-                state = DOWN
-            elif m & offline:
-                state = DRAINING if used else DRAINED
-            else:
-                state = IDLE if not used else BUSY if used == m else RUNNING
+            state = _state(m, used, down, offline)
             has_rsv = bool(m & covered)
             c = combo(state, has_rsv, bool(used))
             counts[c] = counts.get(c, 0) + 1
