@@ -84,13 +84,12 @@ def cmd_simulate(args) -> int:
 
 
 def cmd_drain(args) -> int:
+    import functools
     import json
 
-    import functools
-
     from .drain import moablog, records
-    from .sim.simulate import swf_job_records
     from .drain.accounts import Accounts, text
+    from .sim.simulate import swf_job_records
     groups = _groups("drain", args.groups)
     if groups is None:
         return 2

@@ -13,6 +13,7 @@ source's UTC offset), so `days[d]` holds exactly the node-seconds that fell in d
 from __future__ import annotations
 
 import math
+import time
 from dataclasses import dataclass, field
 
 STATES = ("Down", "Idle", "Busy", "Running", "Drained", "Draining")
@@ -137,7 +138,6 @@ class Accounts:
             t0 = cut
 
     def day_name(self, d: int) -> str:
-        import time
         return time.strftime("%Y-%m-%d", time.gmtime(d * DAY))
 
     # --- the figures -------------------------------------------------------------------

@@ -49,7 +49,7 @@ class Sampler:
         # one unit per node, node i on unit i: masks of units are masks of nodes
         self.simple = all(m == 1 << i for i, m in enumerate(self.node_units))
         self.every = (1 << len(self.node_units)) - 1
-        self._site: dict[str, int] = {}
+        self._site: dict[tuple[str, ...], int] = {}  # a site reservation's nodes -> units
 
     # --- the pieces ----------------------------------------------------------------------
     def _reservations(self, plan: Plan, idle: int) -> list[tuple[float, str, int]]:
@@ -61,9 +61,9 @@ class Sampler:
             when = next(res.occurrences(now, math.inf), None)
             if when is None:
                 continue
-            units = self._site.get(name)
+            units = self._site.get(res.nodes)  # (by nodes: a name may come back on others)
             if units is None:
-                units = self._site[name] = topo.units_of_nodes(res.nodes)
+                units = self._site[res.nodes] = topo.units_of_nodes(res.nodes)
             out.append((when[0], name, units))
         for jid, (t, alloc) in plan.reserved.items():
             count = plan.held.get(jid)
@@ -76,7 +76,8 @@ class Sampler:
             else:
                 units = alloc.units
             out.append((t, str(jid), units))
-        out.sort(key=lambda r: (r[0], r[1]))
+        if len(out) > 1:  # (EASY has one)
+            out.sort(key=lambda r: (r[0], r[1]))
         return out
 
     def _jobs(self) -> int:
@@ -107,7 +108,8 @@ class Sampler:
         for job in sorted(self.sched.running(), key=lambda j: j.id):
             for u in set_bits(job.allocation.units):
                 on.setdefault(u, []).append(str(job.id))
-        idle = self.sched.topology.available() ^ (self.sched.topology.available() & busy)
+        avail = self.sched.topology.available()
+        idle = avail ^ (avail & busy)
         reservations = self._reservations(plan, idle)
         out = []
         for node, m in zip(self.nodes, self.node_units):
@@ -131,13 +133,7 @@ class Sampler:
         else:
             down, offline = self._down()
         idle = avail ^ (avail & busy)
-        if len(plan.reserved) == 1 and not plan.held and not sched.reservations:
-            (jid, (t, alloc)), = plan.reserved.items()  # (EASY's one reservation, pinned)
-            reservations = ((t, str(jid), alloc.units),)
-        elif plan.reserved or sched.reservations:
-            reservations = self._reservations(plan, idle)
-        else:
-            reservations = ()
+        reservations = self._reservations(plan, idle) if (plan.reserved or sched.reservations) else ()
         covered = 0
         for _, _, units in reservations:
             covered |= units
