@@ -71,9 +71,12 @@ def read(paths, accounts: Accounts | None = None, quality: Quality | None = None
     accounts = accounts if accounts is not None else Accounts()
     quality = quality if quality is not None else Quality()
     for path in paths:
-        with _open(path) as f:
-            quality.files += 1
-            _read_one(f, str(path), accounts, quality)
+        try:
+            with _open(path) as f:
+                quality.files += 1
+                _read_one(f, str(path), accounts, quality)
+        except (OSError, EOFError) as e:  # unreadable, or a damaged gzip stream
+            raise OSError(f"{path}: {e.strerror or e}") from None
     return accounts, quality
 
 
