@@ -21,7 +21,8 @@ from .policies.simon import Simon
 
 #: Top-level keys the core reads; drivers (commands, server) add their own via `extra_keys`.
 CORE_KEYS = frozenset({"server_name", "backfill", "interval", "overrun_grace", "reservation_slop",
-                       "default_queue", "priority", "queues", "nodes", "reservations", "placement"})
+                       "default_queue", "priority", "queues", "nodes", "reservations", "placement",
+                       "dependency_failure"})
 
 #: The embedded default: a small test rig with ALCF-style routing and EASY backfill.
 DEFAULT_TOML = """\
@@ -114,6 +115,13 @@ def _number(config: dict, key: str, default: float, positive: bool = False) -> f
     return float(value)
 
 
+def _choice(config: dict, key: str, choices: tuple[str, ...]) -> str:
+    value = config.get(key, choices[0])
+    if value not in choices:
+        raise ConfigError(f"{key}: {value!r} is not {' or '.join(choices)}")
+    return value
+
+
 def _time(value, where: str) -> float:
     if isinstance(value, (int, float)) and not isinstance(value, bool):
         return float(value)
@@ -182,7 +190,8 @@ def build(config: dict, extra_keys=(), now: float = 0.0) -> Scheduler:
     settings = Settings(depth=depth, backfill=backfill,
                         interval=_number(config, "interval", 15.0, positive=True),
                         overrun_grace=_number(config, "overrun_grace", 300.0),
-                        reservation_slop=_number(config, "reservation_slop", 0.0))
+                        reservation_slop=_number(config, "reservation_slop", 0.0),
+                        dependency_failure=_choice(config, "dependency_failure", ("hold", "delete")))
     sched = Scheduler(topology, router, policy, settings)
     for k, d in enumerate(config.get("reservations", [])):
         where = f"reservations[{k}]"

@@ -203,6 +203,9 @@ def test_finished_jobs_per_flavor(rig, monkeypatch, capsys):
     xml = stat("-x", "1", later=1000)[1]
     assert xml.startswith('<?xml version="1.0"?><Data><Job><Job_Id>1.headnode</Job_Id>')
     assert "<job_state>C</job_state>" in xml and "<exit_status>271</exit_status>" in xml
+    doc = json.loads(stat("-f", "-F", "json", "-x", "1", later=100)[1])  # JSON: OpenPBS's words in Torque too
+    assert doc["Jobs"]["1.headnode"]["job_state"] == "F" and doc["Jobs"]["1.headnode"]["Exit_status"] == 271
+    assert "exit_status" not in doc["Jobs"]["1.headnode"] and "stime" not in doc["Jobs"]["1.headnode"]
     monkeypatch.setenv("HPCSCHED_FLAVOR", "openpbs")
     status, out = stat("1")
     assert status == 35
@@ -372,6 +375,13 @@ def test_json_keeps_a_numeric_looking_name_a_string(rig):
     assert job["Job_Name"] == "123" and job["Priority"] == 0 and job["run_count"] == 0
 
 
+@pytest.mark.parametrize("flavor,name", [("torque", "work.o1-2"), ("openpbs", "work.o1.2")])
+def test_subjob_output_names_per_flavor(rig, monkeypatch, flavor, name):
+    monkeypatch.setenv("HPCSCHED_FLAVOR", flavor)
+    submit("-t" if flavor == "torque" else "-J", "1-4", "-N", "work")
+    assert re.search(rf"Output_Path = \S+:/tmp/{re.escape(name)}\n", stat("-f", "-1", "-t", "1[2]")[1])
+
+
 def test_openpbs_array_row_shows_begun(rig, monkeypatch):
     from hpcsched.store.journaled import Batch
     from hpcsched.store.site import load_site
@@ -410,3 +420,118 @@ def test_before_dependencies_make_the_named_job_wait(rig, monkeypatch):
     with pytest.raises(CommandError) as e:
         submit("-W", "depend=beforenotok:" + waiter.split(".")[0])
     assert e.value.status == 159
+
+
+def _ended(jid_text, status, now):
+    """The server's part, done here: the job (or every subjob of an array) ran and ended."""
+    from hpcsched.pbs import accounting
+    from hpcsched.pbs.common import resolve
+    from hpcsched.store.journaled import Batch
+    from hpcsched.store.site import load_site
+    site = load_site()
+    with Batch.of(site).open() as batch:
+        for job in resolve(batch.sched.jobs, jid_text, site.server):
+            if job.state == "queued":
+                batch.do("run", now, id=job.id)
+            batch.do("ended", now + 1, id=job.id, exit_status=status)
+            accounting.write(site.home, "E", job, site.server, now + 1)
+            accounting.dependency_deletions(batch, now + 1)
+
+
+@pytest.mark.parametrize("flavor,spec", [("torque", "afterokarray:{a}"), ("torque", "afterokarray:{a}[]"),
+                                         ("openpbs", "afterok:{a}"), ("torque", "afterok:{a}")])
+def test_dependencies_on_arrays_and_subjobs(rig, monkeypatch, flavor, spec):
+    monkeypatch.setenv("HPCSCHED_FLAVOR", flavor)
+    arr = submit("-t" if flavor == "torque" else "-J", "1-2", "-l", "walltime=60")
+    assert arr == "1[].headnode"
+    merge = submit("-W", "depend=" + spec.format(a=arr), "-N", "merge")
+    one = submit("-W", "depend=afterany:1[2].headnode", "-N", "one")  # the id qsub printed, a subjob's
+    out = stat("-f", "-1", merge)[1]
+    assert "job_state = H" in out
+    assert (f"depend = afterokarray:1[][2].headnode" if "array" in spec else "depend = afterok:1[].headnode") in out
+    assert "depend = afterany:1[2].headnode" in stat("-f", "-1", one)[1]
+    now = time.time()
+    _ended("1[1]", 0, now)
+    assert "job_state = H" in stat("-f", "-1", merge)[1]
+    _ended("1[2]", 0, now + 5)
+    assert "job_state = Q" in stat("-f", "-1", merge)[1] and "job_state = Q" in stat("-f", "-1", one)[1]
+
+
+def test_torque_array_count_and_kinds(rig):
+    submit("-t", "1-3", "-l", "walltime=60")
+    two_ok = submit("-W", "depend=afterokarray:1[][2]")
+    started = submit("-W", "depend=afterstartarray:1[][1]")
+    all_failed = submit("-W", "depend=afternotokarray:1[]")
+    assert "depend = afterstartarray:1[][1].headnode" in stat("-f", "-1", started)[1]
+    from hpcsched.store.journaled import Batch
+    from hpcsched.store.site import load_site
+    with Batch.of(load_site()).open() as batch:
+        batch.do("run", time.time(), id=1)
+    assert "job_state = Q" in stat("-f", "-1", started)[1]
+    now = time.time()
+    _ended("1[1]", 0, now)
+    _ended("1[2]", 1, now)
+    # afternotokarray needs all three to fail: after one success it never can, and PBS deletes it
+    assert "job_state = C" in stat("-f", "-1", all_failed)[1]
+    _ended("1[3]", 0, now)
+    assert "job_state = Q" in stat("-f", "-1", two_ok)[1]
+
+
+@pytest.mark.parametrize("flavor,letter,key", [("torque", "C", "exit_status"), ("openpbs", "F", "Exit_status")])
+def test_failed_afterok_parent_deletes_the_child(rig, monkeypatch, flavor, letter, key):
+    from hpcsched.pbs import accounting
+    monkeypatch.setenv("HPCSCHED_FLAVOR", flavor)
+    parent = submit("-N", "parent")
+    child = submit("-W", f"depend=afterok:{parent}", "-N", "child")
+    grandchild = submit("-W", f"depend=afterok:{child}", "-N", "grandchild")
+    _ended(parent, 2, time.time())
+    for jid in (child, grandchild):
+        out = stat("-f", "-1", *(["-x"] if flavor == "openpbs" else []), jid)[1]
+        assert f"job_state = {letter}" in out
+        assert f"{key} = 271" in out
+    history = ["-x"] if flavor == "openpbs" else []
+    assert f"comment = Job deleted as result of dependency on job {parent}" in stat("-f", "-1", *history, child)[1]
+    assert f"comment = Job deleted as result of dependency on job {child}" in stat("-f", "-1", *history, grandchild)[1]
+    records = [(e.kind, e.job_id, e.fields.get("Exit_status")) for e in accounting.read(rig / "home")]
+    assert records[-3:] == [("E", parent, "2"), ("D", child, "271"), ("D", grandchild, "271")]
+    with pytest.raises(CommandError) as e:  # a parent that failed already: refused at the door
+        submit("-W", f"depend=afterok:{parent}")
+    assert e.value.status == 192 and "Invalid Job Dependency" in str(e.value)
+
+
+def test_dependency_failure_hold_is_cobalts_dep_fail(rig):
+    home = rig / "home"
+    (home / "config.toml").write_text('dependency_failure = "hold"\n' + (home / "config.toml").read_text())
+    parent = submit()
+    child = submit("-W", f"depend=afterok:{parent}")
+    _ended(parent, 1, time.time())
+    out = stat("-f", "-1", child)[1]
+    assert "job_state = H" in out and "Hold_Types = s" in out
+
+
+@pytest.mark.parametrize("spec,status,message", [
+    ("afterokarray:9[]", 153, "Unknown Job Id 9[].headnode"), ("afterok:9[3]", 153, "Unknown Job Id 9[3].headnode"),
+    ("afterok:1[1]x", 153, "illegally formed job identifier"), ("afterok:1[][2]", 153, "illegally formed"),
+    ("afterokarray:1[2]", 153, "illegally formed"), ("afterokaray:1", 2, "illegal -W value")])
+def test_bad_depend_lists(rig, spec, status, message):
+    submit("-t", "1-2")
+    with pytest.raises(CommandError) as e:
+        submit("-W", "depend=" + spec)
+    assert e.value.status == status and message in str(e.value)
+
+
+def test_subjob_ids_work_wherever_a_job_id_does(rig, monkeypatch, capsys):
+    from hpcsched.pbs import maui
+    submit("-t", "1-3")
+    assert qctl.QHOLD(["1[2].headnode"]) == 0
+    assert "job_state = H" in stat("-f", "-1", "-t", "1[2]")[1]
+    assert qctl.QRLS(["1[2]"]) == 0
+    assert qctl.QALTER(["-N", "renamed", "1[3].headnode"]) == 0
+    assert "Job_Name = renamed" in stat("-f", "-1", "-t", "1[3]")[1]
+    monkeypatch.setenv("HPCSCHED_USER", "olga")
+    assert qctl.QRUN(["1[1]"]) == 0
+    assert qctl.QSIG(["-s", "USR1", "1[1].headnode"]) == 0
+    out = io.StringIO()
+    assert maui.CHECKJOB(["1[1].headnode"], out=out) == 0 and "State: Running" in out.getvalue()
+    assert qctl.QMOVE(["batch", "1[2]"]) == 0
+    assert qctl.QDEL(["1[]"]) == 0

@@ -142,13 +142,16 @@ def test_dependency_chain_runs_in_order_and_failed_parent_stops_child(live):
     start()
     a = cmd(env, work, "qsub", "-l", "walltime=60", stdin="sleep 1; date +%s.%N > a.t\n").stdout.strip()
     b = cmd(env, work, "qsub", "-W", f"depend=afterok:{a}", "-l", "walltime=60", stdin="date +%s.%N > b.t\n").stdout.strip()
-    bad = cmd(env, work, "qsub", "-l", "walltime=60", stdin="exit 3\n").stdout.strip()
+    bad = cmd(env, work, "qsub", "-h", "-l", "walltime=60", stdin="exit 3\n").stdout.strip()
     child = cmd(env, work, "qsub", "-W", f"depend=afterok:{bad}", "-l", "walltime=60", stdin="touch ran\n").stdout.strip()
+    assert cmd(env, work, "qrls", bad).returncode == 0  # (held: it must not fail before the child names it)
     wait_for(env, work, b)
     assert float((work / "b.t").read_text()) >= float((work / "a.t").read_text())
     assert wait_for(env, work, bad)["exit_status"] == "3"
-    time.sleep(0.6)  # a few server steps
-    assert state(env, work, child)["job_state"] == "H" and not (work / "ran").exists()
+    gone = wait_for(env, work, child)  # Torque deletes a job whose dependency can never be met
+    assert gone["exit_status"] == "271" and not (work / "ran").exists()
+    assert gone["comment"] == f"Job deleted as result of dependency on job {bad}"
+    assert [e.kind for e in accounting.read(home) if e.job_id == child] == ["Q", "D"]
 
 
 def test_server_killed_and_restarted_loses_nothing_and_starts_nothing_twice(live):
@@ -179,6 +182,8 @@ def test_held_then_released_and_array(live):
     for i in (1, 2, 3):
         wait_for(env, work, arr.replace("[]", f"[{i}]"))
     assert sorted((work / "arr.log").read_text().split()) == ["1", "2", "3"]
+    seq = arr.split("[")[0]
+    assert all((work / f"STDIN.o{seq}-{i}").exists() for i in (1, 2, 3))  # Torque: NAME.oSEQ-INDEX
 
 
 def test_qsig_reaches_the_jobs_processes(live):

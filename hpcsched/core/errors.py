@@ -13,6 +13,10 @@ class Rejected(SchedulerError):
     """A submission or change that no queue or limit accepts; the message says why."""
 
 
+class BadDependency(Rejected):
+    """A dependency on a job that does not exist, or one that can never be met."""
+
+
 class UnknownJob(SchedulerError):
     """A job id the scheduler does not know."""
 

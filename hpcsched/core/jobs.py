@@ -100,6 +100,7 @@ class DepType(str, Enum):
     AFTEROK = "afterok"  # parent ended with exit status 0
     AFTERNOTOK = "afternotok"  # parent ended non-zero, was killed, or was deleted
     AFTERANY = "afterany"  # parent ended in any way
+    AFTERSTART = "afterstart"  # parent started (PBS's plain `after`)
 
 
 @dataclass(frozen=True)
@@ -181,14 +182,18 @@ class Allocation:
 
 @dataclass
 class Dependency:
-    kind: DepType
-    job_id: int
-    met: bool | None = None  # None: parent has not ended yet
+    """A wait on a parent job, or (`of` not 0) on a job array's subjobs (see depends.py)."""
 
-    def resolve(self, exit_status: int | None) -> None:
-        """Record how the parent ended (exit_status None: deleted before it ran)."""
+    kind: DepType
+    job_id: int  # the parent job, or the array's id
+    met: bool | None = None  # None: not decided yet
+    of: int = 0  # 0: the job `job_id`; N > 0: N subjobs of array `job_id`; -1: the whole array
+
+    def resolve(self, exit_status: int | None, started: bool = True) -> None:
+        """Record how the parent ended (exit_status None: deleted, `started` whether it ever ran)."""
         ok = exit_status == 0
-        self.met = {DepType.AFTEROK: ok, DepType.AFTERNOTOK: not ok, DepType.AFTERANY: True}[self.kind]
+        self.met = {DepType.AFTEROK: ok, DepType.AFTERNOTOK: not ok, DepType.AFTERANY: True,
+                    DepType.AFTERSTART: started}[self.kind]
 
 
 @dataclass
@@ -286,7 +291,7 @@ class Job:
             elif name == "holds":
                 v = sorted(h.value for h in v)
             elif name == "dependencies":
-                v = [[dep.kind.value, dep.job_id, dep.met] for dep in v]
+                v = [[dep.kind.value, dep.job_id, dep.met, *([dep.of] if dep.of else [])] for dep in v]
             elif name == "state":
                 v = v.value
             elif name == "allocation":  # stored as node names and cores (units are the machine's)
@@ -306,7 +311,8 @@ class Job:
         if "holds" in d:
             d["holds"] = {Hold(h) for h in d["holds"]} if d["holds"] else set()
         if "dependencies" in d:
-            d["dependencies"] = [Dependency(DepType(k), int(i), m) for k, i, m in d["dependencies"]]
+            d["dependencies"] = [Dependency(DepType(k), int(i), m, int(of[0]) if of else 0)
+                                 for k, i, m, *of in d["dependencies"]]
         if "state" in d:
             d["state"] = _STATES[d["state"]]
         if "nodes" in d:  # units 0 until a scheduler places it on its machine (restore)

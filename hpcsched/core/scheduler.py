@@ -17,7 +17,8 @@ from dataclasses import dataclass
 from typing import Iterable
 
 from .backlog import Backlog
-from .errors import InvalidRequest, InvalidState, Rejected, UnknownJob
+from .depends import Registry
+from .errors import BadDependency, InvalidRequest, InvalidState, Rejected, UnknownJob
 from .jobs import (ACTIVE, COMPLETED, DELETED, EXITING, FINISHED, PENDING, QUEUED, RUNNING, WAITING, Allocation,
                    Dependency, DepType, Hold, Job, Request, State)
 from .plan import Plan, Start, Walk
@@ -44,6 +45,12 @@ class Settings:
     interval: float = 15.0  # nominal seconds between passes (a policy's accrual unit)
     overrun_grace: float = 300.0  # a job past its walltime is expected to end this much later
     reservation_slop: float = 0.0  # keep this much clear before a reservation (Cobalt: 180)
+    dependency_failure: str = "hold"  # a dependency that can never be met: "hold" the job
+    #   (Cobalt's dep_fail, released when the user fixes it) or "delete" it (Torque, OpenPBS)
+
+    def __post_init__(self):
+        if self.dependency_failure not in ("hold", "delete"):
+            raise InvalidRequest(f"dependency_failure must be hold or delete, not {self.dependency_failure!r}")
 
 
 class Scheduler:
@@ -67,7 +74,10 @@ class Scheduler:
         self._units: dict[int, int] = {}
         self.busy = 0  # units running jobs hold now (the OR of `_units`)
         self._res_units: dict[str, int] = {}
-        self._children: dict[int, list[int]] = {}
+        self._deps = Registry()
+        #: jobs deleted because a dependency failed (dependency_failure "delete"), oldest
+        #: first: a driver writes their records and clears the list
+        self.deleted_by_dependency: list[Job] = []
         self._pending_count: dict[str, int] = {}
         self._pending_user: dict[tuple[str, str], int] = {}
         self._fits: dict[Request, bool] = {}
@@ -185,18 +195,12 @@ class Scheduler:
         return queue.name
 
     def _link_dependencies(self, job: Job) -> None:
-        for dep in job.dependencies:
-            parent = self.jobs.get(dep.job_id)
-            if parent is None or dep.job_id == job.id:
-                raise Rejected(f"dependency on unknown job {dep.job_id}")
-            if parent.state in FINISHED:
-                dep.resolve(parent.exit_status if parent.state == COMPLETED else None)
-
-    def _register_children(self, job: Job) -> None:
-        for dep in job.dependencies:
-            kids = self._children.setdefault(dep.job_id, [])
-            if job.id not in kids:
-                kids.append(job.id)
+        """Check the parents exist; one already failed is refused when failures delete."""
+        self._deps.link(job, self.jobs)
+        if self.settings.dependency_failure == "delete":
+            for dep in job.dependencies:
+                if dep.met is False:
+                    raise BadDependency(f"dependency on job {dep.job_id}{'[]' if dep.of else ''} can never be met")
 
     # --- the pass API ----------------------------------------------------------------
     def submit(self, job: Job, now: float) -> Job:
@@ -224,7 +228,7 @@ class Scheduler:
         self._enorder(job)
         self._array_limits += job.array_limit > 0
         self._count(job, 1)
-        self._register_children(job)
+        self._deps.register(job, self.jobs)
         self.policy.on_submit(job)
         if job.dependencies and all(d.met for d in job.dependencies):
             self.policy.on_dependencies_met(job, [self.jobs[d.job_id] for d in job.dependencies])
@@ -320,6 +324,8 @@ class Scheduler:
         if self._base is not None:
             self._base.occupy(a.units, now, now + job.walltime)
         heapq.heappush(self._ends, (now + job.walltime, job.id))
+        if self._deps:
+            self._dependants(job, self._deps.started(job), False, now)
 
     def _sorts_after(self, fresh: list[Job], last: Job | None) -> bool:
         """Do all new jobs sort after `last`?  (Static policies only: keys need no context.)"""
@@ -363,7 +369,7 @@ class Scheduler:
             usage, name = self.usage[kind], getattr(job, attr)
             usage[name] = usage.get(name, 0.0) + used
         self._move(job, COMPLETED, now)
-        self._resolve_children(job, exit_status, now)
+        self._dependants(job, self._deps.ended(job), True, now)
         return job
 
     def delete(self, job_id: int, now: float) -> Job:
@@ -373,7 +379,7 @@ class Scheduler:
         if job.state in PENDING:
             job.end_time = now
             self._move(job, DELETED, now)
-            self._resolve_children(job, None, now)
+            self._dependants(job, self._deps.ended(job), True, now)
         elif job.state == RUNNING:
             self._move(job, EXITING, now)
         else:
@@ -425,7 +431,7 @@ class Scheduler:
             if key == "request" and isinstance(value, dict):
                 value = Request.from_dict(value)
             if key == "dependencies":
-                value = [d if isinstance(d, Dependency) else Dependency(DepType(d[0]), int(d[1]))
+                value = [d if isinstance(d, Dependency) else Dependency(DepType(d[0]), int(d[1]), None, *d[2:3])
                          for d in value]
             setattr(new, key, value)
         if "walltime" in changes and not (new.walltime > 0 and math.isfinite(new.walltime)):
@@ -455,7 +461,7 @@ class Scheduler:
             self._count(job, 1)
             self.policy.on_route_change(job)
         if "dependencies" in changes:
-            self._register_children(job)
+            self._deps.register(job, self.jobs)
             if job.dependencies and all(d.met for d in job.dependencies):
                 self.policy.on_dependencies_met(job, [self.jobs[d.job_id] for d in job.dependencies])
         if job.state in PENDING:
@@ -471,21 +477,35 @@ class Scheduler:
         if job.state not in FINISHED:
             raise InvalidState(f"job {job.id} is {job.state.value}, not finished")
         del self.jobs[job.id]
-        self._children.pop(job.id, None)
+        self._deps.forget(job.id)
         return job
 
-    def _resolve_children(self, parent: Job, exit_status: int | None, now: float) -> None:
-        for cid in self._children.pop(parent.id, ()):
-            child = self.jobs.get(cid)
-            if child is None or child.state not in PENDING:
-                continue
-            for dep in child.dependencies:
-                if dep.job_id == parent.id:
-                    dep.resolve(exit_status)
-            if all(d.met for d in child.dependencies):
-                self.policy.on_dependencies_met(child, [self.jobs[d.job_id] for d in child.dependencies
-                                                        if d.job_id in self.jobs])
-            self._settle(child, now)
+    def _dependants(self, parent: Job, kids: list[int], ended: bool, now: float) -> None:
+        """`parent` started or ended: decide what waits on it, and settle those jobs.  A
+        failed dependency deletes its job when the settings say so, and that deletion is
+        an end for the jobs waiting on it in turn (a work list, not recursion: chains are
+        as long as a pipeline)."""
+        work = [(parent, kids, ended)]
+        while work:
+            parent, kids, ended = work.pop()
+            for cid in kids:
+                child = self.jobs.get(cid)
+                if child is None or child.state not in PENDING:
+                    continue
+                self._deps.decide(child, parent, ended)
+                deps = child.dependencies
+                if all(d.met for d in deps):
+                    self.policy.on_dependencies_met(child, [self.jobs[d.job_id] for d in deps if d.job_id in self.jobs])
+                failed = next((d for d in deps if d.met is False), None)
+                if failed is None or self.settings.dependency_failure == "hold":
+                    self._settle(child, now)
+                    continue
+                # the dependency can never be met: the job is deleted (Torque, OpenPBS)
+                child.comment = f"Job deleted as result of dependency on job {failed.job_id}{'[]' if failed.of else ''}"
+                child.end_time = now
+                self._move(child, DELETED, now)
+                self.deleted_by_dependency.append(child)
+                work.append((child, self._deps.ended(child), True))
 
     # --- reservations and nodes --------------------------------------------------------
     def add_reservation(self, res: Reservation, now: float) -> Reservation:
@@ -619,8 +639,9 @@ class Scheduler:
                     job.allocation = Allocation(units, job.nodes, job.cores)
                 if job.state in PENDING:
                     self._count(job, 1)
-                    if job.dependencies and any(d.met is None for d in job.dependencies):
-                        self._register_children(job)
+            for job in self.jobs.values():  # after all jobs: an array's tally counts its subjobs
+                if job.dependencies and job.state in PENDING:
+                    self._deps.register(job, self.jobs)
             if self._order is not None:  # one sort, not an insertion per job
                 self._order = Backlog(sorted(((self.policy.key(j, None), j.id), j, self.topology.need(j.request))
                                              for j in self._queued.values()))

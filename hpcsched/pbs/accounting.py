@@ -32,11 +32,30 @@ def _record(kind: str, job: Job, server: str, now: float) -> str:
     if kind in "EA":
         fields["end"] = int(now)
         fields["Exit_status"] = job.exit_status if job.exit_status is not None else -1
+    elif kind == "D" and job.extra.get("deleted_by") == "dependency":
+        fields["Exit_status"] = DEPENDENCY_EXIT
         if job.start_time is not None:
             fields["resources_used.walltime"] = hms(max(0.0, now - job.start_time))
     stamp = time.strftime("%m/%d/%Y %H:%M:%S", time.localtime(now))
     body = " ".join(f"{k}={v}" for k, v in fields.items())
     return f"{stamp};{kind};{display_id(job, server)};{body}\n"
+
+
+#: Torque's exit status for a job deleted because its dependency failed (JOB_EXEC_BADDEPEND... 271)
+DEPENDENCY_EXIT = 271
+
+
+def dependency_deletions(batch, now: float) -> None:
+    """Record the jobs the last operation deleted because a dependency of theirs failed
+    (Torque and OpenPBS delete them): the comment naming the parent with its server, and
+    a D record.  Called after every operation that can end a job."""
+    sched, site = batch.sched, batch.site
+    while sched.deleted_by_dependency:
+        job = sched.deleted_by_dependency.pop(0)
+        parent = job.comment.rsplit(" ", 1)[-1]
+        batch.do("process", now, id=job.id, set={"deleted_by": "dependency"},
+                 comment=f"Job deleted as result of dependency on job {parent}.{site.server}")
+        write(site.home, "D", job, site.server, now)
 
 
 def write(home: str | os.PathLike, kind: str, job: Job, server: str, now: float) -> None:

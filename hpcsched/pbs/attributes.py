@@ -9,8 +9,10 @@ import math
 import os
 import re
 import shlex
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 
+from ..core.depends import ALL as ALL_ARRAY
 from ..core.errors import InvalidRequest
 from ..core.jobs import Dependency, DepType, Request
 from ..core.timefmt import parse_duration
@@ -219,30 +221,104 @@ def parse_priority(text: str) -> int:
     return priority
 
 
-#: before-kinds: `-W depend=beforeok:B` gives job B the mirror dependency afterok on this job
-BEFORE = {"before": "afterany", "beforeok": "afterok", "beforenotok": "afternotok", "beforeany": "afterany"}
+#: -W depend kinds: PBS name -> (core kind, names the job that waits (before*), on an array (Torque's *array))
+DEPEND_KINDS = {f"{side}{cond}{array}": (core, side == "before", bool(array))
+                for side in ("after", "before") for array in ("", "array")
+                for cond, core in (("", "afterstart"), ("start", "afterstart"), ("ok", "afterok"),
+                                   ("notok", "afternotok"), ("any", "afterany"))
+                if not (cond == "start" and not array) and not (cond == "" and array)}
+_DEPEND_ID = re.compile(r"^(\d+)(?:\[(\d*)\])?(?:\[(\d+)\])?(?:\.\S+)?$")
 
 
-def parse_depend(value: str) -> tuple[list[Dependency], list[Dependency]]:
-    """(this job's dependencies, the dependencies on it that the named jobs gain)."""
+@dataclass(frozen=True)
+class DependSpec:
+    """One parent named in `-W depend=`: the job, subjob or array, before the store is read."""
+
+    kind: str  # the core kind: afterok, afternotok, afterany, afterstart
+    job_id: int
+    index: int | None  # None: the job itself; ALL_INDICES: the whole array; else one subjob
+    count: int | None  # Torque's `7[][N]`; None: every subjob
+    array_kind: bool  # named by a Torque *array kind
+
+    @property
+    def text(self) -> str:
+        return f"{self.job_id}[]" if self.index is not None and self.index < 0 else (
+            f"{self.job_id}[{self.index}]" if self.index is not None else str(self.job_id))
+
+
+ALL_INDICES = -1
+
+
+def parse_depend(value: str) -> tuple[list[DependSpec], list[DependSpec]]:
+    """(what this job waits on, the jobs that will wait on it: `before*`), read from a
+    `-W depend=` value such as `afterok:7:8[2].srv,afterokarray:9[][3]`.  Parents are ids
+    of jobs, subjobs (`8[2]`) or arrays (`9[]`: every subjob; `9[][3]` three of them)."""
     deps, befores = [], []
     for part in value.split(","):
         kind, _, ids = part.partition(":")
         kind = kind.strip()
-        if kind == "after":
-            kind = "afterany"  # started is not tracked apart from ended: the nearest kind
-        if kind not in ("afterok", "afternotok", "afterany") and kind not in BEFORE:
+        if kind not in DEPEND_KINDS:
             if kind in ("on", "synccount", "syncwith"):
                 raise common.CommandError(f"dependency type {kind} is not supported", common.USAGE)
             raise UsageError(f"illegal -W value: depend={value}")
         if not ids:
             raise UsageError(f"illegal -W value: depend={value}")
+        core, before, array_kind = DEPEND_KINDS[kind]
         for jid in ids.split(":"):
-            if kind in BEFORE:  # the job id here names the job that will wait
-                befores.append(Dependency(DepType(BEFORE[kind]), common.parse_id(jid)))
-            else:
-                deps.append(Dependency(DepType(kind), common.parse_id(jid)))
+            m = _DEPEND_ID.match(jid.strip())
+            if not m or (m.group(3) and (m.group(2) != "" or not array_kind)):
+                raise common.CommandError(f"illegally formed job identifier: {jid}", common.UNKNOWN_JOB)
+            index = None if m.group(2) is None else ALL_INDICES if m.group(2) == "" else int(m.group(2))
+            if array_kind:
+                if index is not None and index != ALL_INDICES:
+                    raise common.CommandError(f"illegally formed job identifier: {jid}", common.UNKNOWN_JOB)
+                index = ALL_INDICES
+            count = int(m.group(3)) if m.group(3) else None
+            if count == 0:
+                raise common.CommandError(f"illegally formed job identifier: {jid}", common.UNKNOWN_JOB)
+            (befores if before else deps).append(DependSpec(core, int(m.group(1)), index, count, array_kind))
     return deps, befores
+
+
+def resolve_depend(specs: list[DependSpec], jobs: dict, server: str) -> list[Dependency]:
+    """The core's dependencies for `specs`: a subjob becomes its job id, an array its
+    subjobs (all of them as one job, or Torque's count).  CommandError 153 for an id that
+    names nothing."""
+    out = []
+    for spec in specs:
+        if spec.index is None or spec.index >= 0:
+            if spec.index is None:
+                job = jobs.get(spec.job_id)
+                found = job if job is not None and not job.array_id else None
+            else:
+                found = next((j for j in jobs.values() if j.array_id == spec.job_id and j.array_index == spec.index), None)
+            if found is None:
+                raise common.CommandError(f"Unknown Job Id {spec.text}.{server}", common.UNKNOWN_JOB)
+            out.append(Dependency(DepType(spec.kind), found.id))
+            continue
+        size = sum(1 for j in jobs.values() if j.array_id == spec.job_id)
+        if not size:
+            raise common.CommandError(f"Unknown Job Id {spec.text}.{server}", common.UNKNOWN_JOB)
+        of = spec.count or (size if spec.array_kind else ALL_ARRAY)
+        out.append(Dependency(DepType(spec.kind), spec.job_id, None, of))
+    return out
+
+
+def depend_text(deps: list[Dependency], server: str, jobs: dict) -> str:
+    """The `depend` attribute as qstat shows it: `afterok:7.srv`, `afterok:7[2].srv` (a
+    subjob), `afterok:7[].srv`, `afterokarray:7[][3].srv` (a count), `after:7.srv` (started)."""
+    parts = []
+    for d in deps:
+        kind = "after" if d.kind == DepType.AFTERSTART and not d.of else d.kind.value
+        if d.of > 0:
+            kind = ("afterstart" if d.kind == DepType.AFTERSTART else d.kind.value) + "array"
+            parts.append(f"{kind}:{d.job_id}[][{d.of}].{server}")
+        else:
+            parent = jobs.get(d.job_id)
+            shown = (f"{d.job_id}[]" if d.of else f"{parent.array_id}[{parent.array_index}]"
+                     if parent is not None and parent.array_id else str(d.job_id))
+            parts.append(f"{kind}:{shown}.{server}")
+    return ",".join(parts)
 
 
 def resolve_path(path: str, cwd: str) -> str:

@@ -22,6 +22,7 @@ FINISHED = 35
 LIMITS = 188
 UNAUTHORIZED = 159
 BAD_STATE = 170  # PBSE_BADSTATE 15018 mod 256
+BAD_DEPEND = 192  # PBSE_BADDEPEND 15040 mod 256
 
 
 
@@ -58,9 +59,12 @@ def display_id(job: Job, server: str) -> str:
     return f"{job.id}.{server}"
 
 
-def output_seq(job: Job) -> str:
-    """SEQ in the default output names NAME.oSEQ / NAME.eSEQ (Torque: `12-3` for 12[3])."""
-    return f"{job.array_id}-{job.array_index}" if job.array_id else str(job.id)
+def output_seq(job: Job, flavor: str) -> str:
+    """SEQ in the default output names NAME.oSEQ / NAME.eSEQ: for subjob 12[3], Torque
+    writes `12-3`, OpenPBS `12.3`."""
+    if not job.array_id:
+        return str(job.id)
+    return f"{job.array_id}{'-' if flavor == 'torque' else '.'}{job.array_index}"
 
 
 def resolve(jobs: dict, text: str, server: str) -> list[Job]:

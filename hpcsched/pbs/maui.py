@@ -10,6 +10,7 @@ import sys
 import time
 
 from ..core import nodelist
+from ..core.depends import describe
 from ..core.errors import InvalidRequest
 from ..core.jobs import (ACTIVE, COMPLETED, DELETED, DEP_FAIL, DEP_HOLD, EXITING, FINISHED, HELD, PENDING, QUEUED,
                          RUNNING, WAITING, Job)
@@ -95,12 +96,13 @@ def showq(opts: list[tuple[str, str]], operands: list[str], out, now: float) -> 
 def checkjob(opts: list[tuple[str, str]], operands: list[str], out, now: float) -> int:
     if len(operands) != 1:
         raise UsageError("give one job id")
-    jid = common.parse_id(operands[0])
+    common.parse_ref(operands[0])  # malformed: said before the store is read
     site, batch = load()
     sched = batch.sched
-    job = sched.jobs.get(jid)
-    if job is None:
-        raise common.CommandError(f"cannot locate job '{operands[0]}'", common.UNKNOWN_JOB)
+    try:
+        job, = common.resolve(sched.jobs, operands[0], site.server)
+    except (common.CommandError, ValueError):  # unknown, or an array's many subjobs
+        raise common.CommandError(f"cannot locate job '{operands[0]}'", common.UNKNOWN_JOB) from None
     state = {QUEUED: "Idle", RUNNING: "Running", EXITING: "Running", HELD: "Hold",
              WAITING: "Deferred", DEP_HOLD: "Hold", DEP_FAIL: "Hold",
              COMPLETED: "Completed", DELETED: "Removed"}[job.state]
@@ -115,7 +117,7 @@ def checkjob(opts: list[tuple[str, str]], operands: list[str], out, now: float) 
       f"  Eligible: {dhms(job.eligible(now))})\n\n")
     w(f"Total Tasks: {procs(job)}\n")
     if job.dependencies:
-        deps = ", ".join(f"{d.kind.value}:{d.job_id}({'met' if d.met else 'failed' if d.met is False else 'pending'})"
+        deps = ", ".join(f"{describe(d)}({'met' if d.met else 'failed' if d.met is False else 'pending'})"
                          for d in job.dependencies)
         w(f"Dependencies: {deps}\n")
     if job.holds:

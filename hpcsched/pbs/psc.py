@@ -61,7 +61,8 @@ def pbsyod(opts: list[tuple[str, str]], argv: list[str], out, now: float) -> int
     batch = Batch.of(site)
     with batch.open(write=False):
         pass
-    job = batch.sched.jobs.get(common.parse_id(jid_text))
+    found = common.resolve(batch.sched.jobs, jid_text, site.server)  # a subjob's id too: 12[3].srv
+    job = found[0] if len(found) == 1 else None
     if job is None or job.state not in ACTIVE:
         raise common.CommandError(f"job {jid_text} is not running", common.UNKNOWN_JOB)
     topo = batch.sched.topology

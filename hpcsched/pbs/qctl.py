@@ -9,7 +9,7 @@ import sys
 import time as _time
 from typing import Callable
 
-from ..core.errors import InvalidState, Rejected, SchedulerError
+from ..core.errors import BadDependency, InvalidState, Rejected, SchedulerError
 from ..core.jobs import EXITING, FINISHED, PENDING, RUNNING, Hold, Job
 from ..store.journaled import Batch
 from ..store.site import load_site, whoami
@@ -52,6 +52,9 @@ def act(prog: str, ids: list[str], action: Callable[[Batch, Job, dict], None], o
                 except InvalidState:
                     sys.stderr.write(f"{prog}: Request invalid for state of job {common.display_id(job, site.server)}\n")
                     status = status or common.BAD_STATE
+                except BadDependency as e:
+                    sys.stderr.write(f"{prog}: Invalid Job Dependency MSG={e}\n")
+                    status = status or common.BAD_DEPEND
                 except Rejected as e:
                     sys.stderr.write(f"{prog}: Job exceeds queue resource limits MSG={e}\n")
                     status = status or common.LIMITS
@@ -64,6 +67,7 @@ def qdel(batch: Batch, job: Job, opts: dict) -> None:
     now = _time.time()
     batch.do("delete", now, id=job.id)
     accounting.write(batch.site.home, "D", job, batch.site.server, now)
+    accounting.dependency_deletions(batch, now)
 
 
 def _hold_kind(opts: dict) -> str:
@@ -100,9 +104,10 @@ ALTER_USAGE = ("usage: qalter [-a date_time] [-A account] [-e path] [-h hold_lis
                "[-m mail] [-M users] [-N name] [-o path] [-p priority] [-r y|n] [-v vars] [-W attrs] job_id ...")
 
 
-def alter_changes(job: Job, options: dict[str, str], resources: dict[str, str], now: float) -> tuple[dict, str]:
+def alter_changes(job: Job, options: dict[str, str], resources: dict[str, str], now: float,
+                  jobs: dict | None = None, server: str = "") -> tuple[dict, str]:
     """(core alter changes, hold letters to add) for qalter's options on `job`."""
-    from .attributes import build_request, parse_depend, parse_priority, parse_start_after, resolve_path
+    from .attributes import build_request, parse_depend, parse_priority, parse_start_after, resolve_depend, resolve_path
     changes: dict = {}
     extra = dict(job.extra)
     if resources:
@@ -134,7 +139,7 @@ def alter_changes(job: Job, options: dict[str, str], resources: dict[str, str], 
         deps, befores = parse_depend(val)
         if befores:
             raise common.CommandError("before dependencies are given at qsub time", common.USAGE)
-        changes["dependencies"] = [[d.kind.value, d.job_id] for d in deps]
+        changes["dependencies"] = [[d.kind.value, d.job_id, d.of] for d in resolve_depend(deps, jobs or {}, server)]
     for letter, key in (("j", "join"), ("m", "mail_points"), ("M", "mail_users")):
         if letter in options:
             extra[key] = options[letter]
@@ -168,7 +173,7 @@ def qalter(opts: list[tuple[str, str]], ids: list[str], out, now: float) -> int:
         user = whoami()
         if not common.may_touch(batch.site, user, job):
             raise common.deny("qalter", job, batch.site)
-        changes, holds = alter_changes(job, options, resources, _time.time())
+        changes, holds = alter_changes(job, options, resources, _time.time(), batch.sched.jobs, batch.site.server)
         if job.state in FINISHED:
             raise InvalidState("finished")
         if job.state not in PENDING:

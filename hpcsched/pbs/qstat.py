@@ -16,6 +16,7 @@ from ..core.timefmt import hms
 from ..store.journaled import Batch
 from ..store.site import Site, load_site
 from . import common
+from .attributes import depend_text
 from .common import Command
 from .errors import UsageError
 
@@ -65,20 +66,22 @@ def resource_list(job: Job) -> dict:
     return out
 
 
-def attributes(job: Job, site: Site, now: float) -> dict:
-    """The job's attributes in qstat -f order, values typed."""
-    torque = site.flavor == "torque"
+def attributes(job: Job, site: Site, now: float, jobs: dict | None = None, flavor: str = "") -> dict:
+    """The job's attributes in qstat -f order, values typed, in the flavor's vocabulary
+    (`flavor` overrides the site's: JSON is always OpenPBS's)."""
+    flavor = flavor or site.flavor
+    torque = flavor == "torque"
     x = job.extra
     a: dict = {"Job_Name": job.name, "Job_Owner": f"{job.owner}@{x.get('submit_host', site.server)}"}
     if job.start_time is not None:
         end = job.end_time if job.end_time is not None else now
         a["resources_used"] = {"cput": x.get("cput", "00:00:00"), "walltime": hms(max(0.0, end - job.start_time))}
-    a["job_state"] = letter(job, site.flavor)
+    a["job_state"] = letter(job, flavor)
     a["queue"] = job.queue
     a["server"] = site.server
     a["ctime"] = ctime(job.submit_time)
     where = f"{x.get('submit_host', site.server)}:{x.get('submit_dir', x.get('workdir', ''))}"
-    seq = common.output_seq(job)
+    seq = common.output_seq(job, site.flavor)
     out_default, err_default = f"{where}/{job.name}.o{seq}", f"{where}/{job.name}.e{seq}"
     a["Error_Path"] = _path(x.get("error"), err_default, job, "e", site)
     if job.nodes and job.state not in (DELETED,):
@@ -94,7 +97,7 @@ def attributes(job: Job, site: Site, now: float) -> dict:
     if job.account:
         a["Account_Name"] = job.account
     if job.dependencies:
-        a["depend"] = ",".join(f"{d.kind.value}:{common.full_id(d.job_id, site.server)}" for d in job.dependencies)
+        a["depend"] = depend_text(job.dependencies, site.server, jobs or {})
     if job.start_after is not None:
         a["Execution_Time"] = ctime(job.start_after)
     a["euser"] = job.owner
@@ -119,7 +122,7 @@ def _path(given: str | None, default: str, job: Job, letter: str, site: Site) ->
         return default
     host = job.extra.get("submit_host", site.server)
     if given.endswith("/"):
-        seq = common.output_seq(job)
+        seq = common.output_seq(job, site.flavor)
         return f"{host}:{given}{job.name}.{letter}{seq}"
     return f"{host}:{given}"
 
@@ -316,7 +319,9 @@ def qstat(opts: list[tuple[str, str]], ids: list[str], out, now: float) -> int:
         jobs = [j for j in jobs if j.owner in users]
     jobs.sort(key=lambda j: (j.array_id or j.id, j.array_index))
     if o["f"] or o["F"] or (o["x"] and torque):
-        items = [(common.display_id(j, site.server), attributes(j, site, now)) for j in jobs]
+        # -F json is OpenPBS's format in either flavor: its keys and state letters (F, Exit_status)
+        vocabulary = "openpbs" if o["F"] == "json" else site.flavor
+        items = [(common.display_id(j, site.server), attributes(j, site, now, sched.jobs, vocabulary)) for j in jobs]
         if o["F"] == "json":
             doc = {"timestamp": int(now), "pbs_version": common.VERSION, "pbs_server": site.server}
             if items:

@@ -13,15 +13,15 @@ import subprocess
 import sys
 import time
 
-from ..core.errors import Rejected
-from ..core.jobs import Dependency, Hold, Job
+from ..core.errors import BadDependency, Rejected
+from ..core.jobs import Hold, Job
 from ..store.journaled import Batch
 from ..store.layout import INTERACTIVE, WRAPPER
 from ..store.site import load_site, notify, whoami
 from . import accounting, common
 from . import front as commands
-from .attributes import (build_request, directives, merge, parse_array, parse_depend, parse_priority, parse_start_after,
-                         resolve_path)
+from .attributes import (ALL_INDICES, DependSpec, build_request, directives, merge, parse_array, parse_depend,
+                         parse_priority, parse_start_after, resolve_depend, resolve_path)
 from .common import Command
 from .errors import UsageError
 from .options import QSUB as QSUB_TABLE
@@ -35,8 +35,9 @@ USAGE = ("usage: qsub [-a date_time] [-A account_string] [-C directive_prefix] [
 
 def make_job(options: dict[str, str], resources: dict[str, str], script: str, script_name: str,
              cwd: str, env: dict[str, str], user: str, server: str, now: float
-             ) -> tuple[Job, list[Dependency]]:
-    """The job, and the dependencies on it that `-W depend=before...` gives other jobs."""
+             ) -> tuple[Job, list[DependSpec], list[DependSpec]]:
+    """The job, what it waits on (`-W depend=after...`), and the jobs `before...` makes
+    wait on it: parents are named, not yet looked up in the store."""
     request, walltime = build_request(resources)
     name = options.get("N", os.path.basename(script_name) if script_name else "STDIN")
     if not name or any(c.isspace() for c in name) or len(name) > 236:
@@ -82,13 +83,13 @@ def make_job(options: dict[str, str], resources: dict[str, str], script: str, sc
     job = Job(name=name, owner=user, group=group, account=options.get("A", ""), queue=queue,
               request=request, walltime=walltime or 0.0, priority=priority,
               start_after=parse_start_after(options["a"], now) if "a" in options else None,
-              holds={Hold.USER} if "h" in options else set(), dependencies=deps)
+              holds={Hold.USER} if "h" in options else set())
     job.extra = {"script": script, "workdir": workdir, "submit_dir": cwd, "join": join, "rerunnable": rerun == "y",
                  "variables": variables, "submit_host": socket.gethostname(),
                  "resources": dict(resources), "output": options.get("o", ""), "error": options.get("e", ""),
                  "mail_points": options.get("m", "a"), "mail_users": options.get("M", ""),
                  "shell": options.get("S", ""), **({"W": extra_w} if extra_w else {})}
-    return job, befores
+    return job, deps, befores
 
 
 def submit(argv: list[str], stdin=None, cwd: str | None = None, env: dict | None = None,
@@ -124,7 +125,7 @@ def submit_parsed(cmd: list[tuple[str, str]], rest: list[str], stdin=None, cwd: 
     options, resources = merge(cmd, directives(script, prefix))
     site = load_site()
     user = whoami()
-    job, befores = make_job(options, resources, script, script_name, cwd, env, user, site.server, now)
+    job, deps, befores = make_job(options, resources, script, script_name, cwd, env, user, site.server, now)
     if interactive:
         if "t" in options or "J" in options:
             raise UsageError("an interactive job (-I) cannot be an array")
@@ -136,7 +137,7 @@ def submit_parsed(cmd: list[tuple[str, str]], rest: list[str], stdin=None, cwd: 
     # Only dependencies and queued-job limits need the jobs already stored; without them
     # the job is checked against the configuration alone, so qsub's cost does not grow
     # with the store.
-    needs_state = bool(job.dependencies or befores) or any(
+    needs_state = bool(deps or befores) or any(
         "max_queued" in q or "max_queued_per_user" in q for q in site.config.get("queues", {}).values())
     with batch.open(write=True, load=needs_state):
         sched = batch.sched
@@ -151,7 +152,8 @@ def submit_parsed(cmd: list[tuple[str, str]], rest: list[str], stdin=None, cwd: 
         array = options.get("t") or options.get("J")
         if befores and array:
             raise UsageError("an array cannot carry before dependencies")
-        waiters = [_waiter(batch, site, user, b.job_id) for b in befores]
+        job.dependencies = resolve_depend(deps, sched.jobs, site.server)
+        waiters = [(w, b) for b in befores for w in _waiters(batch, site, user, b)]
         try:
             if array:
                 indices, limit = parse_array(array)
@@ -163,9 +165,13 @@ def submit_parsed(cmd: list[tuple[str, str]], rest: list[str], stdin=None, cwd: 
                 return f"{first}[].{site.server}", "z" in options
             done = batch.submit(job, now)
             accounting.write(site.home, "Q", done, site.server, now)
-            for waiter, before in zip(waiters, befores):
-                deps = [[d.kind.value, d.job_id] for d in waiter.dependencies] + [[before.kind.value, done.id]]
-                batch.do("alter", now, id=waiter.id, changes={"dependencies": deps})
+            for waiter, before in waiters:
+                kept = [[d.kind.value, d.job_id, d.of] for d in waiter.dependencies]
+                batch.do("alter", now, id=waiter.id, changes={"dependencies": kept + [[before.kind, done.id]]})
+        except BadDependency as e:
+            if site.flavor == "torque":
+                raise common.CommandError(f"submit error (Invalid Job Dependency MSG={e})", common.BAD_DEPEND)
+            raise common.CommandError(f"Invalid Job Dependency: {e}", common.BAD_DEPEND)
         except Rejected as e:
             if site.flavor == "torque":
                 raise common.CommandError(f"submit error (Job exceeds queue resource limits MSG={e})", common.LIMITS)
@@ -173,18 +179,19 @@ def submit_parsed(cmd: list[tuple[str, str]], rest: list[str], stdin=None, cwd: 
     return common.full_id(done.id, site.server), "z" in options
 
 
-def _waiter(batch: Batch, site, user: str, job_id: int) -> Job:
-    """The job a `before` dependency names: it must still be waiting, and be the
-    caller's to change (as for qalter)."""
-    job = batch.sched.jobs.get(job_id)
-    if job is None:
-        raise common.CommandError(f"Unknown Job Id {job_id}.{site.server}", common.UNKNOWN_JOB)
-    if job.start_time is not None or job.end_time is not None:
-        raise common.CommandError(f"cannot add a dependency to job {common.display_id(job, site.server)}: "
-                               f"it has started", common.BAD_STATE)
-    if not common.may_touch(site, user, job):
-        raise common.deny("qsub", job, site)
-    return job
+def _waiters(batch: Batch, site, user: str, spec: DependSpec) -> list[Job]:
+    """The jobs a `before` dependency names (an array: its subjobs that have not started):
+    each must still be waiting, and be the caller's to change (as for qalter)."""
+    jobs = common.resolve(batch.sched.jobs, spec.text, site.server)
+    if len(jobs) > 1 or spec.index == ALL_INDICES:
+        jobs = [j for j in jobs if j.start_time is None and j.end_time is None] or jobs[:1]
+    for job in jobs:
+        if job.start_time is not None or job.end_time is not None:
+            raise common.CommandError(f"cannot add a dependency to job {common.display_id(job, site.server)}: "
+                                      f"it has started", common.BAD_STATE)
+        if not common.may_touch(site, user, job):
+            raise common.deny("qsub", job, site)
+    return jobs
 
 
 def session(jid: str, poll: float = 0.2) -> int:
@@ -214,7 +221,8 @@ def session(jid: str, poll: float = 0.2) -> int:
         with Batch.of(site).open() as batch:
             job = batch.sched.jobs.get(job_id)
             if job is not None and job.start_time is None and job.end_time is None:
-                batch.do("delete", id=job_id)
+                batch.do("delete", time.time(), id=job_id)
+                accounting.dependency_deletions(batch, time.time())
         print(f"\nqsub: job {jid} deleted", flush=True)
         return 130
     info = json.loads(ready.read_text())

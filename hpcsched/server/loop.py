@@ -146,6 +146,7 @@ class Server:
             if job.state == EXITING:  # deleted between its pass and its launch
                 self.batch.do("ended", now, id=job.id, exit_status=256 + signal.SIGTERM)
                 accounting.write(self.home, "E", job, self.site.server, now)
+                accounting.dependency_deletions(self.batch, now)
             return
         # the pid file names the wrapper that runs the job; the start time recorded at
         # launch (None: it had already ended) tells a reused pid from ours
@@ -175,6 +176,7 @@ class Server:
                 status = LOST
             self.batch.do("ended", now, id=job.id, exit_status=status)
             accounting.write(self.home, "E" if status != LOST else "A", job, self.site.server, now)
+            accounting.dependency_deletions(self.batch, now)
             return
         pending = job.extra.get("pending_signals")
         if pending:  # qsig: deliver, then forget
@@ -218,7 +220,7 @@ class Server:
         nodefile.write_text("".join(f"{n}\n" * max(1, len(c)) for n, c in zip(job.nodes, job.cores)))
         workdir = x.get("workdir") or str(self.home)
         submit_dir = x.get("submit_dir") or workdir  # default output files go where qsub ran
-        seq = common.output_seq(job)
+        seq = common.output_seq(job, self.site.flavor)
         out = _path(x.get("output"), submit_dir, f"{job.name}.o{seq}")
         err = _path(x.get("error"), submit_dir, f"{job.name}.e{seq}")
         join = x.get("join", "n")
@@ -250,6 +252,7 @@ class Server:
             self._note(job, now, set={"launched": now}, comment=f"launch failed: {e.strerror}")
             self.batch.do("ended", now, id=job.id, exit_status=LOST)
             accounting.write(self.home, "A", job, self.site.server, now)
+            accounting.dependency_deletions(self.batch, now)
             return 0
         self._note(job, now, set={"launched": now, "pid": proc.pid, "pid_start": _wait_start(proc.pid),
                                   "session": proc.pid})

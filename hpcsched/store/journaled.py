@@ -27,7 +27,8 @@ def _alter_changes(changes: dict) -> dict:
     if "request" in out:
         out["request"] = Request.from_dict(out["request"])
     if "dependencies" in out:
-        out["dependencies"] = [Dependency(DepType(k), int(i)) for k, i in out["dependencies"]]
+        out["dependencies"] = [Dependency(DepType(d[0]), int(d[1]), None, int(d[2]) if len(d) > 2 else 0)
+                               for d in out["dependencies"]]
     return out
 
 
@@ -168,6 +169,7 @@ class Batch:
                                            f"applies: {e}")
             self.seq = rec["seq"]
         self.next_id = self.sched.next_id
+        self.sched.deleted_by_dependency.clear()  # recorded by whoever did the operation
 
     def do(self, op: str, now: float | None = None, **args):
         """Apply one operation and make it durable; SchedulerError leaves the store untouched."""

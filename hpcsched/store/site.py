@@ -45,7 +45,8 @@ class Site:
         """A scheduler configured as the site says (no jobs yet): the one `load_site` built
         to check the configuration the first time, a new one after."""
         sched, self._built = self._built, None
-        return sched or build(self.config, extra_keys=SITE_KEYS)
+        # a PBS site deletes a job whose dependency failed, as Torque and OpenPBS do
+        return sched or build({"dependency_failure": "delete", **self.config}, extra_keys=SITE_KEYS)
 
     def is_operator(self, user: str) -> bool:
         return user in self.operators or user in self.managers or user == "root"
