@@ -78,6 +78,7 @@ class Scheduler:
         #: jobs deleted because a dependency failed (dependency_failure "delete"), oldest
         #: first: a driver writes their records and clears the list
         self.deleted_by_dependency: list[Job] = []
+        self.node_notes: dict[str, str] = {}  # operators' notes on nodes (pbsnodes -N)
         self._pending_count: dict[str, int] = {}
         self._pending_user: dict[tuple[str, str], int] = {}
         self._fits: dict[Request, bool] = {}
@@ -540,6 +541,14 @@ class Scheduler:
         self._dirty = True
         return self.reservations.pop(name)
 
+    def note_node(self, name: str, note: str) -> None:
+        """An operator's note on a node (pbsnodes -N); "" removes it.  The pass never reads it."""
+        self.topology.node(name)  # an unknown name is refused
+        if note:
+            self.node_notes[name] = note
+        else:
+            self.node_notes.pop(name, None)
+
     def set_node_state(self, name: str, state: NodeState) -> None:
         self.topology.set_state(name, NodeState(state))
         self._dirty = True
@@ -607,7 +616,7 @@ class Scheduler:
         return {"version": STATE_VERSION, "next_id": self.next_id, "last_pass": self.last_pass,
                 "jobs": [j.to_dict() for j in self.jobs.values()],
                 "reservations": [r.to_dict() for r in self.reservations.values()],
-                "nodes": self.topology.node_states(),
+                "nodes": self.topology.node_states(), "node_notes": dict(self.node_notes),
                 "usage": {k: dict(v) for k, v in self.usage.items()},
                 "booked": [[jid, t, list(a.nodes), [list(c) for c in a.cores], count]
                            for jid, (t, a, count) in self._booked.items()]}
@@ -620,6 +629,7 @@ class Scheduler:
         try:
             for name, value in state.get("nodes", {}).items():
                 self.topology.set_state(name, NodeState(value))
+            self.node_notes = {str(k): str(v) for k, v in state.get("node_notes", {}).items()}
             for d in state.get("reservations", []):
                 res = Reservation.from_dict(d)
                 self.reservations[res.name] = res

@@ -27,7 +27,8 @@ COMMANDS = {name: f"{module}:{name.upper()}" for module, names in (
     ("qsub", ["qsub"]), ("qstat", ["qstat"]),
     ("qctl", ["qalter", "qdel", "qhold", "qmove", "qrls", "qrun", "qselect", "qsig"]),
     ("maui", ["checkjob", "mdiag", "releaseres", "setres", "showbf", "showq", "showres"]),
-    ("psc", ["pbsyod", "shownids"])) for name in names}
+    ("psc", ["pbsyod", "shownids"]), ("pbsnodes", ["pbsnodes"]), ("qmgr", ["qmgr"]),
+    ("tracejob", ["tracejob"])) for name in names}
 #: pbsyod runs the site's launcher as the caller's child, inside the job: never forwarded
 LOCAL_ONLY = frozenset({"pbsyod"})
 SOCKET = "commands.sock"

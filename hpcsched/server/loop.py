@@ -35,7 +35,8 @@ from ..pbs import front as commands
 from ..store.journal import StoreError, write_atomic
 from ..store.journaled import Batch
 from ..store.layout import INTERACTIVE, WRAPPER
-from ..store.site import SOCKET, Site
+from ..core.errors import SchedulerError
+from ..store.site import CONFIG, OVERLAY, SOCKET, Site, load_site
 
 LOST = -1  # exit status of a job whose process vanished without one
 INTERACTIVE_WAIT = 60.0  # seconds a started interactive job waits for its qsub -I
@@ -57,10 +58,21 @@ def process_start(pid: int) -> str | None:
 
 class Server:
     def __init__(self, site: Site, interval: float | None = None, grace: float | None = None):
-        self.site = site
         self.home = Path(site.home)
         self.batch = Batch(site)
+        self._given = (interval, grace)
+        self._stamp = self._config_stamp()
+        self._configure(site)
+        self.children: dict[int, int] = {}  # pid -> wait status, reaped
+        self.stopping = False
+        self.passes = 0
+
+    def _configure(self, site: Site) -> None:
+        """Take the site's settings (at start, and when qmgr or an edit changes them)."""
+        interval, grace = self._given
+        self.site = site
         cfg = site.config
+        self.scheduling = cfg.get("scheduling", True)  # qmgr's `set server scheduling = False`
         self.interval = float(interval if interval is not None else cfg.get("server_interval", 15.0))
         self.grace = float(grace if grace is not None else cfg.get("kill_grace", 30.0))
         self.check = cfg.get("prejob_check")  # a command list run per node before a job starts
@@ -71,13 +83,41 @@ class Server:
         # history for job_history_duration (two weeks by default)
         self.retention = (site.keep_completed if site.flavor == "torque"
                           else float(cfg.get("job_history_duration", 14 * 86400)))
-        self.children: dict[int, int] = {}  # pid -> wait status, reaped
-        self.stopping = False
         # node_log: after every pass, each node's sample in Moab's format (drain/), one file
         # per local day: `hpcsched drain` reads them as it reads a Moab site's logs
         log = cfg.get("node_log", False)
         self.node_log = (self.home / "nodelog" if log is True else Path(log) if log else None)
-        self.passes = 0
+
+    def _config_stamp(self) -> tuple:
+        stamp = []
+        for name in (CONFIG, OVERLAY):
+            try:
+                st = (self.home / name).stat()
+                stamp.append((st.st_mtime_ns, st.st_size, st.st_ino))
+            except OSError:
+                stamp.append(None)
+        return tuple(stamp)
+
+    def _reload(self) -> None:
+        """The site's configuration changed: rebuild the scheduler from the store under it,
+        from this step on.  A configuration that does not load is reported and the old one
+        kept (the server never stops over it)."""
+        stamp = self._config_stamp()
+        if stamp == self._stamp:
+            return
+        self._stamp = stamp
+        try:
+            site = load_site(self.home)
+        except SchedulerError as e:
+            print(f"hpcsched server: configuration not applied: {e}", file=sys.stderr)
+            return
+        kept = Batch._kept.get(str(self.home)) is self.batch
+        if kept:
+            self.batch.release()
+        self.batch = Batch(site)
+        if kept:
+            self.batch.keep()
+        self._configure(site)
 
     # --- files ---------------------------------------------------------------------------
     def jobdir(self, job: Job) -> Path:
@@ -94,6 +134,7 @@ class Server:
     def step(self, now: float | None = None) -> int:
         """Reap, enforce, plan, launch; returns how many jobs were launched."""
         self._reap_children()
+        self._reload()
         launched = 0
         with self.batch.open(write=True):
             now = time.time() if now is None else now
@@ -106,10 +147,12 @@ class Server:
                    if j.state in FINISHED and j.end_time is not None and now - j.end_time > self.retention]
             if old:
                 self.batch.do("forget", now, ids=old)
-            plan = self.batch.do("pass", now)
-            if self.node_log is not None:
-                self._log_nodes(sched, plan, now)
-            started = [sched.jobs[s.job_id] for s in plan.started]
+            started = []
+            if self.scheduling:  # qmgr's `scheduling = False`: running jobs go on, none starts
+                plan = self.batch.do("pass", now)
+                if self.node_log is not None:
+                    self._log_nodes(sched, plan, now)
+                started = [sched.jobs[s.job_id] for s in plan.started]
             # a RUNNING job with no pid file was started by a pass whose launch never
             # happened (the server died in between): launch it now
             for job in sched.jobs.values():

@@ -60,7 +60,9 @@ def apply(sched: Scheduler, rec: dict):
     if op == "unreserve":
         return sched.remove_reservation(rec["name"])
     if op == "node":
-        return sched.set_node_state(rec["name"], rec["state"])
+        if "note" in rec:
+            sched.note_node(rec["name"], rec["note"])
+        return sched.set_node_state(rec["name"], rec["state"]) if "state" in rec else None
     if op == "process":
         # what the server knows of a job's process (pid, launch time, signals sent or
         # asked for, a launch failure's comment): attributes the core never reads, so

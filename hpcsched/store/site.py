@@ -1,6 +1,7 @@
 """A site: its configuration file and its store, as the commands see them.
 
     $HPCSCHED_HOME/config.toml   the site configuration (`hpcsched init` writes one)
+    $HPCSCHED_HOME/qmgr.json     qmgr's changes, applied over config.toml (see `overlay`)
     $HPCSCHED_HOME/state.json    the store (see journal.py)
 
 The configuration holds the core's keys (config.py) and the commands' own: `flavor`
@@ -25,9 +26,52 @@ SOCKET = "server.sock"  # a running server listens here for "something changed"
 
 SITE_KEYS = frozenset({"flavor", "operators", "managers", "keep_completed", "pbsyod_launcher",
                        "server_interval", "kill_grace", "prejob_check", "launcher", "job_history_duration",
-                       "node_log"})
+                       "node_log", "scheduling"})
 FLAVORS = ("torque", "openpbs")
 CONFIG = "config.toml"
+OVERLAY = "qmgr.json"
+
+
+def read_overlay(home: Path) -> dict:
+    """qmgr's changes: {"server": {key: value}, "queues": {name: {key: value} or None}}
+    (None: the queue was deleted; a value None: the key was unset)."""
+    import json
+    path = home / OVERLAY
+    try:
+        overlay = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        return {"server": {}, "queues": {}}
+    except (OSError, ValueError) as e:
+        raise ConfigError(f"{path}: cannot read: {e}") from None
+    if not isinstance(overlay, dict) or not isinstance(overlay.get("server"), dict) \
+            or not isinstance(overlay.get("queues"), dict):
+        raise ConfigError(f"{path}: not a qmgr overlay")
+    return overlay
+
+
+def overlay(config: dict, changes: dict) -> dict:
+    """`config` with qmgr's changes applied (a new dict; `config` is left alone)."""
+    config = dict(config)
+    for key, value in changes["server"].items():
+        if value is None:
+            config.pop(key, None)
+        else:
+            config[key] = value
+    queues = {name: dict(q) for name, q in config.get("queues", {}).items()} if isinstance(
+        config.get("queues"), dict) else {}
+    for name, q in changes["queues"].items():
+        if q is None:
+            queues.pop(name, None)
+            continue
+        merged = queues.setdefault(name, {})
+        for key, value in q.items():
+            if value is None:
+                merged.pop(key, None)
+            else:
+                merged[key] = value
+    if changes["queues"]:
+        config["queues"] = queues
+    return config
 
 
 @dataclass
@@ -73,11 +117,13 @@ def load_site(home: str | os.PathLike | None = None) -> Site:
         raise ConfigError(f"{path}: no configuration; run 'hpcsched init' first") from None
     except OSError as e:
         raise ConfigError(f"{path}: cannot read: {e.strerror}") from None
-    config = loads(text)
+    config = overlay(loads(text), read_overlay(home))
     flavor = os.environ.get("HPCSCHED_FLAVOR") or config.get("flavor", "torque")
     if flavor not in FLAVORS:
         where = "HPCSCHED_FLAVOR" if os.environ.get("HPCSCHED_FLAVOR") else "flavor"
         raise ConfigError(f"{where}: {flavor!r} is not torque or openpbs")
+    if not isinstance(config.get("scheduling", True), bool):
+        raise ConfigError("scheduling: must be true or false")
     if not isinstance(config.get("node_log", False), (bool, str)) or config.get("node_log") == "":
         raise ConfigError("node_log: must be true, false or a directory")
     keep = config.get("keep_completed", 300)

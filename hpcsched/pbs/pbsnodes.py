@@ -1,0 +1,169 @@
+"""pbsnodes: list nodes, or mark them offline and back (operators), Torque/OpenPBS style.
+
+    pbsnodes [-a] [node ...]        every attribute of each node (the default)
+    pbsnodes -l [node ...]          nodes that are down or offline: `name  state  note`
+    pbsnodes -o|-c|-r node ...      offline / clear offline / reset (as -c); with -N, a note
+    pbsnodes -N note node ...       set a node's note (`-N n` or `-N ""` clears it)
+    pbsnodes -x / -F json           Torque's XML / OpenPBS's JSON
+
+A node's state is the scheduler's: up, offline (an operator's), down, bad (failed a
+pre-job scan: shown down, with the note naming it).  Busy is `job-exclusive` (Torque) or
+`job-busy` (OpenPBS) when every core runs a job.
+"""
+from __future__ import annotations
+
+import json
+import sys
+from xml.sax.saxutils import escape
+
+from ..core.jobs import ACTIVE
+from ..core.topology import NodeState
+from ..store.journaled import Batch
+from ..store.site import load_site, whoami
+from . import common
+from .common import Command
+from .errors import UsageError
+
+USAGE = ("usage: pbsnodes [-a|-l|-o|-c|-r] [-x|-F json] [-N note] [-q] [-s server] [node ...]")
+UNKNOWN_NODE = 1
+
+
+def _jobs_on(sched, server: str) -> dict[str, list[tuple[int, str]]]:
+    """node -> [(core, job id)] for running jobs."""
+    on: dict[str, list[tuple[int, str]]] = {}
+    for job in sched.jobs.values():
+        if job.state in ACTIVE:
+            jid = common.display_id(job, server)
+            for node, cores in zip(job.nodes, job.cores):
+                on.setdefault(node, []).extend((c, jid) for c in (cores or (0,)))
+    return on
+
+
+def state_word(node, used: int, flavor: str) -> str:
+    """Torque's and OpenPBS's words for a node's state."""
+    if node.state in (NodeState.DOWN, NodeState.BAD):
+        return "down"
+    if node.state == NodeState.OFFLINE:
+        return "offline"
+    if used and used >= node.cores:
+        return "job-exclusive" if flavor == "torque" else "job-busy"
+    return "free"
+
+
+def attributes(node, jobs: list[tuple[int, str]], note: str, flavor: str) -> dict:
+    """One node's attributes, typed, in the flavor's order and names."""
+    state = state_word(node, len(jobs), flavor)
+    props = ",".join(sorted(node.features))
+    if flavor == "torque":
+        a = {"state": state, "power_state": "Running", "np": node.cores, "properties": props,
+             "ntype": "cluster"}
+        if jobs:
+            a["jobs"] = ",".join(f"{c}/{j}" for c, j in sorted(jobs))
+        if note:
+            a["note"] = note
+        return a
+    available = {"arch": "linux", "host": node.name, "ncpus": node.cores, "vnode": node.name}
+    if node.memory:
+        available["mem"] = f"{node.memory}mb"
+    for f in sorted(node.features):
+        available[f] = "True"
+    a = {"Mom": node.name, "ntype": "PBS", "state": state, "pcpus": node.cores}
+    if jobs:
+        a["jobs"] = [f"{j}/{c}" for c, j in sorted(jobs)]
+    a["resources_available"] = available
+    a["resources_assigned"] = {"ncpus": len(jobs)}
+    if note:
+        a["comment"] = note
+    a["resv_enable"] = "True"
+    a["sharing"] = "default_shared" if node.shared else "default_excl"
+    return a
+
+
+def _text(name: str, a: dict) -> list[str]:
+    lines = [name]
+    for key, value in a.items():
+        if isinstance(value, dict):
+            lines.extend(f"     {key}.{k} = {v}" for k, v in value.items())
+        else:
+            lines.append(f"     {key} = {', '.join(value) if isinstance(value, list) else value}")
+    lines.append("")
+    return lines
+
+
+def _xml(items: list[tuple[str, dict]]) -> str:
+    parts = ["<Data>"]
+    for name, a in items:
+        parts.append(f"<Node><name>{escape(name)}</name>")
+        parts.extend(f"<{k}>{escape(str(v))}</{k}>" for k, v in a.items())
+        parts.append("</Node>")
+    return "".join(parts + ["</Data>"])
+
+
+def pbsnodes(opts: list[tuple[str, str]], operands: list[str], out, now: float) -> int:
+    o = dict(opts)
+    site = load_site()
+    flavor = site.flavor
+    modes = [m for m in "olcr" if m in o]
+    if len(modes) > 1 or (modes and modes[0] in "ocr" and not operands) or o.get("F", "json") not in ("json", "dsv"):
+        raise UsageError("give one of -a, -l, -o, -c, -r (the last three with node names)")
+    change = modes[0] if modes and modes[0] in "ocr" else ("N" if "N" in o or "C" in o else "")
+    if change == "N" and not operands:
+        raise UsageError("-N needs node names")
+    quiet = "q" in o
+    batch = Batch.of(site)
+    status = 0
+    if change and not site.is_operator(whoami()):
+        raise common.CommandError(f"Unauthorized Request  MSG=user {whoami()} may not change nodes",
+                                  common.UNAUTHORIZED)
+    if "C" in o:  # OpenPBS's -C comment is Torque's -N note
+        o.setdefault("N", o["C"])
+    with batch.open(write=bool(change)):
+        sched = batch.sched
+        known = {n.name: n for n in sched.topology.all_nodes()}
+        names = []
+        for name in operands:
+            if name in known:
+                names.append(name)
+                continue
+            if not quiet:
+                sys.stderr.write("pbsnodes: Unknown node  MSG=cannot locate specified node\n" if flavor == "torque"
+                                 else f"pbsnodes: Unknown node {name}\n")
+            status = UNKNOWN_NODE
+        if change:
+            note = o.get("N")
+            for name in names:
+                if change == "o" and known[name].state == NodeState.UP:
+                    batch.do("node", now, name=name, state="offline")
+                elif change in "cr" and known[name].state == NodeState.OFFLINE:
+                    batch.do("node", now, name=name, state="up")
+                if note is not None:
+                    batch.do("node", now, name=name, note="" if note == "n" else note)
+            return status
+        notes = sched.node_notes
+        shown = [known[n] for n in names] if operands else list(known.values())
+        if "l" in o:
+            if not operands:
+                shown = [n for n in shown if n.state != NodeState.UP]
+            for n in shown:
+                word = state_word(n, 0, flavor)
+                note = notes.get(n.name) or ("bad: failed a pre-job node scan" if n.state == NodeState.BAD else "")
+                out.write(f"{n.name:<20} {word:<16}{' ' + note if note else ''}".rstrip() + "\n")
+            return status
+        on = _jobs_on(sched, site.server)
+        items = [(n.name, attributes(n, on.get(n.name, []), notes.get(n.name, "")
+                                     or ("bad: failed a pre-job node scan" if n.state == NodeState.BAD else ""), flavor))
+                 for n in shown]
+    if "x" in o:
+        out.write(_xml(items) + "\n")
+    elif o.get("F") == "json":
+        items = [(n.name, attributes(n, on.get(n.name, []), notes.get(n.name, ""), "openpbs")) for n in shown]
+        doc = {"timestamp": int(now), "pbs_version": common.VERSION, "pbs_server": site.server,
+               "nodes": dict(items)}
+        out.write(json.dumps(doc, indent=4) + "\n")
+    else:
+        for name, a in items:
+            out.write("\n".join(_text(name, a)) + "\n")
+    return status
+
+
+PBSNODES = Command("pbsnodes", "aclorqvxC:N:F:s:", USAGE, pbsnodes, changes=True)

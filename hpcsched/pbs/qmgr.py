@@ -1,0 +1,343 @@
+"""qmgr: see and change the server, its queues and nodes, PBS style.
+
+    qmgr -c 'set queue batch max_running = 10'      one or more commands (`;`-separated)
+    qmgr < commands                                 a script, one command per line
+
+Commands (abbreviations as PBS takes them): `list|print server`, `list|print queue [Q]`,
+`create queue Q [attr = value, ...]`, `delete queue Q`, `set|unset server|queue ...`,
+`set node N state = offline|free`, `list node [N]`.  PBS attribute names map to the site
+configuration's keys (QUEUE_ATTRS, SERVER_ATTRS); a change is written to
+$HPCSCHED_HOME/qmgr.json, applied over config.toml when a site is loaded (the server takes
+it from its next pass), and only after the whole resulting configuration has been checked:
+a command that fails writes nothing.  `print server` prints commands that re-create the
+queues and server settings through `qmgr < file`.  Changes need a manager.
+"""
+from __future__ import annotations
+
+import json
+import re
+import sys
+
+from ..core.errors import ConfigError
+from ..core.jobs import FINISHED
+from ..core.timefmt import hms, parse_duration
+from ..store.journal import write_atomic
+from ..store.journaled import Batch
+from ..store.site import OVERLAY, load_site, overlay, read_overlay, whoami
+from . import common
+from .common import Command
+from .errors import UsageError
+from .pbsnodes import _jobs_on, attributes as node_attributes
+
+UNKNOWN_ATTR = 154  # PBSE_NOATTR 15002 mod 256
+UNKNOWN_QUEUE = 170
+BAD_VALUE = 2
+
+_VERBS = {"c": "create", "create": "create", "d": "delete", "delete": "delete", "s": "set", "set": "set",
+          "u": "unset", "unset": "unset", "l": "list", "list": "list", "p": "print", "print": "print"}
+_OBJECTS = {"s": "server", "server": "server", "q": "queue", "queue": "queue", "n": "node", "node": "node"}
+
+
+def _bool(text: str) -> bool:
+    low = text.lower()
+    if low in ("true", "t", "1", "y", "yes"):
+        return True
+    if low in ("false", "f", "0", "n", "no"):
+        return False
+    raise ValueError(f"{text!r} is not True or False")
+
+
+def _int(text: str) -> int:
+    value = int(text)
+    if value < 0:
+        raise ValueError(f"{text!r} is negative")
+    return value
+
+
+def _users(text: str) -> list[str]:
+    return [u.strip().split("@")[0] for u in text.split(",") if u.strip()]
+
+
+def _names(text: str) -> list[str]:
+    return [u.strip() for u in text.split(",") if u.strip()]
+
+
+def _duration(text: str) -> str:
+    return hms(parse_duration(text))
+
+
+#: PBS queue attribute -> (config key, parse the text, show the Queue's value)
+QUEUE_ATTRS = {
+    "enabled": ("enabled", _bool, str),
+    "started": ("started", _bool, str),
+    "max_running": ("max_running", _int, str),
+    "max_user_run": ("max_running_per_user", _int, str),
+    "max_queuable": ("max_queued", _int, str),
+    "max_user_queuable": ("max_queued_per_user", _int, str),
+    "resources_max.walltime": ("max_walltime", _duration, hms),
+    "resources_min.walltime": ("min_walltime", _duration, hms),
+    "resources_max.nodect": ("max_nodes", _int, str),
+    "resources_min.nodect": ("min_nodes", _int, str),
+    "route_destinations": ("route_to", _names, ",".join),
+    "acl_users": ("acl_users", _users, lambda v: ",".join(sorted(v))),
+    "acl_groups": ("acl_groups", _names, lambda v: ",".join(sorted(v))),
+    "Priority": ("priority", lambda t: int(t), str),
+}
+#: PBS server attribute -> (config key, parse, show the config's value)
+SERVER_ATTRS = {
+    "scheduling": ("scheduling", _bool, str),
+    "default_queue": ("default_queue", str, str),
+    "managers": ("managers", _users, lambda v: ",".join(f"{u}@*" for u in v)),
+    "operators": ("operators", _users, lambda v: ",".join(f"{u}@*" for u in v)),
+    "keep_completed": ("keep_completed", _int, lambda v: str(int(v))),
+    "scheduler_iteration": ("server_interval", lambda t: float(_int(t)), lambda v: str(int(v))),
+}
+_SERVER_DEFAULTS = {"scheduling": True, "keep_completed": 300, "server_interval": 15}
+
+
+class QmgrError(common.CommandError):
+    pass
+
+
+def split_command(line: str) -> tuple[str, str, str, list[tuple[str, str, str]]]:
+    """(verb, object, name, [(attribute, operator, value)]) of one qmgr command."""
+    words = line.strip().split(None, 2)
+    if not words:
+        raise QmgrError("qmgr: Syntax error", BAD_VALUE)
+    verb = _VERBS.get(words[0].lower())
+    if verb is None:
+        raise QmgrError(f"qmgr: Illegal operation: {words[0]}\nTry 'help' if you are having trouble.", BAD_VALUE)
+    if len(words) < 2 or words[1].lower() not in _OBJECTS:
+        raise QmgrError(f"qmgr: Illegal object type: {words[1] if len(words) > 1 else ''}", BAD_VALUE)
+    obj, rest = _OBJECTS[words[1].lower()], words[2] if len(words) > 2 else ""
+    name, tokens = "", rest.split(None, 1)
+    # the object's name comes first, unless that word is already an attribute (`set server
+    # scheduling = False`: a server's name is optional)
+    if tokens and "=" not in tokens[0] and not re.match(r"[+-]?=", tokens[1].lstrip() if len(tokens) > 1 else "") \
+            and not (obj == "server" and tokens[0] in SERVER_ATTRS):
+        name, rest = tokens[0], tokens[1] if len(tokens) > 1 else ""
+    attrs = []
+    if rest.strip():
+        for item in re.split(r",(?=\s*[A-Za-z_][\w.]*\s*[+-]?=)", rest):
+            am = re.fullmatch(r"\s*([A-Za-z_][\w.]*)\s*(\+=|-=|=)?\s*(.*?)\s*", item)
+            if not am or (verb in ("set", "create") and not am.group(2)):
+                raise QmgrError(f"qmgr: Syntax error: {item.strip()}", BAD_VALUE)
+            value = am.group(3)
+            if len(value) >= 2 and value[0] == value[-1] and value[0] in "\"'":
+                value = value[1:-1]
+            attrs.append((am.group(1), am.group(2) or "", value))
+    return verb, obj, name, attrs
+
+
+class Qmgr:
+    """One qmgr session: the site, its overlay, and the output stream."""
+
+    def __init__(self, out):
+        self.out = out
+        self.site = load_site()
+        self.changes = read_overlay(self.site.home)
+
+    def run(self, line: str) -> None:
+        verb, obj, name, attrs = split_command(line)
+        getattr(self, f"_{verb}")(obj, name, attrs)
+
+    # --- reading ---------------------------------------------------------------------
+    def _sched(self):
+        batch = Batch.of(self.site)
+        with batch.open(write=False):
+            return batch.sched
+
+    def _queue_lines(self, sched, name: str) -> list[tuple[str, str]]:
+        q = sched.router.queues[name]
+        jobs = [j for j in sched.jobs.values() if j.queue == name and j.state not in FINISHED]
+        rows = [("queue_type", "Route" if q.routing else "Execution"), ("total_jobs", str(len(jobs)))]
+        for attr, (key, _, show) in QUEUE_ATTRS.items():
+            value = getattr(q, key)
+            if value is not None and value != () and not (key == "priority" and value == 0) \
+                    and key not in ("enabled", "started"):
+                rows.append((attr, show(value)))
+        rows += [("enabled", str(q.enabled)), ("started", str(q.started))]
+        return rows
+
+    def _server_lines(self, sched) -> list[tuple[str, str]]:
+        cfg = self.site.config
+        rows = [("server_state", "Active" if cfg.get("scheduling", True) else "Idle")]
+        for attr, (key, _, show) in SERVER_ATTRS.items():
+            value = cfg.get(key, _SERVER_DEFAULTS.get(key))
+            if value is not None and value != []:
+                rows.append((attr, show(value)))
+        rows.append(("total_jobs", str(sum(j.state not in FINISHED for j in sched.jobs.values()))))
+        rows.append(("pbs_version", common.VERSION))
+        return rows
+
+    def _list(self, obj: str, name: str, attrs) -> None:
+        sched = self._sched()
+        if obj == "server":
+            self._block(f"Server {self.site.server}", self._server_lines(sched), attrs)
+        elif obj == "queue":
+            for q in [self._queue(sched, name)] if name else list(sched.router.queues):
+                self._block(f"Queue {q}", self._queue_lines(sched, q), attrs)
+        else:
+            on = _jobs_on(sched, self.site.server)
+            nodes = {n.name: n for n in sched.topology.all_nodes()}
+            if name and name not in nodes:
+                raise QmgrError(f"qmgr obj={name} svr=default: Unknown node", UNKNOWN_QUEUE)
+            for n in [nodes[name]] if name else nodes.values():
+                a = node_attributes(n, on.get(n.name, []), sched.node_notes.get(n.name, ""), self.site.flavor)
+                self._block(f"Node {n.name}", [(k, str(v)) for k, v in a.items() if not isinstance(v, dict)], attrs)
+
+    def _block(self, title: str, rows: list[tuple[str, str]], only) -> None:
+        wanted = {a for a, _, _ in only}
+        self.out.write(title + "\n" + "".join(f"\t{k} = {v}\n" for k, v in rows if not wanted or k in wanted) + "\n")
+
+    def _print(self, obj: str, name: str, attrs) -> None:
+        sched = self._sched()
+        w = self.out.write
+        if obj == "node":
+            for n in sched.topology.all_nodes():
+                if n.state.value == "offline":
+                    w(f"set node {n.name} state = offline\n")
+            return
+        queues = [self._queue(sched, name)] if name else list(sched.router.queues)
+        w("#\n# Create queues and set their attributes.\n#\n")
+        for q in queues:
+            w(f"#\n# Create and define queue {q}\n#\ncreate queue {q}\n")
+            for attr, value in self._queue_lines(sched, q):
+                if attr != "total_jobs":
+                    w(f"set queue {q} {attr} = {value}\n")
+        if obj == "server":
+            w("#\n# Set server attributes.\n#\n")
+            for attr, value in self._server_lines(sched):
+                if attr in SERVER_ATTRS:
+                    w(f"set server {attr} = {value}\n")
+
+    def _queue(self, sched, name: str) -> str:
+        if name not in sched.router.queues:
+            raise QmgrError(f"qmgr obj={name} svr=default: Unknown queue", UNKNOWN_QUEUE)
+        return name
+
+    # --- changing ----------------------------------------------------------------------
+    def _manager(self, name: str) -> None:
+        if not self.site.is_manager(whoami()):
+            raise QmgrError(f"qmgr obj={name} svr=default: Unauthorized Request", common.UNAUTHORIZED)
+
+    def _create(self, obj: str, name: str, attrs) -> None:
+        if obj != "queue" or not name:
+            raise QmgrError(f"qmgr: Illegal object type: {obj}" if obj != "queue" else "qmgr: Syntax error", BAD_VALUE)
+        self._manager(name)
+        if name in self.site.config.get("queues", {}):
+            raise QmgrError(f"qmgr obj={name} svr=default: Queue already exists", 161)  # PBSE_QUEEXIST
+        changes = _copy(self.changes)
+        changes["queues"][name] = {}
+        self._apply(changes, "queue", name, attrs, "set")
+
+    def _delete(self, obj: str, name: str, attrs) -> None:
+        if obj != "queue" or not name:
+            raise QmgrError(f"qmgr: Illegal object type: {obj}" if obj != "queue" else "qmgr: Syntax error", BAD_VALUE)
+        self._manager(name)
+        sched = self._sched()
+        self._queue(sched, name)
+        if any(j.queue == name and j.state not in FINISHED for j in sched.jobs.values()):
+            raise QmgrError(f"qmgr obj={name} svr=default: Queue is not empty", 175)  # PBSE_QUENBIG... in use
+        changes = _copy(self.changes)
+        changes["queues"][name] = None
+        self._write(changes)
+
+    def _set(self, obj: str, name: str, attrs, op: str = "set") -> None:
+        if not attrs:
+            raise QmgrError("qmgr: Syntax error: no attribute given", BAD_VALUE)
+        self._manager(name)
+        if obj == "node":
+            return self._set_node(name, attrs, op)
+        if obj == "queue":
+            if not name:
+                raise QmgrError("qmgr: Syntax error: give the queue's name", BAD_VALUE)
+            self._queue(self._sched(), name)
+        self._apply(_copy(self.changes), obj, name, attrs, op)
+
+    def _unset(self, obj: str, name: str, attrs) -> None:
+        self._set(obj, name, attrs, "unset")
+
+    def _apply(self, changes: dict, obj: str, name: str, attrs, op: str) -> None:
+        table = QUEUE_ATTRS if obj == "queue" else SERVER_ATTRS
+        target = changes["queues"].setdefault(name, {}) if obj == "queue" else changes["server"]
+        if obj == "queue" and target is None:
+            target = changes["queues"][name] = {}
+        current = overlay(self.site.config, changes)
+        current = current.get("queues", {}).get(name, {}) if obj == "queue" else current
+        for attr, how, text in attrs:
+            if attr == "queue_type" and obj == "queue":
+                continue  # a queue routes when it has route_destinations
+            if attr not in table:
+                raise QmgrError(f"qmgr obj={name or self.site.server} svr=default: Unknown Attribute", UNKNOWN_ATTR)
+            key, parse, _ = table[attr]
+            if op == "unset":
+                target[key] = None
+                continue
+            try:
+                value = parse(text)
+            except (ValueError, ConfigError, Exception) as e:
+                raise QmgrError(f"qmgr obj={name or self.site.server} svr=default: Illegal attribute or resource "
+                                f"value {attr}: {e}", BAD_VALUE) from None
+            if how in ("+=", "-=") and isinstance(value, list):
+                have = list(current.get(key) or [])
+                value = have + [v for v in value if v not in have] if how == "+=" else [v for v in have if v not in value]
+            target[key] = value
+        self._write(changes)
+
+    def _set_node(self, name: str, attrs, op: str) -> None:
+        batch = Batch.of(self.site)
+        with batch.open(write=True):
+            nodes = {n.name for n in batch.sched.topology.all_nodes()}
+            if name not in nodes:
+                raise QmgrError(f"qmgr obj={name} svr=default: Unknown node", UNKNOWN_QUEUE)
+            for attr, _, text in attrs:
+                if attr == "state" and op == "set" and text.lower() in ("offline", "free", "down"):
+                    batch.do("node", name=name, state={"free": "up"}.get(text.lower(), text.lower()))
+                elif attr in ("note", "comment"):
+                    batch.do("node", name=name, note="" if op == "unset" else text)
+                else:
+                    raise QmgrError(f"qmgr obj={name} svr=default: Unknown Attribute", UNKNOWN_ATTR)
+
+    def _write(self, changes: dict) -> None:
+        """Check the whole configuration the changes make, then write them (or nothing)."""
+        from ..config import build
+        from ..store.site import SITE_KEYS
+        try:
+            build(overlay(_base(self.site), changes), extra_keys=SITE_KEYS)
+        except ConfigError as e:
+            raise QmgrError(f"qmgr: {e}", BAD_VALUE) from None
+        write_atomic(self.site.home / OVERLAY, json.dumps(changes, indent=1, sort_keys=True) + "\n")
+        self.changes = changes
+        self.site = load_site(self.site.home)
+
+
+def _copy(changes: dict) -> dict:
+    return json.loads(json.dumps(changes))
+
+
+def _base(site) -> dict:
+    """config.toml alone, without qmgr's changes."""
+    from ..config import loads
+    return loads((site.home / "config.toml").read_text(encoding="utf-8"))
+
+
+def qmgr(opts: list[tuple[str, str]], operands: list[str], out, now: float) -> int:
+    o = dict(opts)
+    if operands:
+        raise UsageError(f"unexpected argument {operands[0]!r}")
+    text = o["c"] if "c" in o else sys.stdin.read()
+    session = Qmgr(out)
+    status = 0
+    for line in re.split(r"[;\n]", text):
+        if not line.strip() or line.lstrip().startswith("#"):
+            continue
+        try:
+            session.run(line)
+        except common.CommandError as e:
+            sys.stderr.write(f"{e}\n")
+            status = e.status
+    return status
+
+
+QMGR = Command("qmgr", "c:aenz", "usage: qmgr [-c command] [-a] [-e] [-n] [-z] < script", qmgr, changes=True)

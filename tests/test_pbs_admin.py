@@ -1,0 +1,171 @@
+"""pbsnodes, qmgr and tracejob in both flavors: golden listings, changes, permissions."""
+import io
+import json
+import time
+
+import pytest
+
+from hpcsched.pbs import pbsnodes, qctl, qmgr, qsub, tracejob
+
+
+def submit(*argv):
+    return qsub.submit(list(argv), stdin=io.StringIO("true\n"), cwd="/tmp", env={"HOME": "/h"})[0]
+
+
+def run(command, *argv, stdin=None, monkeypatch=None):
+    out = io.StringIO()
+    if stdin is not None:
+        monkeypatch.setattr("sys.stdin", io.StringIO(stdin))
+    status = command(list(argv), out=out, now=time.time())
+    return status, out.getvalue()
+
+
+def _running(rig):
+    from hpcsched.store.journaled import Batch
+    from hpcsched.store.site import load_site
+    jid = submit("-l", "nodes=1:ppn=4")
+    with Batch.of(load_site()).open() as batch:
+        batch.do("pass")
+    return jid
+
+
+def test_pbsnodes_torque_golden(rig, monkeypatch):
+    jid = _running(rig)
+    monkeypatch.setenv("HPCSCHED_USER", "olga")
+    assert run(pbsnodes.PBSNODES, "-o", "-N", "disk check", "node02")[0] == 0
+    status, out = run(pbsnodes.PBSNODES, "node01", "node02")
+    assert status == 0 and out == (
+        "node01\n     state = job-exclusive\n     power_state = Running\n     np = 4\n     properties = \n"
+        f"     ntype = cluster\n     jobs = 0/{jid},1/{jid},2/{jid},3/{jid}\n\n"
+        "node02\n     state = offline\n     power_state = Running\n     np = 4\n     properties = \n"
+        "     ntype = cluster\n     note = disk check\n\n")
+    assert run(pbsnodes.PBSNODES, "-l")[1] == "node02               offline          disk check\n"
+    xml = run(pbsnodes.PBSNODES, "-x", "node02")[1]
+    assert xml == ("<Data><Node><name>node02</name><state>offline</state><power_state>Running</power_state>"
+                   "<np>4</np><properties></properties><ntype>cluster</ntype><note>disk check</note></Node></Data>\n")
+    assert run(pbsnodes.PBSNODES, "-c", "node02")[0] == 0
+    assert run(pbsnodes.PBSNODES, "-l")[1] == ""
+
+
+def test_pbsnodes_openpbs_json_and_text(rig, monkeypatch):
+    monkeypatch.setenv("HPCSCHED_FLAVOR", "openpbs")
+    jid = _running(rig)
+    doc = json.loads(run(pbsnodes.PBSNODES, "-F", "json")[1])
+    node = doc["nodes"]["node01"]
+    assert node["state"] == "job-busy" and node["pcpus"] == 4 and node["jobs"][0] == f"{jid}/0"
+    assert node["resources_available"]["ncpus"] == 4 and node["resources_assigned"]["ncpus"] == 4
+    assert doc["nodes"]["node02"]["state"] == "free"
+    text = run(pbsnodes.PBSNODES, "-av", "node02")[1]
+    assert text.startswith("node02\n     Mom = node02\n     ntype = PBS\n     state = free\n     pcpus = 4\n")
+    assert "     resources_available.ncpus = 4\n" in text
+
+
+def test_pbsnodes_refusals(rig, capsys):
+    assert run(pbsnodes.PBSNODES, "-o", "node02")[0] == 159  # alice is no operator
+    assert run(pbsnodes.PBSNODES, "nosuch")[0] == 1
+    assert "pbsnodes: Unknown node  MSG=cannot locate specified node" in capsys.readouterr().err
+    assert run(pbsnodes.PBSNODES, "-o")[0] == 2  # no node named
+    capsys.readouterr()
+    assert run(pbsnodes.PBSNODES, "-q", "nosuch")[0] == 1 and capsys.readouterr().err == ""
+
+
+def test_qmgr_changes_go_to_the_overlay_and_take_effect(rig, monkeypatch):
+    from hpcsched.store.site import load_site
+    monkeypatch.setenv("HPCSCHED_USER", "root")
+    assert run(qmgr.QMGR, "-c", "create queue short resources_max.walltime = 1:00:00, max_user_run = 2")[0] == 0
+    assert run(qmgr.QMGR, "-c", "s q batch max_running=10; set server scheduling = False")[0] == 0
+    assert run(qmgr.QMGR, "-c", "set server managers += bob@*")[0] == 0
+    site = load_site()
+    sched = site.scheduler()
+    assert sched.router.queues["short"].max_walltime == 3600 and sched.router.queues["short"].max_running_per_user == 2
+    assert sched.router.queues["batch"].max_running == 10 and site.config["scheduling"] is False
+    assert site.is_manager("bob")
+    assert "Job exceeds queue resource limits" in _refusal("-q", "short", "-l", "walltime=2:00:00")
+    assert run(qmgr.QMGR, "-c", "unset queue batch max_running")[0] == 0
+    assert load_site().scheduler().router.queues["batch"].max_running is None
+    assert run(qmgr.QMGR, "-c", "delete queue short")[0] == 0
+    assert "short" not in load_site().scheduler().router.queues
+
+
+def _refusal(*argv):
+    from hpcsched.pbs.common import CommandError
+    with pytest.raises(CommandError) as e:
+        submit(*argv)
+    return str(e.value)
+
+
+def test_qmgr_print_server_golden_and_reapplies(rig, monkeypatch, tmp_path):
+    monkeypatch.setenv("HPCSCHED_USER", "root")
+    run(qmgr.QMGR, "-c", "create queue short resources_max.walltime=1:00:00,max_user_run=2,Priority=5")
+    printed = run(qmgr.QMGR, "-c", "print server")[1]
+    assert printed == (
+        "#\n# Create queues and set their attributes.\n#\n"
+        "#\n# Create and define queue batch\n#\ncreate queue batch\n"
+        "set queue batch queue_type = Execution\nset queue batch resources_max.walltime = 24:00:00\n"
+        "set queue batch enabled = True\nset queue batch started = True\n"
+        "#\n# Create and define queue short\n#\ncreate queue short\n"
+        "set queue short queue_type = Execution\nset queue short max_user_run = 2\n"
+        "set queue short resources_max.walltime = 01:00:00\nset queue short Priority = 5\n"
+        "set queue short enabled = True\nset queue short started = True\n"
+        "#\n# Set server attributes.\n#\n"
+        "set server scheduling = True\nset server default_queue = batch\nset server managers = root@*\n"
+        "set server operators = olga@*\nset server keep_completed = 300\nset server scheduler_iteration = 15\n")
+    # a fresh site given the printout becomes the same site (its batch queue exists already:
+    # that one line is refused, as by PBS, and the rest applies)
+    from hpcsched.store.site import init_site
+    other = tmp_path / "other"
+    init_site(other, nodes=4, cores=4)
+    text = (other / "config.toml").read_text().replace('managers = ["', 'managers = ["root", "')
+    (other / "config.toml").write_text(text)
+    monkeypatch.setenv("HPCSCHED_HOME", str(other))
+    status, _ = run(qmgr.QMGR, stdin=printed, monkeypatch=monkeypatch)
+    assert status == 161  # Queue already exists (batch)
+    again = run(qmgr.QMGR, "-c", "print server")[1]
+    assert again == printed
+
+
+@pytest.mark.parametrize("line,status,message", [
+    ("frob server", 2, "qmgr: Illegal operation: frob"), ("set queue nosuch max_running=1", 170, "Unknown queue"),
+    ("set queue batch bogus = 1", 154, "Unknown Attribute"), ("set queue batch max_running = x", 2, "Illegal attribute"),
+    ("set server default_queue = nosuch", 2, "default_queue"), ("set queue batch", 2, "Syntax error"),
+    ("create queue batch", 161, "Queue already exists")])
+def test_qmgr_bad_lines_write_nothing(rig, monkeypatch, capsys, line, status, message):
+    monkeypatch.setenv("HPCSCHED_USER", "root")
+    assert run(qmgr.QMGR, "-c", line)[0] == status
+    assert message in capsys.readouterr().err
+    assert not (rig / "home" / "qmgr.json").exists()
+
+
+def test_qmgr_needs_a_manager_to_change_but_not_to_list(rig, capsys):
+    assert run(qmgr.QMGR, "-c", "set queue batch max_running = 1")[0] == 159
+    assert "Unauthorized Request" in capsys.readouterr().err
+    status, out = run(qmgr.QMGR, "-c", "list queue batch")
+    assert status == 0 and out.startswith("Queue batch\n\tqueue_type = Execution\n\ttotal_jobs = 0\n")
+    assert not (rig / "home" / "qmgr.json").exists()
+
+
+def test_qmgr_sets_node_state(rig, monkeypatch):
+    monkeypatch.setenv("HPCSCHED_USER", "root")
+    assert run(qmgr.QMGR, "-c", "set node node03 state = offline")[0] == 0
+    assert "node03               offline" in run(pbsnodes.PBSNODES, "-l")[1]
+    assert "Node node03\n\tstate = offline\n" in run(qmgr.QMGR, "-c", "list node node03")[1]
+
+
+@pytest.mark.parametrize("flavor", ["torque", "openpbs"])
+def test_tracejob_tells_the_story(rig, monkeypatch, flavor):
+    monkeypatch.setenv("HPCSCHED_FLAVOR", flavor)
+    jid = submit("-N", "story")
+    assert qctl.QHOLD([jid]) == 0 and qctl.QRLS([jid]) == 0 and qctl.QDEL([jid]) == 0
+    status, out = run(tracejob.TRACEJOB, jid)
+    assert status == 0
+    body = [line[21:] for line in out.splitlines()[3:]]
+    # (each log's lines in its own order; within one second the server's come first)
+    assert [b for b in body if b[0] == "S"] == [
+        "S    enqueuing into the default queue, state 1 hop 1", "S    Holds u set", "S    Holds u released",
+        "S    Job deleted at request of its owner or an operator"]
+    a = [b for b in body if b[0] == "A"]
+    assert a[0] == "A    queue=batch" and a[1].startswith("A    user=alice group=alice jobname=story queue=batch")
+    assert body.index(a[1]) == len(body) - 1
+    assert out.startswith(f"\nJob: {jid}\n\n")
+    assert run(tracejob.TRACEJOB, "99")[0] == 153
+    assert run(tracejob.TRACEJOB, "-n", "x", jid)[0] == 2
