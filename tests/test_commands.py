@@ -535,3 +535,10 @@ def test_subjob_ids_work_wherever_a_job_id_does(rig, monkeypatch, capsys):
     assert maui.CHECKJOB(["1[1].headnode"], out=out) == 0 and "State: Running" in out.getvalue()
     assert qctl.QMOVE(["batch", "1[2]"]) == 0
     assert qctl.QDEL(["1[]"]) == 0
+
+
+def test_a_failed_subjob_is_named_by_its_subjob_id(rig):
+    submit("-t", "1-2")
+    child = submit("-W", "depend=afterok:1[2].headnode")
+    _ended("1[2]", 1, time.time())
+    assert "comment = Job deleted as result of dependency on job 1[2].headnode" in stat("-f", "-1", child)[1]

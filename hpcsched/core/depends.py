@@ -90,7 +90,7 @@ class Registry:
 
     def started(self, job: Job) -> list[int]:
         """`job` started: afterstart dependencies on it (and on its array) may be met."""
-        kids = [k for k in self.children.get(job.id, ())]
+        kids = list(self.children.get(job.id, ()))
         if job.array_id in self.tallies and job.run_count == 1:
             self.tallies[job.array_id].started += 1
             kids += self.array_children.get(job.array_id, ())

@@ -432,7 +432,8 @@ class Scheduler:
             if key == "request" and isinstance(value, dict):
                 value = Request.from_dict(value)
             if key == "dependencies":
-                value = [d if isinstance(d, Dependency) else Dependency(DepType(d[0]), int(d[1]), None, *d[2:3])
+                value = [d if isinstance(d, Dependency)  # or [kind, job id(, of)] as stored
+                         else Dependency(DepType(d[0]), int(d[1]), None, int(d[2]) if len(d) > 2 else 0)
                          for d in value]
             setattr(new, key, value)
         if "walltime" in changes and not (new.walltime > 0 and math.isfinite(new.walltime)):

@@ -49,12 +49,13 @@ def dependency_deletions(batch, now: float) -> None:
     """Record the jobs the last operation deleted because a dependency of theirs failed
     (Torque and OpenPBS delete them): the comment naming the parent with its server, and
     a D record.  Called after every operation that can end a job."""
+    from .attributes import parent_id
     sched, site = batch.sched, batch.site
-    while sched.deleted_by_dependency:
-        job = sched.deleted_by_dependency.pop(0)
-        parent = job.comment.rsplit(" ", 1)[-1]
+    deleted, sched.deleted_by_dependency = sched.deleted_by_dependency, []
+    for job in deleted:
+        failed = next(d for d in job.dependencies if d.met is False)
         batch.do("process", now, id=job.id, set={"deleted_by": "dependency"},
-                 comment=f"Job deleted as result of dependency on job {parent}.{site.server}")
+                 comment=f"Job deleted as result of dependency on job {parent_id(failed, sched.jobs, site.server)}")
         write(site.home, "D", job, site.server, now)
 
 

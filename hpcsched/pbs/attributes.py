@@ -309,16 +309,21 @@ def depend_text(deps: list[Dependency], server: str, jobs: dict) -> str:
     subjob), `afterok:7[].srv`, `afterokarray:7[][3].srv` (a count), `after:7.srv` (started)."""
     parts = []
     for d in deps:
-        kind = "after" if d.kind == DepType.AFTERSTART and not d.of else d.kind.value
         if d.of > 0:
             kind = ("afterstart" if d.kind == DepType.AFTERSTART else d.kind.value) + "array"
-            parts.append(f"{kind}:{d.job_id}[][{d.of}].{server}")
         else:
-            parent = jobs.get(d.job_id)
-            shown = (f"{d.job_id}[]" if d.of else f"{parent.array_id}[{parent.array_index}]"
-                     if parent is not None and parent.array_id else str(d.job_id))
-            parts.append(f"{kind}:{shown}.{server}")
+            kind = "after" if d.kind == DepType.AFTERSTART else d.kind.value
+        parts.append(f"{kind}:{parent_id(d, jobs, server)}")
     return ",".join(parts)
+
+
+def parent_id(dep: Dependency, jobs: dict, server: str) -> str:
+    """The parent a dependency names, as PBS writes it: `7.srv`, `7[2].srv`, `7[].srv`,
+    `7[][3].srv`."""
+    if dep.of:
+        return f"{dep.job_id}[]{f'[{dep.of}]' if dep.of > 0 else ''}.{server}"
+    parent = jobs.get(dep.job_id)
+    return common.display_id(parent, server) if parent is not None else common.full_id(dep.job_id, server)
 
 
 def resolve_path(path: str, cwd: str) -> str:

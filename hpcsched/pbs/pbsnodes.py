@@ -28,7 +28,7 @@ USAGE = ("usage: pbsnodes [-a|-l|-o|-c|-r] [-x|-F json] [-N note] [-q] [-s serve
 UNKNOWN_NODE = 1
 
 
-def _jobs_on(sched, server: str) -> dict[str, list[tuple[int, str]]]:
+def jobs_on(sched, server: str) -> dict[str, list[tuple[int, str]]]:
     """node -> [(core, job id)] for running jobs."""
     on: dict[str, list[tuple[int, str]]] = {}
     for job in sched.jobs.values():
@@ -139,24 +139,23 @@ def pbsnodes(opts: list[tuple[str, str]], operands: list[str], out, now: float) 
                 if note is not None:
                     batch.do("node", now, name=name, note="" if note == "n" else note)
             return status
-        notes = sched.node_notes
+        def note(n) -> str:  # an operator's note, or why the node is on the bad list
+            return sched.node_notes.get(n.name) or ("bad: failed a pre-job node scan" if n.state == NodeState.BAD else "")
+
         shown = [known[n] for n in names] if operands else list(known.values())
         if "l" in o:
             if not operands:
                 shown = [n for n in shown if n.state != NodeState.UP]
             for n in shown:
-                word = state_word(n, 0, flavor)
-                note = notes.get(n.name) or ("bad: failed a pre-job node scan" if n.state == NodeState.BAD else "")
-                out.write(f"{n.name:<20} {word:<16}{' ' + note if note else ''}".rstrip() + "\n")
+                text = note(n)
+                out.write(f"{n.name:<20} {state_word(n, 0, flavor):<16}{' ' + text if text else ''}".rstrip() + "\n")
             return status
-        on = _jobs_on(sched, site.server)
-        items = [(n.name, attributes(n, on.get(n.name, []), notes.get(n.name, "")
-                                     or ("bad: failed a pre-job node scan" if n.state == NodeState.BAD else ""), flavor))
-                 for n in shown]
+        on = jobs_on(sched, site.server)
+        vocabulary = "openpbs" if o.get("F") == "json" else flavor  # JSON is OpenPBS's in both flavors
+        items = [(n.name, attributes(n, on.get(n.name, []), note(n), vocabulary)) for n in shown]
     if "x" in o:
         out.write(_xml(items) + "\n")
     elif o.get("F") == "json":
-        items = [(n.name, attributes(n, on.get(n.name, []), notes.get(n.name, ""), "openpbs")) for n in shown]
         doc = {"timestamp": int(now), "pbs_version": common.VERSION, "pbs_server": site.server,
                "nodes": dict(items)}
         out.write(json.dumps(doc, indent=4) + "\n")

@@ -18,7 +18,7 @@ import json
 import re
 import sys
 
-from ..core.errors import ConfigError
+from ..core.errors import ConfigError, SchedulerError
 from ..core.jobs import FINISHED
 from ..core.timefmt import hms, parse_duration
 from ..store.journal import write_atomic
@@ -27,7 +27,8 @@ from ..store.site import OVERLAY, load_site, overlay, read_overlay, whoami
 from . import common
 from .common import Command
 from .errors import UsageError
-from .pbsnodes import _jobs_on, attributes as node_attributes
+from .pbsnodes import attributes as node_attributes
+from .pbsnodes import jobs_on
 
 UNKNOWN_ATTR = 154  # PBSE_NOATTR 15002 mod 256
 UNKNOWN_QUEUE = 170
@@ -95,20 +96,16 @@ SERVER_ATTRS = {
 _SERVER_DEFAULTS = {"scheduling": True, "keep_completed": 300, "server_interval": 15}
 
 
-class QmgrError(common.CommandError):
-    pass
-
-
 def split_command(line: str) -> tuple[str, str, str, list[tuple[str, str, str]]]:
     """(verb, object, name, [(attribute, operator, value)]) of one qmgr command."""
     words = line.strip().split(None, 2)
     if not words:
-        raise QmgrError("qmgr: Syntax error", BAD_VALUE)
+        raise common.CommandError("qmgr: Syntax error", BAD_VALUE)
     verb = _VERBS.get(words[0].lower())
     if verb is None:
-        raise QmgrError(f"qmgr: Illegal operation: {words[0]}\nTry 'help' if you are having trouble.", BAD_VALUE)
+        raise common.CommandError(f"qmgr: Illegal operation: {words[0]}\nTry 'help' if you are having trouble.", BAD_VALUE)
     if len(words) < 2 or words[1].lower() not in _OBJECTS:
-        raise QmgrError(f"qmgr: Illegal object type: {words[1] if len(words) > 1 else ''}", BAD_VALUE)
+        raise common.CommandError(f"qmgr: Illegal object type: {words[1] if len(words) > 1 else ''}", BAD_VALUE)
     obj, rest = _OBJECTS[words[1].lower()], words[2] if len(words) > 2 else ""
     name, tokens = "", rest.split(None, 1)
     # the object's name comes first, unless that word is already an attribute (`set server
@@ -121,7 +118,7 @@ def split_command(line: str) -> tuple[str, str, str, list[tuple[str, str, str]]]
         for item in re.split(r",(?=\s*[A-Za-z_][\w.]*\s*[+-]?=)", rest):
             am = re.fullmatch(r"\s*([A-Za-z_][\w.]*)\s*(\+=|-=|=)?\s*(.*?)\s*", item)
             if not am or (verb in ("set", "create") and not am.group(2)):
-                raise QmgrError(f"qmgr: Syntax error: {item.strip()}", BAD_VALUE)
+                raise common.CommandError(f"qmgr: Syntax error: {item.strip()}", BAD_VALUE)
             value = am.group(3)
             if len(value) >= 2 and value[0] == value[-1] and value[0] in "\"'":
                 value = value[1:-1]
@@ -178,10 +175,10 @@ class Qmgr:
             for q in [self._queue(sched, name)] if name else list(sched.router.queues):
                 self._block(f"Queue {q}", self._queue_lines(sched, q), attrs)
         else:
-            on = _jobs_on(sched, self.site.server)
+            on = jobs_on(sched, self.site.server)
             nodes = {n.name: n for n in sched.topology.all_nodes()}
             if name and name not in nodes:
-                raise QmgrError(f"qmgr obj={name} svr=default: Unknown node", UNKNOWN_QUEUE)
+                raise common.CommandError(f"qmgr obj={name} svr=default: Unknown node", UNKNOWN_QUEUE)
             for n in [nodes[name]] if name else nodes.values():
                 a = node_attributes(n, on.get(n.name, []), sched.node_notes.get(n.name, ""), self.site.flavor)
                 self._block(f"Node {n.name}", [(k, str(v)) for k, v in a.items() if not isinstance(v, dict)], attrs)
@@ -213,45 +210,45 @@ class Qmgr:
 
     def _queue(self, sched, name: str) -> str:
         if name not in sched.router.queues:
-            raise QmgrError(f"qmgr obj={name} svr=default: Unknown queue", UNKNOWN_QUEUE)
+            raise common.CommandError(f"qmgr obj={name} svr=default: Unknown queue", UNKNOWN_QUEUE)
         return name
 
     # --- changing ----------------------------------------------------------------------
     def _manager(self, name: str) -> None:
         if not self.site.is_manager(whoami()):
-            raise QmgrError(f"qmgr obj={name} svr=default: Unauthorized Request", common.UNAUTHORIZED)
+            raise common.CommandError(f"qmgr obj={name} svr=default: Unauthorized Request", common.UNAUTHORIZED)
 
     def _create(self, obj: str, name: str, attrs) -> None:
         if obj != "queue" or not name:
-            raise QmgrError(f"qmgr: Illegal object type: {obj}" if obj != "queue" else "qmgr: Syntax error", BAD_VALUE)
+            raise common.CommandError(f"qmgr: Illegal object type: {obj}" if obj != "queue" else "qmgr: Syntax error", BAD_VALUE)
         self._manager(name)
         if name in self.site.config.get("queues", {}):
-            raise QmgrError(f"qmgr obj={name} svr=default: Queue already exists", 161)  # PBSE_QUEEXIST
+            raise common.CommandError(f"qmgr obj={name} svr=default: Queue already exists", 161)  # PBSE_QUEEXIST
         changes = _copy(self.changes)
         changes["queues"][name] = {}
         self._apply(changes, "queue", name, attrs, "set")
 
     def _delete(self, obj: str, name: str, attrs) -> None:
         if obj != "queue" or not name:
-            raise QmgrError(f"qmgr: Illegal object type: {obj}" if obj != "queue" else "qmgr: Syntax error", BAD_VALUE)
+            raise common.CommandError(f"qmgr: Illegal object type: {obj}" if obj != "queue" else "qmgr: Syntax error", BAD_VALUE)
         self._manager(name)
         sched = self._sched()
         self._queue(sched, name)
         if any(j.queue == name and j.state not in FINISHED for j in sched.jobs.values()):
-            raise QmgrError(f"qmgr obj={name} svr=default: Queue is not empty", 175)  # PBSE_QUENBIG... in use
+            raise common.CommandError(f"qmgr obj={name} svr=default: Queue is not empty", 175)
         changes = _copy(self.changes)
         changes["queues"][name] = None
         self._write(changes)
 
     def _set(self, obj: str, name: str, attrs, op: str = "set") -> None:
         if not attrs:
-            raise QmgrError("qmgr: Syntax error: no attribute given", BAD_VALUE)
+            raise common.CommandError("qmgr: Syntax error: no attribute given", BAD_VALUE)
         self._manager(name)
         if obj == "node":
             return self._set_node(name, attrs, op)
         if obj == "queue":
             if not name:
-                raise QmgrError("qmgr: Syntax error: give the queue's name", BAD_VALUE)
+                raise common.CommandError("qmgr: Syntax error: give the queue's name", BAD_VALUE)
             self._queue(self._sched(), name)
         self._apply(_copy(self.changes), obj, name, attrs, op)
 
@@ -269,15 +266,15 @@ class Qmgr:
             if attr == "queue_type" and obj == "queue":
                 continue  # a queue routes when it has route_destinations
             if attr not in table:
-                raise QmgrError(f"qmgr obj={name or self.site.server} svr=default: Unknown Attribute", UNKNOWN_ATTR)
+                raise common.CommandError(f"qmgr obj={name or self.site.server} svr=default: Unknown Attribute", UNKNOWN_ATTR)
             key, parse, _ = table[attr]
             if op == "unset":
                 target[key] = None
                 continue
             try:
                 value = parse(text)
-            except (ValueError, ConfigError, Exception) as e:
-                raise QmgrError(f"qmgr obj={name or self.site.server} svr=default: Illegal attribute or resource "
+            except (ValueError, SchedulerError) as e:
+                raise common.CommandError(f"qmgr obj={name or self.site.server} svr=default: Illegal attribute or resource "
                                 f"value {attr}: {e}", BAD_VALUE) from None
             if how in ("+=", "-=") and isinstance(value, list):
                 have = list(current.get(key) or [])
@@ -290,14 +287,14 @@ class Qmgr:
         with batch.open(write=True):
             nodes = {n.name for n in batch.sched.topology.all_nodes()}
             if name not in nodes:
-                raise QmgrError(f"qmgr obj={name} svr=default: Unknown node", UNKNOWN_QUEUE)
+                raise common.CommandError(f"qmgr obj={name} svr=default: Unknown node", UNKNOWN_QUEUE)
             for attr, _, text in attrs:
                 if attr == "state" and op == "set" and text.lower() in ("offline", "free", "down"):
                     batch.do("node", name=name, state={"free": "up"}.get(text.lower(), text.lower()))
                 elif attr in ("note", "comment"):
                     batch.do("node", name=name, note="" if op == "unset" else text)
                 else:
-                    raise QmgrError(f"qmgr obj={name} svr=default: Unknown Attribute", UNKNOWN_ATTR)
+                    raise common.CommandError(f"qmgr obj={name} svr=default: Unknown Attribute", UNKNOWN_ATTR)
 
     def _write(self, changes: dict) -> None:
         """Check the whole configuration the changes make, then write them (or nothing)."""
@@ -306,7 +303,7 @@ class Qmgr:
         try:
             build(overlay(_base(self.site), changes), extra_keys=SITE_KEYS)
         except ConfigError as e:
-            raise QmgrError(f"qmgr: {e}", BAD_VALUE) from None
+            raise common.CommandError(f"qmgr: {e}", BAD_VALUE) from None
         write_atomic(self.site.home / OVERLAY, json.dumps(changes, indent=1, sort_keys=True) + "\n")
         self.changes = changes
         self.site = load_site(self.site.home)

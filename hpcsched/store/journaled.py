@@ -13,7 +13,7 @@ import contextlib
 import time
 
 from ..core.errors import SchedulerError
-from ..core.jobs import Dependency, DepType, Hold, Job, Request
+from ..core.jobs import Hold, Job, Request
 from ..core.reservations import Reservation
 from ..core.scheduler import Scheduler
 from .journal import Store, StoreError
@@ -26,9 +26,6 @@ def _alter_changes(changes: dict) -> dict:
     out = dict(changes)
     if "request" in out:
         out["request"] = Request.from_dict(out["request"])
-    if "dependencies" in out:
-        out["dependencies"] = [Dependency(DepType(d[0]), int(d[1]), None, int(d[2]) if len(d) > 2 else 0)
-                               for d in out["dependencies"]]
     return out
 
 
