@@ -494,9 +494,13 @@ def test_failed_afterok_parent_deletes_the_child(rig, monkeypatch, flavor, lette
     assert f"comment = Job deleted as result of dependency on job {child}" in stat("-f", "-1", *history, grandchild)[1]
     records = [(e.kind, e.job_id, e.fields.get("Exit_status")) for e in accounting.read(rig / "home")]
     assert records[-3:] == [("E", parent, "2"), ("D", child, "271"), ("D", grandchild, "271")]
-    with pytest.raises(CommandError) as e:  # a parent that failed already: refused at the door
-        submit("-W", f"depend=afterok:{parent}")
-    assert e.value.status == 192 and "Invalid Job Dependency" in str(e.value)
+    # a parent that failed already: accepted and deleted at once, as if it had failed later
+    late = submit("-W", f"depend=afterok:{parent}")
+    assert f"comment = Job deleted as result of dependency on job {parent}" in stat("-f", "-1", *history, late)[1]
+    assert [e.kind for e in accounting.read(rig / "home") if e.job_id == late] == ["Q", "D"]
+    waiting = submit("-h")
+    assert qctl.QALTER(["-W", f"depend=afterok:{parent}", waiting]) == 192  # qalter refuses: it never deletes
+    assert "job_state = H" in stat("-f", "-1", waiting)[1]
 
 
 def test_dependency_failure_hold_is_cobalts_dep_fail(rig):

@@ -103,8 +103,10 @@ def test_failed_dependencies_delete_the_whole_chain_when_the_site_says_so():
     assert b.state == c.state == held.state == DELETED and b.end_time == 50 and b.start_time is None
     assert b.comment == f"Job deleted as result of dependency on job {a.id}"
     assert d.state == QUEUED
-    with pytest.raises(BadDependency, match="can never be met"):  # already failed: refused, not deleted
-        s.submit(job(1, 10, dependencies=[Dependency(DepType.AFTEROK, a.id)]), 60)
+    late = s.submit(job(1, 10, dependencies=[Dependency(DepType.AFTEROK, a.id)]), 60)  # after the failure:
+    assert late.state == DELETED and s.deleted_by_dependency[-1] is late  # deleted at once, the same way
+    with pytest.raises(BadDependency, match="can never be met"):  # qalter refuses it: it never deletes
+        s.alter(d.id, 61, dependencies=[Dependency(DepType.AFTEROK, a.id)])
 
 
 def test_a_long_chain_is_deleted_without_recursion():

@@ -196,12 +196,14 @@ class Scheduler:
         return queue.name
 
     def _link_dependencies(self, job: Job) -> None:
-        """Check the parents exist; one already failed is refused when failures delete."""
+        """Check the parents exist, and decide what their ends decided already."""
         self._deps.link(job, self.jobs)
+
+    def _failed(self, job: Job) -> Dependency | None:
+        """A dependency of `job` that can never be met, if failures delete jobs."""
         if self.settings.dependency_failure == "delete":
-            for dep in job.dependencies:
-                if dep.met is False:
-                    raise BadDependency(f"dependency on job {dep.job_id}{'[]' if dep.of else ''} can never be met")
+            return next((d for d in job.dependencies if d.met is False), None)
+        return None
 
     # --- the pass API ----------------------------------------------------------------
     def submit(self, job: Job, now: float) -> Job:
@@ -234,6 +236,12 @@ class Scheduler:
         if job.dependencies and all(d.met for d in job.dependencies):
             self.policy.on_dependencies_met(job, [self.jobs[d.job_id] for d in job.dependencies])
         dirty = self._dirty
+        # a parent that failed already deletes it at once, as a parent failing a moment
+        # later would: a pipeline behaves the same whichever comes first
+        failed = self._failed(job)
+        if failed is not None:
+            self._delete_for(job, failed, now)
+            return job
         self._settle(job, now)
         # a new job changes nothing the last pass planned (unless it brings a limit the
         # last walk did not check)...
@@ -447,6 +455,10 @@ class Scheduler:
                     new.queue = self._route(new)
                 if "dependencies" in changes:
                     self._link_dependencies(new)
+                    failed = self._failed(new)
+                    if failed is not None:  # qalter refuses it: an alteration never deletes a job
+                        raise BadDependency(f"dependency on job {failed.job_id}{'[]' if failed.of else ''} "
+                                            f"can never be met")
             finally:
                 self._count(job, 1)
         rerouted = new.queue != job.queue
@@ -498,16 +510,20 @@ class Scheduler:
                 deps = child.dependencies
                 if all(d.met for d in deps):
                     self.policy.on_dependencies_met(child, [self.jobs[d.job_id] for d in deps if d.job_id in self.jobs])
-                failed = next((d for d in deps if d.met is False), None)
-                if failed is None or self.settings.dependency_failure == "hold":
+                failed = self._failed(child)
+                if failed is None:
                     self._settle(child, now)
                     continue
-                # the dependency can never be met: the job is deleted (Torque, OpenPBS)
-                child.comment = f"Job deleted as result of dependency on job {failed.job_id}{'[]' if failed.of else ''}"
-                child.end_time = now
-                self._move(child, DELETED, now)
-                self.deleted_by_dependency.append(child)
-                work.append((child, self._deps.ended(child), True))
+                work.append((child, self._delete_for(child, failed, now), True))
+
+    def _delete_for(self, job: Job, failed: Dependency, now: float) -> list[int]:
+        """Delete a waiting job whose dependency `failed` can never be met (Torque,
+        OpenPBS); the jobs waiting on it in turn."""
+        job.comment = f"Job deleted as result of dependency on job {failed.job_id}{'[]' if failed.of else ''}"
+        job.end_time = now
+        self._move(job, DELETED, now)
+        self.deleted_by_dependency.append(job)
+        return self._deps.ended(job)
 
     # --- reservations and nodes --------------------------------------------------------
     def add_reservation(self, res: Reservation, now: float) -> Reservation:

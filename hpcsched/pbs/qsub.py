@@ -162,9 +162,11 @@ def submit_parsed(cmd: list[tuple[str, str]], rest: list[str], stdin=None, cwd: 
                     sub = job.copy()
                     sub.array_id, sub.array_index, sub.array_limit = first, index, limit
                     accounting.write(site.home, "Q", batch.submit(sub, now), site.server, now)
+                accounting.dependency_deletions(batch, now)
                 return f"{first}[].{site.server}", "z" in options
             done = batch.submit(job, now)
             accounting.write(site.home, "Q", done, site.server, now)
+            accounting.dependency_deletions(batch, now)
             for waiter, before in waiters:
                 kept = [[d.kind.value, d.job_id, d.of] for d in waiter.dependencies]
                 batch.do("alter", now, id=waiter.id, changes={"dependencies": kept + [[before.kind, done.id]]})
