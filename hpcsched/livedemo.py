@@ -31,12 +31,13 @@ def _command(name: str) -> list[str]:
 
 def run(out) -> int:
     with tempfile.TemporaryDirectory(prefix="hpcsched-demo-") as tmp:
-        home, work = Path(tmp) / "home", Path(tmp) / "work"
+        home, work, user = Path(tmp) / "home", Path(tmp) / "work", Path(tmp) / "user"
         work.mkdir()
+        user.mkdir()  # the submitter's home, where PBS starts jobs (output goes where qsub ran)
         init_site(home, nodes=4, cores=2)
         config = home / "config.toml"
         config.write_text("server_interval = 1\nkill_grace = 2\n" + config.read_text())
-        env = dict(os.environ, HPCSCHED_HOME=str(home))
+        env = dict(os.environ, HPCSCHED_HOME=str(home), HOME=str(user))
         env.pop("HPCSCHED_FLAVOR", None)
 
         def sh(name, *args, stdin=None):
@@ -53,7 +54,7 @@ def run(out) -> int:
             sweep = sh("qsub", "-N", "sweep", "-t", "1-4%2", "-l", "walltime=00:01:00",
                        stdin="#!/bin/sh\nsleep 1\necho task $PBS_ARRAYID of $PBS_JOBID\n").strip()
             post = sh("qsub", "-N", "analyse", "-W", f"depend=afterok:{prep}", "-l", "walltime=00:01:00",
-                      stdin="#!/bin/sh\necho analysing what $PBS_O_WORKDIR holds\n").strip()
+                      stdin="#!/bin/sh\necho started in $(pwd), its owner\\'s home, submitted from $PBS_O_WORKDIR\n").strip()
             held = sh("qsub", "-N", "held", "-h", "-l", "walltime=00:01:00",
                       stdin="#!/bin/sh\necho released and run\n").strip()
             out.write(f"submitted: {prep} (prepare), {sweep} (array of 4, 2 at a time), {post} (afterok "

@@ -30,6 +30,11 @@ def stat(*argv, later=100.0):
     return status, out.getvalue()
 
 
+def full(jid):
+    """qstat -f -1's attributes of one job, as a dict of strings."""
+    return dict(line.strip().split(" = ", 1) for line in stat("-f", "-1", jid)[1].splitlines()[1:] if " = " in line)
+
+
 def run(prog, *args, env=None):
     """A command as a user runs it, through its bin/ link."""
     e = dict(os.environ, **(env or {}))
@@ -85,12 +90,42 @@ def test_w_value_with_a_space_as_one_argument(rig):
     assert "depend = afterok:1.headnode,afterok:2.headnode" in stat("-f", "-1", jid)[1]
 
 
+@pytest.mark.parametrize("flavor,args_key", [("torque", "submit_args"), ("openpbs", "Submit_arguments")])
+def test_qstat_f_shows_every_attribute_the_job_was_given(rig, monkeypatch, flavor, args_key):
+    monkeypatch.setenv("HPCSCHED_FLAVOR", flavor)
+    jid = submit("-N", "given", "-S", "/bin/bash", "-k", "oe", "-W", "umask=022", "-m", "be", "-M", "bob@example.org",
+                 "-j", "oe", "-p", "7", "-r", "n", "-v", "FOO=bar", "-l", "walltime=60", script="#PBS -A proj\ntrue\n")
+    attrs = full(jid)
+    assert {k: attrs[k] for k in ("Shell_Path_List", "Keep_Files", "umask", "Mail_Points", "Mail_Users", "Join_Path",
+                                  "Priority", "Rerunable", "Account_Name", args_key)} == {
+        "Shell_Path_List": "/bin/bash", "Keep_Files": "oe", "umask": "022", "Mail_Points": "be",
+        "Mail_Users": "bob@example.org", "Join_Path": "oe", "Priority": "7", "Rerunable": "False",
+        "Account_Name": "proj",
+        args_key: "-N given -S /bin/bash -k oe -W umask=022 -m be -M bob@example.org -j oe -p 7 -r n -v FOO=bar "
+                  "-l walltime=60"}
+    assert "FOO=bar" in attrs["Variable_List"] and "PBS_O_WORKDIR=/tmp" in attrs["Variable_List"]
+    plain = full(submit())
+    assert plain["Keep_Files"] == "n" and plain["Mail_Points"] == "a"
+    assert not {"Shell_Path_List", "umask", "Mail_Users", args_key} & set(plain)
+    # qalter changes them, with qsub's checks
+    assert qctl.QALTER(["-k", "n", "-m", "n", "-S", "/bin/sh", "-W", "umask=7", jid], out=io.StringIO()) == 0
+    attrs = full(jid)
+    assert (attrs["Keep_Files"], attrs["Mail_Points"], attrs["Shell_Path_List"], attrs["umask"]) == ("n", "n", "/bin/sh", "7")
+    assert qctl.QALTER(["-m", "q", jid], out=io.StringIO()) == 2
+
+
 @pytest.mark.parametrize("argv,status,msg", [
     (["-l", "select=1:ncpus=2,nodes=1"], 2, '"-lresource=" cannot be used with "select" or "place", resource is: nodes'),
     (["-l", "walltime=soon"], 2, "illegal -l value"),
     (["-l", "frobs=3"], 2, "Unknown resource type frobs"),
     (["-p", "5000"], 2, "illegal -p value"),
     (["-j", "xy"], 2, "illegal -j value"),
+    (["-m", "abx"], 2, "illegal -m value 'abx'"),
+    (["-m", ""], 2, "illegal -m value ''"),
+    (["-k", "oo"], 2, "illegal -k value 'oo'"),
+    (["-k", "x"], 2, "illegal -k value 'x'"),
+    (["-W", "umask=099"], 2, "illegal -W value umask=099"),
+    (["-W", "umask=1777"], 2, "illegal -W value umask=1777"),
     (["-W", "depend=on:1"], 2, "dependency type on is not supported"),
     (["-Y"], 2, "invalid option -- 'Y'"),
     (["-q", "nosuch"], 172, "submit error (Unknown queue MSG=requested queue not found)"),
@@ -402,7 +437,7 @@ def test_before_dependencies_make_the_named_job_wait(rig, monkeypatch):
     first = submit("-N", "first", "-W", "depend=beforeok:" + waiter.split(".")[0])
     out = stat("-f", "-1", waiter)[1]
     assert f"depend = afterok:{first}" in out and "job_state = H" in out
-    assert "depend" not in stat("-f", "-1", first)[1]
+    assert "    depend = " not in stat("-f", "-1", first)[1]
     site = load_site()
     now = time.time()
     with Batch.of(site).open() as batch:  # first runs and ends well: the waiter may go

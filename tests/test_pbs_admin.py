@@ -1,6 +1,7 @@
 """pbsnodes, qmgr and tracejob in both flavors: golden listings, changes, permissions."""
 import io
 import json
+import re
 import time
 
 import pytest
@@ -158,7 +159,9 @@ def test_tracejob_tells_the_story(rig, monkeypatch, flavor):
     assert qctl.QHOLD([jid]) == 0 and qctl.QRLS([jid]) == 0 and qctl.QDEL([jid]) == 0
     status, out = run(tracejob.TRACEJOB, jid)
     assert status == 0
-    body = [line[21:] for line in out.splitlines()[3:]]
+    lines = out.splitlines()[3:]
+    assert all(re.fullmatch(r"\d\d/\d\d/\d{4} \d\d:\d\d:\d\d  [SA]    \S.*", line) for line in lines), lines
+    body = [line[21:] for line in lines]
     # (each log's lines in its own order; within one second the server's come first)
     assert [b for b in body if b[0] == "S"] == [
         "S    enqueuing into the default queue, state 1 hop 1", "S    Holds u set", "S    Holds u released",
@@ -169,3 +172,26 @@ def test_tracejob_tells_the_story(rig, monkeypatch, flavor):
     assert out.startswith(f"\nJob: {jid}\n\n")
     assert run(tracejob.TRACEJOB, "99")[0] == 153
     assert run(tracejob.TRACEJOB, "-n", "x", jid)[0] == 2
+
+
+def test_mail_points_decide_who_is_mailed_about_what():
+    from hpcsched.core.jobs import Job, Request
+    from hpcsched.pbs import mail
+    job = Job(name="w", owner="alice", request=Request(nodes=1), walltime=60)
+    job.extra = {"mail_points": "be"}
+    assert [e for e in "bea" if mail.wanted(job, e, "torque")] == ["b", "e"]
+    job.extra["mail_points"] = "n"
+    assert not any(mail.wanted(job, e, "openpbs") for e in "bea")
+    job.array_id, job.array_index, job.extra["mail_points"] = 4, 2, "e"
+    assert mail.wanted(job, "e", "torque") and not mail.wanted(job, "e", "openpbs")  # OpenPBS: subjobs need j
+    job.extra["mail_points"] = "ej"
+    assert mail.wanted(job, "e", "openpbs")
+
+
+def test_mail_command_must_be_a_word_list(rig):
+    from hpcsched.core.errors import ConfigError
+    from hpcsched.store.site import load_site
+    config = rig / "home" / "config.toml"
+    config.write_text('mail_command = "sendmail -t"\n' + config.read_text())
+    with pytest.raises(ConfigError, match="mail_command: must be a command as a list of words"):
+        load_site()

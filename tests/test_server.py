@@ -4,6 +4,7 @@ import signal
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
 
@@ -21,7 +22,8 @@ def live(tmp_path, request, monkeypatch):
     config = home / "config.toml"
     extra = getattr(request, "param", "")
     config.write_text("server_interval = 0.25\nkill_grace = 1\n" + extra + config.read_text())
-    env = dict(os.environ, HPCSCHED_HOME=str(home), HPCSCHED_USER="alice")
+    (tmp_path / "alice").mkdir()  # her home: where her jobs start unless -d says otherwise
+    env = dict(os.environ, HPCSCHED_HOME=str(home), HPCSCHED_USER="alice", HOME=str(tmp_path / "alice"))
     env.pop("HPCSCHED_FLAVOR", None)
     for key in ("HPCSCHED_HOME", "HPCSCHED_USER"):  # for the in-process qstat in state()
         monkeypatch.setenv(key, env[key])
@@ -140,8 +142,8 @@ def test_walltime_kill_and_qdel_of_running_job(live):
 def test_dependency_chain_runs_in_order_and_failed_parent_stops_child(live):
     env, home, work, start = live
     start()
-    a = cmd(env, work, "qsub", "-l", "walltime=60", stdin="sleep 1; date +%s.%N > a.t\n").stdout.strip()
-    b = cmd(env, work, "qsub", "-W", f"depend=afterok:{a}", "-l", "walltime=60", stdin="date +%s.%N > b.t\n").stdout.strip()
+    a = cmd(env, work, "qsub", "-l", "walltime=60", stdin="cd \"$PBS_O_WORKDIR\"; sleep 1; date +%s.%N > a.t\n").stdout.strip()
+    b = cmd(env, work, "qsub", "-W", f"depend=afterok:{a}", "-l", "walltime=60", stdin="cd \"$PBS_O_WORKDIR\"; date +%s.%N > b.t\n").stdout.strip()
     bad = cmd(env, work, "qsub", "-h", "-l", "walltime=60", stdin="exit 3\n").stdout.strip()
     child = cmd(env, work, "qsub", "-W", f"depend=afterok:{bad}", "-l", "walltime=60", stdin="touch ran\n").stdout.strip()
     assert cmd(env, work, "qrls", bad).returncode == 0  # (held: it must not fail before the child names it)
@@ -157,12 +159,12 @@ def test_dependency_chain_runs_in_order_and_failed_parent_stops_child(live):
 def test_server_killed_and_restarted_loses_nothing_and_starts_nothing_twice(live):
     env, home, work, start = live
     server = start()
-    ids = [cmd(env, work, "qsub", "-l", "walltime=60", stdin=f"echo {i} >> runs.log; sleep 1.5\n").stdout.strip()
+    ids = [cmd(env, work, "qsub", "-l", "walltime=60", stdin=f"cd \"$PBS_O_WORKDIR\"; echo {i} >> runs.log; sleep 1.5\n").stdout.strip()
            for i in range(4)]
     wait_for(env, work, ids[0], "RC")
     os.killpg(server.pid, signal.SIGKILL)  # the server dies mid-run
     server.wait(10)
-    more = cmd(env, work, "qsub", "-l", "walltime=60", stdin="echo late >> runs.log\n").stdout.strip()
+    more = cmd(env, work, "qsub", "-l", "walltime=60", stdin="cd \"$PBS_O_WORKDIR\"; echo late >> runs.log\n").stdout.strip()
     start()
     for jid in ids + [more]:
         assert wait_for(env, work, jid, timeout=30)["exit_status"] == "0"
@@ -174,7 +176,7 @@ def test_held_then_released_and_array(live):
     env, home, work, start = live
     start()
     held = cmd(env, work, "qsub", "-h", "-l", "walltime=60", stdin="true\n").stdout.strip()
-    arr = cmd(env, work, "qsub", "-t", "1-3%1", "-l", "walltime=60", stdin="echo $PBS_ARRAYID >> arr.log\n").stdout.strip()
+    arr = cmd(env, work, "qsub", "-t", "1-3%1", "-l", "walltime=60", stdin="cd \"$PBS_O_WORKDIR\"; echo $PBS_ARRAYID >> arr.log\n").stdout.strip()
     time.sleep(1.0)
     assert state(env, work, held)["job_state"] == "H"
     assert cmd(env, work, "qrls", held).returncode == 0
@@ -190,7 +192,7 @@ def test_qsig_reaches_the_jobs_processes(live):
     env, home, work, start = live
     start()
     jid = cmd(env, work, "qsub", "-l", "walltime=60",
-              stdin="trap 'echo got USR1 >> sig.log; exit 7' USR1\nwhile :; do sleep 0.1; done\n").stdout.strip()
+              stdin="cd \"$PBS_O_WORKDIR\"; trap 'echo got USR1 >> sig.log; exit 7' USR1\nwhile :; do sleep 0.1; done\n").stdout.strip()
     wait_for(env, work, jid, "R")
     time.sleep(0.5)  # let the trap be set
     assert cmd(env, work, "qsig", "-s", "USR1", jid).returncode == 0
@@ -204,7 +206,7 @@ def test_start_after_time_is_kept(live):
     start()
     after = int(time.time() + 2)  # -a takes whole seconds: the job may not start before this
     when = time.strftime("%H%M.%S", time.localtime(after))
-    jid = cmd(env, work, "qsub", "-a", when, "-l", "walltime=60", stdin="date +%s > started\n").stdout.strip()
+    jid = cmd(env, work, "qsub", "-a", when, "-d", ".", "-l", "walltime=60", stdin="date +%s > started\n").stdout.strip()
     assert state(env, work, jid)["job_state"] == "W"
     wait_for(env, work, jid, timeout=20)
     assert int((work / "started").read_text()) >= after
@@ -214,7 +216,7 @@ def test_start_after_time_is_kept(live):
 def test_prejob_scan_puts_failing_nodes_on_the_bad_list(live):
     env, home, work, start = live
     start()
-    jid = cmd(env, work, "qsub", "-l", "walltime=60", stdin="cat $PBS_NODEFILE > where\n").stdout.strip()
+    jid = cmd(env, work, "qsub", "-l", "walltime=60", stdin="cd \"$PBS_O_WORKDIR\"; cat $PBS_NODEFILE > where\n").stdout.strip()
     wait_for(env, work, jid)
     assert (work / "where").read_text() == "node02\n"  # node01 failed its scan; the job moved
     shown = cmd(env, work, "shownids").stdout
@@ -232,7 +234,7 @@ def test_prejob_scan_puts_failing_nodes_on_the_bad_list(live):
 def test_command_launcher_template(live):
     env, home, work, start = live
     start()
-    jid = cmd(env, work, "qsub", "-l", "walltime=60", stdin="echo $LAUNCHED_ON > host\n").stdout.strip()
+    jid = cmd(env, work, "qsub", "-l", "walltime=60", stdin="cd \"$PBS_O_WORKDIR\"; echo $LAUNCHED_ON > host\n").stdout.strip()
     wait_for(env, work, jid)
     assert (work / "host").read_text() == "node01\n"
 
@@ -296,7 +298,7 @@ def test_a_vanished_rerunnable_job_is_requeued_and_runs_again(rig):
     from hpcsched.pbs import qsub
     from hpcsched.server import loop as server
     from hpcsched.store.site import load_site
-    qsub.submit(["-l", "walltime=60"], stdin=io.StringIO("echo run >> runs.log\nsleep 30\n"), cwd=str(rig), env={})
+    qsub.submit(["-l", "walltime=60"], stdin=io.StringIO("cd \"$PBS_O_WORKDIR\"; echo run >> runs.log\nsleep 30\n"), cwd=str(rig), env={})
     srv = server.Server(load_site(), grace=1)
     assert srv.step() == 1
     time.sleep(0.5)
@@ -346,7 +348,7 @@ def test_interactive_session_runs_here_and_its_status_is_recorded(live):
     out, err = p.communicate('echo "$PBS_JOBID $PBS_ENVIRONMENT $(wc -l < $PBS_NODEFILE)"; pwd; exit 3\n', timeout=30)
     jid = out.split()[4]
     assert out.splitlines() == [f"qsub: waiting for job {jid} to start", f"qsub: job {jid} ready", "",
-                                f"{jid} PBS_INTERACTIVE 1", str(work), f"qsub: job {jid} completed"]
+                                f"{jid} PBS_INTERACTIVE 1", env["HOME"], f"qsub: job {jid} completed"]
     assert p.returncode == 3 and err == ""
     assert wait_for(env, work, jid)["exit_status"] == "3"
     assert [e.kind for e in accounting.read(home) if e.job_id == jid] == ["Q", "S", "E"]
@@ -459,3 +461,57 @@ def test_node_log_writes_moab_samples_that_hpcsched_drain_reads(rig):
     from hpcsched.core.errors import ConfigError
     with pytest.raises(ConfigError, match="node_log"):
         load_site()
+
+
+MAILER = 'mail_command = ["sh", "-c", "cat >> \\"$HPCSCHED_HOME/mail.out\\"; echo . >> \\"$HPCSCHED_HOME/mail.out\\""]\n'
+
+
+@pytest.mark.parametrize("live", [MAILER], indirect=True)
+def test_jobs_start_at_home_with_their_umask_kept_files_and_mail(live):
+    """PBS starts a job in its owner's home (PBS_O_WORKDIR names where qsub ran); output
+    files get the job's umask (077 unless -W umask=); -k keeps a stream in the home; -m/-M
+    mail the owner through mail_command."""
+    env, home, work, start = live
+    alice = Path(env["HOME"])
+    start()
+    told = cmd(env, work, "qsub", "-N", "told", "-m", "be", "-M", "bob@example.org", "-W", "umask=022",
+               "-l", "walltime=60", stdin="pwd; echo $PBS_O_WORKDIR; umask\n").stdout.strip()
+    kept = cmd(env, work, "qsub", "-N", "kept", "-k", "oe", "-l", "walltime=60", stdin="echo out; echo err >&2\n").stdout.strip()
+    over = cmd(env, work, "qsub", "-N", "over", "-l", "walltime=1", stdin="sleep 60\n").stdout.strip()
+    for jid in (told, kept, over):
+        wait_for(env, work, jid)
+    seq = told.split(".")[0]
+    out = work / f"told.o{seq}"
+    assert out.read_text().split() == [str(alice), str(work), "0022"]
+    assert out.stat().st_mode & 0o777 == 0o644
+    n = kept.split(".")[0]
+    assert (alice / f"kept.o{n}").read_text() == "out\n" and (alice / f"kept.e{n}").read_text() == "err\n"
+    assert not (work / f"kept.o{n}").exists() and not (work / f"kept.e{n}").exists()
+    assert (alice / f"kept.o{n}").stat().st_mode & 0o777 == 0o600  # PBS's default umask, 077
+    mails = [m for m in (home / "mail.out").read_text().split("\n.\n") if m.strip()]
+    about = {jid: [m for m in mails if f"Subject: PBS JOB {jid}\n" in m] for jid in (told, kept, over)}
+    assert [m.splitlines()[0] for m in about[told]] == ["To: bob@example.org"] * 2
+    assert "Begun execution" in about[told][0] and "Execution terminated\nExit_status=0" in about[told][1]
+    assert about[kept] == []  # -m a (the default) and it ended well
+    assert len(about[over]) == 1 and "To: alice\n" in about[over][0]
+    assert "Aborted by PBS Server\nJob exceeded its walltime limit" in about[over][0]
+
+
+def test_qmgr_changes_reach_a_running_server(live):
+    """`set server scheduling = False` stops new starts at the next pass; a queue qmgr
+    creates takes jobs the server then runs."""
+    env, home, work, start = live
+    root = dict(env, HPCSCHED_USER="root")  # qmgr's changes need a manager
+    start()
+    assert cmd(root, work, "qmgr", "-c", "set server scheduling = False").returncode == 0
+    held = cmd(env, work, "qsub", "-l", "walltime=60", stdin="true\n").stdout.strip()
+    time.sleep(1.5)  # six passes' worth
+    assert state(env, work, held)["job_state"] == "Q"
+    made = cmd(root, work, "qmgr", "-c", "create queue fast resources_max.walltime = 0:10:00")
+    assert made.returncode == 0, made.stderr
+    assert cmd(root, work, "qmgr", "-c", "set server scheduling = True").returncode == 0
+    fast = cmd(env, work, "qsub", "-q", "fast", "-l", "walltime=60", stdin="true\n")
+    assert fast.returncode == 0, fast.stderr
+    for jid in (held, fast.stdout.strip()):
+        assert wait_for(env, work, jid)["exit_status"] == "0"
+    assert state(env, work, fast.stdout.strip())["queue"] == "fast"

@@ -15,6 +15,7 @@ from pathlib import Path
 
 from ..core.jobs import Job
 from ..core.timefmt import hms
+from . import mail
 from .common import display_id
 
 
@@ -54,9 +55,10 @@ def dependency_deletions(batch, now: float) -> None:
     deleted, sched.deleted_by_dependency = sched.deleted_by_dependency, []
     for job in deleted:
         failed = next(d for d in job.dependencies if d.met is False)
-        batch.do("process", now, id=job.id, set={"deleted_by": "dependency"},
-                 comment=f"Job deleted as result of dependency on job {parent_id(failed, sched.jobs, site.server)}")
+        why = f"Job deleted as result of dependency on job {parent_id(failed, sched.jobs, site.server)}"
+        batch.do("process", now, id=job.id, set={"deleted_by": "dependency"}, comment=why)
         write(site.home, "D", job, site.server, now)
+        mail.send(site, job, mail.ABORT, f"Aborted by PBS Server\n{why}", now)
 
 
 def write(home: str | os.PathLike, kind: str, job: Job, server: str, now: float) -> None:

@@ -221,6 +221,36 @@ def parse_priority(text: str) -> int:
     return priority
 
 
+def parse_join(text: str) -> str:
+    """-j: oe (errors into the output file), eo (the other way) or n."""
+    if text not in ("oe", "eo", "n"):
+        raise UsageError(f"illegal -j value {text!r}")
+    return text
+
+
+def parse_mail_points(text: str) -> str:
+    """-m: `n`, or any of a (aborted), b (began), e (ended); OpenPBS's j (also for each
+    subjob) is accepted in both flavors."""
+    if text != "n" and (not text or any(c not in "abej" for c in text)):
+        raise UsageError(f"illegal -m value {text!r}")
+    return text
+
+
+def parse_keep(text: str) -> str:
+    """-k: `n`, or which of o and e to keep in the owner's home directory instead of
+    delivering them; OpenPBS's d (write directly, what hpcsched always does) is accepted."""
+    if text != "n" and (not text or any(c not in "oed" for c in text) or len(set(text)) != len(text)):
+        raise UsageError(f"illegal -k value {text!r}")
+    return text
+
+
+def parse_umask(text: str) -> int:
+    """-W umask=: up to four octal digits, as umask(1) takes them."""
+    if not re.fullmatch(r"[0-7]{1,4}", text) or int(text, 8) > 0o777:
+        raise UsageError(f"illegal -W value umask={text}")
+    return int(text, 8)
+
+
 #: -W depend kinds: PBS name -> (core kind, names the job that waits (before*), on an array (Torque's *array))
 DEPEND_KINDS = {f"{side}{cond}{array}": (core, side == "before", bool(array))
                 for side in ("after", "before") for array in ("", "array")

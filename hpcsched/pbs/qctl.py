@@ -100,14 +100,16 @@ QRLS = Command("qrls", "h:", "usage: qrls [-h u|o|s] job_id ...",
                lambda opts, ids, out, now: act("qrls", ids, qrls, dict(opts)), changes=True)
 
 
-ALTER_USAGE = ("usage: qalter [-a date_time] [-A account] [-e path] [-h hold_list] [-j join] [-l resources] "
-               "[-m mail] [-M users] [-N name] [-o path] [-p priority] [-r y|n] [-v vars] [-W attrs] job_id ...")
+ALTER_USAGE = ("usage: qalter [-a date_time] [-A account] [-e path] [-h hold_list] [-j join] [-k keep] "
+               "[-l resources] [-m mail] [-M users] [-N name] [-o path] [-p priority] [-r y|n] [-S shell] "
+               "[-v vars] [-W attrs] job_id ...")
 
 
 def alter_changes(job: Job, options: dict[str, str], resources: dict[str, str], now: float,
                   jobs: dict | None = None, server: str = "") -> tuple[dict, str]:
     """(core alter changes, hold letters to add) for qalter's options on `job`."""
-    from .attributes import build_request, parse_depend, parse_priority, parse_start_after, resolve_depend, resolve_path
+    from .attributes import (build_request, parse_depend, parse_join, parse_keep, parse_mail_points, parse_priority,
+                             parse_start_after, parse_umask, resolve_depend, resolve_path)
     changes: dict = {}
     extra = dict(job.extra)
     if resources:
@@ -132,7 +134,11 @@ def alter_changes(job: Job, options: dict[str, str], resources: dict[str, str], 
         changes["priority"] = parse_priority(options["p"])
     if "a" in options:
         changes["start_after"] = parse_start_after(options["a"], now)
-    if "W" in options:
+    if "W" in options and options["W"].partition("=")[0].strip() == "umask":
+        val = options["W"].partition("=")[2]
+        parse_umask(val)
+        extra["W"] = {**extra.get("W", {}), "umask": val}
+    elif "W" in options:
         key, _, val = options["W"].partition("=")
         if key.strip() != "depend":
             raise UsageError(f"illegal -W value {options['W']!r}")
@@ -140,12 +146,13 @@ def alter_changes(job: Job, options: dict[str, str], resources: dict[str, str], 
         if befores:
             raise common.CommandError("before dependencies are given at qsub time", common.USAGE)
         changes["dependencies"] = [[d.kind.value, d.job_id, d.of] for d in resolve_depend(deps, jobs or {}, server)]
-    for letter, key in (("j", "join"), ("m", "mail_points"), ("M", "mail_users")):
+    for letter, key, parse in (("j", "join", parse_join), ("m", "mail_points", parse_mail_points),
+                               ("M", "mail_users", str), ("k", "keep", parse_keep), ("S", "shell", str)):
         if letter in options:
-            extra[key] = options[letter]
+            extra[key] = parse(options[letter])
     for letter, key in (("o", "output"), ("e", "error")):
         if letter in options:
-            extra[key] = resolve_path(options[letter], extra.get("workdir", "/"))
+            extra[key] = resolve_path(options[letter], extra.get("submit_dir") or extra.get("workdir") or "/")
     if "r" in options:
         if options["r"] not in ("y", "n"):
             raise UsageError("illegal -r value")
@@ -191,7 +198,7 @@ def qalter(opts: list[tuple[str, str]], ids: list[str], out, now: float) -> int:
     return act("qalter", ids, alter)
 
 
-QALTER = Command("qalter", "a:A:e:h:j:l:m:M:N:o:p:r:v:W:", ALTER_USAGE, qalter, changes=True, permute=False)
+QALTER = Command("qalter", "a:A:e:h:j:k:l:m:M:N:o:p:r:S:v:W:", ALTER_USAGE, qalter, changes=True, permute=False)
 
 
 def qmove(opts: list[tuple[str, str]], operands: list[str], out, now: float) -> int:

@@ -88,12 +88,19 @@ def attributes(job: Job, site: Site, now: float, jobs: dict | None = None, flavo
         a["exec_host"] = exec_host(job)
     a["Hold_Types"] = common.hold_letters(job)
     a["Join_Path"] = x.get("join", "n")
+    a["Keep_Files"] = x.get("keep", "n")
     a["Mail_Points"] = x.get("mail_points", "a")
+    if x.get("mail_users"):
+        a["Mail_Users"] = x["mail_users"]
     a["Output_Path"] = _path(x.get("output"), out_default, job, "o", site)
     a["Priority"] = job.priority
     a["qtime"] = ctime(job.submit_time)
     a["Rerunable"] = "True" if x.get("rerunnable", True) else "False"
     a["Resource_List"] = resource_list(job)
+    if x.get("shell"):
+        a["Shell_Path_List"] = x["shell"]
+    if "umask" in x.get("W", {}):
+        a["umask"] = x["W"]["umask"]
     if job.account:
         a["Account_Name"] = job.account
     if job.dependencies:
@@ -114,6 +121,8 @@ def attributes(job: Job, site: Site, now: float, jobs: dict | None = None, flavo
             a["obittime"] = ctime(job.end_time)
     if job.comment or not torque:
         a["comment"] = job.comment or _comment(job)
+    if "submit_args" in x:
+        a["submit_args" if torque else "Submit_arguments"] = x["submit_args"]
     return a
 
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import re
+import shlex
 import socket
 import subprocess
 import sys
@@ -20,8 +21,9 @@ from ..store.layout import INTERACTIVE, WRAPPER
 from ..store.site import load_site, notify, whoami
 from . import accounting, common
 from . import front as commands
-from .attributes import (ALL_INDICES, DependSpec, build_request, directives, merge, parse_array, parse_depend,
-                         parse_priority, parse_start_after, resolve_depend, resolve_path)
+from .attributes import (ALL_INDICES, DependSpec, build_request, directives, merge, parse_array, parse_depend, parse_join,
+                         parse_keep, parse_mail_points, parse_priority, parse_start_after, parse_umask,
+                         resolve_depend, resolve_path)
 from .common import Command
 from .errors import UsageError
 from .options import QSUB as QSUB_TABLE
@@ -57,23 +59,26 @@ def make_job(options: dict[str, str], resources: dict[str, str], script: str, sc
                 deps, befores = parse_depend(val)
             elif key == "group_list":
                 group = val.split("@")[0]
-            elif key in ("umask", "block", "stagein", "stageout", "x", "sandbox", "run_count"):
+            elif key == "umask":
+                parse_umask(val)
+                extra_w[key] = val
+            elif key in ("block", "stagein", "stageout", "x", "sandbox", "run_count"):
                 extra_w[key] = val
             else:
                 raise UsageError(f"illegal -W value {key}")
-    join = options.get("j", "n")
-    if join not in ("oe", "eo", "n"):
-        raise UsageError(f"illegal -j value {join!r}")
+    join = parse_join(options.get("j", "n"))
     rerun = options.get("r", "y")
     if rerun not in ("y", "n"):
         raise UsageError(f"illegal -r value {rerun!r}")
-    workdir = options.get("d") or options.get("w") or cwd
-    if not os.path.isabs(workdir):
+    mail_points = parse_mail_points(options.get("m", "a"))
+    keep = parse_keep(options.get("k", "n"))
+    workdir = options.get("d") or options.get("w") or ""  # none: the owner's home, found at launch
+    if workdir and not os.path.isabs(workdir):
         workdir = os.path.normpath(os.path.join(cwd, workdir))
     variables = {f"PBS_O_{k}": env[k] for k in ("HOME", "LANG", "LOGNAME", "PATH", "MAIL", "SHELL", "TZ")
                  if k in env}
     variables.update(PBS_O_HOST=socket.gethostname(), PBS_O_WORKDIR=cwd, PBS_O_QUEUE=queue or "")
-    if workdir != cwd:
+    if workdir:
         variables["PBS_O_INITDIR"] = workdir
     if "V" in options:
         variables.update({k: v for k, v in env.items() if k not in variables})
@@ -87,7 +92,7 @@ def make_job(options: dict[str, str], resources: dict[str, str], script: str, sc
     job.extra = {"script": script, "workdir": workdir, "submit_dir": cwd, "join": join, "rerunnable": rerun == "y",
                  "variables": variables, "submit_host": socket.gethostname(),
                  "resources": dict(resources), "output": options.get("o", ""), "error": options.get("e", ""),
-                 "mail_points": options.get("m", "a"), "mail_users": options.get("M", ""),
+                 "mail_points": mail_points, "mail_users": options.get("M", ""), "keep": keep,
                  "shell": options.get("S", ""), **({"W": extra_w} if extra_w else {})}
     return job, deps, befores
 
@@ -126,6 +131,9 @@ def submit_parsed(cmd: list[tuple[str, str]], rest: list[str], stdin=None, cwd: 
     site = load_site()
     user = whoami()
     job, deps, befores = make_job(options, resources, script, script_name, cwd, env, user, site.server, now)
+    args = shlex.join([part for letter, value in cmd for part in (f"-{letter}", value) if part] + rest)
+    if args:
+        job.extra["submit_args"] = args  # (qstat -f's submit_args, normalised: -l and its value apart)
     if interactive:
         if "t" in options or "J" in options:
             raise UsageError("an interactive job (-I) cannot be an array")

@@ -15,8 +15,10 @@ status is recorded as ended (or requeued when rerunnable).  No job starts twice.
 """
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import pwd
 import selectors
 import shlex
 import signal
@@ -30,7 +32,7 @@ from pathlib import Path
 from ..core.jobs import ACTIVE, EXITING, FINISHED, RUNNING, Job
 from ..drain.moablog import DailyWriter
 from ..drain.samples import Sampler
-from ..pbs import accounting, common
+from ..pbs import accounting, common, mail
 from ..pbs import front as commands
 from ..store.journal import StoreError, write_atomic
 from ..store.journaled import Batch
@@ -187,9 +189,7 @@ class Server:
         """End a job whose process is gone; signal one past its walltime or deleted."""
         if "launched" not in job.extra:
             if job.state == EXITING:  # deleted between its pass and its launch
-                self.batch.do("ended", now, id=job.id, exit_status=256 + signal.SIGTERM)
-                accounting.write(self.home, "E", job, self.site.server, now)
-                accounting.dependency_deletions(self.batch, now)
+                self._finish(job, 256 + signal.SIGTERM, now)
             return
         # the pid file names the wrapper that runs the job; the start time recorded at
         # launch (None: it had already ended) tells a reused pid from ours
@@ -217,9 +217,7 @@ class Server:
                     self._note(job, now, clear=["launched", "pid", "pid_start", "signal", "signalled_at"])
                     return
                 status = LOST
-            self.batch.do("ended", now, id=job.id, exit_status=status)
-            accounting.write(self.home, "E" if status != LOST else "A", job, self.site.server, now)
-            accounting.dependency_deletions(self.batch, now)
+            self._finish(job, status, now)
             return
         pending = job.extra.get("pending_signals")
         if pending:  # qsig: deliver, then forget
@@ -236,6 +234,22 @@ class Server:
                 self._signal(job, pid, signal.SIGTERM, now)
             elif sent == signal.SIGTERM and now >= at + self.grace:
                 self._signal(job, pid, signal.SIGKILL, now)
+
+    def _finish(self, job: Job, status: int, now: float, why: str = "") -> None:
+        """The job ended with `status`: record it (E, or A when the server lost or could
+        not start it), mail its owner, and delete what depended on it failing."""
+        # killed past its walltime (a deleted job is EXITING): the abort PBS mails about
+        walltime = job.state == RUNNING and "signal" in job.extra
+        self.batch.do("ended", now, id=job.id, exit_status=status)
+        aborted = status == LOST
+        accounting.write(self.home, "A" if aborted else "E", job, self.site.server, now)
+        if aborted or walltime:
+            why = why or ("Job exceeded its walltime limit. Job was aborted" if walltime
+                          else "Job lost: its process vanished without an exit status")
+            mail.send(self.site, job, mail.ABORT, f"Aborted by PBS Server\n{why}", now)
+        else:
+            mail.send(self.site, job, mail.END, "Execution terminated", now)
+        accounting.dependency_deletions(self.batch, now)
 
     def _note(self, job: Job, now: float, **change) -> None:
         """Journal what changed about a job's process (a `process` record, not an alter)."""
@@ -261,13 +275,19 @@ class Server:
         script.chmod(0o700)
         nodefile = d / "nodes"
         nodefile.write_text("".join(f"{n}\n" * max(1, len(c)) for n, c in zip(job.nodes, job.cores)))
-        workdir = x.get("workdir") or str(self.home)
+        home = _home(job)
+        workdir = x.get("workdir") or home  # PBS starts a job in its owner's home unless -d/-w
         submit_dir = x.get("submit_dir") or workdir  # default output files go where qsub ran
         seq = common.output_seq(job, self.site.flavor)
         out = _path(x.get("output"), submit_dir, f"{job.name}.o{seq}")
         err = _path(x.get("error"), submit_dir, f"{job.name}.e{seq}")
+        keep = x.get("keep", "n")  # -k o/e: that stream stays in the owner's home instead
+        if "o" in keep:
+            out = os.path.join(home, f"{job.name}.o{seq}")
+        if "e" in keep:
+            err = os.path.join(home, f"{job.name}.e{seq}")
         join = x.get("join", "n")
-        env = self._environment(job, nodefile, d / "tmp", workdir)
+        env = self._environment(job, nodefile, d / "tmp", workdir, home)
         if x.get("interactive"):
             # the waiting `qsub -I` runs the session under the same wrapper, on the
             # caller's terminal: it needs only the environment, written last
@@ -276,30 +296,31 @@ class Server:
             write_atomic(d / INTERACTIVE, json.dumps({"env": env, "workdir": workdir}))
             self._note(job, now, set={"launched": now})
             accounting.write(self.home, "S", job, self.site.server, now)
+            mail.send(self.site, job, mail.BEGIN, "Begun execution", now)
             return 1
         shell = x.get("shell") or "/bin/sh"
+        argv = ["/bin/sh", "-c", WRAPPER, "hpcsched-job", str(d), shell, str(script)]
+        if self.launcher:
+            line = shlex.join(argv)
+            argv = [part.replace("{host}", job.nodes[0]).replace("{command}", line) for part in self.launcher]
+        # the job and its output files get its -W umask (077 by default, as PBS's): the
+        # child inherits this process's umask, set just around its creation
+        old_umask = os.umask(int(x.get("W", {}).get("umask", "077"), 8))
         try:
-            stdout = open(out if join != "eo" else err, "ab")
-            stderr = subprocess.STDOUT if join in ("oe", "eo") else open(err, "ab")
-            with stdout:
-                argv = ["/bin/sh", "-c", WRAPPER, "hpcsched-job", str(d), shell, str(script)]
-                if self.launcher:
-                    line = shlex.join(argv)
-                    argv = [part.replace("{host}", job.nodes[0]).replace("{command}", line)
-                            for part in self.launcher]
+            with open(out if join != "eo" else err, "ab") as stdout, \
+                    (open(err, "ab") if join == "n" else contextlib.nullcontext(subprocess.STDOUT)) as stderr:
                 proc = subprocess.Popen(argv, cwd=workdir, env=env, stdin=subprocess.DEVNULL, stdout=stdout,
                                         stderr=stderr, start_new_session=True)
-            if stderr is not subprocess.STDOUT:
-                stderr.close()
         except OSError as e:
+            os.umask(old_umask)
             self._note(job, now, set={"launched": now}, comment=f"launch failed: {e.strerror}")
-            self.batch.do("ended", now, id=job.id, exit_status=LOST)
-            accounting.write(self.home, "A", job, self.site.server, now)
-            accounting.dependency_deletions(self.batch, now)
+            self._finish(job, LOST, now, why=f"Job could not start: {e.strerror}")
             return 0
+        os.umask(old_umask)
         self._note(job, now, set={"launched": now, "pid": proc.pid, "pid_start": _wait_start(proc.pid),
                                   "session": proc.pid})
         accounting.write(self.home, "S", job, self.site.server, now)
+        mail.send(self.site, job, mail.BEGIN, "Begun execution", now)
         return 1
 
     def _scan(self, job: Job, now: float) -> bool:
@@ -318,10 +339,10 @@ class Server:
                 return False
         return True
 
-    def _environment(self, job: Job, nodefile: Path, tmpdir: Path, workdir: str) -> dict[str, str]:
+    def _environment(self, job: Job, nodefile: Path, tmpdir: Path, workdir: str, home: str) -> dict[str, str]:
         x = job.extra
         v = dict(x.get("variables", {}))
-        env = {"PATH": v.get("PBS_O_PATH", "/usr/local/bin:/usr/bin:/bin"), "HOME": v.get("PBS_O_HOME", workdir),
+        env = {"PATH": v.get("PBS_O_PATH", "/usr/local/bin:/usr/bin:/bin"), "HOME": home,
                "USER": job.owner, "LOGNAME": job.owner, "SHELL": x.get("shell") or "/bin/sh", "LANG": v.get("PBS_O_LANG", "C")}
         env.update(v)
         r = job.request
@@ -441,6 +462,18 @@ class Server:
 
     def _stop(self, *_):
         self.stopping = True
+
+
+def _home(job: Job) -> str:
+    """The owner's home directory: $HOME as qsub saw it (jobs run as the server's user, so
+    the submitter's own view), else the password database's, else the server's."""
+    home = job.extra.get("variables", {}).get("PBS_O_HOME")
+    if home:
+        return home
+    try:
+        return pwd.getpwnam(job.owner).pw_dir
+    except KeyError:
+        return os.path.expanduser("~")
 
 
 def _path(given: str | None, workdir: str, default: str) -> str:

@@ -26,7 +26,7 @@ SOCKET = "server.sock"  # a running server listens here for "something changed"
 
 SITE_KEYS = frozenset({"flavor", "operators", "managers", "keep_completed", "pbsyod_launcher",
                        "server_interval", "kill_grace", "prejob_check", "launcher", "job_history_duration",
-                       "node_log", "scheduling"})
+                       "node_log", "scheduling", "mail_command"})
 FLAVORS = ("torque", "openpbs")
 CONFIG = "config.toml"
 OVERLAY = "qmgr.json"
@@ -124,6 +124,9 @@ def load_site(home: str | os.PathLike | None = None) -> Site:
         raise ConfigError(f"{where}: {flavor!r} is not torque or openpbs")
     if not isinstance(config.get("scheduling", True), bool):
         raise ConfigError("scheduling: must be true or false")
+    mailer = config.get("mail_command", [])
+    if not isinstance(mailer, list) or not all(isinstance(p, str) and p for p in mailer):
+        raise ConfigError('mail_command: must be a command as a list of words, e.g. ["sendmail", "-t"]')
     if not isinstance(config.get("node_log", False), (bool, str)) or config.get("node_log") == "":
         raise ConfigError("node_log: must be true, false or a directory")
     keep = config.get("keep_completed", 300)
