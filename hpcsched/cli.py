@@ -2,6 +2,8 @@
 
     hpcsched demo                      schedule a small workload on the embedded test rig
     hpcsched simulate TRACE [options]  replay an SWF trace, print metrics, write results
+    hpcsched sweep GRID [options]      replay a grid of configurations x traces in parallel
+    hpcsched report RESULTS... -o F    an HTML report of simulation or sweep results
     hpcsched drain LOGS... [options]   drain-time report from Moab-format node-status logs
 
 Exit status: 0 success, 1 a bad trace, log, job record or configuration (one line on
@@ -14,7 +16,6 @@ import os
 import sys
 import time
 
-from .config import parse_backfill
 from .core.errors import ConfigError, SchedulerError
 
 
@@ -48,28 +49,32 @@ def _groups(prog: str, given: str | None):
 
 
 def cmd_simulate(args) -> int:
-    from .sim.simulate import simulate
+    from .config import parse_backfill
+    from .sim.run import replay
     try:
-        parse_backfill(args.backfill)
+        if args.backfill:
+            parse_backfill(args.backfill)
     except ConfigError as e:
         print(f"hpcsched simulate: {e}", file=sys.stderr)
         return 2
     groups = _groups("simulate", args.groups)
     if groups is None:
         return 2
-    if not os.path.exists(args.trace):
-        print(f"hpcsched simulate: {args.trace}: no such file", file=sys.stderr)
-        return 1
+    given = {"trace": args.trace, "config": args.config, "policy": args.policy, "backfill": args.backfill,
+             "placement": args.placement, "estimate": args.estimate, "queue_from": args.queue_from,
+             "queue_map": args.queue_map, "cancelled": args.cancelled, "nodes": args.nodes, "ppn": args.ppn,
+             "shared": args.shared or None, "period": args.period, "skip_bad": args.skip_bad or None,
+             "warmup": args.warmup, "cooldown": args.cooldown or None, "size_classes": args.size_classes,
+             "capability": args.capability, "series": args.series, "gantt": args.gantt,
+             "drain": False if args.no_drain else None}
+    settings = {k: v for k, v in given.items() if v is not None}
     progress = _progress(sys.stderr) if sys.stderr.isatty() and not args.quiet else None
     try:
-        result = simulate(args.trace, policy=args.policy, backfill=args.backfill, nodes=args.nodes,
-                          ppn=args.ppn, shared=args.shared, period=args.period, skip_bad=args.skip_bad,
-                          warmup=args.warmup, progress=progress, drain=not args.no_drain,
-                          placement=args.placement, groups=groups)
+        result = replay(settings, progress=progress)
     except (SchedulerError, OSError, EOFError) as e:
         if progress:
             sys.stderr.write("\n")
-        print(f"hpcsched simulate: {args.trace}: {e}", file=sys.stderr)
+        print(f"hpcsched simulate: {e}", file=sys.stderr)
         return 1
     if progress:
         sys.stderr.write("\n")
@@ -80,6 +85,83 @@ def cmd_simulate(args) -> int:
                       result.write_json)
         _write_atomic(os.path.join(args.out, "schedule.swf"), result.write_swf)
         print(f"wrote {os.path.join(args.out, 'results.json')} and {os.path.join(args.out, 'schedule.swf')}")
+    if args.report:
+        from .sim import report
+        _write_atomic(args.report, lambda f: f.write(report.html([report.run_of(result.to_json(), args.trace)])))
+        print(f"wrote {args.report}")
+    return 0
+
+
+def cmd_sweep(args) -> int:
+    from .sim import report, sweep
+    try:
+        if args.cell is not None or (args.grid and os.path.isdir(args.grid) and not args.collect):
+            if not args.grid:
+                print("hpcsched sweep: --cell needs the array's directory", file=sys.stderr)
+                return 2
+            outcome = sweep.run_one(args.grid, sweep.cell_index(args.cell))
+            if "error" in outcome:
+                print(f"hpcsched sweep: cell {args.cell}: {outcome['error']}", file=sys.stderr)
+                return 1
+            return 0
+        if args.collect:
+            outcomes = sweep.collect(args.collect)
+        else:
+            if not args.grid:
+                print("hpcsched sweep: give a grid file (or --collect DIR)", file=sys.stderr)
+                return 2
+            cells = sweep.load(args.grid)
+            if args.array:
+                names = sweep.write_array(cells, args.array)
+                print(f"wrote {', '.join(os.path.join(args.array, n) for n in names)}: submit one of the "
+                      f"scripts ({len(cells)} tasks), then: hpcsched sweep --collect {args.array}")
+                return 0
+            show = None
+            if sys.stderr.isatty() and not args.quiet:
+                start = time.monotonic()
+
+                def show(done, total):
+                    spent = time.monotonic() - start
+                    left = spent / done * (total - done) if done else 0.0
+                    sys.stderr.write(f"\r{done}/{total} cells, {spent:.0f} s, about {left:.0f} s left ")
+                    sys.stderr.flush()
+            outcomes = sweep.run(cells, args.jobs, show)
+            if show:
+                sys.stderr.write("\n")
+    except (SchedulerError, OSError) as e:
+        print(f"hpcsched sweep: {e}", file=sys.stderr)
+        return 1
+    sys.stdout.write(sweep.table(outcomes, args.format))
+    if args.out:
+        import json
+        os.makedirs(args.out, exist_ok=True)
+        _write_atomic(os.path.join(args.out, "results.json"), lambda f: json.dump(sweep.results(outcomes), f))
+        _write_atomic(os.path.join(args.out, "results.csv"), lambda f: f.write(sweep.table(outcomes, "csv")))
+        print(f"wrote {os.path.join(args.out, 'results.json')} and {os.path.join(args.out, 'results.csv')}")
+    if args.report:
+        runs = [o["run"] for o in outcomes if o.get("run")]
+        _write_atomic(args.report, lambda f: f.write(report.html(runs, f"hpcsched sweep: {args.grid or args.collect}")))
+        print(f"wrote {args.report}")
+    failed = [o for o in outcomes if "error" in o]
+    for o in failed:
+        print(f"hpcsched sweep: {o['label']}: {o['error']}", file=sys.stderr)
+    return 1 if failed else 0
+
+
+def cmd_report(args) -> int:
+    from .sim import report
+    runs = []
+    try:
+        for path in args.results:
+            runs.extend(report.load(path))
+    except FileNotFoundError as e:
+        print(f"hpcsched report: {e.filename}: no such file", file=sys.stderr)
+        return 1
+    except (OSError, ValueError, KeyError, TypeError) as e:
+        print(f"hpcsched report: {e}", file=sys.stderr)
+        return 1
+    _write_atomic(args.output, lambda f: f.write(report.html(runs)))
+    print(f"wrote {args.output} ({len(runs)} runs)")
     return 0
 
 
@@ -223,22 +305,59 @@ def main(argv=None) -> int:
     n.set_defaults(func=cmd_nodes)
     s = sub.add_parser("simulate", help="replay an SWF trace on the scheduling core")
     s.add_argument("trace", help="SWF file, plain or gzipped")
-    s.add_argument("--policy", choices=["fifo", "cobalt", "simon"], default="fifo")
-    s.add_argument("--backfill", default="easy", help="none, easy, conservative or depth=N")
-    s.add_argument("--nodes", type=int, help="nodes in the machine (default: the header's MaxProcs)")
+    s.add_argument("--config", help="a site configuration (hpcsched.toml(5)): queues and router, reservations, "
+                   "priority policy and options, nodes, backfill")
+    s.add_argument("--policy", choices=["fifo", "cobalt", "simon"], help="the priority policy (default: the "
+                   "config's, else fifo)")
+    s.add_argument("--backfill", help="none, easy, conservative or depth=N (default: the config's, else easy)")
+    s.add_argument("--estimate", choices=["request", "perfect", "easy++"],
+                   help="what the planner believes a job runs: the user's request (default), the exact run "
+                   "time, or Tsafrir's mean of the user's last two runs (EASY++)")
+    s.add_argument("--queue-from", choices=["router", "trace"],
+                   help="the job's queue: the router's choice (default) or the trace's queue field")
+    s.add_argument("--queue-map", help="trace queue numbers to queue names, e.g. 1=short,2=long (default qN)")
+    s.add_argument("--cancelled", choices=["keep", "drop"], help="cancelled records (status 5): keep (default) "
+                   "or drop")
+    s.add_argument("--nodes", type=int, help="nodes in the machine (default: the config's, else the header's "
+                   "MaxProcs)")
     s.add_argument("--ppn", type=int, help="cores per node (default 1)")
     s.add_argument("--shared", action="store_true", help="jobs share nodes core by core")
     s.add_argument("--period", type=float, help="also pass every PERIOD seconds while jobs wait")
     s.add_argument("--skip-bad", action="store_true", help="skip and count malformed lines")
-    s.add_argument("--warmup", type=float, default=0.0, help="fraction of first jobs left out of statistics")
+    s.add_argument("--warmup", type=float, help="fraction of first jobs left out of statistics")
+    s.add_argument("--cooldown", action="store_true", help="leave out jobs that end after the last submission")
+    s.add_argument("--size-classes", help="lowest sizes of the size classes in units (default 1,2,5,17,65,257,1025)")
+    s.add_argument("--capability", type=int, help="capability jobs' least size in units (default 20%% of the "
+                   "machine)")
+    s.add_argument("--series", choices=["hour", "day", "week"], help="time series step (default day)")
+    s.add_argument("--gantt", help="the report's node-occupancy window: START_DAY,DAYS after the first "
+                   "submission (default 0,2)")
+    s.add_argument("--report", help="write a self-contained HTML report here")
     s.add_argument("--out", help="directory for results.json and schedule.swf")
     s.add_argument("--quiet", action="store_true", help="no progress line")
-    s.add_argument("--placement", choices=["first-fit", "contiguous"], default="first-fit",
+    s.add_argument("--placement", choices=["first-fit", "contiguous"],
                    help="which free nodes a job gets: the lowest (first-fit), or one run of consecutive nodes")
     s.add_argument("--no-drain", action="store_true", help="leave drain-time accounting out (a little faster)")
     s.add_argument("--groups", help="drain by job size: groups' lowest sizes in nodes "
                    "(default 1,129,1000,2000,4000,8000,16000)")
     s.set_defaults(func=cmd_simulate)
+    w = sub.add_parser("sweep", help="replay a grid of configurations x traces on every core (or as a job array)")
+    w.add_argument("grid", nargs="?", help="the grid file (TOML; see man 1 hpcsched), or with --cell the "
+                   "array's directory")
+    w.add_argument("--jobs", type=int, help="processes (default: every core)")
+    w.add_argument("--format", choices=["text", "csv", "json"], default="text", help="the table's form")
+    w.add_argument("--out", help="directory for results.json (every cell, for hpcsched report) and results.csv")
+    w.add_argument("--report", help="write a self-contained HTML report of every cell here")
+    w.add_argument("--array", metavar="DIR", help="instead of running, write the cells and PBS, Torque and "
+                   "Slurm job-array scripts (one task per cell) into DIR")
+    w.add_argument("--cell", help="run one cell of an array directory (default: the batch system's array index)")
+    w.add_argument("--collect", metavar="DIR", help="merge the cells an array's tasks wrote into one table")
+    w.add_argument("--quiet", action="store_true", help="no progress line")
+    w.set_defaults(func=cmd_sweep)
+    p = sub.add_parser("report", help="an HTML report (inline SVG) of simulation or sweep results")
+    p.add_argument("results", nargs="+", help="results.json files from simulate --out or sweep --out")
+    p.add_argument("-o", "--output", default="report.html", help="the HTML file (default report.html)")
+    p.set_defaults(func=cmd_report)
     r = sub.add_parser("drain", help="drain-time report from Moab-format node-status logs (one file per day)")
     r.add_argument("logs", nargs="+", help="log files or directories (plain or .gz), in time order")
     r.add_argument("--jobs", action="append", help="job records: a Torque accounting log (file or directory), "
@@ -253,10 +372,12 @@ def main(argv=None) -> int:
     r.add_argument("--json", action="store_true", help="the report as JSON")
     r.set_defaults(func=cmd_drain)
     args = ap.parse_args(argv)
+    if args.command == "sweep" and args.jobs is not None and args.jobs < 1:
+        ap.error("--jobs must be at least 1")
     if getattr(args, "nodes", None) is not None and args.nodes < 1 or getattr(args, "ppn", None) is not None \
             and args.ppn < 1 or (getattr(args, "cores", None) or 1) < 1:
         ap.error("--nodes, --ppn and --cores must be at least 1")
-    if getattr(args, "warmup", 0.0) and not 0 <= args.warmup < 1:
+    if getattr(args, "warmup", None) and not 0 <= args.warmup < 1:
         ap.error("--warmup must be a fraction in [0, 1)")
     try:
         return args.func(args)

@@ -23,6 +23,11 @@ from .policies.simon import Simon
 CORE_KEYS = frozenset({"server_name", "backfill", "interval", "overrun_grace", "reservation_slop",
                        "default_queue", "priority", "queues", "nodes", "reservations", "placement",
                        "dependency_failure"})
+#: The keys of a site file the commands and the server read (store/site.py); the simulator
+#: takes a site's file whole and leaves these alone.
+DRIVER_KEYS = frozenset({"flavor", "operators", "managers", "keep_completed", "pbsyod_launcher",
+                         "server_interval", "kill_grace", "prejob_check", "launcher", "job_history_duration",
+                         "node_log", "scheduling", "mail_command"})
 
 #: The embedded default: a small test rig with ALCF-style routing and EASY backfill.
 DEFAULT_TOML = """\

@@ -349,6 +349,18 @@ class Scheduler:
             not q.started or q.max_running is not None or q.max_running_per_user is not None
             or q.max_running_fraction is not None for q in self.router.queues.values())
 
+    def wakeup(self, now: float) -> float:
+        """The first time after `now` at which a pass may decide differently although no job
+        arrives or ends: a reservation begins or ends, a deferred job (`start_after`) becomes
+        eligible.  inf when nothing waits.  A driver with a clock passes then (the simulator
+        does; the server passes every interval anyway)."""
+        soonest = min((self.jobs[j].start_after for j in self._waiting), default=math.inf)
+        for r in self.reservations.values() if self.runnable else ():
+            for start, end in r.occurrences(now, soonest):
+                soonest = min(soonest, start if start > now else end)
+                break
+        return soonest
+
     def run_now(self, job_id: int, now: float, nodes: tuple[str, ...] = ()) -> Start:
         """qrun: start a queued job now, ahead of its turn, on free nodes (only `nodes`,
         if given).  Priority, queue limits and reservations are the operator's call;

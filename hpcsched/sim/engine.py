@@ -8,7 +8,14 @@ streams).  At each instant the loop ends the jobs whose run time is up (`job_end
 `events` (callables taking (scheduler, now)), then runs one scheduling pass, the pass
 the commands and the server run; also every `period` seconds while jobs wait (Cobalt
 passes every 15 s).  A started job ends at its start plus its run time.  So runs are
-deterministic: ends first, then submissions in arrival order, then events.
+deterministic: ends first, then submissions in arrival order, then events (in time
+order, then the order they were added).  While jobs wait there is also a pass when a
+reservation begins or ends or a deferred job becomes eligible (`Scheduler.wakeup`).  A submission the core refuses (no queue takes
+it) is kept in `rejected` with the reason, and the replay goes on.
+
+An `Estimates` model (sim/estimates.py) may stand between the trace and the planner: it
+sets each job's walltime (the planner's estimate) as the job is submitted, learns from
+each end, and gives a new estimate when a running job outlives its own.
 
 The server (`server/loop.py`) is the real-time twin: the same calls into the same core,
 on the wall clock, with real processes ending the jobs.
@@ -16,10 +23,11 @@ on the wall clock, with real processes ending the jobs.
 from __future__ import annotations
 
 import heapq
+import itertools
 import math
 from typing import Callable, Iterable
 
-from ..core.errors import SchedulerError
+from ..core.errors import Rejected, SchedulerError
 from ..core.jobs import Job
 from ..core.plan import Plan
 from ..core.scheduler import Scheduler
@@ -35,11 +43,12 @@ class Finished:
     """One replayed job: the tag it arrived with (a trace record in a replay) and what the
     simulation did with it."""
 
-    __slots__ = ("record", "submit", "start", "end", "size", "units", "backfill")
+    __slots__ = ("record", "submit", "start", "end", "size", "units", "backfill", "queue")
 
-    def __init__(self, record, submit: float, start: float, end: float, size: int, units: int, backfill: bool):
+    def __init__(self, record, submit: float, start: float, end: float, size: int, units: int, backfill: bool,
+                 queue: str = ""):
         self.record, self.submit, self.start, self.end = record, submit, start, end
-        self.size, self.units, self.backfill = size, units, backfill
+        self.size, self.units, self.backfill, self.queue = size, units, backfill, queue
 
     @property
     def wait(self) -> float:
@@ -62,20 +71,28 @@ class Engine:
     """The discrete-event loop around one Scheduler."""
 
     def __init__(self, scheduler: Scheduler, period: float | None = None,
-                 progress: Callable[[int], None] | None = None):
-        self.scheduler, self.period, self.progress = scheduler, period, progress
+                 progress: Callable[[int], None] | None = None, estimates=None):
+        self.scheduler, self.period, self.progress, self.estimates = scheduler, period, progress, estimates
+        self.rejected: list[tuple[object, str]] = []  # (tag, reason) of refused submissions
+        self._timed: list[tuple[float, int, Callable]] = []  # (time, order added, event)
+        self._added = itertools.count()
+
+    def at(self, t: float, event: Callable[[Scheduler, float], None]) -> None:
+        """Call `event(scheduler, t)` at `t` (a pass follows), after the events already due then."""
+        heapq.heappush(self._timed, (t, next(self._added), event))
 
     def run(self, arrivals: Iterable[tuple[float, Job, float, object]],
             events: Iterable[tuple[float, Callable[[Scheduler, float], None]]] = (),
             watch: Callable[[Plan], None] | None = None, keep: bool = False) -> tuple[list[Finished], dict]:
         """Run to the end; (the jobs in the order they ended, the machine's accounting:
         busy and idle-while-waiting unit-seconds, first submit, last end, passes, units)."""
-        sched, period, progress = self.scheduler, self.period, self.progress
+        sched, period, progress, estimates = self.scheduler, self.period, self.progress, self.estimates
         ends: list[tuple[float, int]] = []  # (end time, job id)
-        running: dict[int, tuple] = {}  # job id -> tag, submit, start, size, units, backfill
+        running: dict[int, tuple] = {}  # job id -> tag, submit, start, size, units, backfill, queue
         waiting: dict[int, tuple] = {}  # job id -> tag, run time
-        timed = sorted(events, key=lambda e: e[0])
-        timed.reverse()  # popped from the end, soonest first
+        for t, event in events:
+            self.at(t, event)
+        timed = self._timed
         finished: list[Finished] = []
         source = iter(arrivals)
         nxt = next(source, None)
@@ -85,9 +102,16 @@ class Engine:
         first = last_t = None
         last_end, passes = 0.0, 0
         next_tick = INF
-        while nxt is not None or ends or timed or (next_tick < INF and sched.runnable):
+
+        def outlived(jid: int, tag):  # a running job reached its estimate: give it a new one
+            def event(sched: Scheduler, now: float) -> None:
+                if jid in running:
+                    sched.alter(jid, now, walltime=estimates.corrected(sched.jobs[jid], tag, now))
+            return event
+
+        while nxt is not None or ends or timed or next_tick < INF:
             now = min(nxt[0] if nxt is not None else INF, ends[0][0] if ends else INF,
-                      timed[-1][0] if timed else INF, next_tick if sched.runnable else INF)
+                      timed[0][0] if timed else INF, next_tick)
             if last_t is not None:
                 dt = now - last_t
                 busy += busy_units * dt
@@ -96,24 +120,32 @@ class Engine:
             last_t = now
             while ends and ends[0][0] == now:
                 _, jid = heapq.heappop(ends)
-                tag, submit, start, size, units, backfill = running.pop(jid)
-                sched.job_ended(jid, now, 0)
+                tag, submit, start, size, units, backfill, queue = running.pop(jid)
+                ended = sched.job_ended(jid, now, 0)
                 if not keep:
                     sched.forget(jid)
                 busy_units -= units
-                finished.append(Finished(tag, submit, start, now, size, units, backfill))
+                finished.append(Finished(tag, submit, start, now, size, units, backfill, queue))
+                if estimates:
+                    estimates.ended(ended, now - start)
                 last_end = now
             while nxt is not None and nxt[0] == now:
                 _, job, run, tag = nxt
-                job = sched.submit(job, now)
-                waiting[job.id] = (tag, run)
+                if estimates:
+                    estimates.predict(job, tag, run, now)
+                try:
+                    job = sched.submit(job, now)
+                except Rejected as e:
+                    self.rejected.append((tag, str(e)))
+                else:
+                    waiting[job.id] = (tag, run)
                 if first is None:
                     first = now
                 nxt = next(source, None)
                 if nxt is not None and nxt[0] < now:
                     raise SimulationError(f"arrivals not sorted by submit time at job {nxt[1].id or nxt[3]}")
-            while timed and timed[-1][0] == now:
-                timed.pop()[1](sched, now)
+            while timed and timed[0][0] == now:
+                heapq.heappop(timed)[2](sched, now)
             plan = sched.iterate(now)
             passes += 1
             for st in plan.started:
@@ -122,12 +154,17 @@ class Engine:
                 units = st.allocation.units.bit_count()
                 busy_units += units
                 job = sched.jobs[jid]
-                running[jid] = (tag, job.submit_time, now, sched.topology.size(job.request), units, st.backfill)
+                running[jid] = (tag, job.submit_time, now, sched.topology.size(job.request), units, st.backfill,
+                                job.queue)
                 heapq.heappush(ends, (now + run, jid))
+                if estimates and run > job.walltime:
+                    self.at(now + job.walltime, outlived(jid, tag))
             if watch:
                 watch(plan)
-            if period:
-                next_tick = (math.floor(now / period) + 1) * period
+            # a pass also when a reservation begins or ends or a deferred job becomes eligible
+            next_tick = sched.wakeup(now)
+            if period and sched.runnable:
+                next_tick = min(next_tick, (math.floor(now / period) + 1) * period)
             if progress:
                 progress(len(finished))
         acc = {"busy": busy, "idle_while_waiting": idle_while_waiting, "first": first, "last": last_end,

@@ -14,15 +14,16 @@ import gc
 import json
 import math
 import os
+import re
 from dataclasses import dataclass, field
 from typing import Callable, Iterable
 
-from ..config import build
+from ..config import DRIVER_KEYS, build
 from ..core.jobs import Job, Request
 from ..drain.accounts import GROUPS, Accounts, JobRecord
 from ..drain.accounts import text as drain_text
 from ..drain.samples import Recorder
-from . import swf
+from . import estimates, swf
 from .engine import Engine, Finished, SimulationError
 from .metrics import Metrics, compute
 
@@ -30,13 +31,29 @@ from .metrics import Metrics, compute
 @dataclass(frozen=True)
 class Machine:
     """What the trace runs on: `nodes` nodes of `ppn` cores.  Exclusive nodes take
-    ceil(procs / ppn) whole nodes per job; shared nodes take `procs` cores."""
+    ceil(procs / ppn) whole nodes per job; shared nodes take `procs` cores.  A site's own
+    [[nodes]] tables (`tables`) describe it instead when the replay has a --config."""
 
     nodes: int
     ppn: int = 1
     shared: bool = False
+    tables: tuple = ()
+
+    @classmethod
+    def from_tables(cls, tables: list[dict]) -> Machine:
+        """The machine of a site's [[nodes]] tables: its node count, its largest core
+        count (what a trace's processors are packed by), shared if any table is."""
+        from ..core import nodelist
+        try:
+            names = [n for t in tables for n in nodelist.expand(t["names"])]
+            ppn = max(int(t.get("cores", 1)) for t in tables)
+        except (KeyError, TypeError, ValueError, AttributeError) as e:
+            raise SimulationError(f"nodes: {e}") from None
+        return cls(len(names), ppn, any(t.get("shared", False) for t in tables), tuple(tables))
 
     def config(self) -> list[dict]:
+        if self.tables:
+            return [dict(t) for t in self.tables]
         width = len(str(self.nodes - 1))
         return [{"names": f"n[{0:0{width}d}-{self.nodes - 1:0{width}d}]" if self.nodes > 1 else "n0",
                  "cores": self.ppn, "shared": self.shared}]
@@ -74,18 +91,50 @@ class MapStats:
     skipped_no_procs: int = 0  # neither allocated nor requested processors known
     skipped_never_ran: int = 0  # run time unknown (-1): cancelled before it started
     skipped_too_large: int = 0  # more processors than the machine has
+    skipped_cancelled: int = 0  # status 5 (cancelled), with --cancelled drop
     estimate_from_run: int = 0  # no requested time: the actual run time was used
     cut_at_request: int = 0  # ran longer than requested: killed at the request
+    rejected: int = 0  # refused by every queue the router offered (reasons in `rejections`)
+    rejections: dict = field(default_factory=dict)  # reason (job numbers blanked) -> count
 
     @property
     def simulated(self) -> int:
         return (self.records - self.skipped_no_procs - self.skipped_never_ran
-                - self.skipped_too_large)
+                - self.skipped_too_large - self.skipped_cancelled - self.rejected)
 
 
-def map_record(rec: swf.Record, machine: Machine, stats: MapStats) -> tuple[Request, float, float] | None:
+@dataclass(frozen=True)
+class TraceMap:
+    """How a trace's fields become jobs (documented in man 1 hpcsched):
+
+    user u<N> -> owner; group g<N> -> group and account; queue: the router chooses
+    ("router", the default) or the record's queue number names it ("trace": through
+    `queues` {number: name}, else q<N>); requested time -> walltime, the run time when
+    none is recorded; cancelled records (status 5) kept ("keep") or dropped ("drop")."""
+
+    queue: str = "router"
+    queues: tuple = ()  # ((number, name), ...)
+    cancelled: str = "keep"
+
+    def __post_init__(self):
+        if self.queue not in ("router", "trace"):
+            raise SimulationError(f"queue mapping {self.queue!r}: use router or trace")
+        if self.cancelled not in ("keep", "drop"):
+            raise SimulationError(f"cancelled {self.cancelled!r}: use keep or drop")
+
+    def queue_of(self, rec: swf.Record) -> str:
+        if self.queue == "router":
+            return ""
+        return dict(self.queues).get(rec.queue, f"q{rec.queue}")
+
+
+def map_record(rec: swf.Record, machine: Machine, stats: MapStats, tmap: TraceMap = TraceMap()
+               ) -> tuple[Request, float, float] | None:
     """(request, walltime, run time) for one record, or None if it cannot be replayed."""
     stats.records += 1
+    if rec.status == 5 and tmap.cancelled == "drop":
+        stats.skipped_cancelled += 1
+        return None
     procs = rec.procs if rec.procs > 0 else rec.req_procs
     if procs <= 0:
         stats.skipped_no_procs += 1
@@ -115,9 +164,12 @@ def map_record(rec: swf.Record, machine: Machine, stats: MapStats) -> tuple[Requ
     return request, estimate, run
 
 
-def job_for(rec: swf.Record, request: Request, walltime: float) -> Job:
-    """The job a trace record submits: owner u<user>, group g<group>, the record's id."""
-    return Job(id=rec.job, owner=f"u{rec.user}", group=f"g{rec.group}", request=request, walltime=walltime)
+def job_for(rec: swf.Record, request: Request, walltime: float, queue: str = "") -> Job:
+    """The job a trace record submits: owner u<user>, group and account g<group>, the
+    record's id, the queue the mapping names (none: the router's choice)."""
+    group = f"g{rec.group}"
+    return Job(id=rec.job, owner=f"u{rec.user}", group=group, account=group, queue=queue, request=request,
+               walltime=walltime)
 
 
 @functools.lru_cache(maxsize=4096)
@@ -136,6 +188,9 @@ class Result:
     backfill: str
     header: swf.Header = field(default_factory=swf.Header)
     drain: dict | None = None  # the drain report (drain/accounts.py), if it was accounted
+    estimate: str = "request"
+    trace_map: TraceMap = field(default_factory=TraceMap)
+    gantt: dict | None = None  # a window's node occupancy (Strip.occupancy), for a report
 
     def summary(self) -> str:
         out = self.metrics.text(self)
@@ -144,13 +199,16 @@ class Result:
         return out
 
     def to_json(self) -> dict:
-        return {"policy": self.policy, "backfill": self.backfill, "epoch": self.header.unix_start_time or 0,
+        return {"policy": self.policy, "backfill": self.backfill, "estimate": self.estimate,
+                "trace_map": {"queue": self.trace_map.queue, "queues": dict(self.trace_map.queues),
+                              "cancelled": self.trace_map.cancelled},
+                "epoch": self.header.unix_start_time or 0,
                 "machine": {"nodes": self.machine.nodes, "ppn": self.machine.ppn, "shared": self.machine.shared},
                 "mapping": vars(self.mapping) | {"simulated": self.mapping.simulated},
-                "metrics": self.metrics.to_json(), "drain": self.drain,
+                "metrics": self.metrics.to_json(), "drain": self.drain, "gantt": self.gantt,
                 "jobs": [{"job": f.record.job, "submit": f.submit, "start": f.start, "end": f.end,
-                          "wait": f.wait, "run": f.run, "size": f.size, "backfill": f.backfill}
-                         for f in self.jobs]}
+                          "wait": f.wait, "run": f.run, "size": f.size, "units": f.units, "queue": f.queue,
+                          "backfill": f.backfill} for f in self.jobs]}
 
     def write_json(self, out) -> None:
         """`to_json()` as JSON: the summary indented, then one line per job (the C encoder
@@ -177,13 +235,13 @@ class Result:
         return {f.record.job: f.start for f in self.jobs}
 
 
-def arrivals(records: Iterable[swf.Record], machine: Machine, mapping: MapStats):
+def arrivals(records: Iterable[swf.Record], machine: Machine, mapping: MapStats, tmap: TraceMap = TraceMap()):
     """The engine's arrivals from trace records, mapped onto `machine` as they are read."""
     for rec in records:
-        mapped = map_record(rec, machine, mapping)
+        mapped = map_record(rec, machine, mapping, tmap)
         if mapped is not None:
             request, wall, run = mapped
-            yield rec.submit, job_for(rec, request, wall), run, rec
+            yield rec.submit, job_for(rec, request, wall, tmap.queue_of(rec)), run, rec
 
 
 def record(job: int, submit: float, procs: int, run: float, req_time: float = -1, user: int = 1,
@@ -193,20 +251,28 @@ def record(job: int, submit: float, procs: int, run: float, req_time: float = -1
                       queue, -1, -1, -1)
 
 
-def simulate(workload, *, policy: str = "fifo", backfill: str = "easy", nodes: int | None = None,
+def simulate(workload, *, policy: str | None = None, backfill: str | None = None, nodes: int | None = None,
              ppn: int | None = None, shared: bool = False, period: float | None = None,
-             skip_bad: bool = False, warmup: float = 0.0, config: dict | None = None,
+             skip_bad: bool = False, warmup: float = 0.0, cooldown: bool = False, config: dict | None = None,
              progress: Callable[[int, int], None] | None = None, drain: bool = True,
-             groups=GROUPS, placement: str = "first-fit") -> Result:
+             groups=GROUPS, placement: str | None = None, estimate: str = "request",
+             trace_map: TraceMap = TraceMap(), size_classes=None, capability: int | None = None,
+             series_step: float = 86400.0, gantt=(0.0, 2.0)) -> Result:
     """Replay `workload` (an SWF path, or Records / `record(...)` tuples sorted by submit
-    time) under a policy and backfill mode; returns the schedule and its metrics.
+    time) under a site's configuration; returns the schedule and its metrics.
 
-    `config` may give extra scheduler settings (priority options, queues); the machine
-    always comes from the trace header or `nodes`/`ppn`/`shared`, its node `placement`
-    from the argument (first-fit or contiguous; see machines/nodepool.py).  `warmup` excludes that
-    fraction of the first jobs (by submit order) from the per-job statistics.  With `drain`,
-    every pass's node picture is accounted (drain/), reported by job-size `groups`.  Python's
-    cycle collector is paused while it runs (for every thread) and restored after."""
+    `config` is a site configuration (what `hpcsched.toml` holds: queues and router,
+    reservations, priority policy and options, nodes, backfill); `policy`, `backfill`,
+    `placement` and the machine options override it.  The machine is, in order: `nodes`/
+    `ppn`/`shared`, the config's [[nodes]], the trace header's MaxProcs.  A reservation
+    whose start is a date is placed on the trace's clock through its UnixStartTime.
+    `estimate` is the runtime estimate model (estimates.py), `trace_map` how records
+    become jobs.  `warmup` excludes that fraction of the first jobs (by submit order) from
+    the per-job statistics, `cooldown` the jobs ending after the last submission.  With
+    `drain`, every pass's node picture is accounted (drain/), reported by job-size
+    `groups`.  `gantt` (start day, days after the first submission) is the window whose
+    node occupancy the result keeps for a report.  Python's cycle collector is paused
+    while it runs and restored after."""
     read_stats = swf.ReadStats()
     if isinstance(workload, (str, os.PathLike)):
         header = swf.header(workload)  # sizes the machine; the records then stream
@@ -214,21 +280,30 @@ def simulate(workload, *, policy: str = "fifo", backfill: str = "easy", nodes: i
     else:
         header = swf.Header()
         records = [r if isinstance(r, swf.Record) else record(*r) for r in workload]
-        if nodes is None:
+        if nodes is None and not (config or {}).get("nodes"):
             nodes = max((r.procs if r.procs > 0 else r.req_procs for r in records), default=1)
-    machine = machine_for(header, nodes, ppn, shared)
     cfg = dict(config or {})
+    if nodes is None and ppn is None and not shared and cfg.get("nodes"):
+        machine = Machine.from_tables(cfg["nodes"])
+    else:
+        machine = machine_for(header, nodes, ppn, shared)
     cfg["nodes"] = machine.config()
-    cfg.setdefault("placement", placement)
+    cfg["placement"] = placement or cfg.get("placement", "first-fit")
     cfg.setdefault("queues", {"batch": {}})
-    cfg["priority"] = dict(cfg.get("priority", {}), policy=policy)
-    cfg["backfill"] = backfill
+    cfg["priority"] = dict(cfg.get("priority", {}))
+    cfg["priority"]["policy"] = policy = policy or cfg["priority"].get("policy", "fifo")
+    cfg["backfill"] = backfill = backfill or cfg.get("backfill", "easy")
     if period:
         cfg.setdefault("interval", period)
-    sched = build(cfg)
+    cfg["reservations"] = [_on_trace_clock(r, header.unix_start_time) for r in cfg.get("reservations", [])]
+    sched = build(cfg, extra_keys=DRIVER_KEYS)
     mapping = MapStats()
-    engine = Engine(sched, period, progress and (lambda done: progress(mapping.records, done)))
+    engine = Engine(sched, period, progress and (lambda done: progress(mapping.records, done)),
+                    estimates=None if estimate == "request" else estimates.model(estimate))
     recorder = Recorder(sched, Accounts(offset=_utc_offset(header)), header.unix_start_time or 0.0) if drain else None
+    strip = Strip(*gantt) if gantt else None
+    watchers = [w.watch for w in (recorder, strip) if w is not None]
+    watch = watchers[0] if len(watchers) == 1 else (lambda plan: [w(plan) for w in watchers]) if watchers else None
     # A replay keeps two objects per job (its record and its Finished) to the end and
     # leaves no cyclic garbage, so Python's cycle collector would only scan them over and
     # over, all of them at every full collection (8 % of a RICC replay when measured).  It
@@ -236,14 +311,61 @@ def simulate(workload, *, policy: str = "fifo", backfill: str = "easy", nodes: i
     collecting = gc.isenabled()
     gc.disable()
     try:
-        finished, acc = engine.run(arrivals(records, machine, mapping), watch=recorder and recorder.watch)
-        metrics = compute(finished, acc, warmup)
+        finished, acc = engine.run(arrivals(records, machine, mapping, trace_map), watch=watch)
+        metrics = compute(finished, acc, warmup, cooldown, size_classes, capability, series_step)
         report = recorder and recorder.accounts.report(job_records(finished, recorder.epoch), groups=groups)
     finally:
         if collecting:
             gc.enable()
     mapping.skipped_bad_lines = read_stats.skipped
-    return Result(finished, metrics, machine, mapping, policy, backfill, header, report)
+    mapping.rejected = len(engine.rejected)
+    for _, reason in engine.rejected:
+        shape = re.sub(r"\d+(?:[.:]\d+)*", "N", reason)
+        mapping.rejections[shape] = mapping.rejections.get(shape, 0) + 1
+    return Result(finished, metrics, machine, mapping, policy, backfill, header, report, estimate, trace_map,
+                  strip.occupancy(finished, acc["units"]) if strip else None)
+
+
+class Strip:
+    """The allocations of the jobs that occupy a window of the replay, for a Gantt strip:
+    each start seen by the pass watcher in the window, or up to a week before it, kept as
+    runs of consecutive units; `occupancy` keeps those still running in the window."""
+
+    LOOKBACK = 7 * 86400.0
+
+    def __init__(self, start_day: float, days: float):
+        self.offset, self.length = start_day * 86400.0, days * 86400.0
+        self.first: float | None = None
+        self.starts: dict[int, tuple[float, list]] = {}
+
+    def watch(self, plan) -> None:
+        if self.first is None:
+            self.first = plan.now
+        t0 = self.first + self.offset
+        if t0 - self.LOOKBACK <= plan.now < t0 + self.length:
+            for st in plan.started:
+                bits = format(st.allocation.units, "b")[::-1]
+                self.starts[st.job_id] = (plan.now, [[m.start(), m.end() - m.start()]
+                                                     for m in re.finditer("1+", bits)])
+
+    def occupancy(self, finished, units: int) -> dict:
+        t0 = (self.first or 0.0) + self.offset
+        t1 = t0 + self.length
+        jobs = [[f.record.job, f.start, f.end, self.starts[f.record.job][1]] for f in finished
+                if f.record.job in self.starts and f.end > t0 and f.start < t1]
+        return {"window": [t0, t1], "units": units, "jobs": sorted(jobs, key=lambda j: (j[1], j[0]))}
+
+
+def _on_trace_clock(table: dict, epoch: int | None) -> dict:
+    """A configured reservation with its start on the trace's clock: a date becomes
+    seconds after the trace's UnixStartTime (numbers already are trace seconds)."""
+    start = table.get("start") if isinstance(table, dict) else None
+    if start is None or (isinstance(start, (int, float)) and not isinstance(start, bool)):
+        return table
+    from ..config import _time
+    if epoch is None:
+        raise SimulationError("reservations: a start date needs the trace's UnixStartTime; give seconds instead")
+    return dict(table, start=_time(start, "reservations.start") - epoch)
 
 
 def job_records(finished: list[Finished], epoch: float = 0.0) -> dict[str, JobRecord]:

@@ -17,16 +17,14 @@ import socket
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..config import build, loads
+from ..config import DRIVER_KEYS, build, loads
 from ..core.errors import ConfigError
 from ..core.scheduler import Scheduler
 from .journal import default_home, write_atomic
 
 SOCKET = "server.sock"  # a running server listens here for "something changed"
 
-SITE_KEYS = frozenset({"flavor", "operators", "managers", "keep_completed", "pbsyod_launcher",
-                       "server_interval", "kill_grace", "prejob_check", "launcher", "job_history_duration",
-                       "node_log", "scheduling", "mail_command"})
+SITE_KEYS = DRIVER_KEYS  # (config.py lists them: one place names every key a site file may hold)
 FLAVORS = ("torque", "openpbs")
 CONFIG = "config.toml"
 OVERLAY = "qmgr.json"
