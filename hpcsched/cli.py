@@ -25,16 +25,26 @@ class _Parser(argparse.ArgumentParser):
 
 
 def _progress(stream):
-    """A progress line on stderr, redrawn at most 5 times a second (terminals only)."""
+    """A progress line on stderr, redrawn at most 5 times a second (terminals only): jobs
+    done (of the header's MaxRecords when it has one), the simulated date, the rate and,
+    with a total, the time left."""
     last = [0.0]
     start = time.monotonic()
 
-    def show(read: int, done: int) -> None:
+    def show(read: int, done: int, clock: float | None = None, total: int | None = None) -> None:
         t = time.monotonic()
-        if t - last[0] >= 0.2:
-            last[0] = t
-            stream.write(f"\r{read} records read, {done} jobs finished, {t - start:.1f} s")
-            stream.flush()
+        if t - last[0] < 0.2:
+            return
+        last[0] = t
+        rate = done / max(t - start, 1e-9)
+        line = f"\r{done}" + (f"/{total}" if total else "") + f" jobs done, {read} records read"
+        if clock is not None:
+            line += ", simulated " + time.strftime("%Y-%m-%d %H:%M", time.gmtime(clock))
+        line += f", {rate:.0f} jobs/s"
+        if total and rate > 0:
+            line += f", about {max(0.0, (total - done) / rate):.0f} s left"
+        stream.write(line + "  ")
+        stream.flush()
     return show
 
 

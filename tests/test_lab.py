@@ -307,3 +307,15 @@ def test_kth_easy_plus_plus_improves_on_user_requests():
     waits = {e: simulate(KTH, drain=False, estimate=e).metrics.overall for e in ("request", "easy++")}
     assert waits["easy++"]["wait"]["mean"] < waits["request"]["wait"]["mean"]
     assert waits["easy++"]["bsld"]["mean"] < waits["request"]["bsld"]["mean"]
+
+
+def test_progress_line_shows_jobs_simulated_date_rate_and_time_left():
+    import io
+
+    from hpcsched.cli import _progress
+    out = io.StringIO()
+    show = _progress(out)
+    show(120, 100, 1272639895.0, 400)
+    line = out.getvalue()
+    assert line.startswith("\r100/400 jobs done, 120 records read, simulated 2010-04-30 15:04")
+    assert "jobs/s" in line and "s left" in line

@@ -354,6 +354,8 @@ class Scheduler:
         arrives or ends: a reservation begins or ends, a deferred job (`start_after`) becomes
         eligible.  inf when nothing waits.  A driver with a clock passes then (the simulator
         does; the server passes every interval anyway)."""
+        if not self._waiting and not self.reservations:
+            return math.inf  # (every pass of a plain replay asks)
         soonest = min((self.jobs[j].start_after for j in self._waiting), default=math.inf)
         for r in self.reservations.values() if self.runnable else ():
             for start, end in r.occurrences(now, soonest):

@@ -254,7 +254,7 @@ def record(job: int, submit: float, procs: int, run: float, req_time: float = -1
 def simulate(workload, *, policy: str | None = None, backfill: str | None = None, nodes: int | None = None,
              ppn: int | None = None, shared: bool = False, period: float | None = None,
              skip_bad: bool = False, warmup: float = 0.0, cooldown: bool = False, config: dict | None = None,
-             progress: Callable[[int, int], None] | None = None, drain: bool = True,
+             progress: Callable[..., None] | None = None, drain: bool = True,
              groups=GROUPS, placement: str | None = None, estimate: str = "request",
              trace_map: TraceMap = TraceMap(), size_classes=None, capability: int | None = None,
              series_step: float = 86400.0, gantt=(0.0, 2.0)) -> Result:
@@ -298,12 +298,19 @@ def simulate(workload, *, policy: str | None = None, backfill: str | None = None
     cfg["reservations"] = [_on_trace_clock(r, header.unix_start_time) for r in cfg.get("reservations", [])]
     sched = build(cfg, extra_keys=DRIVER_KEYS)
     mapping = MapStats()
-    engine = Engine(sched, period, progress and (lambda done: progress(mapping.records, done)),
+    total, epoch = header.number("MaxRecords") or header.number("MaxJobs"), header.unix_start_time or 0
+    engine = Engine(sched, period, progress and (
+        lambda done: progress(mapping.records, done, (sched.last_pass or 0.0) + epoch, total)),
                     estimates=None if estimate == "request" else estimates.model(estimate))
     recorder = Recorder(sched, Accounts(offset=_utc_offset(header)), header.unix_start_time or 0.0) if drain else None
     strip = Strip(*gantt) if gantt else None
-    watchers = [w.watch for w in (recorder, strip) if w is not None]
-    watch = watchers[0] if len(watchers) == 1 else (lambda plan: [w(plan) for w in watchers]) if watchers else None
+    watch = strip.watch if strip else None
+    if recorder and strip:
+        def watch(plan, account=recorder.watch, keep=strip.watch):
+            account(plan)
+            keep(plan)
+    elif recorder:
+        watch = recorder.watch
     # A replay keeps two objects per job (its record and its Finished) to the end and
     # leaves no cyclic garbage, so Python's cycle collector would only scan them over and
     # over, all of them at every full collection (8 % of a RICC replay when measured).  It
@@ -341,8 +348,8 @@ class Strip:
     def watch(self, plan) -> None:
         if self.first is None:
             self.first = plan.now
-        t0 = self.first + self.offset
-        if t0 - self.LOOKBACK <= plan.now < t0 + self.length:
+            self.lo, self.hi = plan.now + self.offset - self.LOOKBACK, plan.now + self.offset + self.length
+        if plan.started and self.lo <= plan.now < self.hi:
             for st in plan.started:
                 bits = format(st.allocation.units, "b")[::-1]
                 self.starts[st.job_id] = (plan.now, [[m.start(), m.end() - m.start()]
