@@ -21,7 +21,9 @@ def live(tmp_path, request, monkeypatch):
     init_site(home, nodes=2, cores=2)
     config = home / "config.toml"
     extra = getattr(request, "param", "")
-    config.write_text("server_interval = 0.25\nkill_grace = 1\n" + extra + config.read_text())
+    defaults = "".join(line for line in ("server_interval = 0.25\n", "kill_grace = 1\n")
+                       if line.split()[0] not in extra)  # (a param may set them itself)
+    config.write_text(defaults + extra + config.read_text())
     (tmp_path / "alice").mkdir()  # her home: where her jobs start unless -d says otherwise
     env = dict(os.environ, HPCSCHED_HOME=str(home), HPCSCHED_USER="alice", HOME=str(tmp_path / "alice"))
     env.pop("HPCSCHED_FLAVOR", None)
@@ -199,6 +201,26 @@ def test_qsig_reaches_the_jobs_processes(live):
     assert wait_for(env, work, jid)["exit_status"] == "7"
     assert (work / "sig.log").read_text() == "got USR1\n"
     assert cmd(env, work, "qsig", "-s", "NOPE", jid).returncode == 2
+
+
+def test_a_signal_the_kernel_refuses_never_stops_the_server(live):
+    env, home, work, start = live
+    server = start()
+    jid = cmd(env, work, "qsub", "-l", "walltime=60", stdin="sleep 30\n").stdout.strip()
+    wait_for(env, work, jid, "R")
+    for bad in ("99", "0", "12345678901234567890", "SIGNOPE"):
+        done = cmd(env, work, "qsig", "-s", bad, jid)
+        assert done.returncode == 2 and "illegal signal" in done.stderr
+    # one that slipped into the store anyway (an older client): dropped, reported, no death
+    from hpcsched.store.journaled import Batch
+    from hpcsched.store.site import load_site
+    batch = Batch.of(load_site(home))
+    with batch.open(write=True):
+        batch.do("process", id=int(jid.split(".")[0]), set={"pending_signals": [99]})
+    cmd(env, work, "qrls", jid)  # pokes the server
+    time.sleep(1.0)
+    assert server.poll() is None and state(env, work, jid)["job_state"] == "R"
+    assert cmd(env, work, "qdel", jid).returncode == 0
 
 
 def test_start_after_time_is_kept(live):
@@ -515,3 +537,43 @@ def test_qmgr_changes_reach_a_running_server(live):
     for jid in (held, fast.stdout.strip()):
         assert wait_for(env, work, jid)["exit_status"] == "0"
     assert state(env, work, fast.stdout.strip())["queue"] == "fast"
+
+
+@pytest.mark.parametrize("live", ["server_interval = 30\n"], indirect=True)
+def test_polling_commands_do_not_delay_walltime_enforcement(live):
+    """Deadlines, not the interval since the last command, drive steps: a 2 s job is killed
+    on time (and escalated to SIGKILL after the grace) while qstat polls twice a second,
+    with a 30 s interval."""
+    env, home, work, start = live
+    start()
+    stubborn = cmd(env, work, "qsub", "-l", "walltime=2", stdin="trap '' TERM; sleep 60\n").stdout.strip()
+    began = time.time()
+    while time.time() - began < 12:
+        listing = cmd(env, work, "qstat", stubborn)
+        if f"{stubborn.split('.')[0]}" in listing.stdout and " C " in listing.stdout:
+            break
+        time.sleep(0.5)
+    took = time.time() - began
+    assert state(env, work, stubborn)["exit_status"] == "265", listing.stdout  # SIGKILL after the grace
+    assert took < 8, took
+
+
+def test_a_nul_byte_is_refused_at_the_door_and_a_bad_path_fails_its_job_alone(live):
+    env, home, work, start = live
+    server = start()
+    for script in ("#PBS -N a\0b\ntrue\n", "#PBS -o out\0put\ntrue\n", "#PBS -v X=a\0b\ntrue\n"):
+        done = cmd(env, work, "qsub", "-l", "walltime=60", stdin=script)
+        assert done.returncode == 2 and "illegal character (NUL)" in done.stderr, done.stderr
+    # a path no file can have, already in the store (an older client): the job fails alone
+    jid = cmd(env, work, "qsub", "-h", "-l", "walltime=60", stdin="true\n").stdout.strip()
+    from hpcsched.store.journaled import Batch
+    from hpcsched.store.site import load_site
+    batch = Batch.of(load_site(home))
+    with batch.open(write=True):
+        job = batch.sched.job(int(jid.split(".")[0]))
+        batch.do("process", id=job.id, set={"output": str(work / "bad\0name")})
+    assert cmd(env, work, "qrls", jid).returncode == 0
+    s = wait_for(env, work, jid)
+    assert s["exit_status"] == "-1" and "launch failed" in s["comment"] and server.poll() is None
+    ok = cmd(env, work, "qsub", "-l", "walltime=60", stdin="true\n").stdout.strip()
+    assert wait_for(env, work, ok)["exit_status"] == "0"

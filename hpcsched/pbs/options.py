@@ -44,6 +44,8 @@ def parse(argv: list[str], table: str, permute: bool = True, where: str = ""
                         raise UsageError(f"option requires an argument -- '{letter}'{where}")
                     value = argv[i]
                     i += 1
+                if "\0" in value:  # no path, name or list may carry one (open() and exec refuse it)
+                    raise UsageError(f"illegal character (NUL) in -{letter} value{where}")
                 opts.append((letter, value.strip()))
                 break
             if letter not in flags:

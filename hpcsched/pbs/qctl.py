@@ -322,9 +322,11 @@ def qsig(opts: list[tuple[str, str]], ids: list[str], out, now: float) -> int:
         aliases = {"suspend": "SIGSTOP", "resume": "SIGCONT"}
         name = aliases.get(name, name)
         try:
-            sig = int(name) if name.isdigit() else int(getattr(_signal, name if name.startswith("SIG") else "SIG" + name))
-        except (AttributeError, ValueError):
-            raise UsageError(f"illegal signal {opts.get('s')!r}") from None
+            sig = int(name) if name.isdigit() else int(_signal.Signals[name if name.startswith("SIG") else "SIG" + name])
+        except (KeyError, ValueError):
+            sig = 0
+        if not 0 < sig < _signal.NSIG:  # a number the kernel refuses never reaches the server
+            raise UsageError(f"illegal signal {opts.get('s')!r}")
         if not common.may_touch(batch.site, whoami(), job):
             raise common.deny("qsig", job, batch.site)
         if job.state != RUNNING:

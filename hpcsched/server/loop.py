@@ -220,12 +220,14 @@ class Server:
             self._finish(job, status, now)
             return
         pending = job.extra.get("pending_signals")
-        if pending:  # qsig: deliver, then forget
+        if pending:  # qsig: deliver, then forget (a signal the kernel refuses is dropped)
             for sig in pending:
                 try:
                     os.killpg(pid, sig)
                 except ProcessLookupError:
                     pass
+                except (OSError, ValueError, TypeError, OverflowError) as e:
+                    print(f"hpcsched server: job {job.id}: signal {sig!r} not sent: {e}", file=sys.stderr)
             self._note(job, now, clear=["pending_signals"])
         over = job.start_time + job.walltime
         if job.state == EXITING or now >= over:
@@ -311,10 +313,11 @@ class Server:
                     (open(err, "ab") if join == "n" else contextlib.nullcontext(subprocess.STDOUT)) as stderr:
                 proc = subprocess.Popen(argv, cwd=workdir, env=env, stdin=subprocess.DEVNULL, stdout=stdout,
                                         stderr=stderr, start_new_session=True)
-        except OSError as e:
+        except (OSError, ValueError) as e:  # a bad path is this job's failure, not the server's
             os.umask(old_umask)
-            self._note(job, now, set={"launched": now}, comment=f"launch failed: {e.strerror}")
-            self._finish(job, LOST, now, why=f"Job could not start: {e.strerror}")
+            why = getattr(e, "strerror", None) or str(e)
+            self._note(job, now, set={"launched": now}, comment=f"launch failed: {why}")
+            self._finish(job, LOST, now, why=f"Job could not start: {why}")
             return 0
         os.umask(old_umask)
         self._note(job, now, set={"launched": now, "pid": proc.pid, "pid_start": _wait_start(proc.pid),
@@ -394,14 +397,18 @@ class Server:
             signal.signal(sig, self._stop)
         self.batch.keep()
         try:
-            due = True
+            # Steps run at deadlines no command traffic moves: the interval after the last
+            # step, a running job's walltime, a SIGTERM's grace; and at once on a poke (a
+            # change, or a job's end).  Answering a read-only command (qstat) is no step.
+            due, deadline = True, 0.0
             while not self.stopping and (until is None or time.time() < until):
-                if due:
+                if due or time.time() >= deadline:
                     self.step()
-                timeout = self.interval if until is None else max(0.0, min(self.interval, until - time.time()))
-                ready = sel.select(timeout)
-                due = not ready  # the interval passed
-                for key, _ in ready:
+                    due, deadline = False, self._deadline(time.time())
+                timeout = max(0.0, deadline - time.time())
+                if until is not None:
+                    timeout = min(timeout, max(0.0, until - time.time()))
+                for key, _ in sel.select(timeout):
                     if key.fileobj is listener:
                         self._answer(listener)  # a change the command made pokes us too
                         continue
@@ -422,6 +429,20 @@ class Server:
                 except FileNotFoundError:
                     pass
             os.close(self._lock)
+
+    def _deadline(self, now: float) -> float:
+        """When the next step is due: the interval from now, or sooner a running job's
+        walltime or the end of a SIGTERM's grace (so enforcement keeps to the second)."""
+        due = now + self.interval
+        for job in self.batch.sched.jobs.values():
+            if job.state in ACTIVE and job.start_time is not None:
+                sent = job.extra.get("signal")
+                if not sent:
+                    due = min(due, job.start_time + job.walltime)
+                elif sent == signal.SIGTERM:
+                    due = min(due, job.extra.get("signalled_at", now) + self.grace)
+                # (after SIGKILL its end pokes the server: SIGCHLD)
+        return max(due, now + 0.05)  # (never a busy loop)
 
     def _bind(self, name: str, kind: int) -> socket.socket:
         """A non-blocking socket at home/name that only this user can reach."""
