@@ -78,13 +78,16 @@ def cmd_simulate(args) -> int:
              "capability": args.capability, "series": args.series, "gantt": args.gantt,
              "drain": False if args.no_drain else None}
     settings = {k: v for k, v in given.items() if v is not None}
+    if not _outputs_ready("simulate", args.out, [args.report]):
+        return 1
     progress = _progress(sys.stderr) if sys.stderr.isatty() and not args.quiet else None
     try:
         result = replay(settings, progress=progress)
     except (SchedulerError, OSError, EOFError) as e:
         if progress:
             sys.stderr.write("\n")
-        print(f"hpcsched simulate: {e}", file=sys.stderr)
+        where = f"{args.trace}: " if str(e).startswith("line ") or isinstance(e, (OSError, EOFError)) else ""
+        print(f"hpcsched simulate: {where}{e}", file=sys.stderr)
         return 1
     if progress:
         sys.stderr.write("\n")
@@ -121,6 +124,8 @@ def cmd_sweep(args) -> int:
                 print("hpcsched sweep: give a grid file (or --collect DIR)", file=sys.stderr)
                 return 2
             cells = sweep.load(args.grid)
+            if not _outputs_ready("sweep", args.out, [args.report]):
+                return 1
             if args.array:
                 names = sweep.write_array(cells, args.array)
                 print(f"wrote {', '.join(os.path.join(args.array, n) for n in names)}: submit one of the "
@@ -212,6 +217,21 @@ def cmd_drain(args) -> int:
     for e in quality.errors:
         print(f"hpcsched drain: malformed: {e}", file=sys.stderr)
     return 0
+
+
+def _outputs_ready(prog: str, directory: str | None, files=()) -> bool:
+    """Make --out's directory and check --report's, before a long replay rather than after;
+    False (one line said) when they cannot be written."""
+    try:
+        if directory:
+            os.makedirs(directory, exist_ok=True)
+        for f in files:
+            if f and not os.path.isdir(os.path.dirname(os.path.abspath(f))):
+                raise NotADirectoryError(20, "no such directory", os.path.dirname(f) or ".")
+    except OSError as e:
+        print(f"hpcsched {prog}: {e.filename}: {e.strerror}", file=sys.stderr)
+        return False
+    return True
 
 
 def _write_atomic(path: str, write) -> None:
@@ -393,6 +413,9 @@ def main(argv=None) -> int:
         return args.func(args)
     except KeyboardInterrupt:
         return 130
+    except OSError as e:  # (an output that could not be written, say: one line, not a traceback)
+        print(f"hpcsched {args.command}: {e.filename or ''}: {e.strerror or e}", file=sys.stderr)
+        return 1
     except BrokenPipeError:  # `hpcsched demo | head`: the reader left; not an error
         sys.stderr.close()
         return 0

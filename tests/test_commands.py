@@ -120,6 +120,13 @@ def test_qstat_f_shows_every_attribute_the_job_was_given(rig, monkeypatch, flavo
     (["-l", "frobs=3"], 2, "Unknown resource type frobs"),
     (["-p", "5000"], 2, "illegal -p value"),
     (["-j", "xy"], 2, "illegal -j value"),
+    (["-l", "walltime=²"], 2, "illegal -l value: walltime '²'"),
+    (["-l", "nodes=1:ppn=²"], 2, "ppn must be a positive integer, not '²'"),
+    (["-l", "nodes=" + "9" * 5000], 2, "nodes must be a positive integer"),
+    (["-t", "1-99999999999999999999"], 2, "illegal array request"),
+    (["-t", "1-100000000"], 2, "array request too large (at most 100000 subjobs)"),
+    (["-J", "1-9%99999999999"], 2, "illegal array request"),
+    (["-N", "a\x07b"], 2, "illegal -N value"),
     (["-m", "abx"], 2, "illegal -m value 'abx'"),
     (["-m", ""], 2, "illegal -m value ''"),
     (["-k", "oo"], 2, "illegal -k value 'oo'"),
@@ -581,3 +588,16 @@ def test_a_failed_subjob_is_named_by_its_subjob_id(rig):
     child = submit("-W", "depend=afterok:1[2].headnode")
     _ended("1[2]", 1, time.time())
     assert "comment = Job deleted as result of dependency on job 1[2].headnode" in stat("-f", "-1", child)[1]
+
+
+def test_a_failing_accounting_write_never_fails_a_saved_submission(rig, capsys):
+    """The job is journaled first; an accounting record that cannot be written (here the
+    accounting directory is a file, as a full disk would refuse it) is reported and the
+    command succeeds, so no one resubmits a job that exists.  A name that is not UTF-8 is
+    written escaped."""
+    (rig / "home" / "accounting").write_text("not a directory")
+    jid = submit("-N", "kept")
+    assert jid == "1.headnode" and "accounting record Q of job 1 not written" in capsys.readouterr().err
+    (rig / "home" / "accounting").unlink()
+    assert submit("-N", "odd\udcff") == "2.headnode"
+    assert "odd\\udcff" in next((rig / "home" / "accounting").iterdir()).read_text()

@@ -319,3 +319,26 @@ def test_progress_line_shows_jobs_simulated_date_rate_and_time_left():
     line = out.getvalue()
     assert line.startswith("\r100/400 jobs done, 120 records read, simulated 2010-04-30 15:04")
     assert "jobs/s" in line and "s left" in line
+
+
+@pytest.mark.parametrize("header,line,args,message", [
+    ("; MaxProcs: 4", "1 0 -1 nan 1 -1 -1 1 100 -1 1 1 1 -1 1 -1 -1 -1", (), "line 2: field run is not a number: 'nan'"),
+    ("; MaxProcs: 4", "1 0 -1 inf 1 -1 -1 1 100 -1 1 1 1 -1 1 -1 -1 -1", (), "field run is not a number: 'inf'"),
+    ("; MaxProcs: 4", "1 0 -1 1_0 1 -1 -1 1 100 -1 1 1 1 -1 1 -1 -1 -1", (), "field run is not a number: '1_0'"),
+    ("; MaxProcs: 4", "1 0 -1 1e999 1 -1 -1 1 100 -1 1 1 1 -1 1 -1 -1 -1", (), "field run is out of range"),
+    ("; MaxProcs:", "1 0 -1 10 1 -1 -1 1 100 -1 1 1 1 -1 1 -1 -1 -1", (), "neither MaxProcs nor MaxNodes"),
+    ("; MaxProcs: inf", "1 0 -1 10 1 -1 -1 1 100 -1 1 1 1 -1 1 -1 -1 -1", (), "neither MaxProcs nor MaxNodes"),
+    ("; MaxProcs: 1e30", "1 0 -1 10 1 -1 -1 1 100 -1 1 1 1 -1 1 -1 -1 -1", (), "at most 1048576 nodes"),
+    ("; MaxProcs: 4", "1 0 -1 10 1 -1 -1 1 100 -1 1 1 1 -1 1 -1 -1 -1", ("--nodes", "99999999"), "at most 1048576 nodes"),
+    ("; MaxProcs: 4", "1 0 -1 10 1 -1 -1 1 100 -1 1 1 1 -1 1 -1 -1 -1", ("--period", "0.001"), "at least 1 second"),
+    ("; MaxProcs: 4", "1 0 -1 10 1 -1 -1 1 100 -1 1 1 1 -1 1 -1 -1 -1", ("--out", "FILE/x"), "Not a directory"),
+    ("; MaxProcs: 4", "1 0 -1 10 1 -1 -1 1 100 -1 1 1 1 -1 1 -1 -1 -1", ("--report", "FILE/r.html"), "no such directory"),
+])
+def test_bad_traces_and_options_are_one_line_and_never_hang(tmp_path, header, line, args, message):
+    path = tmp_path / "t.swf"
+    path.write_text(f"{header}\n{line}\n")
+    (tmp_path / "FILE").write_text("")
+    args = [a.replace("FILE", str(tmp_path / "FILE")) for a in args]
+    done = subprocess.run([sys.executable, "-m", "hpcsched", "simulate", str(path), "--quiet", *args], cwd=ROOT,
+                          capture_output=True, text=True, timeout=30)
+    assert done.returncode == 1 and message in done.stderr and len(done.stderr.splitlines()) == 1, done.stderr

@@ -188,10 +188,17 @@ def test_mail_points_decide_who_is_mailed_about_what():
     assert mail.wanted(job, "e", "openpbs")
 
 
-def test_mail_command_must_be_a_word_list(rig):
+@pytest.mark.parametrize("line,message", [
+    ('mail_command = "sendmail -t"', "mail_command: must be a command as a list of words"),
+    ('launcher = "ssh"', "launcher: must be a command as a list of words"),
+    ('prejob_check = ["ping", 3]', "prejob_check: must be a command as a list of words"),
+    ("server_interval = 0", "server_interval: must be a positive number of seconds"),
+    ('kill_grace = "30"', "kill_grace: must be a positive number of seconds"),
+    ("job_history_duration = nan", "job_history_duration: must be a positive number of seconds")])
+def test_site_keys_of_the_wrong_type_are_one_line(rig, line, message):
     from hpcsched.core.errors import ConfigError
     from hpcsched.store.site import load_site
     config = rig / "home" / "config.toml"
-    config.write_text('mail_command = "sendmail -t"\n' + config.read_text())
-    with pytest.raises(ConfigError, match="mail_command: must be a command as a list of words"):
+    config.write_text(line + "\n" + config.read_text())
+    with pytest.raises(ConfigError, match=message):
         load_site()

@@ -1,7 +1,13 @@
 """Durations as PBS writes them: `[[DD:]HH:]MM:SS` or plain seconds."""
 from __future__ import annotations
 
+import re
+
 from .errors import InvalidRequest
+
+#: one field of a duration: ASCII digits, at most 12 of them before an optional fraction
+#: (str.isdigit also takes '²', which float() then refuses)
+_NUMBER = re.compile(r"[0-9]{1,12}(?:\.[0-9]{1,9})?")
 
 
 def parse_duration(text: str | int | float) -> float:
@@ -11,7 +17,7 @@ def parse_duration(text: str | int | float) -> float:
             raise InvalidRequest(f"negative duration {text!r}")
         return float(text)
     parts = str(text).strip().split(":")
-    if not 1 <= len(parts) <= 4 or not all(p.replace(".", "", 1).isdigit() for p in parts):
+    if not 1 <= len(parts) <= 4 or not all(_NUMBER.fullmatch(p) for p in parts):
         raise InvalidRequest(f"bad duration {text!r} (want [[DD:]HH:]MM:SS or seconds)")
     total = 0.0
     for unit, part in zip((86400, 3600, 60, 1)[-len(parts):], parts):

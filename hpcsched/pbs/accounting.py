@@ -9,6 +9,7 @@ signal ends with Exit_status 256 + the signal number (265 for SIGKILL).
 from __future__ import annotations
 
 import os
+import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -62,15 +63,20 @@ def dependency_deletions(batch, now: float) -> None:
 
 
 def write(home: str | os.PathLike, kind: str, job: Job, server: str, now: float) -> None:
-    """Append one record to the day's file (one write; O_APPEND keeps lines whole)."""
-    directory = Path(home) / "accounting"
-    directory.mkdir(parents=True, exist_ok=True)
-    path = directory / time.strftime("%Y%m%d", time.localtime(now))
-    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    """Append one record to the day's file (one write; O_APPEND keeps lines whole).  It
+    comes after the change is journaled, so it never fails the command: a record that
+    cannot be written (a full disk) is reported on stderr and the change stands."""
     try:
-        os.write(fd, _record(kind, job, server, now).encode())
-    finally:
-        os.close(fd)
+        directory = Path(home) / "accounting"
+        directory.mkdir(parents=True, exist_ok=True)
+        path = directory / time.strftime("%Y%m%d", time.localtime(now))
+        fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        try:
+            os.write(fd, _record(kind, job, server, now).encode("utf-8", "backslashreplace"))
+        finally:
+            os.close(fd)
+    except OSError as e:
+        print(f"hpcsched: accounting record {kind} of job {job.id} not written: {e.strerror}", file=sys.stderr)
 
 
 @dataclass

@@ -90,7 +90,7 @@ def parse_memory(text: str) -> int:
 
 
 def positive(text: str, what: str) -> int:
-    if not text.isdigit() or int(text) < 1:
+    if not re.fullmatch(r"[0-9]{1,18}", text) or int(text) < 1:  # (ASCII digits: '²'.isdigit() too)
         raise UsageError(f"illegal -l value: {what} must be a positive integer, not {text!r}")
     return int(text)
 
@@ -190,23 +190,27 @@ def parse_start_after(text: str, now: float) -> float:
     return when.timestamp()
 
 
+MAX_SUBJOBS = 100000
+
+
 def parse_array(text: str) -> tuple[list[int], int]:
     """`-t 1-10%5`, `-t 1,3,5-7` (Torque) or `-J 1-10:2%5` (OpenPBS) -> (indices, slot limit)."""
     body, _, limit = text.partition("%")
-    if limit and (not limit.isdigit() or int(limit) < 1):
+    if limit and (not re.fullmatch(r"[0-9]{1,9}", limit) or int(limit) < 1):
         raise UsageError(f"illegal array request {text!r}")
-    indices: list[int] = []
+    ranges = []
     for part in body.split(","):
-        m = re.fullmatch(r"\s*(\d+)(?:-(\d+)(?::(\d+))?)?\s*", part)
+        m = re.fullmatch(r"\s*([0-9]{1,9})(?:-([0-9]{1,9})(?::([0-9]{1,9}))?)?\s*", part)
         if not m:
             raise UsageError(f"illegal array request {text!r}")
         lo, hi, step = int(m.group(1)), int(m.group(2) or m.group(1)), int(m.group(3) or 1)
         if hi < lo or step < 1:
             raise UsageError(f"illegal array request {text!r}")
-        indices.extend(range(lo, hi + 1, step))
-    indices = sorted(set(indices))
-    if len(indices) > 100000:
-        raise common.CommandError("array request too large (at most 100000 subjobs)", common.USAGE)
+        ranges.append((lo, hi, step))
+    # counted before anything is built: 1-100000000 is refused by its size, not by memory
+    if sum((hi - lo) // step + 1 for lo, hi, step in ranges) > MAX_SUBJOBS:
+        raise common.CommandError(f"array request too large (at most {MAX_SUBJOBS} subjobs)", common.USAGE)
+    indices = sorted({i for lo, hi, step in ranges for i in range(lo, hi + 1, step)})
     return indices, int(limit or 0)
 
 

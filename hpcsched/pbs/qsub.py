@@ -42,7 +42,7 @@ def make_job(options: dict[str, str], resources: dict[str, str], script: str, sc
     wait on it: parents are named, not yet looked up in the store."""
     request, walltime = build_request(resources)
     name = options.get("N", os.path.basename(script_name) if script_name else "STDIN")
-    if not name or any(c.isspace() for c in name) or not name.isprintable() or len(name) > 236:
+    if not name or any(c.isspace() or ord(c) < 32 or ord(c) == 127 for c in name) or len(name) > 236:
         raise UsageError(f"illegal -N value {name!r}")
     dest = options.get("q", "")
     queue, _, dest_server = dest.partition("@")

@@ -44,8 +44,8 @@ def _choice(*allowed):
 
 
 def _seconds(v):
-    if not isinstance(v, (int, float)) or isinstance(v, bool) or not math.isfinite(v) or v <= 0:
-        raise ValueError("must be a positive number of seconds")
+    if not isinstance(v, (int, float)) or isinstance(v, bool) or not math.isfinite(v) or v < 1:
+        raise ValueError("must be at least 1 second (a pass per simulated millisecond never ends)")
     return float(v)
 
 

@@ -79,7 +79,14 @@ def machine_for(header: swf.Header, nodes: int | None = None, ppn: int | None = 
         nodes = max(1, procs // ppn)
     if nodes < 1 or ppn < 1:
         raise SimulationError("--nodes and --ppn must be at least 1")
+    if nodes > MAX_NODES or ppn > MAX_PPN:  # checked before a node is built
+        raise SimulationError(f"a machine of {nodes} nodes x {ppn} cores: at most {MAX_NODES} nodes of "
+                              f"{MAX_PPN} cores (give --nodes/--ppn, or fix the header's MaxProcs)")
     return Machine(nodes, ppn, shared)
+
+
+MAX_NODES = 1 << 20  # a million nodes: ten times Sequoia's
+MAX_PPN = 1 << 12
 
 
 @dataclass

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import gzip
 import io
+import math
+import re
 from dataclasses import dataclass, field
 from typing import IO, Iterator, NamedTuple
 
@@ -61,12 +63,12 @@ class Header:
 
     def number(self, label: str) -> int | None:
         value = self.get(label)
-        if value is None:
+        if value is None or not value.split():
             return None
         digits = value.split()[0].split("(")[0]
         try:
             return int(float(digits))
-        except ValueError:
+        except (ValueError, OverflowError):  # (nan, inf)
             return None
 
     @property
@@ -116,12 +118,17 @@ def header(path) -> Header:
 
 
 _new = tuple.__new__
+#: what SWF writes: a decimal number (an exponent allowed); not nan, inf or 1_0
+_DECIMAL = re.compile(r"[-+]?(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][-+]?[0-9]+)?")
 
 
 def parse_line(line: str, lineno: int) -> Record:
     v = line.split()
     if len(v) != 18:
         raise SwfError(f"line {lineno}: expected 18 fields, found {len(v)}")
+    if "n" in line or "N" in line or "_" in line or "e" in line or "E" in line:
+        # nan, inf, 1_0, 1e999 (= inf): Python's float() takes them; the slow path checks
+        return _parse_slow(v, lineno)
     try:  # spelled out: this is the reader's inner loop
         # (tuple.__new__ directly: a NamedTuple's own __new__ is a Python function)
         return _new(Record, (int(v[0]), float(v[1]), float(v[2]), float(v[3]), int(v[4]), float(v[5]),
@@ -135,10 +142,11 @@ def _parse_slow(parts: list[str], lineno: int) -> Record:
     """Integer fields written as whole floats ("4.0") are accepted; anything else is an error."""
     values = []
     for i, p in enumerate(parts):
-        try:
-            x = float(p)
-        except ValueError:
-            raise SwfError(f"line {lineno}: field {FIELDS[i]} is not a number: {p!r}") from None
+        if not _DECIMAL.fullmatch(p):
+            raise SwfError(f"line {lineno}: field {FIELDS[i]} is not a number: {p!r}")
+        x = float(p)
+        if not math.isfinite(x):
+            raise SwfError(f"line {lineno}: field {FIELDS[i]} is out of range: {p!r}")
         if i in _INT:
             if not x.is_integer():
                 raise SwfError(f"line {lineno}: field {FIELDS[i]} is not a whole number: {p!r}")

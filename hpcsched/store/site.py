@@ -122,9 +122,15 @@ def load_site(home: str | os.PathLike | None = None) -> Site:
         raise ConfigError(f"{where}: {flavor!r} is not torque or openpbs")
     if not isinstance(config.get("scheduling", True), bool):
         raise ConfigError("scheduling: must be true or false")
-    mailer = config.get("mail_command", [])
-    if not isinstance(mailer, list) or not all(isinstance(p, str) and p for p in mailer):
-        raise ConfigError('mail_command: must be a command as a list of words, e.g. ["sendmail", "-t"]')
+    for key, example in (("mail_command", '["sendmail", "-t"]'), ("launcher", '["ssh", "{host}", "{command}"]'),
+                         ("prejob_check", '["ping", "-c1", "{node}"]'), ("pbsyod_launcher", '["aprun", "-n", "{np}"]')):
+        words = config.get(key, [])
+        if not isinstance(words, list) or not all(isinstance(p, str) and p for p in words):
+            raise ConfigError(f"{key}: must be a command as a list of words, e.g. {example}")
+    for key in ("server_interval", "kill_grace", "job_history_duration"):
+        value = config.get(key, 1)
+        if not isinstance(value, (int, float)) or isinstance(value, bool) or not math.isfinite(value) or value <= 0:
+            raise ConfigError(f"{key}: must be a positive number of seconds")
     if not isinstance(config.get("node_log", False), (bool, str)) or config.get("node_log") == "":
         raise ConfigError("node_log: must be true, false or a directory")
     keep = config.get("keep_completed", 300)
