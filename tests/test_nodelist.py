@@ -36,3 +36,25 @@ def test_psc_nid_ranges_both_ways():
 def test_bad_nid_ranges(bad):
     with pytest.raises(InvalidRequest):
         expand_nids(bad)
+
+
+@pytest.mark.parametrize("text", ["node[1-99999999]", "r[1-2000]n[1-2000]", "n[1-" + "9" * 30 + "]"])
+def test_huge_lists_are_refused_by_their_size_before_anything_is_built(text):
+    with pytest.raises(InvalidRequest):
+        expand(text)
+
+
+def test_the_cap_counts_every_part_of_a_list(monkeypatch):
+    from hpcsched.core import nodelist
+    monkeypatch.setattr(nodelist, "MAX_NAMES", 10)
+    assert len(expand("a[1-5],b[1-5]")) == 10
+    for text in ("a[1-8],b[1-8]", "a[1-4]b[1-3]", "a[1-6,7-11]"):
+        with pytest.raises(InvalidRequest, match="more than 10"):
+            expand(text)
+
+
+def test_huge_nid_ranges_are_refused_by_their_size():
+    with pytest.raises(InvalidRequest, match="more than"):
+        expand_nids("1..99999999")
+    with pytest.raises(InvalidRequest):
+        expand_nids("1..²")

@@ -9,7 +9,10 @@ import re
 
 from .errors import InvalidRequest
 
-_RANGE = re.compile(r"^(\d+)(?:-(\d+))?$")
+_RANGE = re.compile(r"^([0-9]{1,12})(?:-([0-9]{1,12}))?$")
+#: the most names a list may stand for, counted before one is built (`n[1-99999999]` is
+#: refused by its size, not by running out of memory)
+MAX_NAMES = 1 << 21
 
 
 def _split_top(text: str) -> list[str]:
@@ -50,8 +53,12 @@ def _expand_one(token: str, whole: str) -> list[str]:
         if int(hi) < int(lo):
             raise InvalidRequest(f"descending range {piece!r} in node list {whole!r}")
         width = len(lo) if lo.startswith("0") and len(lo) > 1 else 0
+        if len(values) + int(hi) - int(lo) + 1 > MAX_NAMES:
+            raise InvalidRequest(f"node list {whole!r} names more than {MAX_NAMES} nodes")
         values.extend(f"{i:0{width}d}" for i in range(int(lo), int(hi) + 1))
     tails = _expand_one(rest, whole) if rest else [""]
+    if len(values) * len(tails) > MAX_NAMES:
+        raise InvalidRequest(f"node list {whole!r} names more than {MAX_NAMES} nodes")
     return [prefix + v + t for v in values for t in tails]
 
 
@@ -63,6 +70,8 @@ def expand(hostlist: str) -> list[str]:
     out = []
     for token in _split_top(text):
         out.extend(_expand_one(token.strip(), hostlist))
+        if len(out) > MAX_NAMES:
+            raise InvalidRequest(f"node list {hostlist!r} names more than {MAX_NAMES} nodes")
     return out
 
 
@@ -114,11 +123,13 @@ def expand_nids(text: str) -> list[int]:
     for piece in text.strip().split(","):
         piece = piece.strip()
         lo, dots, hi = piece.partition("..")
-        if not lo.isdigit() or (dots and not hi.isdigit()):
+        if not re.fullmatch(r"[0-9]{1,12}", lo) or (dots and not re.fullmatch(r"[0-9]{1,12}", hi)):
             raise InvalidRequest(f"bad node-id range {piece!r} in {text!r}")
         a, b = int(lo), int(hi) if dots else int(lo)
         if b < a:
             raise InvalidRequest(f"descending node-id range {piece!r} in {text!r}")
+        if len(out) + b - a + 1 > MAX_NAMES:
+            raise InvalidRequest(f"node-id list {text!r} names more than {MAX_NAMES} nodes")
         out.extend(range(a, b + 1))
     return out
 
