@@ -61,12 +61,18 @@ def _text(v):
     return v
 
 
+def _comma_list(v, cast, hint: str):
+    """A command line's `1,2,5` as a list (a TOML list is already one)."""
+    if not isinstance(v, str):
+        return v
+    try:
+        return [cast(x) for x in v.split(",")]
+    except ValueError:
+        raise ValueError(hint) from None
+
+
 def _sizes(v):
-    if isinstance(v, str):
-        try:
-            v = [int(x) for x in v.split(",")]
-        except ValueError:
-            raise ValueError("give increasing lowest sizes, e.g. 1,2,5,17") from None
+    v = _comma_list(v, int, "give increasing lowest sizes, e.g. 1,2,5,17")
     if not isinstance(v, list) or not all(isinstance(x, int) and not isinstance(x, bool) for x in v):
         raise ValueError("give increasing lowest sizes, e.g. [1, 2, 5, 17]")
     classes(v)
@@ -88,11 +94,7 @@ def _queue_map(v):
 
 
 def _window(v):
-    if isinstance(v, str):
-        try:
-            v = [float(x) for x in v.split(",")]
-        except ValueError:
-            raise ValueError("give START_DAY,DAYS, e.g. 30,2") from None
+    v = _comma_list(v, float, "give START_DAY,DAYS, e.g. 30,2")
     if not isinstance(v, list) or len(v) != 2 or not all(isinstance(x, (int, float)) and math.isfinite(x)
                                                           for x in v) or v[0] < 0 or v[1] <= 0:
         raise ValueError("give START_DAY,DAYS (days after the first submission, then a length), e.g. 30,2")
