@@ -4,6 +4,7 @@
     hpcsched simulate TRACE [options]  replay an SWF trace, print metrics, write results
     hpcsched sweep GRID [options]      replay a grid of configurations x traces in parallel
     hpcsched report RESULTS... -o F    an HTML report of simulation or sweep results
+    hpcsched store check|repair        a damaged store found (file, line) and mended
     hpcsched drain LOGS... [options]   drain-time report from Moab-format node-status logs
 
 Exit status: 0 success, 1 a bad trace, log, job record or configuration (one line on
@@ -273,6 +274,19 @@ def cmd_server(args) -> int:
     return 0
 
 
+def cmd_store(args) -> int:
+    from .store import repair
+    from .store.site import load_site
+    try:
+        site = load_site(args.home)
+    except (SchedulerError, OSError) as e:
+        print(f"hpcsched store: {e}", file=sys.stderr)
+        return 1
+    sound, lines = (repair.check if args.action == "check" else repair.repair)(site)
+    print("\n".join(lines))
+    return 0 if sound else 1
+
+
 def cmd_nodes(args) -> int:
     from .pbs.common import command_line
     from .store.journaled import Batch
@@ -328,6 +342,10 @@ def main(argv=None) -> int:
     v.add_argument("--interval", type=float, help="seconds between passes (config server_interval, 15)")
     v.add_argument("--grace", type=float, help="seconds from SIGTERM to SIGKILL (config kill_grace, 30)")
     v.set_defaults(func=cmd_server)
+    t = sub.add_parser("store", help="check the site's store, or repair it (a backup first)")
+    t.add_argument("action", choices=["check", "repair"])
+    t.add_argument("--home", help="store directory (default: $HPCSCHED_HOME or ~/.local/share/hpcsched)")
+    t.set_defaults(func=cmd_store)
     n = sub.add_parser("nodes", help="list nodes, or mark them up/offline/down (operators)")
     n.add_argument("names", nargs="*")
     n.add_argument("--set", choices=["up", "offline", "down"], help="the state to give the named nodes")

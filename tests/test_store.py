@@ -141,3 +141,124 @@ def test_read_since_sends_the_reader_back_after_compaction(tmp_path):
     mark = s.mark()
     s.compact({"jobs": []}, 1)
     assert s.read_since(mark, 1) is None
+
+
+# --- a store that checks itself ----------------------------------------------------------------
+def _site(tmp_path, jobs=4):
+    """A site with `jobs` submitted and job 2 deleted: journal lines 1..jobs+1."""
+    import io
+
+    from hpcsched.pbs import qctl, qsub
+    from hpcsched.store.site import init_site, load_site
+    home = tmp_path / "home"
+    init_site(home, nodes=2, cores=2)
+    os.environ["HPCSCHED_HOME"] = str(home)
+    for i in range(jobs):
+        qsub.submit(["-N", f"j{i + 1}"], stdin=io.StringIO("true\n"), cwd=str(tmp_path), env={})
+    qctl.QDEL(["2"])
+    return load_site(home)
+
+
+def _edit(home, n, change):
+    """Journal line n changed by `change(record)`, resealed (damage that still parses and
+    checks out) or not."""
+    from hpcsched.store.journal import sealed
+    lines = (home / JOURNAL).read_text().splitlines()
+    rec = json.loads(lines[n - 1])
+    rec.pop("crc")
+    change(rec)
+    lines[n - 1] = sealed(json.dumps(rec, separators=(",", ":")))
+    (home / JOURNAL).write_text("\n".join(lines) + "\n")
+
+
+@pytest.fixture
+def site(tmp_path, monkeypatch):
+    monkeypatch.setenv("HPCSCHED_USER", "alice")
+    monkeypatch.delenv("HPCSCHED_FLAVOR", raising=False)
+    old = os.environ.get("HPCSCHED_HOME")
+    yield _site(tmp_path)
+    if old is None:
+        os.environ.pop("HPCSCHED_HOME", None)
+    else:
+        os.environ["HPCSCHED_HOME"] = old
+
+
+def _damage(home, kind):
+    path = home / JOURNAL
+    text = path.read_bytes()
+    if kind == "flipped bit":
+        i = text.index(b'"name":"j3"') + 9
+        path.write_bytes(text[:i] + bytes([text[i] ^ 1]) + text[i + 1:])
+    elif kind == "deleted line":
+        lines = text.split(b"\n")
+        path.write_bytes(b"\n".join(lines[:2] + lines[3:]))
+    elif kind in ("null", "{}", "BOM"):
+        path.write_bytes({"null": b"null\n", "{}": b"{}\n", "BOM": b"\xef\xbb\xbf" + text}[kind])
+    elif kind == "negative nodes":
+        _edit(home, 3, lambda r: r["job"]["request"].update(nodes=-3))
+    elif kind == "next_id":
+        _edit(home, 3, lambda r: r.update(next_id="x"))
+    elif kind == "changes null":
+        _edit(home, 5, lambda r: r.update(op="alter", changes=None))
+    elif kind == "walltime text":
+        _edit(home, 3, lambda r: r["job"].update(walltime="soon"))
+
+
+@pytest.mark.parametrize("kind,message", [
+    ("flipped bit", "line 3: checksum does not match"), ("deleted line", "1 record(s) missing"),
+    ("null", "line 1 is not a journal record"), ("{}", "line 1 is not a journal record"),
+    ("BOM", "line 1: checksum does not match"), ("negative nodes", "record 3 (submit): malformed"),
+    ("next_id", "next_id 'x' is not a job id"), ("changes null", "changes None is not of its kind"),
+    ("walltime text", "job.walltime 'soon' is not of its kind")])
+def test_damage_that_still_parses_is_found_and_nothing_is_written(site, kind, message):
+    import io
+
+    from hpcsched.core.errors import SchedulerError
+    from hpcsched.pbs import qstat, qsub
+    from hpcsched.store import repair
+    _damage(site.home, kind)
+    before = (site.home / JOURNAL).read_bytes()
+    sound, lines = repair.check(site)
+    assert not sound and message in lines[0], lines
+    assert qstat.QSTAT([], out=io.StringIO()) == 1
+    if kind in ("null", "{}"):  # qsub reads only the tail: damage there stops it too
+        with pytest.raises(SchedulerError):  # (the command says it in one line, status 1)
+            qsub.submit(["-N", "x"], stdin=io.StringIO("true\n"), cwd="/tmp", env={})
+    assert (site.home / JOURNAL).read_bytes()[:len(before)] == before
+
+
+def test_repair_keeps_the_good_prefix_with_a_backup_and_says_what_was_lost(site):
+    from hpcsched.store import repair
+    _damage(site.home, "flipped bit")
+    damaged = (site.home / JOURNAL).read_bytes()
+    ok, lines = repair.repair(site)
+    assert ok and "kept 2 journal record(s); dropped 3 from the first bad one on" in lines
+    assert "  lost: line 3: record 3: submit" in "\n".join(lines) and "delete of job 2" in "\n".join(lines)
+    (backup,) = [p for p in site.home.iterdir() if p.name.startswith("backup-")]
+    assert (backup / JOURNAL).read_bytes() == damaged
+    sound, after = repair.check(site)
+    assert sound and "2 job(s), next job id 3" in after[0]
+    assert repair.repair(site)[1] == after  # a sound store is left alone
+
+
+def test_a_damaged_snapshot_is_rebuilt_only_from_a_whole_journal(site):
+    from hpcsched.store import repair
+    from hpcsched.store.journaled import Batch
+    batch = Batch(site)
+    with batch.open(write=True):
+        state, seq = batch.sched.to_dict(), batch.seq
+    with Store(site.home).locked():
+        Store(site.home).compact(state, seq - 2)  # the journal still holds 4, 5 (and 3)
+    text = (site.home / STATE).read_text()
+    (site.home / STATE).write_text(text.replace('"j1"', '"jX"'))
+    assert "state.json: checksum does not match" in repair.check(site)[1][0]
+    ok, lines = repair.repair(site)
+    assert not ok and "restore from a backup" in lines[-1]
+
+
+def test_version_1_stores_are_still_read(tmp_path):
+    (tmp_path / JOURNAL).write_text('{"v":1,"seq":1,"op":"a"}\n{"v":1,"seq":2,"op":"b"}\n')
+    (tmp_path / STATE).write_text('{"store_version":1,"journal_seq":0,"state":{}}')
+    with Store(tmp_path).locked():
+        snap, recs = Store(tmp_path).read()
+    assert [r["op"] for r in recs] == ["a", "b"] and snap["state"] == {}

@@ -162,7 +162,7 @@ def test_damaged_store_is_one_line_and_left_alone(env, damage, msg):
     if damage == "state":
         (home / "state.json").write_text((home / "state.json").read_text()[:40])
     elif damage == "version":
-        text = (home / "state.json").read_text().replace('"store_version":1', '"store_version":42')
+        text = (home / "state.json").read_text().replace('"store_version":2', '"store_version":42')
         (home / "state.json").write_text(text)
     else:
         (home / "journal.jsonl").write_text("{not json\n" + (home / "journal.jsonl").read_text())

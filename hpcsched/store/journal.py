@@ -12,6 +12,11 @@ what the snapshot does not cover; a crash between the two leaves records the sna
 already covers, which readers skip by sequence number.  A torn last line (a crash in the
 middle of an append that was never acknowledged) is dropped with a warning; any other
 damage is an error, and nothing is ever silently replaced by an empty state.
+
+Each journal line and the snapshot carry a CRC-32 of their own text (`"crc"`, last in the
+line; the snapshot's covers its "state" text), and journal lines number 1, 2, 3, ... with
+no gap: a flipped bit, an edited or deleted line is reported with the file and the line.
+Version 1 stores (before checksums) are read as they are; writes are version 2.
 """
 from __future__ import annotations
 
@@ -19,13 +24,31 @@ import contextlib
 import fcntl
 import json
 import os
+import re
+import zlib
 from pathlib import Path
 
 from ..core.errors import SchedulerError
 from .layout import home
 
-STORE_VERSION = 1
+STORE_VERSION = 2
+READS = (1, 2)  # version 1: the same records without checksums
 STATE, JOURNAL, LOCK = "state.json", "journal.jsonl", "lock"
+_CRC = re.compile(rb',"crc":"([0-9a-f]{8})"\}$')  # a line's last member
+
+
+def sealed(body: str) -> str:
+    """A JSON object's text with its CRC-32 as its last member."""
+    return f'{body[:-1]},"crc":"{zlib.crc32(body.encode("utf-8")):08x}"}}'
+
+
+def unsealed(line: bytes) -> bytes | None:
+    """The text a sealed line's CRC covers, or None if the CRC does not match (or is absent)."""
+    m = _CRC.search(line)
+    if m is None:
+        return None
+    body = line[:m.start()] + b"}"
+    return body if zlib.crc32(body) == int(m.group(1), 16) else None
 
 
 class StoreError(SchedulerError):
@@ -96,9 +119,15 @@ class Store:
                              f"left as it is") from None
         if not isinstance(data, dict) or "store_version" not in data:
             raise StoreError(f"{path}: not an hpcsched state file")
-        if data["store_version"] != STORE_VERSION:
+        if data["store_version"] not in READS:
             raise StoreError(f"{path}: store version {data['store_version']!r} is not supported "
-                             f"(this hpcsched reads version {STORE_VERSION})")
+                             f"(this hpcsched reads versions {READS[0]} to {READS[-1]})")
+        if data["store_version"] >= 2:
+            state = text[text.find('"state":') + 8:-1] if '"state":' in text else ""
+            if data.get("crc") != f"{zlib.crc32(state.encode('utf-8')):08x}":
+                raise StoreError(f"{path}: checksum does not match (the file was damaged or edited); left as it is")
+        if not isinstance(data.get("journal_seq", 0), int) or not isinstance(data.get("state"), dict):
+            raise StoreError(f"{path}: not an hpcsched state file (journal_seq or state malformed)")
         return data
 
     def _read_journal(self) -> list[dict]:
@@ -120,18 +149,25 @@ class Store:
 
     @staticmethod
     def _record(path: Path, n: int, line: bytes, last: int) -> dict:
-        """Journal line `n`, checked: a record of our version, numbered after `last`."""
+        """Journal line `n`, checked: a record of a version we read, its checksum right,
+        numbered right after `last` (any number when `last` is 0: the journal's first)."""
         try:
             rec = json.loads(line)
         except (json.JSONDecodeError, UnicodeDecodeError):
             raise StoreError(f"{path}: line {n} is corrupt; left as it is") from None
-        if not isinstance(rec, dict) or not isinstance(rec.get("seq"), int):
+        if not isinstance(rec, dict) or not isinstance(rec.get("seq"), int) or isinstance(rec["seq"], bool):
             raise StoreError(f"{path}: line {n} is not a journal record")
-        if rec.get("v") != STORE_VERSION:
+        if rec.get("v") not in READS:
             raise StoreError(f"{path}: line {n} has store version {rec.get('v')!r}, "
-                             f"this hpcsched reads version {STORE_VERSION}")
+                             f"this hpcsched reads versions {READS[0]} to {READS[-1]}")
+        if rec["v"] >= 2 and unsealed(line) is None:
+            raise StoreError(f"{path}: line {n}: checksum does not match (damaged or edited); left as it is")
         if rec["seq"] <= last:
             raise StoreError(f"{path}: line {n}: sequence {rec['seq']} after {last}")
+        if last and rec["seq"] != last + 1:
+            raise StoreError(f"{path}: line {n}: sequence {rec['seq']} after {last}: "
+                             f"{rec['seq'] - last - 1} record(s) missing")
+        rec.pop("crc", None)
         return rec
 
     # --- reading again, in a long-lived process ----------------------------------------------
@@ -199,9 +235,12 @@ class Store:
             try:
                 record = json.loads(lines[-1])
                 int(record["seq"])
-                return record
             except (ValueError, KeyError, TypeError):
                 raise StoreError(f"{path}: last record is corrupt; left as it is") from None
+            if record.get("v", 1) >= 2 and unsealed(lines[-1]) is None:
+                raise StoreError(f"{path}: last record: checksum does not match (damaged or edited); "
+                                 f"left as it is")
+            return record
         snapshot = self._read_snapshot()
         if not snapshot:
             return {"seq": 0}
@@ -225,9 +264,9 @@ class Store:
         if not head.startswith(prefix):
             raise StoreError(f"{path}: not an hpcsched state file")
         version = head[len(prefix):].split(b",")[0]
-        if version != str(STORE_VERSION).encode():
+        if version not in [str(v).encode() for v in READS]:
             raise StoreError(f"{path}: store version {version.decode(errors='replace')} is not supported "
-                             f"(this hpcsched reads version {STORE_VERSION})")
+                             f"(this hpcsched reads versions {READS[0]} to {READS[-1]})")
         if not tail.endswith(b"}"):
             raise StoreError(f"{path}: corrupt or truncated (it does not end its JSON); left as it is")
 
@@ -237,7 +276,7 @@ class Store:
         path = self.home / JOURNAL
         self._drop_torn_tail(path)
         seq = self.last_seq() + 1
-        line = json.dumps({"v": STORE_VERSION, "seq": seq, **record}, separators=(",", ":")) + "\n"
+        line = sealed(json.dumps({"v": STORE_VERSION, "seq": seq, **record}, separators=(",", ":"))) + "\n"
         fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
         try:
             os.write(fd, line.encode("utf-8"))
@@ -270,10 +309,12 @@ class Store:
     def compact(self, state: dict, seq: int) -> None:
         """Write `state` (which covers the journal up to `seq`) as the snapshot and drop
         the records it covers.  Hold the lock."""
-        snapshot = {"store_version": STORE_VERSION, "journal_seq": seq, "state": state}
-        write_atomic(self.home / STATE, json.dumps(snapshot, separators=(",", ":")))
+        text = json.dumps(state, separators=(",", ":"))
+        write_atomic(self.home / STATE, f'{{"store_version":{STORE_VERSION},"journal_seq":{int(seq)},'
+                                        f'"crc":"{zlib.crc32(text.encode("utf-8")):08x}","state":{text}}}')
         records = self._read_journal()
         rest = [r for r in records if r["seq"] > seq]
         if not rest and records:
             rest = records[-1:]  # keep the newest (covered) record: next ids come from the tail
-        write_atomic(self.home / JOURNAL, "".join(json.dumps(r, separators=(",", ":")) + "\n" for r in rest))
+        write_atomic(self.home / JOURNAL, "".join(
+            sealed(json.dumps({**r, "v": STORE_VERSION}, separators=(",", ":"))) + "\n" for r in rest))

@@ -12,11 +12,12 @@ from __future__ import annotations
 import contextlib
 import time
 
-from ..core.errors import SchedulerError
+from ..core.errors import InvalidState, Rejected, SchedulerError, UnknownJob
 from ..core.jobs import Hold, Job, Request
 from ..core.reservations import Reservation
 from ..core.scheduler import Scheduler
-from .journal import Store, StoreError
+from . import schema
+from .journal import JOURNAL, Store, StoreError
 from .site import Site
 
 COMPACT_AFTER = 1000  # journal records; a writer holding the whole state compacts past this
@@ -161,11 +162,19 @@ class Batch:
 
     def _replay(self, records: list[dict]) -> None:
         for rec in records:
+            where = f"{self.store.home / JOURNAL}: record {rec['seq']}"
+            wrong = schema.check(rec)
+            if wrong:  # damage that still parses: reported, never applied
+                raise StoreError(f"{where} ({rec.get('op')}): {wrong}; left as it is")
             try:
                 apply(self.sched, rec)
-            except SchedulerError as e:  # never expected: the record was applied once already
+            except (Rejected, UnknownJob, InvalidState) as e:
+                # possible after a configuration change (a queue gone, a pass that now
+                # starts other jobs): the record is kept and the rest goes on
                 self.store.warnings.append(f"journal record {rec['seq']} ({rec['op']}) no longer "
                                            f"applies: {e}")
+            except (SchedulerError, KeyError, TypeError, ValueError, AttributeError) as e:
+                raise StoreError(f"{where} ({rec['op']}): malformed: {e}; left as it is") from None
             self.seq = rec["seq"]
         self.next_id = self.sched.next_id
         self.sched.deleted_by_dependency.clear()  # recorded by whoever did the operation

@@ -1,0 +1,95 @@
+"""What a journal record may hold, checked as the store is read.
+
+A record that still parses after damage (a flipped digit, `null` for a table, a negative
+count) must be reported, not applied: `check(rec)` returns what is wrong with it, or None.
+Each operation names its fields and their kinds; a job's own fields are checked where the
+core reads them (a request's counts by Request itself).
+"""
+from __future__ import annotations
+
+import math
+
+from ..core.jobs import Hold
+
+
+def _id(v) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool) and v > 0
+
+
+def _number(v) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+
+
+def _text(v) -> bool:
+    return isinstance(v, str)
+
+
+def _table(v) -> bool:
+    return isinstance(v, dict)
+
+
+def _ids(v) -> bool:
+    return isinstance(v, list) and all(_id(i) for i in v)
+
+
+def _words(v) -> bool:
+    return isinstance(v, list) and all(isinstance(w, str) for w in v)
+
+
+def _hold(v) -> bool:
+    return v in {h.value for h in Hold}
+
+
+def _status(v) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
+#: operation -> {field: kind}; a field ending in "?" may be absent
+OPS = {
+    "submit": {"job": _table},
+    "delete": {"id": _id},
+    "hold": {"id": _id, "kind": _hold},
+    "release": {"id": _id, "kind": _hold},
+    "alter": {"id": _id, "changes": _table},
+    "pass": {},
+    "run": {"id": _id, "nodes?": _words},
+    "ended": {"id": _id, "exit_status": _status},
+    "requeue": {"id": _id},
+    "forget": {"ids": _ids},
+    "reservation": {"reservation": _table},
+    "unreserve": {"name": _text},
+    "node": {"name": _text, "state?": _text, "note?": _text},
+    "process": {"id": _id, "set?": _table, "clear?": _words, "comment?": _text},
+}
+#: a submitted job's fields the core computes with, and their kinds
+JOB = {"id?": lambda v: isinstance(v, int) and not isinstance(v, bool) and v >= 0, "name?": _text,
+       "owner?": _text, "group?": _text, "account?": _text, "queue?": _text, "walltime?": _number,
+       "priority?": _status, "request?": _table, "extra?": _table,
+       "start_after?": lambda v: v is None or _number(v)}
+
+
+def check(rec: dict) -> str | None:
+    """What is wrong with journal record `rec` (None: nothing)."""
+    op = rec.get("op")
+    if op not in OPS:
+        return f"unknown operation {op!r}"
+    if not _number(rec.get("now")) or rec["now"] < 0:
+        return f"time {rec.get('now')!r} is not a time"
+    if "next_id" in rec and not _id(rec["next_id"]):
+        return f"next_id {rec['next_id']!r} is not a job id"
+    wrong = _fields(rec, OPS[op])
+    if wrong is None and op == "submit":
+        wrong = _fields(rec["job"], JOB, "job.")
+    return wrong
+
+
+def _fields(d: dict, kinds: dict, where: str = "") -> str | None:
+    for field, ok in kinds.items():
+        name = field.rstrip("?")
+        if name not in d:
+            if not field.endswith("?"):
+                return f"{where}{name} is missing"
+            continue
+        if not ok(d[name]):
+            return f"{where}{name} {d[name]!r} is not of its kind"
+    return None
