@@ -24,7 +24,6 @@ import contextlib
 import fcntl
 import json
 import os
-import re
 import zlib
 from pathlib import Path
 
@@ -34,7 +33,7 @@ from .layout import home
 STORE_VERSION = 2
 READS = (1, 2)  # version 1: the same records without checksums
 STATE, JOURNAL, LOCK = "state.json", "journal.jsonl", "lock"
-_CRC = re.compile(rb',"crc":"([0-9a-f]{8})"\}$')  # a line's last member
+_CRC = b',"crc":"'  # a sealed line ends ,"crc":"xxxxxxxx"} (18 bytes)
 
 
 def sealed(body: str) -> str:
@@ -44,11 +43,13 @@ def sealed(body: str) -> str:
 
 def unsealed(line: bytes) -> bytes | None:
     """The text a sealed line's CRC covers, or None if the CRC does not match (or is absent)."""
-    m = _CRC.search(line)
-    if m is None:
+    if line[-18:-10] != _CRC or line[-2:] != b'"}':
         return None
-    body = line[:m.start()] + b"}"
-    return body if zlib.crc32(body) == int(m.group(1), 16) else None
+    body = line[:-18] + b"}"
+    try:
+        return body if zlib.crc32(body) == int(line[-10:-2], 16) else None
+    except ValueError:
+        return None
 
 
 class StoreError(SchedulerError):

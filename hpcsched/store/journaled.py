@@ -162,10 +162,10 @@ class Batch:
 
     def _replay(self, records: list[dict]) -> None:
         for rec in records:
-            where = f"{self.store.home / JOURNAL}: record {rec['seq']}"
             wrong = schema.check(rec)
             if wrong:  # damage that still parses: reported, never applied
-                raise StoreError(f"{where} ({rec.get('op')}): {wrong}; left as it is")
+                raise StoreError(f"{self.store.home / JOURNAL}: record {rec['seq']} ({rec.get('op')}): {wrong}; "
+                                 f"left as it is")
             try:
                 apply(self.sched, rec)
             except (Rejected, UnknownJob, InvalidState) as e:
@@ -174,7 +174,8 @@ class Batch:
                 self.store.warnings.append(f"journal record {rec['seq']} ({rec['op']}) no longer "
                                            f"applies: {e}")
             except (SchedulerError, KeyError, TypeError, ValueError, AttributeError) as e:
-                raise StoreError(f"{where} ({rec['op']}): malformed: {e}; left as it is") from None
+                raise StoreError(f"{self.store.home / JOURNAL}: record {rec['seq']} ({rec['op']}): malformed: {e}; "
+                                 f"left as it is") from None
             self.seq = rec["seq"]
         self.next_id = self.sched.next_id
         self.sched.deleted_by_dependency.clear()  # recorded by whoever did the operation

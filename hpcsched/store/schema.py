@@ -68,28 +68,34 @@ JOB = {"id?": lambda v: isinstance(v, int) and not isinstance(v, bool) and v >= 
        "start_after?": lambda v: v is None or _number(v)}
 
 
+def _compiled(kinds: dict) -> tuple:
+    return tuple((f.rstrip("?"), f.endswith("?"), ok) for f, ok in kinds.items())
+
+
+_OPS = {op: _compiled(kinds) for op, kinds in OPS.items()}  # (a store's load checks every record)
+_JOB = _compiled(JOB)
+
+
 def check(rec: dict) -> str | None:
     """What is wrong with journal record `rec` (None: nothing)."""
-    op = rec.get("op")
-    if op not in OPS:
-        return f"unknown operation {op!r}"
+    fields = _OPS.get(rec.get("op"))
+    if fields is None:
+        return f"unknown operation {rec.get('op')!r}"
     if not _number(rec.get("now")) or rec["now"] < 0:
         return f"time {rec.get('now')!r} is not a time"
     if "next_id" in rec and not _id(rec["next_id"]):
         return f"next_id {rec['next_id']!r} is not a job id"
-    wrong = _fields(rec, OPS[op])
-    if wrong is None and op == "submit":
-        wrong = _fields(rec["job"], JOB, "job.")
+    wrong = _fields(rec, fields)
+    if wrong is None and rec["op"] == "submit":
+        wrong = _fields(rec["job"], _JOB, "job.")
     return wrong
 
 
-def _fields(d: dict, kinds: dict, where: str = "") -> str | None:
-    for field, ok in kinds.items():
-        name = field.rstrip("?")
-        if name not in d:
-            if not field.endswith("?"):
-                return f"{where}{name} is missing"
-            continue
-        if not ok(d[name]):
-            return f"{where}{name} {d[name]!r} is not of its kind"
+def _fields(d: dict, fields: tuple, where: str = "") -> str | None:
+    for name, optional, ok in fields:
+        if name in d:
+            if not ok(d[name]):
+                return f"{where}{name} {d[name]!r} is not of its kind"
+        elif not optional:
+            return f"{where}{name} is missing"
     return None
