@@ -577,3 +577,20 @@ def test_a_nul_byte_is_refused_at_the_door_and_a_bad_path_fails_its_job_alone(li
     assert s["exit_status"] == "-1" and "launch failed" in s["comment"] and server.poll() is None
     ok = cmd(env, work, "qsub", "-l", "walltime=60", stdin="true\n").stdout.strip()
     assert wait_for(env, work, ok)["exit_status"] == "0"
+
+
+def test_generated_bad_commands_never_stop_the_server(live):
+    """Forty generated bad commands (tests/fuzz.py) through a running server: each answered
+    with a documented status and no traceback, and the server still schedules after."""
+    from fuzz import STATUSES, cases
+    env, home, work, start = live
+    server = start()
+    for case in cases("command", 7, 40):
+        e = dict(env, HPCSCHED_FLAVOR=case["flavor"])
+        argv = [a.replace("\0", "") for a in case["argv"]]  # (exec refuses NUL in arguments)
+        p = subprocess.run([os.path.join(BIN, case["prog"]), *argv], input=case["stdin"].replace("\0", ""),
+                           capture_output=True, text=True, env=e, cwd=work, timeout=30, errors="replace")
+        assert p.returncode in STATUSES[case["flavor"]] and "Traceback" not in p.stderr, (case, p.stderr)
+        assert server.poll() is None, (case, p.stderr)
+    ok = cmd(env, work, "qsub", "-l", "walltime=60", stdin="true\n").stdout.strip()
+    assert wait_for(env, work, ok)["exit_status"] == "0"

@@ -121,8 +121,10 @@ def submit_parsed(cmd: list[tuple[str, str]], rest: list[str], stdin=None, cwd: 
         try:
             with open(rest[0], encoding="utf-8", errors="replace") as f:
                 script = f.read()
-        except OSError as e:
-            raise common.CommandError(f"script file cannot be loaded - {e.strerror}: {rest[0]}", common.SYSTEM) from None
+        except (OSError, ValueError) as e:  # (ValueError: a NUL in the name)
+            why = getattr(e, "strerror", None) or "illegal file name"
+            shown = rest[0].replace("\0", "\\0")
+            raise common.CommandError(f"script file cannot be loaded - {why}: {shown}", common.SYSTEM) from None
         script_name = rest[0]
     else:
         script, script_name = stdin.read(), ""

@@ -13,8 +13,8 @@ already covers, which readers skip by sequence number.  A torn last line (a cras
 middle of an append that was never acknowledged) is dropped with a warning; any other
 damage is an error, and nothing is ever silently replaced by an empty state.
 
-Each journal line and the snapshot carry a CRC-32 of their own text (`"crc"`, last in the
-line; the snapshot's covers its "state" text), and journal lines number 1, 2, 3, ... with
+Each journal line and the snapshot carry a CRC-32 of their own text without it (`"crc"`,
+last in a journal line, before "state" in the snapshot), and journal lines number 1, 2, 3, ... with
 no gap: a flipped bit, an edited or deleted line is reported with the file and the line.
 Version 1 stores (before checksums) are read as they are; writes are version 2.
 """
@@ -102,8 +102,11 @@ class Store:
         the lock held."""
         snapshot = self._read_snapshot()
         covered = snapshot.get("journal_seq", 0) if snapshot else 0
-        records = [r for r in self._read_journal() if r["seq"] > covered]
-        return snapshot, records
+        journal = self._read_journal()
+        if journal and journal[0]["seq"] > covered + 1:  # the journal's first lines are gone
+            raise StoreError(f"{self.home / JOURNAL}: line 1: sequence {journal[0]['seq']} after the snapshot's "
+                             f"{covered}: {journal[0]['seq'] - covered - 1} record(s) missing")
+        return snapshot, [r for r in journal if r["seq"] > covered]
 
     def _read_snapshot(self) -> dict | None:
         path = self.home / STATE
@@ -124,8 +127,9 @@ class Store:
             raise StoreError(f"{path}: store version {data['store_version']!r} is not supported "
                              f"(this hpcsched reads versions {READS[0]} to {READS[-1]})")
         if data["store_version"] >= 2:
-            state = text[text.find('"state":') + 8:-1] if '"state":' in text else ""
-            if data.get("crc") != f"{zlib.crc32(state.encode('utf-8')):08x}":
+            at = text.find('"crc":"')  # the CRC covers the file's text without its own member
+            body = text[:at] + text[at + 17:] if at >= 0 else ""
+            if data.get("crc") != f"{zlib.crc32(body.encode('utf-8')):08x}":
                 raise StoreError(f"{path}: checksum does not match (the file was damaged or edited); left as it is")
         if not isinstance(data.get("journal_seq", 0), int) or not isinstance(data.get("state"), dict):
             raise StoreError(f"{path}: not an hpcsched state file (journal_seq or state malformed)")
@@ -310,9 +314,10 @@ class Store:
     def compact(self, state: dict, seq: int) -> None:
         """Write `state` (which covers the journal up to `seq`) as the snapshot and drop
         the records it covers.  Hold the lock."""
-        text = json.dumps(state, separators=(",", ":"))
-        write_atomic(self.home / STATE, f'{{"store_version":{STORE_VERSION},"journal_seq":{int(seq)},'
-                                        f'"crc":"{zlib.crc32(text.encode("utf-8")):08x}","state":{text}}}')
+        head = f'{{"store_version":{STORE_VERSION},"journal_seq":{int(seq)},'
+        body = f'"state":{json.dumps(state, separators=(",", ":"))}}}'
+        crc = zlib.crc32((head + body).encode("utf-8"))
+        write_atomic(self.home / STATE, f'{head}"crc":"{crc:08x}",{body}')
         records = self._read_journal()
         rest = [r for r in records if r["seq"] > seq]
         if not rest and records:

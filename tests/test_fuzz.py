@@ -1,0 +1,54 @@
+"""Bad input of every kind, generated from seeds: no traceback, no hang, a documented exit
+status, no change to the store by a command that failed, no damaged store taken for a sound
+one (tests/fuzz.py says how each is judged; benchmarks/fuzz.py runs many more)."""
+import io
+import os
+
+import pytest
+
+from fuzz import cases, run_case
+
+N = {"command": 400, "config": 150, "trace": 150, "store": 200}
+
+
+def _rig(tmp_path):
+    from hpcsched.pbs import qctl, qsub
+    from hpcsched.store.site import init_site
+    home = tmp_path / "home"
+    init_site(home, nodes=4, cores=4)
+    text = (home / "config.toml").read_text().replace('server_name = "', 'server_name = "headnode" #"')
+    (home / "config.toml").write_text(text.replace('managers = ["alice"]', 'managers = ["root"]'))
+    for i in range(3):
+        qsub.submit(["-N", f"j{i}", "-l", "walltime=60"], stdin=io.StringIO("true\n"), cwd=str(tmp_path), env={})
+    qsub.submit(["-t", "1-3", "-l", "walltime=60"], stdin=io.StringIO("true\n"), cwd=str(tmp_path), env={})
+    qctl.QHOLD(["2"], out=io.StringIO())
+    return home
+
+
+@pytest.mark.parametrize("kind", sorted(N))
+def test_generated_bad_input(tmp_path, monkeypatch, kind):
+    monkeypatch.setenv("HPCSCHED_USER", "alice")
+    home = tmp_path / "home"
+    monkeypatch.setenv("HPCSCHED_HOME", str(home))
+    monkeypatch.chdir(tmp_path)
+    _rig(tmp_path)
+    config = (home / "config.toml").read_text()
+    failures = []
+    for k, case in enumerate(cases(kind, 1, N[kind])):
+        wrong = run_case(case, home)
+        if wrong:
+            failures.append(f"case {k}: {wrong}: {case}")
+        if kind == "config":
+            (home / "config.toml").write_text(config)
+    os.environ.pop("HPCSCHED_FLAVOR", None)
+    assert not failures, "\n".join(failures[:15]) + f"\n({len(failures)} of {N[kind]})"
+
+
+def test_the_statuses_judged_are_the_man_pages_table():
+    from fuzz import STATUSES
+    page = open(os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "man", "man1",
+                             "hpcsched.1")).read()
+    rows = page.split(".TS\n", 1)[1].split(".TE", 1)[0].splitlines()[2:]
+    table = {flavor: {int(r.split("\t")[0]) for r in rows if r.split("\t")[column] != "\\-"}
+             for column, flavor in ((1, "torque"), (2, "openpbs"))}
+    assert table == STATUSES
