@@ -594,3 +594,48 @@ def test_generated_bad_commands_never_stop_the_server(live):
         assert server.poll() is None, (case, p.stderr)
     ok = cmd(env, work, "qsub", "-l", "walltime=60", stdin="true\n").stdout.strip()
     assert wait_for(env, work, ok)["exit_status"] == "0"
+
+
+def test_a_full_disk_stops_changes_not_jobs_and_no_end_is_lost(rig, monkeypatch, capsys):
+    """While the journal cannot be written: commands fail cleanly and save nothing, running
+    jobs go on and walltimes are enforced, no job starts; when space returns, every end is
+    recorded with its real status and no job runs twice."""
+    import errno
+    import io
+
+    from hpcsched.pbs import qstat, qsub
+    from hpcsched.server import loop as server
+    from hpcsched.store import journal
+    from hpcsched.store.journaled import Batch
+    from hpcsched.store.site import load_site
+    for script, wall in (("sleep 0.3\n", "60"), ("trap '' TERM; sleep 30\n", "1")):
+        qsub.submit(["-l", f"walltime={wall}"], stdin=io.StringIO(script), cwd=str(rig), env={})
+    srv = server.Server(load_site(), grace=0.5)
+    assert srv.step() == 2
+    real = journal.Store.append
+
+    def full(self, record):
+        raise OSError(errno.ENOSPC, "No space left on device")
+    monkeypatch.setattr(journal.Store, "append", full)
+    before = (rig / "home" / "journal.jsonl").read_bytes()
+    with pytest.raises(Exception, match="No space left on device"):
+        qsub.submit(["-l", "walltime=60"], stdin=io.StringIO("true\n"), cwd=str(rig), env={})
+    deadline = time.time() + 10
+    while time.time() < deadline:  # job 1 ends; job 2 outlives its walltime, ignores SIGTERM
+        assert srv.step() == 0
+        if srv.sent.get(2, (0,))[0] == signal.SIGKILL:
+            break
+        time.sleep(0.1)
+    assert srv.sent[2][0] == signal.SIGKILL  # escalated with nothing written
+    assert (rig / "home" / "journal.jsonl").read_bytes() == before
+    assert "cannot write (No space left on device): nothing was saved; running jobs go on" in capsys.readouterr().err
+    monkeypatch.setattr(journal.Store, "append", real)
+    time.sleep(0.2)
+    srv.step()
+    batch = Batch(load_site())
+    with batch.open(write=False):
+        jobs = batch.sched.jobs
+        assert (jobs[1].exit_status, jobs[1].run_count) == (0, 1)  # its real status, kept in memory
+        assert (jobs[2].exit_status, jobs[2].run_count) == (256 + signal.SIGKILL, 1)
+        assert 3 not in jobs
+    assert "writable again" in capsys.readouterr().err

@@ -66,6 +66,8 @@ class Server:
         self._stamp = self._config_stamp()
         self._configure(site)
         self.children: dict[int, int] = {}  # pid -> wait status, reaped
+        self.sent: dict[int, tuple[int, float]] = {}  # job id -> (signal, when), as sent
+        self.trouble = ""  # why the store cannot be written now ("" when it can)
         self.stopping = False
         self.passes = 0
 
@@ -140,29 +142,59 @@ class Server:
         launched = 0
         with self.batch.open(write=True):
             now = time.time() if now is None else now
-            sched = self.batch.sched
-            for job in [j for j in sched.jobs.values() if j.state in ACTIVE]:
-                self._watch(job, now)
-            # finished jobs leave the server after the flavor's retention, so the store
-            # holds what is live plus a bounded history
-            old = [j.id for j in sched.jobs.values()
-                   if j.state in FINISHED and j.end_time is not None and now - j.end_time > self.retention]
-            if old:
-                self.batch.do("forget", now, ids=old)
-            started = []
-            if self.scheduling:  # qmgr's `scheduling = False`: running jobs go on, none starts
-                plan = self.batch.do("pass", now)
-                if self.node_log is not None:
-                    self._log_nodes(sched, plan, now)
-                started = [sched.jobs[s.job_id] for s in plan.started]
-            # a RUNNING job with no pid file was started by a pass whose launch never
-            # happened (the server died in between): launch it now
-            for job in sched.jobs.values():
-                if job.state == RUNNING and job not in started and "launched" not in job.extra:
-                    started.append(job)  # (the wrapper's mkdir keeps it from running twice)
-            for job in started:
-                launched += self._launch(job, now)
+            try:
+                launched = self._step(now)
+            except StoreError as e:
+                # the store cannot be written (a full disk): nothing of this step was
+                # kept; running jobs go on and walltimes are still enforced, no job starts
+                # or ends in the store until it can be written again
+                if self.trouble != str(e):
+                    print(f"hpcsched server: {e}; running jobs go on, none starts until it is writable",
+                          file=sys.stderr)
+                self.trouble = str(e)
+                self._enforce_only(now)
+                return 0
+        if self.trouble:
+            print("hpcsched server: the store is writable again", file=sys.stderr)
+            self.trouble = ""
         return launched
+
+    def _step(self, now: float) -> int:
+        """Reap, enforce, plan, launch (the store open); returns how many jobs were launched."""
+        launched = 0
+        sched = self.batch.sched
+        self.sent = {jid: v for jid, v in self.sent.items()
+                     if jid in sched.jobs and sched.jobs[jid].state in ACTIVE}
+        for job in [j for j in sched.jobs.values() if j.state in ACTIVE]:
+            self._watch(job, now)
+        # finished jobs leave the server after the flavor's retention, so the store
+        # holds what is live plus a bounded history
+        old = [j.id for j in sched.jobs.values()
+               if j.state in FINISHED and j.end_time is not None and now - j.end_time > self.retention]
+        if old:
+            self.batch.do("forget", now, ids=old)
+        started = []
+        if self.scheduling:  # qmgr's `scheduling = False`: running jobs go on, none starts
+            plan = self.batch.do("pass", now)
+            if self.node_log is not None:
+                self._log_nodes(sched, plan, now)
+            started = [sched.jobs[s.job_id] for s in plan.started]
+        # a RUNNING job with no pid file was started by a pass whose launch never
+        # happened (the server died in between): launch it now
+        for job in sched.jobs.values():
+            if job.state == RUNNING and job not in started and "launched" not in job.extra:
+                started.append(job)  # (the wrapper's mkdir keeps it from running twice)
+        for job in started:
+            launched += self._launch(job, now)
+        return launched
+
+    def _enforce_only(self, now: float) -> None:
+        """Walltimes and deletions enforced from memory alone, while nothing can be written."""
+        for job in self.batch.sched.jobs.values():
+            if job.state in ACTIVE and "launched" in job.extra:
+                pid = self._read_int(self.jobdir(job) / "pid") or job.extra.get("pid")
+                if pid and process_start(pid) is not None:
+                    self._escalate(job, pid, now, journal=False)
 
     def _log_nodes(self, sched, plan, now: float) -> None:
         """Append every node's sample after this pass (losing the log never stops a pass)."""
@@ -204,11 +236,11 @@ class Server:
             alive = start is not None
         if not alive:
             status = self._read_int(self.jobdir(job) / "status")
-            sent = job.extra.get("signal")
+            sent = job.extra.get("signal") or self.sent.get(job.id, (None,))[0]
             if sent and (status is None or status >= 128):
                 status = 256 + sent  # as PBS records a job it killed
             if status is None and pid is not None and pid in self.children:
-                ws = self.children.pop(pid)
+                ws = self.children[pid]  # (forgotten only once the end is in the store)
                 status = 256 + os.WTERMSIG(ws) if os.WIFSIGNALED(ws) else os.WEXITSTATUS(ws)
             if status is None:
                 if job.extra.get("rerunnable", True) and job.state == RUNNING:
@@ -218,6 +250,7 @@ class Server:
                     return
                 status = LOST
             self._finish(job, status, now)
+            self.children.pop(pid, None)
             return
         pending = job.extra.get("pending_signals")
         if pending:  # qsig: deliver, then forget (a signal the kernel refuses is dropped)
@@ -229,13 +262,18 @@ class Server:
                 except (OSError, ValueError, TypeError, OverflowError) as e:
                     print(f"hpcsched server: job {job.id}: signal {sig!r} not sent: {e}", file=sys.stderr)
             self._note(job, now, clear=["pending_signals"])
-        over = job.start_time + job.walltime
-        if job.state == EXITING or now >= over:
+        self._escalate(job, pid, now)
+
+    def _escalate(self, job: Job, pid: int, now: float, journal: bool = True) -> None:
+        """A job past its walltime, or deleted, gets SIGTERM, then SIGKILL after the grace."""
+        if job.state == EXITING or now >= job.start_time + job.walltime:
             sent, at = job.extra.get("signal"), job.extra.get("signalled_at", now)
+            if not sent and job.id in self.sent:  # sent while the store could not say so
+                sent, at = self.sent[job.id]
             if not sent:
-                self._signal(job, pid, signal.SIGTERM, now)
+                self._signal(job, pid, signal.SIGTERM, now, journal)
             elif sent == signal.SIGTERM and now >= at + self.grace:
-                self._signal(job, pid, signal.SIGKILL, now)
+                self._signal(job, pid, signal.SIGKILL, now, journal)
 
     def _finish(self, job: Job, status: int, now: float, why: str = "") -> None:
         """The job ended with `status`: record it (E, or A when the server lost or could
@@ -257,12 +295,14 @@ class Server:
         """Journal what changed about a job's process (a `process` record, not an alter)."""
         self.batch.do("process", now, id=job.id, **change)
 
-    def _signal(self, job: Job, pid: int, sig: int, now: float) -> None:
+    def _signal(self, job: Job, pid: int, sig: int, now: float, journal: bool = True) -> None:
         try:
             os.killpg(pid, sig)
         except ProcessLookupError:
             pass
-        self._note(job, now, set={"signal": int(sig), "signalled_at": now})
+        self.sent[job.id] = (int(sig), now)
+        if journal:
+            self._note(job, now, set={"signal": int(sig), "signalled_at": now})
 
     # --- launching -------------------------------------------------------------------------
     def _launch(self, job: Job, now: float) -> int:
@@ -436,11 +476,13 @@ class Server:
         due = now + self.interval
         for job in self.batch.sched.jobs.values():
             if job.state in ACTIVE and job.start_time is not None:
-                sent = job.extra.get("signal")
+                sent, at = job.extra.get("signal"), job.extra.get("signalled_at", now)
+                if not sent and job.id in self.sent:
+                    sent, at = self.sent[job.id]
                 if not sent:
                     due = min(due, job.start_time + job.walltime)
                 elif sent == signal.SIGTERM:
-                    due = min(due, job.extra.get("signalled_at", now) + self.grace)
+                    due = min(due, at + self.grace)
                 # (after SIGKILL its end pokes the server: SIGCHLD)
         return max(due, now + 0.05)  # (never a busy loop)
 

@@ -89,6 +89,7 @@ class Batch:
         self.pending = 0  # journal records since the snapshot
         self.next_id = 1  # the next job id
         self.mark: tuple | None = None  # where the store stood when self.sched matched it
+        self.loaded = False  # the open holds every stored job (else only the configuration)
 
     @classmethod
     def of(cls, site: Site) -> Batch:
@@ -111,7 +112,7 @@ class Batch:
         check and record a submission in constant time.  A long journal is compacted by
         the next command that loads everything (a reader then takes the lock exclusively)."""
         kept = Batch._kept.get(str(self.site.home)) is self
-        load = load or kept  # a kept batch is loaded already: catching up costs little
+        load = self.loaded = load or kept  # a kept batch is loaded already: catching up costs little
         try:
             if not write and load:
                 with self.store.locked(exclusive=False):
@@ -129,8 +130,11 @@ class Batch:
                     self.next_id = self.store.last_record().get("next_id", 1)
                 yield self
                 if load and self.pending > COMPACT_AFTER:
-                    self.store.compact(self.sched.to_dict(), self.seq)
-                    self.pending = 0
+                    try:
+                        self.store.compact(self.sched.to_dict(), self.seq)
+                        self.pending = 0
+                    except OSError:
+                        pass  # (a full disk: compaction waits for the next writer; nothing is lost)
                 self.mark = self.store.mark() if load else None
         except BaseException:
             self.mark = None  # whatever a failed command did in memory, reload next time
@@ -187,9 +191,22 @@ class Batch:
         if op == "submit":
             self.next_id = max(self.next_id, result.id + 1)
         rec["next_id"] = self.next_id
-        self.seq = self.store.append(rec)
+        try:
+            self.seq = self.store.append(rec)
+        except OSError as e:  # a full disk: the change is undone in memory, as it is on disk
+            self._undo()
+            raise StoreError(f"{self.store.home / JOURNAL}: cannot write ({e.strerror}): nothing was saved") from None
         self.pending += 1
         return result
+
+    def _undo(self) -> None:
+        """Make memory match the store again after a write that failed (the lock is held)."""
+        self.mark = None
+        if self.loaded:
+            self.load()
+        else:  # a constant-time writer (qsub) holds only the configuration
+            self.sched = self.site.scheduler()
+            self.next_id = self.store.last_record().get("next_id", 1)
 
     def submit(self, job: Job, now: float | None = None) -> Job:
         """Submit under the next job id (so a replay gives it the same one)."""
