@@ -601,3 +601,23 @@ def test_a_failing_accounting_write_never_fails_a_saved_submission(rig, capsys):
     (rig / "home" / "accounting").unlink()
     assert submit("-N", "odd\udcff") == "2.headnode"
     assert "odd\\udcff" in next((rig / "home" / "accounting").iterdir()).read_text()
+
+
+def test_an_array_is_one_journal_record_saved_whole_or_not_at_all(rig):
+    """qsub -t writes the array as one record (a thousand subjobs in one line, not a
+    thousand lines); a queue limit that the array would cross refuses all of it."""
+    from hpcsched.pbs import tracejob
+    jid = submit("-t", "1-3,7,10-1000", "-l", "walltime=60")
+    lines = (rig / "home" / "journal.jsonl").read_text().splitlines()
+    assert jid == "1[].headnode" and len(lines) == 1 and '"op":"submit_array"' in lines[0]
+    assert '"indices":[[1,3],[7,7],[10,1000]]' in lines[0]
+    listed = stat("-t")[1]
+    assert "1[7].headnode" in listed and "1[1000].headnode" in listed and "1[5].headnode" not in listed
+    assert submit("-N", "after") == "996.headnode"
+    out = io.StringIO()
+    assert tracejob.TRACEJOB(["1[1000]"], out=out) == 0 and "enqueuing into the default queue" in out.getvalue()
+    config = rig / "home" / "config.toml"
+    config.write_text(config.read_text().replace("[queues.batch]", "[queues.batch]\nmax_queued = 1000"))
+    with pytest.raises(CommandError, match="max_queued"):
+        submit("-t", "1-10", "-l", "walltime=60")
+    assert len((rig / "home" / "journal.jsonl").read_text().splitlines()) == 2  # nothing of it saved

@@ -164,3 +164,20 @@ def test_a_server_that_drops_the_request_is_one_line_and_status_1(rig, capsys):
         t.join(10)
         listener.close()
     assert capsys.readouterr().err == "qstat: the hpcsched server dropped the request (see qstat for its effect)\n"
+
+
+def test_a_server_that_never_answers_is_one_line_after_the_timeout(rig, monkeypatch, capsys):
+    import socket
+
+    from hpcsched.pbs import front
+    monkeypatch.setattr(front, "CLIENT_TIMEOUT", 0.3)
+    mute = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    mute.bind(str(rig / "home" / front.SOCKET))
+    mute.listen(4)  # accepts connections into its backlog, and never answers
+    try:
+        assert front.forward("qstat", []) == 1
+    finally:
+        mute.close()
+    err = capsys.readouterr().err
+    assert err == ("qstat: the hpcsched server did not answer within 0.3 s (busy or stopped); what the command "
+                   "did, if anything, shows in qstat\n")

@@ -66,17 +66,23 @@ def write(home: str | os.PathLike, kind: str, job: Job, server: str, now: float)
     """Append one record to the day's file (one write; O_APPEND keeps lines whole).  It
     comes after the change is journaled, so it never fails the command: a record that
     cannot be written (a full disk) is reported on stderr and the change stands."""
+    write_many(home, kind, [job], server, now)
+
+
+def write_many(home: str | os.PathLike, kind: str, jobs: list[Job], server: str, now: float) -> None:
+    """`write` for many jobs at once (an array's subjobs): one open, one append."""
     try:
         directory = Path(home) / "accounting"
         directory.mkdir(parents=True, exist_ok=True)
         path = directory / time.strftime("%Y%m%d", time.localtime(now))
         fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
         try:
-            os.write(fd, _record(kind, job, server, now).encode("utf-8", "backslashreplace"))
+            os.write(fd, "".join(_record(kind, j, server, now) for j in jobs).encode("utf-8", "backslashreplace"))
         finally:
             os.close(fd)
     except OSError as e:
-        print(f"hpcsched: accounting record {kind} of job {job.id} not written: {e.strerror}", file=sys.stderr)
+        print(f"hpcsched: accounting record {kind} of job {jobs[0].id} not written: {e.strerror}",
+              file=sys.stderr)
 
 
 @dataclass

@@ -32,6 +32,7 @@ COMMANDS = {name: f"{module}:{name.upper()}" for module, names in (
 #: pbsyod runs the site's launcher as the caller's child, inside the job: never forwarded
 LOCAL_ONLY = frozenset({"pbsyod"})
 SOCKET = "commands.sock"
+CLIENT_TIMEOUT = 60.0  # seconds a command waits for the server (connect, send, answer)
 MAGIC = b"hpcsched1"
 
 def _qsub_options(argv: list[str]) -> tuple[list[tuple[str, str]], list[str]]:
@@ -58,6 +59,7 @@ def _connect():
     """A stream connected to the site's server, or None when no server listens."""
     import _socket
     sock = _socket.socket(_socket.AF_UNIX, _socket.SOCK_STREAM)
+    sock.settimeout(CLIENT_TIMEOUT)
     try:
         sock.connect(os.path.join(home(), SOCKET))
     except OSError:
@@ -120,6 +122,10 @@ def forward(prog: str, argv: list[str]) -> int | None:
         sock.shutdown(_socket.SHUT_WR)
         while chunk := sock.recv(1 << 16):
             chunks.append(chunk)
+    except TimeoutError:
+        sys.stderr.write(f"{prog}: the hpcsched server did not answer within {CLIENT_TIMEOUT:g} s (busy or "
+                         f"stopped); what the command did, if anything, shows in qstat\n")
+        return 1
     except OSError:
         pass  # the server went away mid-request: said below
     finally:

@@ -167,13 +167,10 @@ def submit_parsed(cmd: list[tuple[str, str]], rest: list[str], stdin=None, cwd: 
         try:
             if array:
                 indices, limit = parse_array(array)
-                first = batch.next_id
-                for index in indices:
-                    sub = job.copy()
-                    sub.array_id, sub.array_index, sub.array_limit = first, index, limit
-                    accounting.write(site.home, "Q", batch.submit(sub, now), site.server, now)
+                subs = batch.submit_array(job, indices, limit, now)
+                accounting.write_many(site.home, "Q", subs, site.server, now)
                 accounting.dependency_deletions(batch, now)
-                return f"{first}[].{site.server}", "z" in options
+                return f"{subs[0].array_id}[].{site.server}", "z" in options
             done = batch.submit(job, now)
             accounting.write(site.home, "Q", done, site.server, now)
             accounting.dependency_deletions(batch, now)

@@ -33,7 +33,8 @@ def _server_lines(records: list[dict], job_id: int) -> list[tuple[float, str]]:
     out = []
     for rec in records:
         op, now = rec.get("op"), rec.get("now", 0.0)
-        if op == "submit" and rec.get("job", {}).get("id") == job_id:
+        if op == "submit" and rec.get("job", {}).get("id") == job_id or op == "submit_array" and (
+                0 <= job_id - rec.get("first", 0) < sum(hi - lo + 1 for lo, hi in rec.get("indices", ()))):
             queue = rec["job"].get("queue") or "the default queue"
             out.append((now, f"enqueuing into {queue}, state 1 hop 1"))
         elif op == "forget" and job_id in rec.get("ids", ()):

@@ -35,6 +35,15 @@ def apply(sched: Scheduler, rec: dict):
     op, now = rec["op"], rec["now"]
     if op == "submit":
         return sched.submit(Job.from_dict(rec["job"]), now)
+    if op == "submit_array":  # one record for a whole array: saved whole or not at all
+        first, limit = rec["first"], rec.get("limit", 0)
+        indices = [i for lo, hi in rec["indices"] for i in range(lo, hi + 1)]
+        subs = []
+        for k, index in enumerate(indices):
+            sub = Job.from_dict(rec["job"])
+            sub.id, sub.array_id, sub.array_index, sub.array_limit = first + k, first, index, limit
+            subs.append(sched.submit(sub, now))
+        return subs
     if op == "delete":
         return sched.delete(rec["id"], now)
     if op == "hold":
@@ -190,6 +199,8 @@ class Batch:
         result = apply(self.sched, rec)
         if op == "submit":
             self.next_id = max(self.next_id, result.id + 1)
+        elif op == "submit_array" and result:
+            self.next_id = max(self.next_id, result[-1].id + 1)
         rec["next_id"] = self.next_id
         try:
             self.seq = self.store.append(rec)
@@ -212,3 +223,15 @@ class Batch:
         """Submit under the next job id (so a replay gives it the same one)."""
         job.id = self.next_id
         return self.do("submit", now, job=job.to_dict())
+
+    def submit_array(self, job: Job, indices: list[int], limit: int = 0, now: float | None = None) -> list[Job]:
+        """Submit an array of `job` (one subjob per index, ids from the next one on) as one
+        record: the whole array is saved, or none of it."""
+        runs: list[list[int]] = []  # sorted indices as [first, last] runs of consecutive ones
+        for i in indices:
+            if runs and i == runs[-1][1] + 1:
+                runs[-1][1] = i
+            else:
+                runs.append([i, i])
+        job.id = 0
+        return self.do("submit_array", now, job=job.to_dict(), first=self.next_id, indices=runs, limit=limit)

@@ -47,6 +47,10 @@ def _status(v) -> bool:
 #: operation -> {field: kind}; a field ending in "?" may be absent
 OPS = {
     "submit": {"job": _table},
+    "submit_array": {"job": _table, "first": _id, "limit?": _status,
+                     "indices": lambda v: isinstance(v, list) and all(
+                         isinstance(r, list) and len(r) == 2 and all(_status(i) and i >= 0 for i in r) and r[0] <= r[1]
+                         for r in v)},
     "delete": {"id": _id},
     "hold": {"id": _id, "kind": _hold},
     "release": {"id": _id, "kind": _hold},
@@ -86,7 +90,7 @@ def check(rec: dict) -> str | None:
     if "next_id" in rec and not _id(rec["next_id"]):
         return f"next_id {rec['next_id']!r} is not a job id"
     wrong = _fields(rec, fields)
-    if wrong is None and rec["op"] == "submit":
+    if wrong is None and rec["op"] in ("submit", "submit_array"):
         wrong = _fields(rec["job"], _JOB, "job.")
     return wrong
 
