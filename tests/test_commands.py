@@ -555,14 +555,20 @@ def test_dependency_failure_hold_is_cobalts_dep_fail(rig):
     assert "job_state = H" in out and "Hold_Types = s" in out
 
 
+@pytest.mark.parametrize("flavor", ["torque", "openpbs"])
 @pytest.mark.parametrize("spec,status,message", [
     ("afterokarray:9[]", 153, "Unknown Job Id 9[].headnode"), ("afterok:9[3]", 153, "Unknown Job Id 9[3].headnode"),
     ("afterok:1[1]x", 153, "illegally formed job identifier"), ("afterok:1[][2]", 153, "illegally formed"),
-    ("afterokarray:1[2]", 153, "illegally formed"), ("afterokaray:1", 2, "illegal -W value")])
-def test_bad_depend_lists(rig, spec, status, message):
+    ("afterokarray:1[2]", 153, "illegally formed"), ("afterok:abc", 153, "illegally formed"),
+    ("afterokaray:1", 2, "illegal -W value")])
+def test_bad_depend_lists(rig, monkeypatch, flavor, spec, status, message):
+    """A malformed id in a depend list: OpenPBS's 153, Torque's usage status (2)."""
+    monkeypatch.setenv("HPCSCHED_FLAVOR", flavor)
     submit("-t", "1-2")
     with pytest.raises(CommandError) as e:
         submit("-W", "depend=" + spec)
+    if flavor == "torque" and "illegally formed" in message:
+        status, message = 2, f"illegal -W value: depend={spec}"
     assert e.value.status == status and message in str(e.value)
 
 

@@ -36,7 +36,7 @@ USAGE = ("usage: qsub [-a date_time] [-A account_string] [-C directive_prefix] [
 
 
 def make_job(options: dict[str, str], resources: dict[str, str], script: str, script_name: str,
-             cwd: str, env: dict[str, str], user: str, server: str, now: float
+             cwd: str, env: dict[str, str], user: str, server: str, now: float, flavor: str = "torque"
              ) -> tuple[Job, list[DependSpec], list[DependSpec]]:
     """The job, what it waits on (`-W depend=after...`), and the jobs `before...` makes
     wait on it: parents are named, not yet looked up in the store."""
@@ -56,7 +56,12 @@ def make_job(options: dict[str, str], resources: dict[str, str], script: str, sc
             if not eq:
                 raise UsageError(f"illegal -W value {options['W']!r}")
             if key == "depend":
-                deps, befores = parse_depend(val)
+                try:
+                    deps, befores = parse_depend(val)
+                except common.CommandError as e:
+                    if flavor == "torque" and e.status == common.UNKNOWN_JOB:  # Torque: a usage error
+                        raise UsageError(f"illegal -W value: depend={val}") from None
+                    raise
             elif key == "group_list":
                 group = val.split("@")[0]
             elif key == "umask":
@@ -132,7 +137,8 @@ def submit_parsed(cmd: list[tuple[str, str]], rest: list[str], stdin=None, cwd: 
     options, resources = merge(cmd, directives(script, prefix))
     site = load_site()
     user = whoami()
-    job, deps, befores = make_job(options, resources, script, script_name, cwd, env, user, site.server, now)
+    job, deps, befores = make_job(options, resources, script, script_name, cwd, env, user, site.server, now,
+                                  site.flavor)
     args = shlex.join([part for letter, value in cmd for part in (f"-{letter}", value) if part] + rest)
     if args:
         job.extra["submit_args"] = args  # (qstat -f's submit_args, normalised: -l and its value apart)
