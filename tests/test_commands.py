@@ -127,6 +127,11 @@ def test_qstat_f_shows_every_attribute_the_job_was_given(rig, monkeypatch, flavo
     (["-t", "1-100000000"], 2, "array request too large (at most 100000 subjobs)"),
     (["-J", "1-9%99999999999"], 2, "illegal array request"),
     (["-N", "a\x07b"], 2, "illegal -N value"),
+    (["-o", "out\x1bput"], 2, "illegal -o value"),
+    (["-e", "x" * 5000], 2, "illegal -e value"),
+    (["-M", "bob smith"], 2, "illegal -M value"),
+    (["-A", "proj;rm -rf"], 2, "illegal -A value"),
+    (["-W", "group_list=a b"], 2, "illegal -W group_list value"),
     (["-m", "abx"], 2, "illegal -m value 'abx'"),
     (["-m", ""], 2, "illegal -m value ''"),
     (["-k", "oo"], 2, "illegal -k value 'oo'"),
@@ -627,3 +632,14 @@ def test_an_array_is_one_journal_record_saved_whole_or_not_at_all(rig):
     with pytest.raises(CommandError, match="max_queued"):
         submit("-t", "1-10", "-l", "walltime=60")
     assert len((rig / "home" / "journal.jsonl").read_text().splitlines()) == 2  # nothing of it saved
+
+
+@pytest.mark.parametrize("argv,message", [
+    (["-l", "nodes=1:ppn=²"], "ppn must be a positive integer, not '²'"), (["-l", "walltime=²"], "illegal -l value"),
+    (["-o", "a\x00b"], "illegal character (NUL)"), (["-M", "a b"], "illegal -M value"), (["-k", "q"], "illegal -k value")])
+def test_qalter_refuses_bad_values_in_one_line_and_changes_nothing(rig, capsys, argv, message):
+    jid = submit("-N", "kept")
+    journal = (rig / "home" / "journal.jsonl").read_bytes()
+    assert qctl.QALTER([*argv, jid], out=io.StringIO()) == 2
+    assert message in capsys.readouterr().err
+    assert (rig / "home" / "journal.jsonl").read_bytes() == journal

@@ -225,6 +225,25 @@ def parse_priority(text: str) -> int:
     return priority
 
 
+_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.@-]{0,254}")
+
+
+def parse_names(text: str, option: str) -> str:
+    """A user, group or account list (`-M a,b@host`, `-W group_list=g`, `-A proj`): names
+    of letters, digits, `_ . @ -`, comma-separated, each under 256 characters."""
+    names = [n.strip() for n in text.split(",")]
+    if not all(_NAME.fullmatch(n) for n in names):
+        raise UsageError(f"illegal {option} value {text!r}")
+    return ",".join(names)
+
+
+def parse_path(text: str, option: str) -> str:
+    """A path (`-o`, `-e`, `-d`, `-S`): at most 4,096 characters, no control character."""
+    if not text or len(text) > 4096 or any(ord(c) < 32 or ord(c) == 127 for c in text):
+        raise UsageError(f"illegal {option} value {text[:80]!r}")
+    return text
+
+
 def parse_join(text: str) -> str:
     """-j: oe (errors into the output file), eo (the other way) or n."""
     if text not in ("oe", "eo", "n"):

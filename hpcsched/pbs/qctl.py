@@ -108,7 +108,8 @@ ALTER_USAGE = ("usage: qalter [-a date_time] [-A account] [-e path] [-h hold_lis
 def alter_changes(job: Job, options: dict[str, str], resources: dict[str, str], now: float,
                   jobs: dict | None = None, server: str = "") -> tuple[dict, str]:
     """(core alter changes, hold letters to add) for qalter's options on `job`."""
-    from .attributes import (build_request, parse_depend, parse_join, parse_keep, parse_mail_points, parse_priority,
+    from .attributes import (build_request, parse_depend, parse_join, parse_keep, parse_mail_points, parse_names,
+                             parse_path, parse_priority,
                              parse_start_after, parse_umask, resolve_depend, resolve_path)
     changes: dict = {}
     extra = dict(job.extra)
@@ -129,7 +130,7 @@ def alter_changes(job: Job, options: dict[str, str], resources: dict[str, str], 
             raise UsageError("illegal -N value")
         changes["name"] = options["N"]
     if "A" in options:
-        changes["account"] = options["A"]
+        changes["account"] = parse_names(options["A"], "-A")
     if "p" in options:
         changes["priority"] = parse_priority(options["p"])
     if "a" in options:
@@ -147,12 +148,14 @@ def alter_changes(job: Job, options: dict[str, str], resources: dict[str, str], 
             raise common.CommandError("before dependencies are given at qsub time", common.USAGE)
         changes["dependencies"] = [[d.kind.value, d.job_id, d.of] for d in resolve_depend(deps, jobs or {}, server)]
     for letter, key, parse in (("j", "join", parse_join), ("m", "mail_points", parse_mail_points),
-                               ("M", "mail_users", str), ("k", "keep", parse_keep), ("S", "shell", str)):
+                               ("M", "mail_users", lambda v: parse_names(v, "-M")), ("k", "keep", parse_keep),
+                               ("S", "shell", lambda v: parse_path(v, "-S"))):
         if letter in options:
             extra[key] = parse(options[letter])
     for letter, key in (("o", "output"), ("e", "error")):
         if letter in options:
-            extra[key] = resolve_path(options[letter], extra.get("submit_dir") or extra.get("workdir") or "/")
+            extra[key] = resolve_path(parse_path(options[letter], f"-{letter}"),
+                                      extra.get("submit_dir") or extra.get("workdir") or "/")
     if "r" in options:
         if options["r"] not in ("y", "n"):
             raise UsageError("illegal -r value")

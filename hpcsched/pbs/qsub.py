@@ -22,7 +22,8 @@ from ..store.site import load_site, notify, whoami
 from . import accounting, common
 from . import front as commands
 from .attributes import (ALL_INDICES, DependSpec, build_request, directives, merge, parse_array, parse_depend, parse_join,
-                         parse_keep, parse_mail_points, parse_priority, parse_start_after, parse_umask,
+                         parse_keep, parse_mail_points, parse_names, parse_path, parse_priority, parse_start_after,
+                         parse_umask,
                          resolve_depend, resolve_path)
 from .common import Command
 from .errors import UsageError
@@ -63,7 +64,7 @@ def make_job(options: dict[str, str], resources: dict[str, str], script: str, sc
                         raise UsageError(f"illegal -W value: depend={val}") from None
                     raise
             elif key == "group_list":
-                group = val.split("@")[0]
+                group = parse_names(val, "-W group_list").split("@")[0]
             elif key == "umask":
                 parse_umask(val)
                 extra_w[key] = val
@@ -77,6 +78,12 @@ def make_job(options: dict[str, str], resources: dict[str, str], script: str, sc
         raise UsageError(f"illegal -r value {rerun!r}")
     mail_points = parse_mail_points(options.get("m", "a"))
     keep = parse_keep(options.get("k", "n"))
+    for letter in "deoSw":
+        if letter in options:
+            parse_path(options[letter], f"-{letter}")
+    for letter in "AM":
+        if letter in options:
+            options[letter] = parse_names(options[letter], f"-{letter}")
     workdir = options.get("d") or options.get("w") or ""  # none: the owner's home, found at launch
     if workdir and not os.path.isabs(workdir):
         workdir = os.path.normpath(os.path.join(cwd, workdir))
