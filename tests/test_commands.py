@@ -131,6 +131,7 @@ def test_qstat_f_shows_every_attribute_the_job_was_given(rig, monkeypatch, flavo
     (["-e", "x" * 5000], 2, "illegal -e value"),
     (["-M", "bob smith"], 2, "illegal -M value"),
     (["-A", "proj;rm -rf"], 2, "illegal -A value"),
+    (["-A", "a,,b"], 2, "illegal -A value"),
     (["-W", "group_list=a b"], 2, "illegal -W group_list value"),
     (["-m", "abx"], 2, "illegal -m value 'abx'"),
     (["-m", ""], 2, "illegal -m value ''"),

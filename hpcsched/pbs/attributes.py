@@ -225,14 +225,12 @@ def parse_priority(text: str) -> int:
     return priority
 
 
-_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.@-]{0,254}")
-
-
 def parse_names(text: str, option: str) -> str:
-    """A user, group or account list (`-M a,b@host`, `-W group_list=g`, `-A proj`): names
-    of letters, digits, `_ . @ -`, comma-separated, each under 256 characters."""
+    """A user, group or account list (`-M a,b@host`, `-W group_list=g`, `-A proj`):
+    comma-separated names, each 1-255 characters with no space or control character."""
     names = [n.strip() for n in text.split(",")]
-    if not all(_NAME.fullmatch(n) for n in names):
+    if not all(0 < len(n) < 256 and not any(c.isspace() or ord(c) < 32 or ord(c) == 127 for c in n)
+               for n in names):
         raise UsageError(f"illegal {option} value {text!r}")
     return ",".join(names)
 
