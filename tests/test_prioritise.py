@@ -38,11 +38,32 @@ def test_cobalt_scores_accumulate_per_interval_and_skip_held_time():
     b = s.submit(job(5, 3600), 0)
     s.hold(b.id, 0)
     s.iterate(15)
-    inc = (0.25 ** 2 / 60.0 ** 3) * 0.5  # 15 s eligible = 0.25 min, one interval
-    assert a.score == pytest.approx(inc)
+    rate = 0.5 / 60.0 ** 3  # half the machine, a 1 h walltime
+    # the rate e^2 per 15 s, integrated over e from 0 to 0.25 min: e^3 / 3 * (60 / 15)
+    assert a.score == pytest.approx(rate * 0.25 ** 3 / 3 * 4)
     assert b.score == 0.0
-    s.iterate(45)  # two intervals at once: scaled by elapsed / interval
-    assert a.score == pytest.approx(inc + (0.75 ** 2 / 60.0 ** 3) * 0.5 * 2)
+    s.iterate(45)  # two intervals at once: the integral from 0.25 to 0.75 min
+    assert a.score == pytest.approx(rate * 0.75 ** 3 / 3 * 4)
+    s.release(b.id, 45)
+    s.iterate(105)  # b eligible only since 45: from 0 to 1 min
+    assert b.score == pytest.approx(rate * 1.0 ** 3 / 3 * 4)
+
+
+def test_cobalt_accrual_does_not_depend_on_how_often_passes_run():
+    """One pass after an hour gives what 240 fifteen-second passes give (Cobalt's own sum
+    tends to the integral as passes grow frequent)."""
+    scores = []
+    for passes in (1, 4, 240):
+        s = scheduler(10, policy=Cobalt())
+        s.submit(job(10, 7200), 0)
+        s.iterate(0)
+        waiting = s.submit(job(5, 3600), 0)
+        for k in range(1, passes + 1):
+            s.iterate(3600 * k / passes)
+        scores.append(waiting.score)
+    assert scores[0] == pytest.approx(scores[1]) == pytest.approx(scores[2])
+    discrete = sum((k * 0.25) ** 2 for k in range(1, 241)) * 0.5 / 60.0 ** 3  # Cobalt, 15 s passes
+    assert scores[2] == pytest.approx(discrete, rel=0.01)
 
 
 def test_cobalt_higher_score_goes_first_and_backfill_queue_last():
@@ -69,6 +90,29 @@ def test_cobalt_qalter_changing_queue_resets_score():
     assert j.score == 500.0  # same queue: kept
     s.alter(j.id, 10, request=Request(nodes=1))
     assert j.queue == "prod-short" and j.score == 1.0
+    assert j.eligible(10) == 0.0 and j.eligible(70) == 60.0  # it waits afresh, as if new
+
+
+def test_cobalt_a_job_moved_to_another_queue_starts_no_earlier_than_a_fresh_one():
+    """The anti-gaming rule (ALCF paper, section 4): a job that waited three hours in
+    prod-long and is then altered into prod-short ranks with a job submitted into
+    prod-short at that moment, not above it (its hours of waiting are not carried over)."""
+    cfg = default_config()
+    cfg["priority"] = {"policy": "cobalt"}
+    s = build(cfg)
+    s.submit(Job(request=Request(nodes=16), walltime=24 * 3600), 0)  # the machine is busy all day
+    s.iterate(0)
+    gamer = s.submit(Job(request=Request(nodes=2), walltime=12 * 3600), 0)
+    assert gamer.queue == "prod-long"
+    for t in range(15, 3 * 3600 + 1, 15):
+        s.iterate(t)
+    assert gamer.score > 0
+    s.alter(gamer.id, 3 * 3600, walltime=3600)
+    fresh = s.submit(Job(request=Request(nodes=2), walltime=3600), 3 * 3600)
+    assert gamer.queue == fresh.queue == "prod-short"
+    for t in range(3 * 3600 + 15, 5 * 3600, 15):
+        s.iterate(t)
+    assert gamer.score == pytest.approx(fresh.score)
 
 
 def test_cobalt_dependent_job_inherits_half_the_parent_score():

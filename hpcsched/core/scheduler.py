@@ -487,6 +487,10 @@ class Scheduler:
             self._enorder(job)
         if rerouted:
             self._count(job, 1)
+            # another queue: the job waits afresh, as if submitted now (Cobalt's
+            # anti-gaming rule: its score restarts too, in the policy)
+            job.eligible_time = 0.0
+            job.eligible_since = now if job.state == QUEUED else None
             self.policy.on_route_change(job)
         if "dependencies" in changes:
             self._deps.register(job, self.jobs)

@@ -11,10 +11,14 @@ from ..core.policy import Context, Policy
 class Cobalt(Policy):
     """ALCF's utility function (algorithms.md section 1).
 
-    Each pass adds (eligible ** 2 / clamp(walltime) ** 3) * (size / machine) * weight to the
-    score, with times in minutes as Cobalt keeps them.  The increment is scaled by
-    elapsed / interval so that a simulator passing on every event accrues what a 15 s
-    cadence would.  Jobs in `backfill_queues` always sort below production jobs.
+    Cobalt adds (eligible ** 2 / clamp(walltime) ** 3) * (size / machine) * weight to the
+    score every `interval` seconds, with times in minutes as Cobalt keeps them.  Here the
+    score is that rate integrated over the eligible time exactly, so it does not depend on
+    how often passes run (a simulator passing on every event, a server passing every few
+    seconds, or one pass an hour later all accrue the same): over a pass that saw the
+    eligible time go from e0 to e1 minutes, the score grows by
+    rate * (e1 ** 3 - e0 ** 3) / 3 * (60 / interval), the limit of Cobalt's sum as its
+    passes grow frequent.  Jobs in `backfill_queues` always sort below production jobs.
     """
 
     interval: float = 15.0
@@ -32,7 +36,8 @@ class Cobalt(Policy):
         job.score = self.initial_scores.get(job.queue, 0.0)
 
     def on_route_change(self, job: Job) -> None:
-        # Anti-gaming: a qalter that changes the routed queue starts the score afresh.
+        # Anti-gaming: a qalter that changes the routed queue starts the score afresh (and
+        # the scheduler its eligible time), as if the job were submitted now.
         self.on_submit(job)
 
     def on_dependencies_met(self, job: Job, parents: list[Job]) -> None:
@@ -40,17 +45,23 @@ class Cobalt(Policy):
         job.score = max([job.score, *inherited])
 
     def increment(self, job: Job, ctx: Context) -> float:
-        eligible = job.eligible(ctx.now) / 60.0
+        """Cobalt's increment for one `interval` at the job's eligible time now."""
+        return (job.eligible(ctx.now) / 60.0) ** 2 * self._rate(job, ctx)
+
+    def _rate(self, job: Job, ctx: Context) -> float:
         wall = min(max(job.walltime, self.wall_floor), self.wall_ceiling) / 60.0
         weight = self.project_weights.get(job.account, 1.0)
-        return eligible ** 2 / wall ** 3 * (ctx.size(job) / ctx.machine_nodes) * weight
+        return (ctx.size(job) / ctx.machine_nodes) * weight / wall ** 3
 
     def prioritise(self, jobs: list[Job], ctx: Context) -> None:
         if ctx.elapsed <= 0:
             return
-        scale = ctx.elapsed / self.interval
+        per_minute = 60.0 / self.interval / 3.0
+        back = ctx.elapsed / 60.0
         for job in jobs:
-            job.score += self.increment(job, ctx) * scale
+            e1 = job.eligible(ctx.now) / 60.0
+            e0 = e1 - back if e1 > back else 0.0  # (eligible only since the last pass: from 0)
+            job.score += self._rate(job, ctx) * (e1 ** 3 - e0 ** 3) * per_minute
 
     def key(self, job: Job, ctx: Context) -> tuple:
         return (job.queue in self.backfill_queues, -job.score, job.submit_time, job.id)
