@@ -644,3 +644,34 @@ def test_qalter_refuses_bad_values_in_one_line_and_changes_nothing(rig, capsys, 
     assert qctl.QALTER([*argv, jid], out=io.StringIO()) == 2
     assert message in capsys.readouterr().err
     assert (rig / "home" / "journal.jsonl").read_bytes() == journal
+
+
+def _filter(rig, body):
+    path = rig / "filter.sh"
+    path.write_text("#!/bin/sh\n" + body)
+    path.chmod(0o755)
+    config = rig / "home" / "config.toml"
+    config.write_text(f'submit_filter = ["{path}"]\n' + config.read_text())
+
+
+def test_a_submit_filter_may_change_the_script(rig):
+    """Torque's submit filter: qsub's arguments, the script on stdin, the script to submit
+    on stdout (here it puts every job of user alice's under her project)."""
+    _filter(rig, 'echo "$@" > "$(dirname "$0")/args"\nread first\necho "$first"\necho "#PBS -A physics"\ncat\n')
+    jid = submit("-N", "filtered", "-l", "walltime=60", script="#!/bin/sh\n#PBS -m n\necho hi\n")
+    attrs = full(jid)
+    assert attrs["Account_Name"] == "physics" and attrs["Mail_Points"] == "n"
+    assert (rig / "args").read_text() == "-N filtered -l walltime=60\n"
+
+
+@pytest.mark.parametrize("body,message", [
+    ('echo "project physics is over its allocation" >&2\nexit 3\n', "project physics is over its allocation"),
+    ("exit 4\n", "(filter exit 4)"),
+    ("sleep 30\n", "did not answer within 0.5 s")])
+def test_a_refusing_failing_or_hanging_filter_refuses_the_job_and_saves_nothing(rig, monkeypatch, body, message):
+    monkeypatch.setattr(qsub, "FILTER_TIMEOUT", 0.5)
+    _filter(rig, body)
+    with pytest.raises(CommandError) as e:
+        submit("-l", "walltime=60")
+    assert e.value.status == 1 and "administratively rejected by the queueing system" in str(e.value)
+    assert message in str(e.value) and not (rig / "home" / "journal.jsonl").exists()

@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 import re
 import shlex
+import signal
 import socket
 import subprocess
 import sys
@@ -140,13 +141,16 @@ def submit_parsed(cmd: list[tuple[str, str]], rest: list[str], stdin=None, cwd: 
         script_name = rest[0]
     else:
         script, script_name = stdin.read(), ""
+    site = load_site()
+    words = [part for letter, value in cmd for part in (f"-{letter}", value) if part] + rest
+    if site.config.get("submit_filter") and not interactive:
+        script = submit_filter(site.config["submit_filter"], words, script, cwd, env)
     prefix = next((v for letter, v in cmd if letter == "C"), env.get("PBS_DPREFIX", "#PBS"))
     options, resources = merge(cmd, directives(script, prefix))
-    site = load_site()
     user = whoami()
     job, deps, befores = make_job(options, resources, script, script_name, cwd, env, user, site.server, now,
                                   site.flavor)
-    args = shlex.join([part for letter, value in cmd for part in (f"-{letter}", value) if part] + rest)
+    args = shlex.join(words)
     if args:
         job.extra["submit_args"] = args  # (qstat -f's submit_args, normalised: -l and its value apart)
     if interactive:
@@ -201,6 +205,35 @@ def submit_parsed(cmd: list[tuple[str, str]], rest: list[str], stdin=None, cwd: 
     return common.full_id(done.id, site.server), "z" in options
 
 
+FILTER_TIMEOUT = 10.0  # seconds a site's submit filter may take
+
+
+def submit_filter(command: list[str], words: list[str], script: str, cwd: str, env: dict) -> str:
+    """Torque's submit filter: the site's command gets qsub's arguments and the script on
+    stdin, and writes the script to submit (changed or not) on stdout; a non-zero exit
+    refuses the job with what it wrote on stderr.  A filter that cannot run, fails or takes
+    longer than FILTER_TIMEOUT refuses the job; it never takes anything else down."""
+    rejected = "Your job has been administratively rejected by the queueing system"
+    try:
+        proc = subprocess.Popen([*command, *words], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, cwd=cwd, env=env, start_new_session=True)
+    except (OSError, ValueError) as e:
+        raise common.CommandError(f"{rejected}: the submit filter cannot run: "
+                                  f"{getattr(e, 'strerror', None) or e}", common.SYSTEM) from None
+    try:
+        out, err = proc.communicate(script.encode("utf-8", "surrogateescape"), timeout=FILTER_TIMEOUT)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)  # the filter and whatever it started
+        proc.communicate()
+        raise common.CommandError(f"{rejected}: the submit filter did not answer within "
+                                  f"{FILTER_TIMEOUT:g} s", common.SYSTEM) from None
+    if proc.returncode:
+        why = err.decode("utf-8", "replace").strip().splitlines()
+        raise common.CommandError(f"{rejected}" + (f": {why[0]}" if why else f" (filter exit {proc.returncode})"),
+                                  common.SYSTEM)
+    return out.decode("utf-8", "surrogateescape")
+
+
 def _waiters(batch: Batch, site, user: str, spec: DependSpec) -> list[Job]:
     """The jobs a `before` dependency names (an array: its subjobs that have not started):
     each must still be waiting, and be the caller's to change (as for qalter)."""
@@ -221,7 +254,6 @@ def session(jid: str, poll: float = 0.2) -> int:
     server's job wrapper (so the server sees its pid, enforces its walltime, qdel ends it
     and its exit status is recorded); returns that status."""
     import json
-    import signal
 
     site = load_site()
     job_id = common.parse_ref(jid)[0]

@@ -123,7 +123,8 @@ def load_site(home: str | os.PathLike | None = None) -> Site:
     if not isinstance(config.get("scheduling", True), bool):
         raise ConfigError("scheduling: must be true or false")
     for key, example in (("mail_command", '["sendmail", "-t"]'), ("launcher", '["ssh", "{host}", "{command}"]'),
-                         ("prejob_check", '["ping", "-c1", "{node}"]'), ("pbsyod_launcher", '["aprun", "-n", "{np}"]')):
+                         ("prejob_check", '["ping", "-c1", "{node}"]'), ("pbsyod_launcher", '["aprun", "-n", "{np}"]'),
+                         ("submit_filter", '["/etc/hpcsched/submit_filter"]')):
         words = config.get(key, [])
         if not isinstance(words, list) or not all(isinstance(p, str) and p for p in words):
             raise ConfigError(f"{key}: must be a command as a list of words, e.g. {example}")
