@@ -202,3 +202,63 @@ def test_site_keys_of_the_wrong_type_are_one_line(rig, line, message):
     config.write_text(line + "\n" + config.read_text())
     with pytest.raises(ConfigError, match=message):
         load_site()
+
+
+CAPABILITY = """
+[priority]
+policy = "cobalt"
+backfill_queues = ["backfill"]
+"""
+
+
+def _cobalt_rig(rig):
+    """The rig under Cobalt's policy, with ALCF's router: capability jobs are >= 2 nodes."""
+    config = rig / "home" / "config.toml"
+    text = config.read_text().replace('default_queue = "batch"', 'default_queue = "default"')
+    text = text.replace('[priority]\npolicy = "fifo"\n', "")
+    text += CAPABILITY + """
+[queues.default]
+route_to = ["prod-capability", "prod-short"]
+[queues.prod-capability]
+min_fraction = 0.5
+[queues.prod-short]
+[queues.backfill]
+"""
+    config.write_text(text)
+
+
+def test_schedctl_stops_starts_and_says_so(rig, monkeypatch):
+    from hpcsched.pbs import schedctl
+    assert run(schedctl.SCHEDCTL, "--status") == (0, "scheduling is active\n")
+    monkeypatch.setenv("HPCSCHED_USER", "olga")  # an operator, not a manager
+    assert run(schedctl.SCHEDCTL, "--stop")[0] == 159
+    monkeypatch.setenv("HPCSCHED_USER", "root")
+    assert run(schedctl.SCHEDCTL, "--stop") == (0, "scheduling stopped\n")
+    assert run(schedctl.SCHEDCTL, "-Q") == (0, "scheduling is stopped\n")
+    assert run(schedctl.SCHEDCTL, "--start")[0] == 0 and run(schedctl.SCHEDCTL, "--status")[1] == \
+        "scheduling is active\n"
+    assert run(schedctl.SCHEDCTL, "--status", "--stop")[0] == 2
+    assert run(schedctl.SCHEDCTL)[0] == 2
+
+
+def test_schedctl_score_and_big_run_monday(rig, monkeypatch):
+    from hpcsched.pbs import schedctl
+    from hpcsched.store.journaled import Batch
+    from hpcsched.store.site import load_site
+    _cobalt_rig(rig)
+    small = submit("-l", "nodes=1")
+    two = submit("-l", "nodes=2")
+    four = submit("-l", "nodes=4")
+    parked = submit("-q", "backfill", "-l", "nodes=4")
+    assert run(schedctl.SCHEDCTL, "--score", "50", small)[0] == 159  # alice is no operator
+    monkeypatch.setenv("HPCSCHED_USER", "olga")
+    assert run(schedctl.SCHEDCTL, "--score", "50", small)[0] == 0
+    assert run(schedctl.SCHEDCTL, "--score", "nan", small)[0] == 2
+    status, out = run(schedctl.SCHEDCTL, "--big-run")
+    assert status == 0 and out == "3.headnode 4 nodes: score 52\n2.headnode 2 nodes: score 51\n"
+    with Batch.of(load_site()).open(write=False) as batch:
+        jobs = batch.sched.jobs
+        scores = {jid: jobs[int(jid.split(".")[0])].score for jid in (small, two, four, parked)}
+        order = [j.id for j in batch.sched.policy.order([jobs[i] for i in (1, 2, 3, 4)], batch.sched.context(0))]
+    assert scores == {small: 50.0, two: 51.0, four: 52.0, parked: 0.0}
+    assert order == [3, 2, 1, 4]  # the big run first, largest first; backfill last (read back from the journal)

@@ -32,7 +32,7 @@ STATE_VERSION = 1
 
 #: What `alter` may change on a job that waits, and on one that runs.
 ALTERABLE = frozenset({"name", "walltime", "request", "queue", "priority", "start_after", "account",
-                       "group", "dependencies", "comment", "extra"})
+                       "group", "dependencies", "comment", "extra", "score"})
 ALTERABLE_RUNNING = frozenset({"name", "walltime", "comment", "extra"})
 
 
