@@ -576,6 +576,8 @@ def test_bad_depend_lists(rig, monkeypatch, flavor, spec, status, message):
     if flavor == "torque" and "illegally formed" in message:
         status, message = 2, f"illegal -W value: depend={spec}"
     assert e.value.status == status and message in str(e.value)
+    # qalter reads a depend list by the same rule
+    assert qctl.QALTER(["-W", "depend=" + spec, "1[1]"], out=io.StringIO()) == status
 
 
 def test_subjob_ids_work_wherever_a_job_id_does(rig, monkeypatch, capsys):
@@ -637,7 +639,8 @@ def test_an_array_is_one_journal_record_saved_whole_or_not_at_all(rig):
 
 @pytest.mark.parametrize("argv,message", [
     (["-l", "nodes=1:ppn=²"], "ppn must be a positive integer, not '²'"), (["-l", "walltime=²"], "illegal -l value"),
-    (["-o", "a\x00b"], "illegal character (NUL)"), (["-M", "a b"], "illegal -M value"), (["-k", "q"], "illegal -k value")])
+    (["-o", "a\x00b"], "illegal character (NUL)"), (["-M", "a b"], "illegal -M value"), (["-k", "q"], "illegal -k value"),
+    (["-N", "a\x07b"], "illegal -N value"), (["-W", "depend=afterok:abc"], "illegal -W value: depend=afterok:abc")])
 def test_qalter_refuses_bad_values_in_one_line_and_changes_nothing(rig, capsys, argv, message):
     jid = submit("-N", "kept")
     journal = (rig / "home" / "journal.jsonl").read_bytes()

@@ -59,7 +59,7 @@ def dependency_deletions(batch, now: float) -> None:
         why = f"Job deleted as result of dependency on job {parent_id(failed, sched.jobs, site.server)}"
         batch.do("process", now, id=job.id, set={"deleted_by": "dependency"}, comment=why)
         write(site.home, "D", job, site.server, now)
-        mail.send(site, job, mail.ABORT, f"Aborted by PBS Server\n{why}", now)
+        mail.send(site, job, mail.ABORT, f"Aborted by PBS Server\n{why}")
 
 
 def write(home: str | os.PathLike, kind: str, job: Job, server: str, now: float) -> None:

@@ -242,6 +242,13 @@ def parse_path(text: str, option: str) -> str:
     return text
 
 
+def parse_job_name(text: str) -> str:
+    """-N: 1-236 characters, no space or control character."""
+    if not text or any(c.isspace() or ord(c) < 32 or ord(c) == 127 for c in text) or len(text) > 236:
+        raise UsageError(f"illegal -N value {text!r}")
+    return text
+
+
 def parse_join(text: str) -> str:
     """-j: oe (errors into the output file), eo (the other way) or n."""
     if text not in ("oe", "eo", "n"):
@@ -300,10 +307,20 @@ class DependSpec:
 ALL_INDICES = -1
 
 
-def parse_depend(value: str) -> tuple[list[DependSpec], list[DependSpec]]:
+def parse_depend(value: str, flavor: str = "openpbs") -> tuple[list[DependSpec], list[DependSpec]]:
     """(what this job waits on, the jobs that will wait on it: `before*`), read from a
     `-W depend=` value such as `afterok:7:8[2].srv,afterokarray:9[][3]`.  Parents are ids
-    of jobs, subjobs (`8[2]`) or arrays (`9[]`: every subjob; `9[][3]` three of them)."""
+    of jobs, subjobs (`8[2]`) or arrays (`9[]`: every subjob; `9[][3]` three of them).
+    A malformed id is OpenPBS's 153; Torque answers it with the usage status."""
+    try:
+        return _parse_depend(value)
+    except common.CommandError as e:
+        if flavor == "torque" and e.status == common.UNKNOWN_JOB:
+            raise UsageError(f"illegal -W value: depend={value}") from None
+        raise
+
+
+def _parse_depend(value: str) -> tuple[list[DependSpec], list[DependSpec]]:
     deps, befores = [], []
     for part in value.split(","):
         kind, _, ids = part.partition(":")

@@ -28,7 +28,7 @@ def wanted(job: Job, event: str, flavor: str) -> bool:
     return not (job.array_id and flavor == "openpbs" and "j" not in points)
 
 
-def message(job: Job, server: str, what: str, now: float) -> str:
+def message(job: Job, server: str, what: str) -> str:
     """The message: headers, then the job and what happened to it."""
     jid = display_id(job, server)
     to = job.extra.get("mail_users") or job.owner
@@ -44,13 +44,13 @@ def message(job: Job, server: str, what: str, now: float) -> str:
     return "\n".join(lines) + "\n"
 
 
-def send(site, job: Job, event: str, what: str, now: float) -> None:
+def send(site, job: Job, event: str, what: str) -> None:
     """Mail `what` about `job` if the job asked for `event` and the site has a mail command."""
     command = site.config.get("mail_command")
     if not command or not wanted(job, event, site.flavor):
         return
     try:
-        done = subprocess.run(command, input=message(job, site.server, what, now).encode(),
+        done = subprocess.run(command, input=message(job, site.server, what).encode(),
                               stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, timeout=MAIL_TIMEOUT)
         if done.returncode:
             print(f"hpcsched: mail for job {job.id}: {command[0]} exited {done.returncode}", file=sys.stderr)

@@ -106,9 +106,9 @@ ALTER_USAGE = ("usage: qalter [-a date_time] [-A account] [-e path] [-h hold_lis
 
 
 def alter_changes(job: Job, options: dict[str, str], resources: dict[str, str], now: float,
-                  jobs: dict | None = None, server: str = "") -> tuple[dict, str]:
+                  jobs: dict | None = None, server: str = "", flavor: str = "openpbs") -> tuple[dict, str]:
     """(core alter changes, hold letters to add) for qalter's options on `job`."""
-    from .attributes import (build_request, parse_depend, parse_join, parse_keep, parse_mail_points, parse_names,
+    from .attributes import (build_request, parse_depend, parse_job_name, parse_join, parse_keep, parse_mail_points, parse_names,
                              parse_path, parse_priority,
                              parse_start_after, parse_umask, resolve_depend, resolve_path)
     changes: dict = {}
@@ -126,9 +126,7 @@ def alter_changes(job: Job, options: dict[str, str], resources: dict[str, str], 
             changes["walltime"] = walltime
         extra["resources"] = merged
     if "N" in options:
-        if not options["N"] or any(c.isspace() for c in options["N"]):
-            raise UsageError("illegal -N value")
-        changes["name"] = options["N"]
+        changes["name"] = parse_job_name(options["N"])
     if "A" in options:
         changes["account"] = parse_names(options["A"], "-A")
     if "p" in options:
@@ -143,7 +141,7 @@ def alter_changes(job: Job, options: dict[str, str], resources: dict[str, str], 
         key, _, val = options["W"].partition("=")
         if key.strip() != "depend":
             raise UsageError(f"illegal -W value {options['W']!r}")
-        deps, befores = parse_depend(val)
+        deps, befores = parse_depend(val, flavor)
         if befores:
             raise common.CommandError("before dependencies are given at qsub time", common.USAGE)
         changes["dependencies"] = [[d.kind.value, d.job_id, d.of] for d in resolve_depend(deps, jobs or {}, server)]
@@ -183,7 +181,8 @@ def qalter(opts: list[tuple[str, str]], ids: list[str], out, now: float) -> int:
         user = whoami()
         if not common.may_touch(batch.site, user, job):
             raise common.deny("qalter", job, batch.site)
-        changes, holds = alter_changes(job, options, resources, _time.time(), batch.sched.jobs, batch.site.server)
+        changes, holds = alter_changes(job, options, resources, _time.time(), batch.sched.jobs, batch.site.server,
+                                       batch.site.flavor)
         if job.state in FINISHED:
             raise InvalidState("finished")
         if job.state not in PENDING:

@@ -22,7 +22,8 @@ from ..store.layout import INTERACTIVE, WRAPPER
 from ..store.site import load_site, notify, whoami
 from . import accounting, common
 from . import front as commands
-from .attributes import (ALL_INDICES, DependSpec, build_request, directives, merge, parse_array, parse_depend, parse_join,
+from .attributes import (ALL_INDICES, DependSpec, build_request, directives, merge, parse_array, parse_depend, parse_job_name,
+                         parse_join,
                          parse_keep, parse_mail_points, parse_names, parse_path, parse_priority, parse_start_after,
                          parse_umask,
                          resolve_depend, resolve_path)
@@ -43,9 +44,7 @@ def make_job(options: dict[str, str], resources: dict[str, str], script: str, sc
     """The job, what it waits on (`-W depend=after...`), and the jobs `before...` makes
     wait on it: parents are named, not yet looked up in the store."""
     request, walltime = build_request(resources)
-    name = options.get("N", os.path.basename(script_name) if script_name else "STDIN")
-    if not name or any(c.isspace() or ord(c) < 32 or ord(c) == 127 for c in name) or len(name) > 236:
-        raise UsageError(f"illegal -N value {name!r}")
+    name = parse_job_name(options.get("N", os.path.basename(script_name) if script_name else "STDIN"))
     dest = options.get("q", "")
     queue, _, dest_server = dest.partition("@")
     if dest_server and dest_server.split(".")[0] != server:
@@ -58,12 +57,7 @@ def make_job(options: dict[str, str], resources: dict[str, str], script: str, sc
             if not eq:
                 raise UsageError(f"illegal -W value {options['W']!r}")
             if key == "depend":
-                try:
-                    deps, befores = parse_depend(val)
-                except common.CommandError as e:
-                    if flavor == "torque" and e.status == common.UNKNOWN_JOB:  # Torque: a usage error
-                        raise UsageError(f"illegal -W value: depend={val}") from None
-                    raise
+                deps, befores = parse_depend(val, flavor)
             elif key == "group_list":
                 group = parse_names(val, "-W group_list").split("@")[0]
             elif key == "umask":

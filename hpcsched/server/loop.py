@@ -286,9 +286,9 @@ class Server:
         if aborted or walltime:
             why = why or ("Job exceeded its walltime limit. Job was aborted" if walltime
                           else "Job lost: its process vanished without an exit status")
-            mail.send(self.site, job, mail.ABORT, f"Aborted by PBS Server\n{why}", now)
+            mail.send(self.site, job, mail.ABORT, f"Aborted by PBS Server\n{why}")
         else:
-            mail.send(self.site, job, mail.END, "Execution terminated", now)
+            mail.send(self.site, job, mail.END, "Execution terminated")
         accounting.dependency_deletions(self.batch, now)
 
     def _note(self, job: Job, now: float, **change) -> None:
@@ -338,7 +338,7 @@ class Server:
             write_atomic(d / INTERACTIVE, json.dumps({"env": env, "workdir": workdir}))
             self._note(job, now, set={"launched": now})
             accounting.write(self.home, "S", job, self.site.server, now)
-            mail.send(self.site, job, mail.BEGIN, "Begun execution", now)
+            mail.send(self.site, job, mail.BEGIN, "Begun execution")
             return 1
         shell = x.get("shell") or "/bin/sh"
         argv = ["/bin/sh", "-c", WRAPPER, "hpcsched-job", str(d), shell, str(script)]
@@ -363,7 +363,7 @@ class Server:
         self._note(job, now, set={"launched": now, "pid": proc.pid, "pid_start": _wait_start(proc.pid),
                                   "session": proc.pid})
         accounting.write(self.home, "S", job, self.site.server, now)
-        mail.send(self.site, job, mail.BEGIN, "Begun execution", now)
+        mail.send(self.site, job, mail.BEGIN, "Begun execution")
         return 1
 
     def _scan(self, job: Job, now: float) -> bool:
