@@ -5,9 +5,12 @@ Every problem is reported as one ConfigError line naming the key, e.g.
 """
 from __future__ import annotations
 
+import math
 import tomllib
-from datetime import datetime
+from datetime import date, datetime
 
+from .core.bank import Account, Bank, Window
+from .core.calendar import Entry
 from .core.errors import ConfigError, InvalidRequest
 from .core.plan import ALL
 from .core.policy import Fifo, Policy
@@ -22,7 +25,7 @@ from .policies.simon import Simon
 #: Top-level keys the core reads; drivers (commands, server) add their own via `extra_keys`.
 CORE_KEYS = frozenset({"server_name", "backfill", "interval", "overrun_grace", "reservation_slop",
                        "default_queue", "priority", "queues", "nodes", "reservations", "placement",
-                       "dependency_failure"})
+                       "dependency_failure", "allocations", "calendar"})
 #: The keys of a site file the commands and the server read (store/site.py); the simulator
 #: takes a site's file whole and leaves these alone.
 DRIVER_KEYS = frozenset({"flavor", "operators", "managers", "keep_completed", "pbsyod_launcher",
@@ -132,6 +135,8 @@ def _time(value, where: str) -> float:
         return float(value)
     if isinstance(value, datetime):
         return value.timestamp()
+    if isinstance(value, date):  # a TOML date: its midnight, local time
+        return datetime(value.year, value.month, value.day).timestamp()
     try:
         return datetime.fromisoformat(str(value)).timestamp()
     except ValueError:
@@ -140,7 +145,7 @@ def _time(value, where: str) -> float:
 
 def reservation_from_config(d: dict, where: str) -> Reservation:
     allowed = {"name", "start", "duration", "nodes", "count", "users", "groups", "projects", "queue",
-               "period", "owner"}
+               "period", "owner", "account"}
     for key in d:
         if key not in allowed:
             raise ConfigError(f"{where}.{key}: unknown key")
@@ -158,9 +163,135 @@ def reservation_from_config(d: dict, where: str) -> Reservation:
                            duration=parse_duration(d["duration"]), nodes=tuple(nodes),
                            count=int(d.get("count", 0)), users=frozenset(d.get("users", ())),
                            groups=frozenset(d.get("groups", ())), projects=frozenset(d.get("projects", ())),
-                           queue=str(d.get("queue", "")), period=period, owner=str(d.get("owner", "")))
+                           queue=str(d.get("queue", "")), period=period, owner=str(d.get("owner", "")),
+                           account=str(d.get("account", "")))
     except (InvalidRequest, TypeError, ValueError) as e:
         raise ConfigError(f"{where}: {e}") from None
+
+
+def _table(value, where: str) -> dict:
+    if not isinstance(value, dict):
+        raise ConfigError(f"{where}: must be a table")
+    return value
+
+
+def _known(d: dict, allowed: set, where: str) -> None:
+    for key in d:
+        if key not in allowed:
+            raise ConfigError(f"{where}.{key}: unknown key")
+
+
+def _share(d: dict, key: str, where: str, default: float, top: float = 1.0) -> float:
+    value = d.get(key, default)
+    if not isinstance(value, (int, float)) or isinstance(value, bool) or not 0 <= value <= top:
+        raise ConfigError(f"{where}.{key}: must be a number from 0 to {top:g}")
+    return float(value)
+
+
+def _window(d, where: str) -> Window:
+    d = _table(d, where)
+    _known(d, {"start", "end", "limit"}, where)
+    for key in ("start", "end"):
+        if key not in d:
+            raise ConfigError(f"{where}.{key}: missing")
+    window = Window(_time(d["start"], f"{where}.start"), _time(d["end"], f"{where}.end"),
+                    _share(d, "limit", where, 2.0, top=1000.0))
+    if not window.start < window.end:
+        raise ConfigError(f"{where}: start must come before end")
+    return window
+
+
+def _period(d: dict, where: str, inherited: tuple) -> tuple[float, float, int]:
+    start = _time(d["start"], f"{where}.start") if "start" in d else inherited[0]
+    end = _time(d["end"], f"{where}.end") if "end" in d else inherited[1]
+    periods = d.get("periods", inherited[2])
+    if not isinstance(periods, int) or isinstance(periods, bool) or not 1 <= periods <= 366:
+        raise ConfigError(f"{where}.periods: must be a whole number from 1 to 366")
+    return start, end, periods
+
+
+ALLOCATION_KEYS = {"unit", "start", "end", "periods", "on_exhausted", "backfill_queue", "unallocated",
+                   "charge_factors", "whole_machine", "whole_machine_rate", "bill_reservations", "overburn",
+                   "projects"}
+
+
+def bank_from_config(d) -> Bank:
+    """The [allocations] table: the charging rules and every project's account."""
+    where = "allocations"
+    d = _table(d, where)
+    _known(d, ALLOCATION_KEYS, where)
+    site_period = _period(d, where, (-math.inf, math.inf, 1))
+    factors = _table(d.get("charge_factors", {}), f"{where}.charge_factors")
+    for queue, f in factors.items():
+        if not isinstance(f, (int, float)) or isinstance(f, bool) or not 0 <= f < math.inf:
+            raise ConfigError(f"{where}.charge_factors.{queue}: must be a non-negative number")
+    accounts = {}
+    for project, p in _table(d.get("projects", {}), f"{where}.projects").items():
+        w = f"{where}.projects.{project}"
+        p = _table(p, w)
+        _known(p, {"amount", "start", "end", "periods", "on_exhausted", "overburn", "users"}, w)
+        amount = p.get("amount", 0)
+        if not isinstance(amount, (int, float)) or isinstance(amount, bool) or not 0 <= amount < math.inf:
+            raise ConfigError(f"{w}.amount: must be a non-negative number")
+        users = p.get("users", [])
+        if not isinstance(users, list) or not all(isinstance(u, str) for u in users):
+            raise ConfigError(f"{w}.users: must be a list of user names")
+        start, end, periods = _period(p, w, site_period)
+        try:
+            accounts[project] = Account(project, float(amount), start, end, periods, str(p.get("on_exhausted", "")),
+                                        _window(p["overburn"], f"{w}.overburn") if "overburn" in p else None,
+                                        frozenset(users))
+        except InvalidRequest as e:
+            raise ConfigError(f"{w}: {e}") from None
+    bill = d.get("bill_reservations", False)
+    if not isinstance(bill, bool):
+        raise ConfigError(f"{where}.bill_reservations: must be true or false")
+    try:
+        return Bank(accounts, unit=str(d.get("unit", "node-hours")), on_exhausted=str(d.get("on_exhausted", "backfill")),
+                    backfill_queue=str(d.get("backfill_queue", "backfill")), unallocated=str(d.get("unallocated", "run")),
+                    charge_factors={str(k): float(v) for k, v in factors.items()},
+                    whole_machine=_share(d, "whole_machine", where, 0.0),
+                    whole_machine_rate=_share(d, "whole_machine_rate", where, 1.0),
+                    bill_reservations=bill,
+                    overburn=_window(d["overburn"], f"{where}.overburn") if "overburn" in d else None)
+    except InvalidRequest as e:
+        raise ConfigError(str(e)) from None
+
+
+EVERY = {"daily": 86400.0, "weekly": 604800.0, "biweekly": 1209600.0}
+
+
+def calendar_from_config(entries, nodes) -> list[Entry]:
+    """The [[calendar]] entries: drains once, weekly, biweekly, daily or every N seconds."""
+    from .core import nodelist
+    if not isinstance(entries, list):
+        raise ConfigError("calendar: must be a list of [[calendar]] tables")
+    out, names = [], set()
+    for k, d in enumerate(entries):
+        where = f"calendar[{k}]"
+        d = _table(d, where)
+        _known(d, {"name", "kind", "start", "duration", "every", "nodes", "big_run", "capability"}, where)
+        for key in ("name", "start", "duration"):
+            if key not in d:
+                raise ConfigError(f"{where}.{key}: missing")
+        name = d["name"]
+        if not isinstance(name, str) or not name or name in names:
+            raise ConfigError(f"{where}.name: must be a name of its own")
+        names.add(name)
+        if not isinstance(d.get("big_run", False), bool):
+            raise ConfigError(f"{where}.big_run: must be true or false")
+        try:
+            every = d.get("every", 0)
+            every = EVERY[every] if every in EVERY else parse_duration(every)
+            listed = d.get("nodes", ())
+            listed = nodelist.expand(listed) if isinstance(listed, str) else tuple(listed)
+            entry = Entry(name, _time(d["start"], f"{where}.start"), parse_duration(d["duration"]), every,
+                          str(d.get("kind", "drain")), tuple(listed), d.get("big_run", False),
+                          _share(d, "capability", where, 0.85))
+        except (InvalidRequest, TypeError, ValueError) as e:
+            raise ConfigError(f"{where}: {e}") from None
+        out.append(entry)
+    return out
 
 
 def build(config: dict, extra_keys=(), now: float = 0.0) -> Scheduler:
@@ -197,7 +328,21 @@ def build(config: dict, extra_keys=(), now: float = 0.0) -> Scheduler:
                         overrun_grace=_number(config, "overrun_grace", 300.0),
                         reservation_slop=_number(config, "reservation_slop", 0.0),
                         dependency_failure=_choice(config, "dependency_failure", ("hold", "delete")))
-    sched = Scheduler(topology, router, policy, settings)
+    bank = bank_from_config(config["allocations"]) if "allocations" in config else None
+    if bank is not None and bank.on_exhausted == "backfill" and bank.backfill_queue not in queues and (
+            bank.accounts or bank.unallocated == "refuse"):
+        raise ConfigError(f"allocations.backfill_queue: no queue {bank.backfill_queue!r}")
+    calendar = calendar_from_config(config.get("calendar", []), None)
+    try:
+        sched = Scheduler(topology, router, policy, settings, bank, calendar)
+    except InvalidRequest as e:
+        raise ConfigError(str(e)) from None
+    names = tuple(n.name for n in topology.all_nodes())
+    for entry in calendar:
+        try:
+            sched.add_reservation(entry.reservation(names), now)
+        except Exception as e:  # Rejected, InvalidRequest: one line naming the entry
+            raise ConfigError(f"calendar {entry.name}: {e}") from None
     for k, d in enumerate(config.get("reservations", [])):
         where = f"reservations[{k}]"
         if not isinstance(d, dict):

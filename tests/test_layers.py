@@ -2,6 +2,8 @@
 
     core      <- policies, machines, drain <- config <- store, sim <- pbs <- server <- cli, demos
 
+(The config layer is config.py and sitefilter.py, the site's own Python hook.)
+
 A layer imports only itself and the layers to its left; nothing imports in a cycle.
 """
 import ast
@@ -62,6 +64,8 @@ def imports(name: str, path: str, known: dict[str, str]) -> set[str]:
 
 def layer(name: str) -> str:
     head = name.split(".")[0]
+    if head == "sitefilter":
+        return "config"
     return head if head in MAY_IMPORT else "top"
 
 

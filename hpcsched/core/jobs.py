@@ -215,6 +215,9 @@ class Job:
     dependencies: list[Dependency] = field(default_factory=list)
     priority: int = 0  # the user's own priority (qsub -p)
     score: float = 0.0  # the priority policy's score
+    initial_score: float | None = None  # a starting score a submit filter set (else the policy's)
+    standing: str = ""  # its project's allocation standing when routed: "", "overburn", "exhausted"
+    tier: int = 0  # ordered before the policy's key: < 0 a drain's series (front), 1 standby
     state: State = QUEUED
     exit_status: int | None = None
     start_time: float | None = None

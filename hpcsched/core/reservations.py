@@ -35,6 +35,7 @@ class Reservation:
     queue: str = ""
     period: float = 0.0  # > 0: repeats every `period` seconds
     owner: str = ""
+    account: str = ""  # the project billed for its unused node-hours (PSC), if any
 
     def __post_init__(self):
         if not self.name:
@@ -79,7 +80,8 @@ class Reservation:
         return {"name": self.name, "start": self.start, "duration": self.duration,
                 "nodes": list(self.nodes), "count": self.count, "users": sorted(self.users),
                 "groups": sorted(self.groups), "projects": sorted(self.projects),
-                "queue": self.queue, "period": self.period, "owner": self.owner}
+                "queue": self.queue, "period": self.period, "owner": self.owner,
+                **({"account": self.account} if self.account else {})}
 
     @classmethod
     def from_dict(cls, d: dict) -> "Reservation":

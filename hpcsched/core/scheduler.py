@@ -14,21 +14,26 @@ from __future__ import annotations
 import heapq
 import math
 from dataclasses import dataclass
+from operator import attrgetter
 from typing import Iterable
 
 from .backlog import Backlog
+from .bank import Bank
+from .calendar import Entry
 from .depends import Registry
 from .errors import BadDependency, InvalidRequest, InvalidState, Rejected, UnknownJob
 from .jobs import (ACTIVE, COMPLETED, DELETED, EXITING, FINISHED, PENDING, QUEUED, RUNNING, WAITING, Allocation,
                    Dependency, DepType, Hold, Job, Request, State)
 from .plan import Plan, Start, Walk
-from .policy import Context, Fifo, Policy
+from .policy import Context, Fifo, Policy, tie_break
 from .profile import Profile
 from .reservations import Access, Reservation
 from .route import Router
+from .timefmt import hms
 from .topology import NodeState, Topology
 
 STATE_VERSION = 1
+STANDBY = 1  # the tier of a job whose project is out of allocation under "standby"
 
 #: What `alter` may change on a job that waits, and on one that runs.
 ALTERABLE = frozenset({"name", "walltime", "request", "queue", "priority", "start_after", "account",
@@ -57,11 +62,18 @@ class Scheduler:
     """Jobs, queues, reservations and a machine, and the pass that schedules them."""
 
     def __init__(self, topology: Topology, router: Router, policy: Policy | None = None,
-                 settings: Settings | None = None):
+                 settings: Settings | None = None, bank: Bank | None = None, calendar: Iterable[Entry] = ()):
         self.topology = topology
         self.router = router
         self.policy = policy or Fifo()
         self.settings = settings or Settings()
+        self.bank = bank  # allocations (None: nothing is charged)
+        self.calendar = list(calendar)
+        self._calendar_names = frozenset(e.name for e in self.calendar)
+        for entry in self.calendar:
+            if entry.big_run and self.policy.static:
+                raise InvalidRequest(f"calendar {entry.name}: a big run sets scores, which policy "
+                                     f"{self.policy.name} does not order by (use cobalt)")
         self.jobs: dict[int, Job] = {}
         self.reservations: dict[str, Reservation] = {}
         self.next_id = 1
@@ -98,6 +110,9 @@ class Scheduler:
         # backlog.py)
         self._order: Backlog | None = Backlog() if self.policy.static else None
         self._array_limits = 0  # jobs with an array slot limit ever seen (turns the gate on)
+        self._tiered = False  # some job has had a tier (the order then sorts by it first)
+        self._front: set[int] = set()  # the bimodal series: jobs reserved ahead of all others
+        self._standing: dict[str, str] = {}  # each account's standing at the last pass
 
     # --- reading ---------------------------------------------------------------------
     def job(self, job_id: int) -> Job:
@@ -165,11 +180,11 @@ class Scheduler:
 
     def _enorder(self, job: Job) -> None:
         if self._order is not None:
-            self._order.add((self.policy.key(job, None), job.id), job, self.topology.need(job.request))
+            self._order.add((job.tier, self.policy.key(job, None), job.id), job, self.topology.need(job.request))
 
     def _unorder(self, job: Job) -> None:
         if self._order is not None:
-            self._order.remove((self.policy.key(job, None), job.id))
+            self._order.remove((job.tier, self.policy.key(job, None), job.id))
 
     def _count(self, job: Job, delta: int) -> None:
         self._pending_count[job.queue] = self._pending_count.get(job.queue, 0) + delta
@@ -185,15 +200,47 @@ class Scheduler:
             ok = self._fits[request] = self.topology.fits_anywhere(request)
         return ok
 
-    def _route(self, job: Job) -> str:
-        """Route `job` (not counted in the queue tallies) and check the machine can hold it."""
+    def _route(self, job: Job, now: float) -> str:
+        """Route `job` (not counted in the queue tallies) and check the machine can hold it.
+        Sets the job's allocation standing, which may send it to the backfill queue."""
         if not (job.walltime > 0 and math.isfinite(job.walltime)):
             raise Rejected(f"walltime must be positive, not {job.walltime!r}")
-        size = self.size(job)
-        queue = self.router.route(job, size, self.topology.node_count, self._pending_count, self._pending_user)
+        size, machine = self.size(job), self.topology.node_count
+        queue = self.router.route(job, size, machine, self._pending_count, self._pending_user)
+        bank = self.bank
+        job.standing = "" if bank is None else bank.standing(job.account, now)
+        if job.standing == "ok":
+            job.standing = ""
+        elif job.standing:
+            action = bank.action(job.account)
+            if action == "refuse" and job.standing == "exhausted":
+                raise Rejected(f"project {job.account or '(none)'} has no allocation left")
+            # exhausted (backfill), or overburning with a job that is not capability-sized:
+            # Cobalt sends it to the backfill queue
+            if (action == "backfill" and job.standing == "exhausted") or \
+                    (job.standing == "overburn" and queue.min_fraction is None):
+                q = self.router.queues.get(bank.backfill_queue)
+                if q is None:
+                    raise Rejected(f"project {job.account} has no allocation left and there is no "
+                                   f"queue {bank.backfill_queue}")
+                why = q.refuse(job, size, machine, self._pending_count.get(q.name, 0),
+                               self._pending_user.get((q.name, job.owner), 0))
+                if why:
+                    raise Rejected(f"project {job.account} has no allocation left: {why}")
+                queue = q
         if not self._fits_anywhere(job.request):
-            raise Rejected(f"requests more than the machine has ({size} nodes of {self.topology.node_count})")
+            raise Rejected(f"requests more than the machine has ({size} nodes of {machine})")
+        for entry in self.calendar:  # a whole-machine drain that recurs bounds every job's walltime
+            if entry.every and not entry.nodes and job.walltime > entry.every - entry.duration:
+                raise Rejected(f"walltime {hms(job.walltime)} cannot fit between two drains of calendar "
+                               f"{entry.name} ({hms(entry.every - entry.duration)} apart)")
         return queue.name
+
+    def _start_score(self, job: Job, now: float) -> None:
+        """The policy's starting score, shrunk for a project past its allocation (Cobalt)."""
+        self.policy.on_submit(job)
+        if job.standing == "exhausted" and self.bank.action(job.account) == "backfill":
+            job.score *= self.bank.score_factor(job.account, now)
 
     def _link_dependencies(self, job: Job) -> None:
         """Check the parents exist, and decide what their ends decided already."""
@@ -217,7 +264,8 @@ class Scheduler:
         if job.id < 0:
             raise Rejected(f"job id {job.id} is negative")
         job.submitted_queue = job.queue or self.router.default
-        job.queue = self._route(job)
+        job.tier = 0
+        job.queue = self._route(job, now)
         self._link_dependencies(job)
         if job.id == 0:
             job.id = self.next_id
@@ -228,11 +276,13 @@ class Scheduler:
         job.allocation = None
         self.jobs[job.id] = job
         self._queued[job.id] = job
+        if job.standing == "exhausted" and self.bank.action(job.account) == "standby":
+            job.tier, self._tiered = STANDBY, True  # Kraken: after every other job (before it joins the order)
         self._enorder(job)
         self._array_limits += job.array_limit > 0
         self._count(job, 1)
         self._deps.register(job, self.jobs)
-        self.policy.on_submit(job)
+        self._start_score(job, now)
         if job.dependencies and all(d.met for d in job.dependencies):
             self.policy.on_dependencies_met(job, [self.jobs[d.job_id] for d in job.dependencies])
         dirty = self._dirty
@@ -263,7 +313,15 @@ class Scheduler:
                 self._settle(self.jobs[jid], now)
         if self.reservations:
             for name in [n for n, r in self.reservations.items() if r.expired(now)]:
-                self.remove_reservation(name)
+                self.remove_reservation(name, now)
+        if self.calendar and self.last_pass is not None:
+            self._calendar_events(now)
+        if self.bank is not None:
+            self._restand(now)
+        depth = self.settings.depth
+        if self._front:
+            self._front = {j for j in self._front if j in self.jobs and self.jobs[j].state in PENDING}
+            depth = max(depth, sum(1 for j in self._front if j in self._queued))
         compress = self._dirty  # (arrivals leave it clean: see submit)
         fresh, self._fresh = self._fresh, []
         walk = self._walk
@@ -283,7 +341,7 @@ class Scheduler:
             gate = _Gate(self, now) if self._gated() else None
             order, last = self._prioritise(now, gate.ctx if gate else None)
             plan = Plan(now)
-            walk = self._walk = Walk(self.topology, self._profile(now), self.settings.depth, self._access, gate,
+            walk = self._walk = Walk(self.topology, self._profile(now), depth, self._access, gate,
                                      self.settings.backfill, counts=self.settings.depth > 1 and not self.reservations)
             walk.run(now, order, plan, self._keep(walk.profile, now), last, compress)
         for start in plan.started:
@@ -320,6 +378,8 @@ class Scheduler:
         runnable = list(self._queued.values())
         self.policy.prioritise(runnable, ctx)
         order = self.policy.order(runnable, ctx)
+        if self._tiered:
+            order.sort(key=attrgetter("tier"))  # stable: the policy's order within a tier
         return order, order[-1]
 
     def _apply(self, job: Job, start: Start, now: float) -> None:
@@ -340,12 +400,12 @@ class Scheduler:
         """Do all new jobs sort after `last`?  (Static policies only: keys need no context.)"""
         if last is None or not fresh:
             return True
-        bound = self.policy.key(last, None)
-        return all(self.policy.key(j, None) > bound for j in fresh)
+        bound = (last.tier, self.policy.key(last, None))
+        return all((j.tier, self.policy.key(j, None)) > bound for j in fresh)
 
     def _gated(self) -> bool:
         """Can a queue limit or the policy hold a job back? (Else the walk skips the check.)"""
-        return self.policy.limits or self._array_limits > 0 or any(
+        return self.policy.limits or self._array_limits > 0 or self._holds_back() or any(
             not q.started or q.max_running is not None or q.max_running_per_user is not None
             or q.max_running_fraction is not None for q in self.router.queues.values())
 
@@ -391,6 +451,8 @@ class Scheduler:
         for kind, attr in _OWNER.items():
             usage, name = self.usage[kind], getattr(job, attr)
             usage[name] = usage.get(name, 0.0) + used
+        if self.bank is not None:
+            self._charge(job, now)
         self._move(job, COMPLETED, now)
         self._dependants(job, self._deps.ended(job), True, now)
         return job
@@ -466,7 +528,7 @@ class Scheduler:
                 if changes.keys() & {"walltime", "request", "queue", "account", "group"}:
                     # route again from where the job was submitted, or the queue asked for now
                     new.submitted_queue = new.queue = changes.get("queue", job.submitted_queue)
-                    new.queue = self._route(new)
+                    new.queue = self._route(new, now)
                 if "dependencies" in changes:
                     self._link_dependencies(new)
                     failed = self._failed(new)
@@ -481,17 +543,22 @@ class Scheduler:
         queued = job.state == QUEUED
         if queued:
             self._unorder(job)  # its key, walltime or need may change: it goes back in anew
-        for key in ALTERABLE | {"submitted_queue"}:
+        for key in ALTERABLE | {"submitted_queue", "standing"}:
             setattr(job, key, getattr(new, key))
+        if rerouted:
+            job.submit_time = now  # (as if submitted now: it ranks after jobs already waiting)
         if queued:
             self._enorder(job)
         if rerouted:
             self._count(job, 1)
             # another queue: the job waits afresh, as if submitted now (Cobalt's
-            # anti-gaming rule: its score restarts too, in the policy)
+            # anti-gaming rule: its queue time and eligible time restart here, its score
+            # in the policy), so it ranks with a job submitted at this moment, not above it
             job.eligible_time = 0.0
             job.eligible_since = now if job.state == QUEUED else None
             self.policy.on_route_change(job)
+            if job.standing == "exhausted" and self.bank.action(job.account) == "backfill":
+                job.score *= self.bank.score_factor(job.account, now)  # (as _start_score)
         if "dependencies" in changes:
             self._deps.register(job, self.jobs)
             if job.dependencies and all(d.met for d in job.dependencies):
@@ -543,6 +610,149 @@ class Scheduler:
         self.deleted_by_dependency.append(job)
         return self._deps.ended(job)
 
+    # --- allocations and calendars -------------------------------------------------------
+    def post(self, kind: str, project: str, amount: float, now: float, job: int = 0, note: str = "",
+             user: str = "") -> None:
+        """An operator's deposit, set, refund or charge (gdeposit, gchalloc, grefund, gcharge)."""
+        if self.bank is None:
+            raise InvalidRequest("this site has no allocations")
+        if kind not in ("deposit", "set", "refund", "charge"):
+            raise InvalidRequest(f"unknown bank operation {kind!r}")
+        if job and kind == "refund":
+            self.job(job)  # (an unknown id is refused)
+        self.bank.post(kind, project, amount, now, job=job, note=note, user=user)
+
+    def _charge(self, job: Job, now: float) -> None:
+        """Charge an ending job to its project, and its use of billed reservations."""
+        bank = self.bank
+        cores = bank.unit == "core-hours"
+        units = job.request.processors if cores else self.size(job)
+        machine = self._machine_cores() if cores else self.topology.node_count
+        amount = bank.job_charge(job.queue, units, machine, now - job.start_time)
+        bank.post("job", job.account, amount, now, job=job.id)
+        if bank.bill_reservations:
+            for res in self.reservations.values():
+                if self._billed(res) and res.access(job) is not Access.BLOCKED:
+                    bank.reservation_use[res.name] = bank.reservation_use.get(res.name, 0.0) + \
+                        self._inside(job, res, now)
+
+    def _machine_cores(self) -> int:
+        return sum(n.cores for n in self.topology.all_nodes())
+
+    def _billed(self, res: Reservation) -> bool:
+        return bool(self.bank is not None and self.bank.bill_reservations and res.account and not res.period)
+
+    @staticmethod
+    def _inside(job: Job, res: Reservation, until: float) -> float:
+        """Node-seconds `job` ran on `res`'s nodes inside its window, up to `until`."""
+        t0, t1 = max(job.start_time, res.start), min(until, res.start + res.duration)
+        return max(0.0, t1 - t0) * len(set(job.nodes) & set(res.nodes))
+
+    def _bill(self, res: Reservation, now: float) -> None:
+        """PSC: the owner pays for the node-hours of the reservation that no job used."""
+        used = self.bank.reservation_use.pop(res.name, 0.0)
+        used += sum(self._inside(j, res, now) for j in self._active.values() if res.access(j) is not Access.BLOCKED)
+        held = max(0.0, min(now, res.start + res.duration) - res.start) * len(res.nodes)
+        unused = max(0.0, held - used)
+        if unused > 0:
+            factor = self.bank.charge_factors.get(res.queue, 1.0) if res.queue else 1.0
+            if self.bank.unit == "core-hours":
+                unused *= self._machine_cores() / self.topology.node_count
+            self.bank.post("reservation", res.account, unused / 3600.0 * factor, now,
+                           note=f"unused part of reservation {res.name}")
+
+    def _restand(self, now: float) -> None:
+        """Follow each account's standing: a project's waiting jobs go to standby when it runs
+        out (Kraken) and back when it is refilled or a new period begins."""
+        bank, changed = self.bank, []
+        for project in bank.accounts:
+            standing = bank.standing(project, now)
+            if self._standing.get(project) != standing:
+                if project in self._standing or standing != "ok":
+                    changed.append(project)
+                self._standing[project] = standing
+        if not changed:
+            return
+        self._dirty = True
+        for project in changed:
+            if bank.action(project) != "standby":
+                continue
+            tier = STANDBY if self._standing[project] == "exhausted" else 0
+            for job in self.jobs.values():
+                if job.account == project and job.state in PENDING and job.tier >= 0 and job.tier != tier:
+                    self._retier(job, tier)
+
+    def _retier(self, job: Job, tier: int) -> None:
+        queued = job.state == QUEUED
+        if queued:
+            self._unorder(job)
+        job.tier = tier
+        self._tiered = self._tiered or tier != 0
+        if queued:
+            self._enorder(job)
+        self._dirty = True
+
+    def _holds_back(self) -> bool:
+        """Can the site's own rules hold a runnable job back (allocations refused, a
+        capability job outside its week's series)?"""
+        return any(e.kind == "bimodal" for e in self.calendar) or (self.bank is not None and (
+            self.bank.on_exhausted == "refuse" or any(a.on_exhausted == "refuse" for a in self.bank.accounts.values())))
+
+    def _site_hold(self, job: Job) -> str | None:
+        """Why the site's rules keep a runnable `job` from starting in this pass."""
+        if self.bank is not None and self._standing.get(job.account) == "exhausted" \
+                and self.bank.action(job.account) == "refuse":
+            return f"project {job.account} has no allocation left"
+        if job.tier < 0:
+            return None  # in this week's series
+        for entry in self.calendar:
+            if entry.kind == "bimodal" and self.size(job) >= entry.capability * self.topology.node_count:
+                return f"capability jobs run after the {entry.name} drain, in its series"
+        return None
+
+    def _calendar_events(self, now: float) -> None:
+        """Act on each calendar occurrence that ended since the last pass."""
+        for entry in self.calendar:
+            end = entry.last_end(now)
+            if end is None or end <= self.last_pass:
+                continue
+            if entry.big_run:
+                self.big_run(now)
+            if entry.kind == "bimodal":
+                self._open_series(entry)
+
+    def _open_series(self, entry: Entry) -> None:
+        """Kraken: the capability jobs queued now run back to back, in submission order."""
+        for jid in self._front:
+            job = self.jobs.get(jid)
+            if job is not None and job.tier < 0:
+                self._retier(job, 0)
+        machine = self.topology.node_count
+        series = sorted((j for j in self._queued.values()
+                         if self.size(j) >= entry.capability * machine and j.tier <= 0), key=tie_break)
+        for rank, job in enumerate(series):
+            self._retier(job, rank - len(series))
+        self._front = {j.id for j in series}
+
+    def big_run(self, now: float) -> list[Job]:
+        """Cobalt's Big Run Monday: the waiting capability jobs (in a queue with a
+        min_fraction), neither in a backfill queue nor overburning, get scores above every
+        other waiting job's, largest first, then by submission."""
+        if self.policy.static:
+            raise InvalidRequest(f"a big run sets scores, which policy {self.policy.name} does not order by")
+        backfill = set(getattr(self.policy, "backfill_queues", ()))
+        if self.bank is not None:
+            backfill.add(self.bank.backfill_queue)
+        capability = {name for name, q in self.router.queues.items() if q.min_fraction is not None}
+        waiting = list(self._queued.values())
+        chosen = sorted((j for j in waiting if j.queue in capability and j.queue not in backfill
+                         and j.standing != "overburn"), key=lambda j: (-self.size(j), j.submit_time, j.id))
+        top = max((j.score for j in waiting), default=0.0)
+        for rank, job in enumerate(chosen):
+            job.score = top + len(chosen) - rank
+        self._dirty = True
+        return chosen
+
     # --- reservations and nodes --------------------------------------------------------
     def add_reservation(self, res: Reservation, now: float) -> Reservation:
         """Add an advance reservation; a node count is turned into nodes free over its
@@ -569,12 +779,16 @@ class Scheduler:
         self._dirty = True
         return res
 
-    def remove_reservation(self, name: str) -> Reservation:
+    def remove_reservation(self, name: str, now: float | None = None) -> Reservation:
+        """Remove a reservation (at `now`: one billed to a project is charged its unused part)."""
         if name not in self.reservations:
             raise InvalidRequest(f"unknown reservation {name!r}")
         self._res_units.pop(name)
         self._dirty = True
-        return self.reservations.pop(name)
+        res = self.reservations.pop(name)
+        if now is not None and self._billed(res):
+            self._bill(res, now)
+        return res
 
     def note_node(self, name: str, note: str) -> None:
         """An operator's note on a node (pbsnodes -N); "" removes it.  The pass never reads it."""
@@ -650,9 +864,11 @@ class Scheduler:
     def to_dict(self) -> dict:
         return {"version": STATE_VERSION, "next_id": self.next_id, "last_pass": self.last_pass,
                 "jobs": [j.to_dict() for j in self.jobs.values()],
-                "reservations": [r.to_dict() for r in self.reservations.values()],
+                "reservations": [r.to_dict() for r in self.reservations.values()
+                                 if r.name not in self._calendar_names],  # (those come from the site's calendar)
                 "nodes": self.topology.node_states(), "node_notes": dict(self.node_notes),
                 "usage": {k: dict(v) for k, v in self.usage.items()},
+                **({"bank": self.bank.to_dict()} if self.bank is not None else {}),
                 "booked": [[jid, t, list(a.nodes), [list(c) for c in a.cores], count]
                            for jid, (t, a, count) in self._booked.items()]}
 
@@ -688,7 +904,7 @@ class Scheduler:
                 if job.dependencies and job.state in PENDING:
                     self._deps.register(job, self.jobs)
             if self._order is not None:  # one sort, not an insertion per job
-                self._order = Backlog(sorted(((self.policy.key(j, None), j.id), j, self.topology.need(j.request))
+                self._order = Backlog(sorted(((j.tier, self.policy.key(j, None), j.id), j, self.topology.need(j.request))
                                              for j in self._queued.values()))
             self.next_id = int(state.get("next_id", max(self.jobs, default=0) + 1))
             self.last_pass = state.get("last_pass")
@@ -697,6 +913,10 @@ class Scheduler:
                             for b in state.get("booked", [])}
             self._dirty = True
             self._base = None
+            if self.bank is not None:
+                self.bank.restore(state.get("bank", {}))
+            self._front = {j.id for j in self.jobs.values() if j.tier < 0 and j.state in PENDING}
+            self._tiered = any(j.tier for j in self.jobs.values())
             usage = state.get("usage", {})
             for kind in self.usage:
                 self.usage[kind] = {str(k): float(v) for k, v in usage.get(kind, {}).items()}
@@ -731,6 +951,10 @@ class _Gate:
                 return why
         if job.array_limit and tally["arr"].get(job.array_id, 0) >= job.array_limit:
             return f"array {job.array_id} already runs its limit of {job.array_limit} subjobs"
+        if sched._holds_back():
+            why = sched._site_hold(job)
+            if why:
+                return why
         return sched.policy.hold_back(job, self.ctx, tally)
 
     def started(self, job: Job) -> None:

@@ -28,7 +28,9 @@ COMMANDS = {name: f"{module}:{name.upper()}" for module, names in (
     ("qctl", ["qalter", "qdel", "qhold", "qmove", "qrls", "qrun", "qselect", "qsig"]),
     ("maui", ["checkjob", "mdiag", "releaseres", "setres", "showbf", "showq", "showres"]),
     ("psc", ["pbsyod", "shownids"]), ("pbsnodes", ["pbsnodes"]), ("qmgr", ["qmgr"]),
-    ("tracejob", ["tracejob"]), ("schedctl", ["schedctl"])) for name in names}
+    ("tracejob", ["tracejob"]), ("schedctl", ["schedctl"]),
+    ("gold", ["mybalance", "gbalance", "gstatement", "gdeposit", "gchalloc", "gcharge", "grefund"]))
+    for name in names}
 #: pbsyod runs the site's launcher as the caller's child, inside the job: never forwarded
 LOCAL_ONLY = frozenset({"pbsyod"})
 SOCKET = "commands.sock"

@@ -148,7 +148,7 @@ def showres(opts: list[tuple[str, str]], operands: list[str], out, now: float) -
     rows = []
     for r in sched.reservations.values():
         start = next(iter(r.occurrences(now, float("inf"))), (r.start, r.start + r.duration))[0]
-        rows.append((r.name, "User", start, r.duration, len(r.nodes), sum(sched.topology.node(n).cores
+        rows.append((r.name, "Sys" if r.owner == "calendar" else "User", start, r.duration, len(r.nodes), sum(sched.topology.node(n).cores
                                                                              for n in r.nodes)))
     _, plan = preview(batch, now)
     for jid, (t, alloc) in sorted(plan.reserved.items()):

@@ -15,7 +15,8 @@ import subprocess
 import sys
 import time
 
-from ..core.errors import BadDependency, Rejected
+from .. import sitefilter
+from ..core.errors import BadDependency, ConfigError, Rejected
 from ..core.jobs import Hold, Job
 from ..store.journaled import Batch
 from ..store.layout import INTERACTIVE, WRAPPER
@@ -137,7 +138,8 @@ def submit_parsed(cmd: list[tuple[str, str]], rest: list[str], stdin=None, cwd: 
         script, script_name = stdin.read(), ""
     site = load_site()
     words = [part for letter, value in cmd for part in (f"-{letter}", value) if part] + rest
-    if site.config.get("submit_filter") and not interactive:
+    python_filter = site.config.get("submit_filter") if isinstance(site.config.get("submit_filter"), str) else None
+    if site.config.get("submit_filter") and not interactive and not python_filter:
         script = submit_filter(site.config["submit_filter"], words, script, cwd, env)
     prefix = next((v for letter, v in cmd if letter == "C"), env.get("PBS_DPREFIX", "#PBS"))
     options, resources = merge(cmd, directives(script, prefix))
@@ -155,10 +157,11 @@ def submit_parsed(cmd: list[tuple[str, str]], rest: list[str], stdin=None, cwd: 
         if job.extra[key]:
             job.extra[key] = resolve_path(job.extra[key], cwd)
     batch = Batch.of(site)
-    # Only dependencies and queued-job limits need the jobs already stored; without them
+    # Only dependencies, queued-job limits and allocations (a project's standing routes the
+    # job) need the jobs already stored; without them
     # the job is checked against the configuration alone, so qsub's cost does not grow
     # with the store.
-    needs_state = bool(deps or befores) or any(
+    needs_state = bool(deps or befores) or "allocations" in site.config or bool(python_filter) or any(
         "max_queued" in q or "max_queued_per_user" in q for q in site.config.get("queues", {}).values())
     with batch.open(write=True, load=needs_state):
         sched = batch.sched
@@ -174,6 +177,12 @@ def submit_parsed(cmd: list[tuple[str, str]], rest: list[str], stdin=None, cwd: 
         if befores and array:
             raise UsageError("an array cannot carry before dependencies")
         job.dependencies = resolve_depend(deps, sched.jobs, site.server)
+        if python_filter and not interactive:
+            try:
+                sitefilter.apply(sitefilter.load(python_filter, site.home), job, sched, now)
+            except (Rejected, ConfigError) as e:
+                raise common.CommandError("Your job has been administratively rejected by the queueing "
+                                          f"system: {e}", common.SYSTEM) from None
         waiters = [(w, b) for b in befores for w in _waiters(batch, site, user, b)]
         try:
             if array:

@@ -15,6 +15,7 @@ from __future__ import annotations
 import io
 import math
 
+from ..core.errors import InvalidRequest
 from ..core.jobs import QUEUED
 from ..store.journaled import Batch
 from ..store.site import load_site, whoami
@@ -69,18 +70,15 @@ def schedctl(opts: list[tuple[str, str]], operands: list[str], out, now: float) 
 
 
 def _big_run(site, out, now: float) -> int:
-    """Capability jobs to the front, largest first: scores above every other waiting job's."""
+    """Capability jobs to the front, largest first: scores above every other waiting job's
+    (Scheduler.big_run, one journal record)."""
     batch = Batch.of(site)
     with batch.open(write=True):
+        try:
+            chosen = batch.do("big_run", now)
+        except InvalidRequest as e:
+            raise common.CommandError(f"schedctl: {e}", common.BAD_STATE) from None
         sched = batch.sched
-        backfill = getattr(sched.policy, "backfill_queues", frozenset())
-        capability = {name for name, q in sched.router.queues.items() if q.min_fraction is not None}
-        waiting = [j for j in sched.jobs.values() if j.state == QUEUED]
-        chosen = sorted((j for j in waiting if j.queue in capability and j.queue not in backfill),
-                        key=lambda j: (-sched.size(j), j.submit_time, j.id))
-        top = max((j.score for j in waiting), default=0.0)
-        for rank, job in enumerate(chosen):
-            batch.do("alter", now, id=job.id, changes={"score": top + len(chosen) - rank})
     for job in chosen:
         out.write(f"{common.display_id(job, site.server)} {sched.size(job)} nodes: score {job.score:g}\n")
     if not chosen:

@@ -33,7 +33,8 @@ class Cobalt(Policy):
     static = False
 
     def on_submit(self, job: Job) -> None:
-        job.score = self.initial_scores.get(job.queue, 0.0)
+        # a submit filter's starting score (per project program, say), else the queue's
+        job.score = job.initial_score if job.initial_score is not None else self.initial_scores.get(job.queue, 0.0)
 
     def on_route_change(self, job: Job) -> None:
         # Anti-gaming: a qalter that changes the routed queue starts the score afresh (and

@@ -27,6 +27,7 @@ import itertools
 import math
 from typing import Callable, Iterable
 
+from .. import sitefilter
 from ..core.errors import Rejected, SchedulerError
 from ..core.jobs import Job
 from ..core.plan import Plan
@@ -71,8 +72,9 @@ class Engine:
     """The discrete-event loop around one Scheduler."""
 
     def __init__(self, scheduler: Scheduler, period: float | None = None,
-                 progress: Callable[[int], None] | None = None, estimates=None):
+                 progress: Callable[[int], None] | None = None, estimates=None, submit_filter=None):
         self.scheduler, self.period, self.progress, self.estimates = scheduler, period, progress, estimates
+        self.submit_filter = submit_filter  # the site's Python filter (sitefilter.py), run on each arrival
         self.rejected: list[tuple[object, str]] = []  # (tag, reason) of refused submissions
         self._timed: list[tuple[float, int, Callable]] = []  # (time, order added, event)
         self._added = itertools.count()
@@ -134,6 +136,8 @@ class Engine:
                 if estimates:
                     estimates.predict(job, tag, run, now)
                 try:
+                    if self.submit_filter is not None:
+                        sitefilter.apply(self.submit_filter, job, sched, now)
                     job = sched.submit(job, now)
                 except Rejected as e:
                     self.rejected.append((tag, str(e)))

@@ -18,6 +18,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Callable, Iterable
 
+from .. import sitefilter
 from ..config import DRIVER_KEYS, build
 from ..core.jobs import Job, Request
 from ..drain.accounts import GROUPS, Accounts, JobRecord
@@ -198,6 +199,7 @@ class Result:
     estimate: str = "request"
     trace_map: TraceMap = field(default_factory=TraceMap)
     gantt: dict | None = None  # a window's node occupancy (Strip.occupancy), for a report
+    bank: dict | None = None  # the allocations' end state (bank_report), if the site has them
 
     def summary(self) -> str:
         out = self.metrics.text(self)
@@ -213,6 +215,7 @@ class Result:
                 "machine": {"nodes": self.machine.nodes, "ppn": self.machine.ppn, "shared": self.machine.shared},
                 "mapping": vars(self.mapping) | {"simulated": self.mapping.simulated},
                 "metrics": self.metrics.to_json(), "drain": self.drain, "gantt": self.gantt,
+                **({"bank": self.bank} if self.bank is not None else {}),
                 "jobs": [{"job": f.record.job, "submit": f.submit, "start": f.start, "end": f.end,
                           "wait": f.wait, "run": f.run, "size": f.size, "units": f.units, "queue": f.queue,
                           "backfill": f.backfill} for f in self.jobs]}
@@ -302,11 +305,16 @@ def simulate(workload, *, policy: str | None = None, backfill: str | None = None
     cfg["backfill"] = backfill = backfill or cfg.get("backfill", "easy")
     if period:
         cfg.setdefault("interval", period)
-    cfg["reservations"] = [_on_trace_clock(r, header.unix_start_time) for r in cfg.get("reservations", [])]
+    _clocked(cfg, header.unix_start_time)
     sched = build(cfg, extra_keys=DRIVER_KEYS)
+    if sched.bank is not None:
+        sched.bank.keep_ledger = False  # totals per project: a ledger line per job is no replay's business
+    site_filter = cfg.get("submit_filter")
+    if site_filter is not None and not isinstance(site_filter, str):
+        raise SimulationError("submit_filter: the simulator runs Python filters (\"module:function\") only")
     mapping = MapStats()
     total, epoch = header.number("MaxRecords") or header.number("MaxJobs"), header.unix_start_time or 0
-    engine = Engine(sched, period, progress and (
+    engine = Engine(sched, period, submit_filter=site_filter and sitefilter.load(site_filter), progress=progress and (
         lambda done: progress(mapping.records, done, (sched.last_pass or 0.0) + epoch, total)),
                     estimates=None if estimate == "request" else estimates.model(estimate))
     recorder = Recorder(sched, Accounts(offset=_utc_offset(header)), header.unix_start_time or 0.0) if drain else None
@@ -337,7 +345,21 @@ def simulate(workload, *, policy: str | None = None, backfill: str | None = None
         shape = re.sub(r"\d+(?:[.:]\d+)*", "N", reason)
         mapping.rejections[shape] = mapping.rejections.get(shape, 0) + 1
     return Result(finished, metrics, machine, mapping, policy, backfill, header, report, estimate, trace_map,
-                  strip.occupancy(finished, acc["units"]) if strip else None)
+                  strip.occupancy(finished, acc["units"]) if strip else None,
+                  bank_report(sched.bank, sched.last_pass or 0.0) if sched.bank is not None else None)
+
+
+def bank_report(bank, now: float) -> dict:
+    """The bank's end state: per project, allocated this period, charged in it, balance and
+    standing, and everything charged over the replay."""
+    projects = {}
+    for project, acct in sorted(bank.accounts.items()):
+        k = acct.period(now)
+        projects[project] = {"allocated": acct.granted(k) if k is not None else 0.0,
+                             "charged": acct.charged[k] if k is not None else 0.0,
+                             "balance": acct.balance(now), "standing": bank.standing(project, now)}
+    return {"unit": bank.unit, "projects": projects,
+            "charged": {p: round(v, 6) for p, v in sorted(bank.used.items())}}
 
 
 class Strip:
@@ -370,16 +392,42 @@ class Strip:
         return {"window": [t0, t1], "units": units, "jobs": sorted(jobs, key=lambda j: (j[1], j[0]))}
 
 
-def _on_trace_clock(table: dict, epoch: int | None) -> dict:
-    """A configured reservation with its start on the trace's clock: a date becomes
-    seconds after the trace's UnixStartTime (numbers already are trace seconds)."""
-    start = table.get("start") if isinstance(table, dict) else None
-    if start is None or (isinstance(start, (int, float)) and not isinstance(start, bool)):
+def _on_trace_clock(table: dict, epoch: int | None, keys=("start",), where: str = "reservations") -> dict:
+    """A configured table with its times on the trace's clock: a date becomes seconds
+    after the trace's UnixStartTime (numbers already are trace seconds)."""
+    if not isinstance(table, dict):
         return table
-    from ..config import _time
-    if epoch is None:
-        raise SimulationError("reservations: a start date needs the trace's UnixStartTime; give seconds instead")
-    return dict(table, start=_time(start, "reservations.start") - epoch)
+    out = dict(table)
+    for key in keys:
+        value = table.get(key)
+        if value is None or (isinstance(value, (int, float)) and not isinstance(value, bool)):
+            continue
+        from ..config import _time
+        if epoch is None:
+            raise SimulationError(f"{where}: a date needs the trace's UnixStartTime; give seconds instead")
+        out[key] = _time(value, f"{where}.{key}") - epoch
+    return out
+
+
+def _clocked(cfg: dict, epoch: int | None) -> None:
+    """Every date of a site config on the trace's clock: reservations, calendar entries,
+    allocation periods and overburn windows."""
+    cfg["reservations"] = [_on_trace_clock(r, epoch) for r in cfg.get("reservations", [])]
+    if isinstance(cfg.get("calendar"), list):
+        cfg["calendar"] = [_on_trace_clock(e, epoch, where="calendar") for e in cfg["calendar"]]
+    alloc = cfg.get("allocations")
+    if isinstance(alloc, dict):
+        alloc = _on_trace_clock(alloc, epoch, ("start", "end"), "allocations")
+        if "overburn" in alloc:
+            alloc["overburn"] = _on_trace_clock(alloc["overburn"], epoch, ("start", "end"), "allocations.overburn")
+        if isinstance(alloc.get("projects"), dict):
+            alloc["projects"] = {
+                name: _on_trace_clock(dict(p, **({"overburn": _on_trace_clock(
+                    p["overburn"], epoch, ("start", "end"), f"allocations.projects.{name}.overburn")}
+                    if isinstance(p, dict) and "overburn" in p else {})), epoch, ("start", "end"),
+                    f"allocations.projects.{name}") if isinstance(p, dict) else p
+                for name, p in alloc["projects"].items()}
+        cfg["allocations"] = alloc
 
 
 def job_records(finished: list[Finished], epoch: float = 0.0) -> dict[str, JobRecord]:

@@ -108,6 +108,11 @@ def run_cell(cell: dict) -> dict:
            "mean_wait": round(m.overall["wait"]["mean"], 1), "p95_wait": round(m.overall["wait"]["p95"], 1),
            "mean_bsld": round(m.overall["bsld"]["mean"], 2), "capability_share": round(m.capability_share, 4),
            "seconds": round(time.monotonic() - t, 2)}
+    inner = m.series.get("utilization", [])[1:-1]  # whole steps (the first and last are partial)
+    if len(inner) >= 2:
+        mean = sum(inner) / len(inner)
+        row["step_util_min"] = round(min(inner), 4)
+        row["step_util_sd"] = round((sum((u - mean) ** 2 for u in inner) / len(inner)) ** 0.5, 4)
     for cls, s in m.by_size.items():
         row[f"wait[{cls}]"] = round(s["wait"]["mean"], 1)
     return {"label": cell["label"], "row": row, "run": run_of(data, cell["label"])}

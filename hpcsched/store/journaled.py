@@ -65,7 +65,12 @@ def apply(sched: Scheduler, rec: dict):
     if op == "reservation":
         return sched.add_reservation(Reservation.from_dict(rec["reservation"]), now)
     if op == "unreserve":
-        return sched.remove_reservation(rec["name"])
+        return sched.remove_reservation(rec["name"], now)
+    if op == "bank":  # an operator's deposit, set, refund or charge (job ends charge themselves)
+        return sched.post(rec["kind"], rec["project"], rec["amount"], now, job=rec.get("job", 0),
+                          note=rec.get("note", ""), user=rec.get("user", ""))
+    if op == "big_run":
+        return sched.big_run(now)
     if op == "node":
         if "note" in rec:
             sched.note_node(rec["name"], rec["note"])

@@ -64,12 +64,15 @@ OPS = {
     "unreserve": {"name": _text},
     "node": {"name": _text, "state?": _text, "note?": _text},
     "process": {"id": _id, "set?": _table, "clear?": _words, "comment?": _text},
+    "bank": {"kind": lambda v: v in ("deposit", "set", "refund", "charge"), "project": _text,
+             "amount": lambda v: _number(v) and v >= 0, "job?": _id, "note?": _text, "user?": _text},
+    "big_run": {},
 }
 #: a submitted job's fields the core computes with, and their kinds
 JOB = {"id?": lambda v: isinstance(v, int) and not isinstance(v, bool) and v >= 0, "name?": _text,
        "owner?": _text, "group?": _text, "account?": _text, "queue?": _text, "walltime?": _number,
        "priority?": _status, "request?": _table, "extra?": _table,
-       "start_after?": lambda v: v is None or _number(v)}
+       "start_after?": lambda v: v is None or _number(v), "initial_score?": lambda v: v is None or _number(v)}
 
 
 def _compiled(kinds: dict) -> tuple:

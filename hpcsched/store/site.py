@@ -17,6 +17,7 @@ import socket
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from .. import sitefilter
 from ..config import DRIVER_KEYS, build, loads
 from ..core.errors import ConfigError
 from ..core.scheduler import Scheduler
@@ -124,8 +125,11 @@ def load_site(home: str | os.PathLike | None = None) -> Site:
         raise ConfigError("scheduling: must be true or false")
     for key, example in (("mail_command", '["sendmail", "-t"]'), ("launcher", '["ssh", "{host}", "{command}"]'),
                          ("prejob_check", '["ping", "-c1", "{node}"]'), ("pbsyod_launcher", '["aprun", "-n", "{np}"]'),
-                         ("submit_filter", '["/etc/hpcsched/submit_filter"]')):
+                         ("submit_filter", '["/etc/hpcsched/submit_filter"] or "module:function"')):
         words = config.get(key, [])
+        if key == "submit_filter" and isinstance(words, str):
+            sitefilter.load(words, home)  # a Python filter, "module:function": it must import
+            continue
         if not isinstance(words, list) or not all(isinstance(p, str) and p for p in words):
             raise ConfigError(f"{key}: must be a command as a list of words, e.g. {example}")
     for key in ("server_interval", "kill_grace", "job_history_duration"):
