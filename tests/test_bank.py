@@ -277,6 +277,7 @@ def test_gold_commands_balance_deposit_charge_refund_and_statement(gold, monkeyp
     assert _run(g.GDEPOSIT, "-p", "chem", "-z", "-5")[0] == 2
     assert _run(g.GDEPOSIT, "-p", "chem", "-z", "lots")[0] == 2
     assert _run(g.GCHARGE, "-p", "nobody", "-z", "1")[0] == 1
+    assert _run(g.GCHARGE, "-p", "chem", "-z", "1", "-J", "999")[0] == 153
     assert _run(g.GDEPOSIT, "-p", "chem", "-z", "50", "-d", "supplement") == \
         (0, "deposit of 50.00 for project chem: balance 150.00 node-hours\n")
     job = int(jid.split(".")[0])

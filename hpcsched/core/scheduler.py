@@ -937,6 +937,7 @@ class _Gate:
         self.sched = sched
         self.running = list(sched._active.values())  # grows as the walk starts jobs
         self.ctx = sched.context(now, self.running)
+        self.site = sched._holds_back()  # (asked once per pass, not per job)
         self.tally: dict = {"q": {}, "qu": {}, "qn": {}, "arr": {}}
         for job in self.running:
             self._count(job)
@@ -951,7 +952,7 @@ class _Gate:
                 return why
         if job.array_limit and tally["arr"].get(job.array_id, 0) >= job.array_limit:
             return f"array {job.array_id} already runs its limit of {job.array_limit} subjobs"
-        if sched._holds_back():
+        if self.site:
             why = sched._site_hold(job)
             if why:
                 return why

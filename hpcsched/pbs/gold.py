@@ -144,8 +144,9 @@ def _change(kind: str):
             bank = batch.sched.bank
             if bank is None:
                 raise common.CommandError("this site has no allocations (no [allocations] table)", NO_BANK)
+            if job and job not in batch.sched.jobs:
+                raise common.CommandError(f"Unknown Job Id {job}.{site.server}", common.UNKNOWN_JOB)
             if kind == "refund" and job and "z" not in o:  # the job's whole charge, per project
-                batch.sched.job(job)
                 owed = {p: a for p, a in bank.charged_to(job).items() if a > 0}
                 if not owed:
                     raise common.CommandError(f"job {job} has no charge to refund", NO_BANK)
@@ -159,8 +160,6 @@ def _change(kind: str):
             amount = _amount(o.get("z"))
             if kind != "deposit":
                 bank.account(o["p"])
-            if job:
-                batch.sched.job(job)
             extra = {"job": job} if job else {}
             batch.do("bank", now, kind=kind, project=o["p"], amount=amount, note=o.get("d", ""), user=user, **extra)
             balance = bank.accounts[o["p"]].balance(now)
