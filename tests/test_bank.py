@@ -303,3 +303,20 @@ def test_qsub_of_an_exhausted_refused_project_says_why(gold):
     config_file.write_text(config_file.read_text().replace("amount = 5\n", "amount = 0\non_exhausted = \"refuse\"\n"))
     with pytest.raises(common.CommandError, match="project phys has no allocation left"):
         _qsub("-A", "phys")
+
+
+def test_setres_charge_account_is_billed_for_the_unused_part_when_released(gold, monkeypatch):
+    from hpcsched.pbs import maui
+    from hpcsched.store.journaled import Batch
+    from hpcsched.store.site import load_site
+    config_file = gold / "home" / "config.toml"
+    config_file.write_text(config_file.read_text().replace('on_exhausted = "run"\n',
+                                                           'on_exhausted = "run"\nbill_reservations = true\n'))
+    monkeypatch.setenv("HPCSCHED_USER", "olga")
+    start = str(int(time.time()) - 3600)  # an hour ago: an hour of two nodes went unused
+    assert _run(maui.SETRES, "-n", "demo", "-s", start, "-d", "2:00:00", "-A", "chem", "-u", "alice",
+                "node[01-02]")[0] == 0
+    assert _run(maui.RELEASERES, "demo")[0] == 0
+    with Batch(load_site()).open(write=False) as batch:
+        bill = [(e["project"], e["amount"]) for e in batch.sched.bank.ledger if e["kind"] == "reservation"]
+    assert len(bill) == 1 and bill[0][0] == "chem" and bill[0][1] == pytest.approx(2.0, abs=0.01)
