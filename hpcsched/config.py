@@ -261,7 +261,7 @@ def bank_from_config(d) -> Bank:
 EVERY = {"daily": 86400.0, "weekly": 604800.0, "biweekly": 1209600.0}
 
 
-def calendar_from_config(entries, nodes) -> list[Entry]:
+def calendar_from_config(entries) -> list[Entry]:
     """The [[calendar]] entries: drains once, weekly, biweekly, daily or every N seconds."""
     from .core import nodelist
     if not isinstance(entries, list):
@@ -332,7 +332,7 @@ def build(config: dict, extra_keys=(), now: float = 0.0) -> Scheduler:
     if bank is not None and bank.on_exhausted == "backfill" and bank.backfill_queue not in queues and (
             bank.accounts or bank.unallocated == "refuse"):
         raise ConfigError(f"allocations.backfill_queue: no queue {bank.backfill_queue!r}")
-    calendar = calendar_from_config(config.get("calendar", []), None)
+    calendar = calendar_from_config(config.get("calendar", []))
     try:
         sched = Scheduler(topology, router, policy, settings, bank, calendar)
     except InvalidRequest as e:

@@ -26,10 +26,6 @@ from .core.jobs import Job
 TIMEOUT = 10.0  # seconds a Python filter may take (as an executable's FILTER_TIMEOUT)
 
 
-def is_callable_spec(spec) -> bool:
-    return isinstance(spec, str)
-
-
 def load(spec: str, home: str | Path | None = None):
     """The callable `spec` names ("module:function"); ConfigError if it cannot be had."""
     module_name, _, name = spec.partition(":")

@@ -196,3 +196,13 @@ def test_apply_turns_a_changed_score_into_the_starting_score_and_a_refusal_into_
     assert job.initial_score == 7.0
     with pytest.raises(Rejected, match="^no$"):
         sitefilter.apply(lambda j, s, n: "no", Job(), None, 0)
+
+
+def test_a_dated_allocation_in_a_replay_needs_the_traces_clock():
+    from hpcsched.sim.engine import SimulationError
+    cfg = {"nodes": [{"names": "n1"}], "allocations": {"on_exhausted": "run", "projects": {
+        "g1": {"amount": 1, "overburn": {"start": "2026-07-01", "end": 10}}}}}
+    with pytest.raises(SimulationError, match="allocations.projects.g1.overburn: a date needs the trace's UnixStartTime"):
+        simulate([record(1, 0, 1, 60, 60)], config=cfg, drain=False)
+    cfg["allocations"]["projects"]["g1"]["overburn"]["start"] = 0  # seconds on the trace's clock
+    assert simulate([record(1, 0, 1, 60, 60)], config=cfg, drain=False).bank["charged"] == {"g1": pytest.approx(60 / 3600, abs=1e-6)}

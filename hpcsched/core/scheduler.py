@@ -74,6 +74,11 @@ class Scheduler:
             if entry.big_run and self.policy.static:
                 raise InvalidRequest(f"calendar {entry.name}: a big run sets scores, which policy "
                                      f"{self.policy.name} does not order by (use cobalt)")
+        # the site's own rules may hold a runnable job back: a project refused at zero, a
+        # capability job outside its week's series (fixed by the configuration)
+        self._site_holds = any(e.kind == "bimodal" for e in self.calendar) or (bank is not None and (
+            bank.on_exhausted == "refuse" or any(a.on_exhausted == "refuse" for a in bank.accounts.values())))
+        self._cores = sum(n.cores for n in topology.all_nodes())  # the machine's, for core-hour charges
         self.jobs: dict[int, Job] = {}
         self.reservations: dict[str, Reservation] = {}
         self.next_id = 1
@@ -236,9 +241,8 @@ class Scheduler:
                                f"{entry.name} ({hms(entry.every - entry.duration)} apart)")
         return queue.name
 
-    def _start_score(self, job: Job, now: float) -> None:
-        """The policy's starting score, shrunk for a project past its allocation (Cobalt)."""
-        self.policy.on_submit(job)
+    def _shrink_score(self, job: Job, now: float) -> None:
+        """A starting score shrunk for a project past its allocation (Cobalt)."""
         if job.standing == "exhausted" and self.bank.action(job.account) == "backfill":
             job.score *= self.bank.score_factor(job.account, now)
 
@@ -282,7 +286,8 @@ class Scheduler:
         self._array_limits += job.array_limit > 0
         self._count(job, 1)
         self._deps.register(job, self.jobs)
-        self._start_score(job, now)
+        self.policy.on_submit(job)
+        self._shrink_score(job, now)
         if job.dependencies and all(d.met for d in job.dependencies):
             self.policy.on_dependencies_met(job, [self.jobs[d.job_id] for d in job.dependencies])
         dirty = self._dirty
@@ -405,7 +410,7 @@ class Scheduler:
 
     def _gated(self) -> bool:
         """Can a queue limit or the policy hold a job back? (Else the walk skips the check.)"""
-        return self.policy.limits or self._array_limits > 0 or self._holds_back() or any(
+        return self.policy.limits or self._array_limits > 0 or self._site_holds or any(
             not q.started or q.max_running is not None or q.max_running_per_user is not None
             or q.max_running_fraction is not None for q in self.router.queues.values())
 
@@ -557,8 +562,7 @@ class Scheduler:
             job.eligible_time = 0.0
             job.eligible_since = now if job.state == QUEUED else None
             self.policy.on_route_change(job)
-            if job.standing == "exhausted" and self.bank.action(job.account) == "backfill":
-                job.score *= self.bank.score_factor(job.account, now)  # (as _start_score)
+            self._shrink_score(job, now)
         if "dependencies" in changes:
             self._deps.register(job, self.jobs)
             if job.dependencies and all(d.met for d in job.dependencies):
@@ -622,22 +626,23 @@ class Scheduler:
             self.job(job)  # (an unknown id is refused)
         self.bank.post(kind, project, amount, now, job=job, note=note, user=user)
 
+    def charge_so_far(self, job: Job, now: float) -> float:
+        """What a running (or ending) job has cost its project up to `now`."""
+        if self.bank.unit == "core-hours":
+            units, machine = job.request.processors, self._cores
+        else:
+            units, machine = self.size(job), self.topology.node_count
+        return self.bank.job_charge(job.queue, units, machine, now - job.start_time)
+
     def _charge(self, job: Job, now: float) -> None:
         """Charge an ending job to its project, and its use of billed reservations."""
         bank = self.bank
-        cores = bank.unit == "core-hours"
-        units = job.request.processors if cores else self.size(job)
-        machine = self._machine_cores() if cores else self.topology.node_count
-        amount = bank.job_charge(job.queue, units, machine, now - job.start_time)
-        bank.post("job", job.account, amount, now, job=job.id)
+        bank.post("job", job.account, self.charge_so_far(job, now), now, job=job.id)
         if bank.bill_reservations:
             for res in self.reservations.values():
                 if self._billed(res) and res.access(job) is not Access.BLOCKED:
                     bank.reservation_use[res.name] = bank.reservation_use.get(res.name, 0.0) + \
                         self._inside(job, res, now)
-
-    def _machine_cores(self) -> int:
-        return sum(n.cores for n in self.topology.all_nodes())
 
     def _billed(self, res: Reservation) -> bool:
         return bool(self.bank is not None and self.bank.bill_reservations and res.account and not res.period)
@@ -657,7 +662,7 @@ class Scheduler:
         if unused > 0:
             factor = self.bank.charge_factors.get(res.queue, 1.0) if res.queue else 1.0
             if self.bank.unit == "core-hours":
-                unused *= self._machine_cores() / self.topology.node_count
+                unused *= self._cores / self.topology.node_count
             self.bank.post("reservation", res.account, unused / 3600.0 * factor, now,
                            note=f"unused part of reservation {res.name}")
 
@@ -691,12 +696,6 @@ class Scheduler:
         if queued:
             self._enorder(job)
         self._dirty = True
-
-    def _holds_back(self) -> bool:
-        """Can the site's own rules hold a runnable job back (allocations refused, a
-        capability job outside its week's series)?"""
-        return any(e.kind == "bimodal" for e in self.calendar) or (self.bank is not None and (
-            self.bank.on_exhausted == "refuse" or any(a.on_exhausted == "refuse" for a in self.bank.accounts.values())))
 
     def _site_hold(self, job: Job) -> str | None:
         """Why the site's rules keep a runnable `job` from starting in this pass."""
@@ -937,7 +936,6 @@ class _Gate:
         self.sched = sched
         self.running = list(sched._active.values())  # grows as the walk starts jobs
         self.ctx = sched.context(now, self.running)
-        self.site = sched._holds_back()  # (asked once per pass, not per job)
         self.tally: dict = {"q": {}, "qu": {}, "qn": {}, "arr": {}}
         for job in self.running:
             self._count(job)
@@ -952,7 +950,7 @@ class _Gate:
                 return why
         if job.array_limit and tally["arr"].get(job.array_id, 0) >= job.array_limit:
             return f"array {job.array_id} already runs its limit of {job.array_limit} subjobs"
-        if self.site:
+        if sched._site_holds:
             why = sched._site_hold(job)
             if why:
                 return why

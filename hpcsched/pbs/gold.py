@@ -52,14 +52,7 @@ def _read(now: float):
 
 def _running(sched, project: str, now: float) -> float:
     """What the project's running jobs have used so far, at their charge rate."""
-    bank, total = sched.bank, 0.0
-    cores = bank.unit == "core-hours"
-    for job in sched.jobs.values():
-        if job.state in ACTIVE and job.account == project:
-            units = job.request.processors if cores else sched.size(job)
-            machine = sched._machine_cores() if cores else sched.topology.node_count
-            total += bank.job_charge(job.queue, units, machine, now - job.start_time)
-    return total
+    return sum(sched.charge_so_far(j, now) for j in sched.jobs.values() if j.state in ACTIVE and j.account == project)
 
 
 def _balances(sched, projects, out, now: float) -> None:

@@ -421,12 +421,12 @@ def _clocked(cfg: dict, epoch: int | None) -> None:
         if "overburn" in alloc:
             alloc["overburn"] = _on_trace_clock(alloc["overburn"], epoch, ("start", "end"), "allocations.overburn")
         if isinstance(alloc.get("projects"), dict):
-            alloc["projects"] = {
-                name: _on_trace_clock(dict(p, **({"overburn": _on_trace_clock(
-                    p["overburn"], epoch, ("start", "end"), f"allocations.projects.{name}.overburn")}
-                    if isinstance(p, dict) and "overburn" in p else {})), epoch, ("start", "end"),
-                    f"allocations.projects.{name}") if isinstance(p, dict) else p
-                for name, p in alloc["projects"].items()}
+            alloc["projects"] = projects = dict(alloc["projects"])
+            for name, p in projects.items():
+                where = f"allocations.projects.{name}"
+                p = projects[name] = _on_trace_clock(p, epoch, ("start", "end"), where)
+                if isinstance(p, dict) and "overburn" in p:
+                    p["overburn"] = _on_trace_clock(p["overburn"], epoch, ("start", "end"), f"{where}.overburn")
         cfg["allocations"] = alloc
 
 
