@@ -18,13 +18,13 @@ from .core.reservations import Reservation
 from .core.route import Queue, Router
 from .core.scheduler import Scheduler, Settings
 from .core.timefmt import parse_duration
-from .machines.nodepool import NodePool
+from . import machines
 from .policies.cobalt import Cobalt
 from .policies.simon import Simon
 
 #: Top-level keys the core reads; drivers (commands, server) add their own via `extra_keys`.
 CORE_KEYS = frozenset({"server_name", "backfill", "interval", "overrun_grace", "reservation_slop",
-                       "default_queue", "priority", "queues", "nodes", "reservations", "placement",
+                       "default_queue", "priority", "queues", "nodes", "machine", "reservations", "placement",
                        "dependency_failure", "allocations", "calendar"})
 #: The keys of a site file the commands and the server read (store/site.py); the simulator
 #: takes a site's file whole and leaves these alone.
@@ -143,9 +143,16 @@ def _time(value, where: str) -> float:
         raise ConfigError(f"{where}: {value!r} is neither epoch seconds nor an ISO date") from None
 
 
+def _flag(d: dict, key: str, where: str) -> bool:
+    value = d.get(key, False)
+    if not isinstance(value, bool):
+        raise ConfigError(f"{where}.{key}: must be true or false")
+    return value
+
+
 def reservation_from_config(d: dict, where: str) -> Reservation:
     allowed = {"name", "start", "duration", "nodes", "count", "users", "groups", "projects", "queue",
-               "period", "owner", "account"}
+               "period", "owner", "account", "links"}
     for key in d:
         if key not in allowed:
             raise ConfigError(f"{where}.{key}: unknown key")
@@ -164,7 +171,7 @@ def reservation_from_config(d: dict, where: str) -> Reservation:
                            count=int(d.get("count", 0)), users=frozenset(d.get("users", ())),
                            groups=frozenset(d.get("groups", ())), projects=frozenset(d.get("projects", ())),
                            queue=str(d.get("queue", "")), period=period, owner=str(d.get("owner", "")),
-                           account=str(d.get("account", "")))
+                           account=str(d.get("account", "")), links=_flag(d, "links", where))
     except (InvalidRequest, TypeError, ValueError) as e:
         raise ConfigError(f"{where}: {e}") from None
 
@@ -301,10 +308,7 @@ def build(config: dict, extra_keys=(), now: float = 0.0) -> Scheduler:
     for key in config:
         if key not in CORE_KEYS and key not in extra_keys:
             raise ConfigError(f"{key}: unknown key")
-    nodes = config.get("nodes")
-    if not isinstance(nodes, list) or not nodes:
-        raise ConfigError("nodes: need at least one [[nodes]] table")
-    topology = NodePool.from_config(nodes, config.get("placement", "first-fit"))
+    topology = machines.build(config.get("machine"), config.get("nodes"), config.get("placement", "first-fit"))
     queues_cfg = config.get("queues", {"batch": {}})
     if not isinstance(queues_cfg, dict) or not queues_cfg:
         raise ConfigError("queues: need at least one [queues.NAME] table")

@@ -110,7 +110,8 @@ class Request:
     Either `nodes` chunks of `ppn` cores each, or (when `cores` > 0) a total core count
     packed onto as few shared nodes as possible.  `mem` is MB per chunk (per node); on
     shared nodes it is converted to cores at the node's MB-per-core rate.  `features` are
-    node properties every chosen node must have.
+    node properties every chosen node must have.  `within` names the only nodes (blocks,
+    midplanes, nids) it may use: PSC's nidmask, a queue bound to part of the machine.
     """
 
     nodes: int = 1
@@ -118,6 +119,7 @@ class Request:
     cores: int = 0
     mem: int = 0
     features: tuple[str, ...] = ()
+    within: tuple[str, ...] = ()
 
     def __post_init__(self):
         for name in ("nodes", "ppn", "cores", "mem"):
@@ -127,6 +129,7 @@ class Request:
         if self.cores == 0 and (self.nodes < 1 or self.ppn < 1):
             raise InvalidRequest("request needs nodes >= 1 and ppn >= 1, or cores >= 1")
         object.__setattr__(self, "features", tuple(sorted(set(self.features))))
+        object.__setattr__(self, "within", tuple(self.within))
 
     @property
     def processors(self) -> int:
@@ -142,7 +145,7 @@ class Request:
             raise InvalidRequest(f"unknown request field {sorted(d.keys() - _REQUEST_FIELDS)[0]!r}")
         # requests repeat across a store's jobs, and are immutable: share one object each
         key = (d.get("nodes", 1), d.get("ppn", 1), d.get("cores", 0), d.get("mem", 0),
-               tuple(d.get("features", ())))
+               tuple(d.get("features", ())), tuple(d.get("within", ())))
         req = _REQUESTS.get(key)
         if req is None:
             req = _REQUESTS[key] = cls(*key)

@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from typing import Callable, Iterable, NamedTuple, Protocol
 
 from .backlog import Cursor
-from .jobs import Allocation, Job
+from .jobs import Allocation, Job, Request
 from .profile import AccessKey, Profile
 from .timefmt import hms
 from .topology import Topology
@@ -137,7 +137,7 @@ class _Now:
 
     def fit(self, job: Job, need: int, access: AccessKey) -> Allocation | None:
         """An allocation free from now through `job`'s walltime, or None."""
-        topo, req, wall = self.walk.topology, job.request, job.walltime
+        topo, req, wall = self.walk.topology, self.walk.request_of(job), job.walltime
         shape = (topo.shape(req), access)
         count = self.free.get(shape)
         if count is None:
@@ -166,8 +166,10 @@ class Walk:
 
     def __init__(self, topology: Topology, profile: Profile, depth: float,
                  access: Callable[[Job], AccessKey], gate: "Gate | None", backfill: bool = True,
-                 counts: bool = False):
+                 counts: bool = False, placed: Callable[[Job], Request] | None = None):
         self.topology, self.profile, self.depth = topology, profile, depth
+        # what the machine places for a job: its request, bound to its queue's nodes if any
+        self.placed = placed
         self.access, self.gate, self.backfill = access, gate, backfill
         # reserve as counts (Profile.hold) for jobs any units serve, so that a reservation
         # pins no node that a later job could use first (conservative and depth-N)
@@ -177,6 +179,9 @@ class Walk:
         self.made = 0  # reservations made
         self.waiting_ahead = False  # a job walked so far waits for resources
         self.last = None  # the last job walked
+
+    def request_of(self, job: Job) -> Request:
+        return job.request if self.placed is None else self.placed(job)
 
     def run(self, now: float, jobs: Iterable[Job], plan: Plan,
             kept: dict[int, tuple[float, int, int, Allocation]] | None = None, last: Job | None = None,
@@ -229,7 +234,8 @@ class Walk:
                 if why:
                     plan.reasons[job.id] = why
                     continue
-            need = self.topology.need(job.request)
+            request = job.request if self.placed is None else self.placed(job)
+            need = self.topology.need(request)
             if made >= depth and now_.hopeless(job, need):
                 waiting_ahead = True
                 continue
@@ -243,10 +249,10 @@ class Walk:
                 continue
             waiting_ahead = True
             if made < depth:  # reserve its earliest start
-                if self.counts and self.topology.interchangeable(job.request):
+                if self.counts and self.topology.interchangeable(request):
                     found = self._hold(job, need, acc, now)
                 else:
-                    found = prof.earliest(self.topology, job.request, job.walltime, acc, need, now)
+                    found = prof.earliest(self.topology, request, job.walltime, acc, need, now)
                     if found is not None:
                         prof.occupy(found[1].units, found[0], found[0] + job.walltime)
                 if found is None:
@@ -271,7 +277,7 @@ class Walk:
             return None
         prof.hold(need, t, t + job.walltime)
         self.held[job.id] = need
-        free, topology, request = prof.usable(prof.segment(t), access), self.topology, job.request
+        free, topology, request = prof.usable(prof.segment(t), access), self.topology, self.request_of(job)
 
         def names() -> tuple[str, ...]:  # (listed only if someone looks)
             shown = topology.choose(request, [free])

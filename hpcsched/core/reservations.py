@@ -36,6 +36,7 @@ class Reservation:
     period: float = 0.0  # > 0: repeats every `period` seconds
     owner: str = ""
     account: str = ""  # the project billed for its unused node-hours (PSC), if any
+    links: bool = False  # holds the network links its nodes carry too (Blue Gene/Q's block_passthrough)
 
     def __post_init__(self):
         if not self.name:
@@ -81,7 +82,8 @@ class Reservation:
                 "nodes": list(self.nodes), "count": self.count, "users": sorted(self.users),
                 "groups": sorted(self.groups), "projects": sorted(self.projects),
                 "queue": self.queue, "period": self.period, "owner": self.owner,
-                **({"account": self.account} if self.account else {})}
+                **({"account": self.account} if self.account else {}),
+                **({"links": True} if self.links else {})}
 
     @classmethod
     def from_dict(cls, d: dict) -> "Reservation":

@@ -35,6 +35,7 @@ class Queue:
     started: bool = True  # its jobs may start
     draining: bool = False  # accepts no new jobs, runs those it has (Cobalt's "draining")
     priority: int = 0
+    nodes: tuple[str, ...] = ()  # bound to these nodes (blocks on a Blue Gene) only; () anywhere
 
     @property
     def routing(self) -> bool:
@@ -102,6 +103,10 @@ class Queue:
             if f.name == "route_to":
                 if not isinstance(v, list) or not all(isinstance(x, str) for x in v):
                     raise ConfigError(f"{where}: must be a list of queue names")
+                v = tuple(v)
+            elif f.name == "nodes":
+                if not isinstance(v, list) or not v or not all(isinstance(x, str) and x for x in v):
+                    raise ConfigError(f"{where}: must be a list of node (or block) names")
                 v = tuple(v)
             elif f.name in ("acl_users", "acl_groups"):
                 if not isinstance(v, list) or not all(isinstance(x, str) for x in v):

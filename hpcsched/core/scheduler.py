@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import heapq
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from operator import attrgetter
 from typing import Iterable
 
@@ -99,6 +99,8 @@ class Scheduler:
         self._pending_count: dict[str, int] = {}
         self._pending_user: dict[tuple[str, str], int] = {}
         self._fits: dict[Request, bool] = {}
+        self._placed: dict[tuple[Request, str], Request] = {}
+        self._bound = any(q.nodes for q in router.queues.values())  # some queue is bound to nodes
         # last pass's reservations: job id -> (start, allocation, units held as a count)
         self._booked: dict[int, tuple[float, Allocation, int]] = {}
         # the last pass, carried on while only new jobs arrive (see iterate)
@@ -136,6 +138,20 @@ class Scheduler:
 
     def size(self, job: Job) -> int:
         return self.topology.size(job.request)
+
+    def placed(self, job: Job) -> Request:
+        """What the machine places for `job`: its request, within its queue's nodes if the
+        queue is bound to some (ALCF's prod-long on a third of Mira)."""
+        q = self.router.queues.get(job.queue)
+        if q is None or not q.nodes:
+            return job.request
+        key = (job.request, q.name)
+        req = self._placed.get(key)
+        if req is None:
+            own = job.request.within
+            within = q.nodes if not own else tuple(n for n in own if n in set(q.nodes))
+            req = self._placed[key] = replace(job.request, within=within or ("(none)",))
+        return req
 
     def context(self, now: float, running: Iterable[Job] | None = None) -> Context:
         elapsed = 0.0 if self.last_pass is None else now - self.last_pass
@@ -185,7 +201,7 @@ class Scheduler:
 
     def _enorder(self, job: Job) -> None:
         if self._order is not None:
-            self._order.add((job.tier, self.policy.key(job, None), job.id), job, self.topology.need(job.request))
+            self._order.add((job.tier, self.policy.key(job, None), job.id), job, self.topology.need(self.placed(job)))
 
     def _unorder(self, job: Job) -> None:
         if self._order is not None:
@@ -235,6 +251,15 @@ class Scheduler:
                 queue = q
         if not self._fits_anywhere(job.request):
             raise Rejected(f"requests more than the machine has ({size} nodes of {machine})")
+        if queue.nodes:
+            job_queue, job.queue = job.queue, queue.name
+            try:
+                if not self._fits_anywhere(self.placed(job)):
+                    raise Rejected(f"does not fit the nodes of queue {queue.name}")
+            except InvalidRequest as e:
+                raise Rejected(f"queue {queue.name}: {e}") from None
+            finally:
+                job.queue = job_queue
         for entry in self.calendar:  # a whole-machine drain that recurs bounds every job's walltime
             if entry.every and not entry.nodes and job.walltime > entry.every - entry.duration:
                 raise Rejected(f"walltime {hms(job.walltime)} cannot fit between two drains of calendar "
@@ -347,7 +372,8 @@ class Scheduler:
             order, last = self._prioritise(now, gate.ctx if gate else None)
             plan = Plan(now)
             walk = self._walk = Walk(self.topology, self._profile(now), depth, self._access, gate,
-                                     self.settings.backfill, counts=self.settings.depth > 1 and not self.reservations)
+                                     self.settings.backfill, counts=self.settings.depth > 1 and not self.reservations,
+                                     placed=self.placed if self._bound else None)
             walk.run(now, order, plan, self._keep(walk.profile, now), last, compress)
         for start in plan.started:
             self._apply(self._queued[start.job_id], start, now)
@@ -365,8 +391,9 @@ class Scheduler:
                 return None
             if not profiles:
                 profiles.append(self._profile(now))
-            found = profiles[0].earliest(self.topology, job.request, job.walltime, self._access(job),
-                                     self.topology.need(job.request), max(now, job.start_after or now))
+            request = self.placed(job)
+            found = profiles[0].earliest(self.topology, request, job.walltime, self._access(job),
+                                         self.topology.need(request), max(now, job.start_after or now))
             return found[0] if found else None
 
         plan._estimate = estimate
@@ -435,10 +462,11 @@ class Scheduler:
         job = self.job(job_id)
         if job.state != QUEUED:
             raise InvalidState(f"job {job.id} is {job.state.value}, not queued")
-        free = self._profile(now).free[0] & self.topology.eligible(job.request)
+        request = job.request if nodes else self.placed(job)  # (an operator's nodes override the queue's)
+        free = self._profile(now).free[0] & self.topology.eligible(request)
         if nodes:
             free &= self.topology.units_of_nodes(nodes)
-        alloc = self.topology.choose(job.request, [free])
+        alloc = self.topology.choose(request, [free])
         if alloc is None:
             raise Rejected(f"job {job.id}: not enough free resources to run it now")
         start = Start(job.id, alloc, False)
@@ -760,7 +788,7 @@ class Scheduler:
             raise Rejected(f"reservation {res.name} already exists")
         if res.nodes:
             try:
-                units = self.topology.units_of_nodes(res.nodes)
+                units = self.topology.units_of_nodes(res.nodes, res.links)
             except InvalidRequest as e:
                 raise Rejected(f"reservation {res.name}: {e}") from None
         else:
@@ -771,7 +799,7 @@ class Scheduler:
             if alloc is None:
                 raise Rejected(f"reservation {res.name}: {res.count} nodes are not free "
                                f"for its whole window")
-            res.nodes, units = alloc.nodes, self.topology.units_of_nodes(alloc.nodes)
+            res.nodes, units = alloc.nodes, self.topology.units_of_nodes(alloc.nodes, res.links)
             res.count = 0
         self.reservations[res.name] = res
         self._res_units[res.name] = units
@@ -883,7 +911,7 @@ class Scheduler:
             for d in state.get("reservations", []):
                 res = Reservation.from_dict(d)
                 self.reservations[res.name] = res
-                self._res_units[res.name] = self.topology.units_of_nodes(res.nodes)
+                self._res_units[res.name] = self.topology.units_of_nodes(res.nodes, res.links)
             for d in state.get("jobs", []):
                 job = Job.from_dict(d)
                 self.jobs[job.id] = job
@@ -903,7 +931,7 @@ class Scheduler:
                 if job.dependencies and job.state in PENDING:
                     self._deps.register(job, self.jobs)
             if self._order is not None:  # one sort, not an insertion per job
-                self._order = Backlog(sorted(((j.tier, self.policy.key(j, None), j.id), j, self.topology.need(j.request))
+                self._order = Backlog(sorted(((j.tier, self.policy.key(j, None), j.id), j, self.topology.need(self.placed(j)))
                                              for j in self._queued.values()))
             self.next_id = int(state.get("next_id", max(self.jobs, default=0) + 1))
             self.last_pass = state.get("last_pass")

@@ -104,7 +104,7 @@ class Topology(ABC):
     def shape(self, request: Request) -> tuple:
         """A small hashable key: requests of one shape have the same eligible units, and a
         larger amount (nodes or cores) of one shape never fits where a smaller one fails."""
-        return (request.ppn, request.mem, request.features, bool(request.cores))
+        return (request.ppn, request.mem, request.features, bool(request.cores), request.within)
 
     @abstractmethod
     def need(self, request: Request) -> int:
@@ -123,8 +123,9 @@ class Topology(ABC):
         """The units of an allocation recorded by node and core (for restoring state)."""
 
     @abstractmethod
-    def units_of_nodes(self, names) -> int:
-        """Every unit of the named nodes (what a reservation on them holds)."""
+    def units_of_nodes(self, names, links: bool = False) -> int:
+        """Every unit of the named nodes (what a reservation on them holds); with `links`,
+        the network links they carry as well, on machines whose links are units."""
 
     def interchangeable(self, request: Request) -> bool:
         """Would any `need(request)` available units make an allocation for it?  (Then a

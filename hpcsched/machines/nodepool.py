@@ -144,7 +144,13 @@ class NodePool(Topology):
         mask = self._eligible.get(key)
         if mask is None:
             bits = []
+            within = set(request.within)
+            unknown = within - self.by_name.keys()
+            if unknown:
+                raise InvalidRequest(f"unknown node {sorted(unknown)[0]!r}")
             for i, n in enumerate(self.nodes):
+                if within and n.name not in within:
+                    continue
                 if not set(request.features) <= n.features:
                     continue
                 if not request.cores:
@@ -267,7 +273,7 @@ class NodePool(Topology):
         return Allocation(mask_of(picked_units), tuple(self.nodes[i].name for i in picked_nodes),
                           tuple(picked_cores))
 
-    def units_of_nodes(self, names) -> int:
+    def units_of_nodes(self, names, links: bool = False) -> int:
         mask = 0
         for name in names:
             if name not in self.by_name:

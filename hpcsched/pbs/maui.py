@@ -260,7 +260,7 @@ def setres(options: list[tuple[str, str]], operands: list[str], out, now: float)
             res = Reservation(name=name, start=parse_when(opts.get("s", "now"), now), duration=duration,
                               nodes=nodes, count=count, users=split("u"), groups=split("g"),
                               projects=split("a"), queue=opts.get("q", ""), period=period, owner=user,
-                              account=opts.get("A", ""))
+                              account=opts.get("A", ""), links="L" in opts)
         except InvalidRequest as e:
             raise common.CommandError(str(e), common.USAGE) from None
         if res.queue and res.queue not in sched.router.queues:
@@ -307,8 +307,8 @@ SHOWQ = Command("showq", "", "usage: showq", showq)
 CHECKJOB = Command("checkjob", "", "usage: checkjob JOBID", checkjob)
 SHOWRES = Command("showres", "", "usage: showres", showres)
 SHOWBF = Command("showbf", "", "usage: showbf", showbf)
-SETRES = Command("setres", "n:s:d:p:u:g:a:A:q:", "usage: setres [-n name] [-s start] [-d duration] [-p period] "
-                 "[-u users] [-g groups] [-a accounts] [-A charge_account] [-q queue] hostlist|count=N", setres,
+SETRES = Command("setres", "n:s:d:p:u:g:a:A:q:L", "usage: setres [-n name] [-s start] [-d duration] [-p period] "
+                 "[-u users] [-g groups] [-a accounts] [-A charge_account] [-q queue] [-L] hostlist|count=N", setres,
                  changes=True)
 RELEASERES = Command("releaseres", "", "usage: releaseres NAME ...", releaseres, changes=True)
 MDIAG = Command("mdiag", "p", "usage: mdiag -p", mdiag)

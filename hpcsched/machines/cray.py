@@ -1,0 +1,190 @@
+"""A Cray: compute nodes numbered by nid on a 3-D torus of routers (PSC's XT3, NICS' Kraken,
+NCSA's Blue Waters).
+
+Routers sit in an X x Y x Z grid; each carries `per_router` nodes (SeaStar on the XT: one;
+Gemini on the XE/XK: two).  Slot s = ((x * Y + y) * Z + z) * per_router + p is the nid;
+compute nodes take the first slots and the rest are service nodes, which are not
+scheduled.  A node pool underneath (nodepool.py) does everything but placement; units are
+nids, so a box of routers is a box of bits.
+
+Placement, the machine's choice (the planner does not change):
+    first-fit   the lowest free nids (ALPS' default)
+    contiguous  one run of consecutive nids (Simon)
+    cuboid      a box of routers wholly free, the most compact shape that holds the job
+                (Blue Waters' topology-aware scheduling): shapes by volume, then by the
+                spread of their sides, then (dx, dy, dz); corners lowest nid first, in the
+                planner's best tiers first.  Boxes do not wrap around the torus.  The job
+                gets every node of its box, as a prism was a job's own on Blue Waters: the
+                nodes beyond its request idle with it (and a restored state or a kept
+                reservation holds the same box).
+"""
+from __future__ import annotations
+
+import math
+
+from ..core.errors import ConfigError
+from ..core.jobs import Allocation, Request
+from ..core.topology import Node, set_bits
+from .nodepool import NodePool
+
+#: Built-in machines: (count, cores, features) groups in nid order, torus, nodes per router.
+BUILTIN = {
+    "xt3": dict(groups=[(2068, 2, ())], torus=(11, 12, 16), per_router=1),  # PSC's BigBen (SeaStar)
+    "kraken": dict(groups=[(9408, 12, ())], torus=(25, 16, 24), per_router=1),  # NICS' XT5
+    "bluewaters": dict(groups=[(22640, 32, ("xe",)), (4228, 16, ("xk",))], torus=(24, 24, 24), per_router=2),
+}
+MAX_SHAPES = 24  # box shapes tried per request, the most compact first
+
+
+class Cray(NodePool):
+    """Nid-numbered nodes on a torus of routers; see the module docstring."""
+
+    def __init__(self, groups, torus=(1, 1, 1), per_router: int = 1, placement: str = "first-fit"):
+        if len(torus) != 3 or not all(isinstance(d, int) and not isinstance(d, bool) and d >= 1 for d in torus):
+            raise ConfigError(f"machine.torus: three router counts >= 1 (X, Y, Z), not {list(torus)!r}")
+        if not isinstance(per_router, int) or isinstance(per_router, bool) or per_router not in (1, 2, 4):
+            raise ConfigError("machine.per_router: must be 1, 2 or 4")
+        slots = math.prod(torus) * per_router
+        nodes = []
+        for count, cores, features in groups:
+            for _ in range(count):
+                nodes.append(Node(f"nid{len(nodes):05d}", cores, 0, frozenset(features), nid=len(nodes)))
+        if len(nodes) > slots:
+            raise ConfigError(f"machine: {len(nodes)} nodes do not fit a {'x'.join(map(str, torus))} torus "
+                              f"of {per_router} node(s) per router ({slots} slots)")
+        super().__init__(nodes, "first-fit" if placement == "cuboid" else placement)
+        self.placement = placement
+        self.torus, self.per_router = tuple(torus), per_router
+        X, Y, Z = torus
+        P = per_router
+        self._strides = (Y * Z * P, Z * P, P)
+        self._shapes: dict[int, list[tuple[int, int, int]]] = {}
+        self._valid: dict[tuple[int, int, int], int] = {}
+        self._box: dict[tuple[int, int, int], int] = {}
+        # the first node of every router (p = 0), and of every router whose all nodes exist
+        self._router_bits = sum(1 << (r * P) for r in range(X * Y * Z))
+
+    @classmethod
+    def from_config(cls, table: dict, placement: str = "first-fit") -> "Cray":
+        """`{kind = "cray", name = "bluewaters"}`, or `{kind = "cray", torus = [x, y, z],
+        per_router = 2, nodes = [{count = .., cores = .., features = [..]}, ..]}`."""
+        extra = set(table) - {"kind", "name", "torus", "per_router", "nodes"}
+        if extra:
+            raise ConfigError(f"machine.{sorted(extra)[0]}: unknown key")
+        args: dict = {}
+        if "name" in table:
+            if table["name"] not in BUILTIN:
+                raise ConfigError(f"machine.name: {table['name']!r} is not a built-in Cray ({', '.join(BUILTIN)})")
+            args.update(BUILTIN[table["name"]])
+        elif "nodes" not in table or "torus" not in table:
+            raise ConfigError("machine.nodes: give a built-in name, or the torus and the node groups")
+        if "torus" in table:
+            if not isinstance(table["torus"], list):
+                raise ConfigError("machine.torus: must be a list of three router counts")
+            args["torus"] = tuple(table["torus"])
+        if "per_router" in table:
+            args["per_router"] = table["per_router"]
+        if "nodes" in table:
+            groups = []
+            if not isinstance(table["nodes"], list) or not table["nodes"]:
+                raise ConfigError("machine.nodes: must be a list of {count, cores, features} tables")
+            for k, g in enumerate(table["nodes"]):
+                where = f"machine.nodes[{k}]"
+                if not isinstance(g, dict) or set(g) - {"count", "cores", "features"}:
+                    raise ConfigError(f"{where}: a table of count, cores and features")
+                count, cores, feats = g.get("count"), g.get("cores", 1), g.get("features", [])
+                for key, v in (("count", count), ("cores", cores)):
+                    if not isinstance(v, int) or isinstance(v, bool) or v < 1:
+                        raise ConfigError(f"{where}.{key}: must be an integer >= 1")
+                if not isinstance(feats, list) or not all(isinstance(f, str) for f in feats):
+                    raise ConfigError(f"{where}.features: must be a list of strings")
+                groups.append((count, cores, tuple(feats)))
+            args["groups"] = groups
+        return cls(placement=placement, **args)
+
+    def position(self, nid: int) -> tuple[int, int, int]:
+        """The (x, y, z) of the router carrying `nid`."""
+        r = nid // self.per_router
+        X, Y, Z = self.torus
+        return (r // (Y * Z), r // Z % Y, r % Z)
+
+    # --- cuboid placement ------------------------------------------------------------
+    def shapes(self, nodes: int) -> list[tuple[int, int, int]]:
+        """Box shapes (routers per side) holding `nodes` nodes, the most compact first."""
+        out = self._shapes.get(nodes)
+        if out is None:
+            X, Y, Z = self.torus
+            routers = math.ceil(nodes / self.per_router)
+            cands = set()
+            for dx in range(1, X + 1):
+                for dy in range(1, Y + 1):
+                    dz = math.ceil(routers / (dx * dy))
+                    if dz <= Z:
+                        cands.add((dx, dy, dz))
+                    if dx * dy >= routers:
+                        break
+            out = sorted(cands, key=lambda s: (s[0] * s[1] * s[2], max(s) - min(s), s))[:MAX_SHAPES]
+            self._shapes[nodes] = out
+        return out
+
+    def _corners_valid(self, shape) -> int:
+        """Router starts (their p = 0 bits) where a box of `shape` stays inside the grid."""
+        mask = self._valid.get(shape)
+        if mask is None:
+            X, Y, Z = self.torus
+            mask = 0
+            for x in range(X - shape[0] + 1):
+                for y in range(Y - shape[1] + 1):
+                    base = (x * Y + y) * Z
+                    mask |= ((1 << (Z - shape[2] + 1)) - 1) << base
+            mask = self._valid[shape] = self._spread(mask)
+            box = 0
+            for x in range(shape[0]):
+                for y in range(shape[1]):
+                    box |= ((1 << (shape[2] * self.per_router)) - 1) << (x * self._strides[0] + y * self._strides[1])
+            self._box[shape] = box
+        return mask
+
+    def _spread(self, routers: int) -> int:
+        """A mask over routers as a mask over their first nodes."""
+        if self.per_router == 1:
+            return routers
+        return sum(1 << (r * self.per_router) for r in set_bits(routers))
+
+    def _corners(self, free: int, shape) -> int:
+        """First-node bits of routers where a box of `shape` has every node free."""
+        P = self.per_router
+        g = free
+        for p in range(1, P):  # a router is free when all its nodes are
+            g &= free >> p
+        g &= self._router_bits
+        for d, length in enumerate(shape):
+            stride, have = self._strides[d], 1
+            while have < length and g:
+                step = min(have, length - have)
+                g &= g >> (step * stride)
+                have += step
+        return g & self._corners_valid(shape)
+
+    def choose(self, request: Request, tiers: list[int]) -> Allocation | None:
+        if self.placement != "cuboid" or request.cores or not self.exclusive:
+            return super().choose(request, tiers)
+        eligible, want = self.eligible(request), request.nodes
+        shapes = self.shapes(want)
+        free = 0
+        for t in tiers:
+            free |= t & eligible
+            if free.bit_count() < want:
+                continue
+            for shape in shapes:
+                corners = self._corners(free, shape)
+                if corners:
+                    at = (corners & -corners).bit_length() - 1
+                    units = self._box[shape] << at  # (every node of the box is free)
+                    names = self.names
+                    return Allocation(units, lambda: tuple([names[u] for u in set_bits(units)]),
+                                      (tuple(range(request.ppn)),) * units.bit_count())
+        return None
+
+    def interchangeable(self, request: Request) -> bool:
+        return self.placement != "cuboid" and super().interchangeable(request)

@@ -1,0 +1,298 @@
+"""The Blue Gene/Q and Cray machines: wiring against a brute-force model, Cobalt's choice,
+cuboid placement, bound queues, down hardware, and the planner's properties on each."""
+import random
+from itertools import product
+
+import pytest
+from test_properties import workload
+
+from hpcsched import ALL, Job, Request
+from hpcsched.config import build
+from hpcsched.core.errors import ConfigError, Rejected
+from hpcsched.core.reservations import Reservation
+from hpcsched.machines.bluegene import BlueGene
+from hpcsched.machines.cray import Cray
+from hpcsched.sim.engine import Engine
+
+
+# --- the brute-force model of Blue Gene wiring ---------------------------------------
+def model(dims, corner, span, skip):
+    """(midplanes whose nodes a block uses, cables it takes) as coordinates: a cable is the
+    pair of neighbouring midplanes it joins, walked along each line of the block."""
+    pos = [[(corner[d] + o) % dims[d] for o in range(span[d])] for d in range(4)]
+    used = [[p for o, p in enumerate(pos[d]) if o not in skip[d]] for d in range(4)]
+    mids = set(product(*used))
+    cables = set()
+    for d in range(4):
+        if dims[d] == 1:
+            continue
+        walk = pos[d] + ([pos[d][0]] if span[d] == dims[d] else [])  # a whole ring closes
+        for line in product(*[used[k] if k != d else [None] for k in range(4)]):
+            for a, b in zip(walk, walk[1:]):
+                here = line[:d] + (a,) + line[d + 1:]
+                there = line[:d] + (b,) + line[d + 1:]
+                cables.add((d, here, there))
+    return mids, cables
+
+
+def spec_of(bg, block):
+    """Recover (corner, span, skip) from a generated block's name."""
+    parts = block.name.split("-")
+    corner, span = tuple(map(int, parts[1])), tuple(map(int, parts[2]))
+    skip = [(), (), (), ()]
+    for p in parts[4:]:
+        skip["ABCD".index(p[1])] = tuple(map(int, p[2:]))
+    return corner, span, tuple(skip)
+
+
+@pytest.mark.parametrize("dims", [(1, 1, 4, 2), (2, 1, 4, 1), (1, 3, 2, 2), (2, 2, 2, 2)])
+def test_block_conflicts_match_the_brute_force_model(dims):
+    bg = BlueGene(dims, sizes=tuple(512 * k for k in range(1, 17)), small=(), passthrough=True)
+    whole = [b for b in bg.blocks if b.size >= 512]
+    assert any(b.passthrough for b in whole) == (4 in dims)
+    specs = {b.name: model(dims, *spec_of(bg, b)) for b in whole}
+    for a in whole:
+        ma, ca = specs[a.name]
+        assert len(ma) * 512 == a.size
+        for b in whole:
+            mb, cb = specs[b.name]
+            assert bool(a.units & b.units) == bool(ma & mb or ca & cb), (a.name, b.name)
+
+
+def test_a_passthrough_block_takes_cables_not_nodes():
+    bg = BlueGene((1, 1, 4, 1), sizes=(512, 1024, 2048), small=(), passthrough=True)
+    skipping = bg.block("BGQ-0000-1141-1024-SC13")  # midplanes 0 and 2, passing through 1 and 3
+    assert skipping.passthrough == (1, 3) and skipping.midplanes == (0, 2)
+    single = bg.block("BGQ-0010-1111-512")  # midplane 1: no cables, so no conflict
+    assert not skipping.units & single.units
+    pair = bg.block("BGQ-0020-1121-1024")  # midplanes 2-3 as a mesh: shares the 2->3 cable
+    assert skipping.units & pair.units
+
+
+def test_relatives_follow_the_wiring_not_declarations():
+    bg = BlueGene((1, 1, 1, 2))
+    names = {b.name: b for b in bg.blocks}
+    m0, m1, rack = names["BGQ-0000-1111-512"], names["BGQ-0001-1111-512"], names["BGQ-0000-1112-1024"]
+    assert not m0.units & m1.units and m0.units & rack.units and m1.units & rack.units
+    small = names["BGQ-0000-N04-128"]
+    assert small.units & m0.units and small.units & rack.units and not small.units & m1.units
+    assert not small.units & names["BGQ-0000-N08-256"].units and small.units & names["BGQ-0000-N00-256"].units
+
+
+def mira_sched(**extra):
+    return build({"machine": "bgq-4rack", "queues": {"batch": {}}, **extra})
+
+
+def test_a_job_gets_the_smallest_block_that_holds_it():
+    s = mira_sched()
+    for nodes, size in [(1, 128), (129, 256), (300, 512), (513, 1024), (2049, 4096)]:
+        assert s.topology.size(Request(nodes=nodes)) == size
+    with pytest.raises(Rejected, match="more than the machine"):
+        s.submit(Job(owner="a", request=Request(nodes=4097), walltime=60), now=0)
+
+
+def test_cobalt_choice_blocks_the_fewest_free_larger_blocks():
+    # 4 racks along C: rack k is midplanes (0,0,k,0) and (0,0,k,1).  With one midplane of
+    # rack 0 busy, a 512 job takes its sibling (which blocks no free larger block).
+    s = mira_sched()
+    bg = s.topology
+    first = s.submit(Job(owner="a", request=Request(nodes=512), walltime=100), now=0)
+    s.iterate(0)
+    assert first.nodes == ("BGQ-0000-1111-512",)  # an empty machine: the first listed wins the tie
+    second = s.submit(Job(owner="a", request=Request(nodes=512), walltime=100), now=1)
+    s.iterate(1)
+    assert second.nodes == ("BGQ-0001-1111-512",)
+    third = s.submit(Job(owner="a", request=Request(nodes=1024), walltime=100), now=2)
+    s.iterate(2)
+    # racks 2 and 3 form the only free 2K: a 1K on either would block it, rack 1 blocks none
+    assert third.nodes == ("BGQ-0010-1112-1024",)
+    states = dict((b.name, st) for b, st in bg.block_states({j.id: s._units[j.id] for j in s.running()}))
+    assert states["BGQ-0000-1112-1024"] == "blocked (BGQ-0000-1111-512)"
+    assert states["BGQ-0020-1112-1024"] == "idle" and states["BGQ-0020-1122-2048"] == "idle"
+
+
+def test_routing_sees_the_block_size():
+    s = build({"machine": "mira", "default_queue": "default", "queues": {
+        "default": {"route_to": ["prod-capability", "prod-short"]},
+        "prod-capability": {"min_nodes": 8192}, "prod-short": {}}})
+    job = s.submit(Job(owner="a", request=Request(nodes=4097), walltime=60), now=0)
+    assert job.queue == "prod-capability" and s.size(job) == 8192
+    assert s.submit(Job(owner="a", request=Request(nodes=4096), walltime=60), now=0).queue == "prod-short"
+
+
+def test_a_queue_bound_to_blocks_stays_inside_them():
+    s = build({"machine": "bgq-4rack", "queues": {
+        "long": {"nodes": ["BGQ-0030-1112-1024"]}, "short": {}}, "default_queue": "short"})
+    jobs = [s.submit(Job(owner="a", queue="long", request=Request(nodes=512), walltime=100), now=0)
+            for _ in range(3)]
+    s.iterate(0)
+    assert sorted(j.nodes for j in jobs[:2]) == [("BGQ-0030-1111-512",), ("BGQ-0031-1111-512",)]
+    assert jobs[2].state.value == "queued"  # the rest of the machine is free, but not its own
+    with pytest.raises(Rejected, match="does not fit the nodes of queue long"):
+        s.submit(Job(owner="a", queue="long", request=Request(nodes=2048), walltime=100), now=0)
+
+
+def test_a_down_board_takes_out_its_blocks_but_not_its_cables():
+    s = mira_sched()
+    s.set_node_state("R00-M0-N03", "down")
+    bg = s.topology
+    free = bg.available()
+    names = {b.name for b in bg.blocks if b.units & free == b.units}
+    assert "BGQ-0000-1111-512" not in names and "BGQ-0000-N00-128" not in names
+    assert "BGQ-0000-N04-128" in names and "BGQ-0001-1111-512" in names
+    assert "BGQ-0010-1141-2048" not in names  # (contains the board)
+    s.set_node_state("R01-M1", "down")  # a whole midplane
+    assert all(bg.node(f"R01-M1-N{j:02d}").state.value == "down" for j in range(16))
+
+
+def test_a_compute_and_links_reservation_keeps_passthrough_jobs_off_its_cables():
+    bg = BlueGene((1, 1, 4, 1), sizes=(512, 1024, 2048), small=(), passthrough=True)
+    only = bg.units_of_nodes(["R00-M1"])
+    links = bg.units_of_nodes(["R00-M1"], links=True)
+    skipping = bg.block("BGQ-0000-1141-1024-SC13")  # passes through midplane 1
+    assert not skipping.units & only and skipping.units & links
+    s = build({"machine": {"kind": "bluegene", "dims": [1, 1, 4, 1], "sizes": [512, 1024], "small": [],
+                           "passthrough": True}, "queues": {"batch": {}}})
+    s.add_reservation(Reservation("fix", start=0, duration=3600, nodes=("R00-M1",), links=True), now=0)
+    s.add_reservation(Reservation("fix2", start=0, duration=3600, nodes=("R01-M1",)), now=0)
+    job = s.submit(Job(owner="a", request=Request(nodes=1024), walltime=100), now=0)
+    s.iterate(0)
+    # midplanes 0 and 2 are free, but the only 1K joining them passes through a board under
+    # repair: the job waits (without links in the reservation it would have started)
+    assert job.state.value == "queued"
+
+
+@pytest.mark.parametrize("bad, match", [
+    ({"kind": "bluegene", "dims": [2, 2]}, "machine.dims"),
+    ({"kind": "bluegene", "dims": [1, 1, 1, 2], "blocks": [{"name": "x", "corner": [0, 0, 0, 0], "span": [1, 1, 1, 3]}]},
+     "machine.blocks"),
+    ({"kind": "bluegene", "dims": [1, 1, 1, 2], "sizes": [700]}, "machine.sizes"),
+    ({"kind": "bluegene", "name": "nope"}, "machine.name"),
+    ({"kind": "cray", "torus": [2, 2, 2], "nodes": [{"count": 9}]}, "do not fit"),
+    ({"kind": "cray", "name": "kraken", "colour": 1}, "machine.colour"),
+    ({"kind": "other"}, "machine.kind"),
+])
+def test_bad_machine_descriptions_are_one_line_naming_the_key(bad, match):
+    with pytest.raises(ConfigError, match=match) as e:
+        build({"machine": bad})
+    assert "\n" not in str(e.value)
+
+
+def test_listed_blocks_replace_the_generated_ones():
+    s = build({"machine": {"kind": "bluegene", "dims": [1, 1, 1, 2], "blocks": [
+        {"name": "A", "corner": [0, 0, 0, 0], "span": [1, 1, 1, 1]},
+        {"name": "RACK", "corner": [0, 0, 0, 0], "span": [1, 1, 1, 2]},
+        {"name": "S", "midplane": "R00-M1", "board": 8, "size": 256}]}})
+    assert [b.name for b in s.topology.blocks] == ["S", "A", "RACK"]
+    assert s.topology.size(Request(nodes=600)) == 1024
+
+
+# --- Cray -------------------------------------------------------------------------------
+def test_builtin_crays_have_the_papers_sizes():
+    bw = Cray.from_config({"kind": "cray", "name": "bluewaters"})
+    assert bw.node_count == 26868 and bw.node("nid22640").features == {"xk"} and bw.node("nid00000").cores == 32
+    assert Cray.from_config({"kind": "cray", "name": "xt3"}).node_count == 2068
+    assert Cray.from_config({"kind": "cray", "name": "kraken"}).node("nid09407").cores == 12
+
+
+def cray(placement, torus=(4, 4, 4), per_router=2):
+    return build({"machine": {"kind": "cray", "torus": list(torus), "per_router": per_router,
+                              "nodes": [{"count": 2 * 64 if per_router == 2 else 64, "cores": 4}]},
+                  "placement": placement, "queues": {"batch": {}}})
+
+
+def is_box(topo, nids):
+    pos = {topo.position(n) for n in nids}
+    lo = [min(p[d] for p in pos) for d in range(3)]
+    hi = [max(p[d] for p in pos) for d in range(3)]
+    volume = (hi[0] - lo[0] + 1) * (hi[1] - lo[1] + 1) * (hi[2] - lo[2] + 1)
+    return volume * topo.per_router >= len(nids) and volume == len(pos)
+
+
+def test_cuboid_placement_gives_compact_boxes():
+    s = cray("cuboid")
+    jobs = [s.submit(Job(owner="a", request=Request(nodes=n), walltime=100), now=0) for n in (16, 8, 2, 30)]
+    s.iterate(0)
+    topo = s.topology
+    for j in jobs:
+        nids = [topo.node(n).nid for n in j.nodes]
+        assert j.state.value == "running" and is_box(topo, nids), j.nodes
+    assert sorted(topo.position(topo.node(n).nid) for n in jobs[0].nodes)[-1] == (1, 1, 1)  # a 2x2x2 box
+    assert topo.shapes(16)[0] == (2, 2, 2) and topo.shapes(16)[1] == (1, 2, 4)
+
+
+def test_contiguous_placement_is_one_run_of_nids():
+    s = cray("contiguous", per_router=1)
+    jobs = [s.submit(Job(owner="a", request=Request(nodes=n), walltime=100), now=0) for n in (5, 7)]
+    s.iterate(0)
+    nids = [[s.topology.node(n).nid for n in j.nodes] for j in jobs]
+    assert nids == [list(range(0, 5)), list(range(5, 12))]
+
+
+# --- the planner's properties on every machine ---------------------------------------
+MACHINES = {
+    "pool": lambda: build({"nodes": [{"names": "n[00-31]"}], "queues": {"batch": {}}, "backfill": "conservative"}),
+    "bluegene": lambda: build({"machine": "bgq-4rack", "queues": {"batch": {}}, "backfill": "conservative"}),
+    "cray-cuboid": lambda: build({"machine": {"kind": "cray", "torus": [2, 4, 4], "per_router": 1,
+                                              "nodes": [{"count": 32}]}, "placement": "cuboid",
+                                  "queues": {"batch": {}}, "backfill": "conservative"}),
+    "cray-contiguous": lambda: build({"machine": {"kind": "cray", "torus": [2, 4, 4], "per_router": 1,
+                                                  "nodes": [{"count": 32}]}, "placement": "contiguous",
+                                      "queues": {"batch": {}}, "backfill": "conservative"}),
+}
+
+
+def replay(sched, jobs, scale, check):
+    arrivals = [(t, Job(owner=f"u{i % 3}", request=Request(nodes=max(1, size * scale)), walltime=wall), run, i)
+                for i, (t, size, wall, run) in enumerate(jobs)]
+    Engine(sched).run(arrivals, watch=lambda plan: check(sched, plan), keep=True)
+
+
+@pytest.mark.parametrize("machine", sorted(MACHINES))
+@pytest.mark.parametrize("seed", range(3))
+def test_no_unit_is_given_twice_and_conservative_never_delays_a_reservation(machine, seed):
+    s = MACHINES[machine]()
+    scale = 128 if machine == "bluegene" else 1  # 32 "nodes" of 128: the 4-rack's 4,096
+    promised = {}
+
+    def check(sched, plan):
+        seen = 0
+        for j in sched.running():
+            units = sched._units[j.id]
+            assert not seen & units, f"job {j.id} shares a unit"
+            seen |= units
+        for jid, (t, _) in plan.reserved.items():
+            assert t > plan.now and t <= promised.get(jid, t), f"job {jid} moved later"
+            promised[jid] = t
+    replay(s, workload(seed, n=80, exact=True), scale, check)
+    assert promised
+    for jid, t in promised.items():
+        assert s.job(jid).start_time <= t
+
+
+@pytest.mark.parametrize("machine", sorted(MACHINES))
+def test_same_inputs_same_decisions_on_every_machine(machine):
+    scale = 128 if machine == "bluegene" else 1
+    runs = []
+    for _ in range(2):
+        s = MACHINES[machine]()
+        replay(s, workload(5, n=60, exact=False), scale, lambda *_: None)
+        runs.append([(j.id, j.start_time, j.nodes) for j in s.jobs.values()])
+    assert runs[0] == runs[1]
+
+
+def test_randomly_sized_blocks_never_share_hardware_with_running_jobs():
+    rng = random.Random(7)
+    s = build({"machine": {"kind": "bluegene", "dims": [2, 1, 4, 2], "passthrough": True},
+               "queues": {"batch": {}}, "backfill": "easy"})
+    arrivals = [(float(i * 30), Job(owner="u", request=Request(nodes=rng.choice([100, 256, 512, 1000, 2048, 4000])),
+                                    walltime=float(rng.choice([300, 900, 3600]))), float(rng.choice([100, 300, 900])), i)
+                for i in range(120)]
+
+    def check(sched, plan):
+        seen = 0
+        for j in sched.running():
+            assert not seen & sched._units[j.id]
+            seen |= sched._units[j.id]
+    finished, _ = Engine(s).run(arrivals, watch=lambda plan: check(s, plan), keep=True)
+    assert len(finished) == 120
