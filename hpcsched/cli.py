@@ -77,7 +77,8 @@ def cmd_simulate(args) -> int:
              "shared": args.shared or None, "period": args.period, "skip_bad": args.skip_bad or None,
              "warmup": args.warmup, "cooldown": args.cooldown or None, "size_classes": args.size_classes,
              "capability": args.capability, "series": args.series, "gantt": args.gantt,
-             "drain": False if args.no_drain else None}
+             "drain": False if args.no_drain else None, "machine": args.machine, "size_map": args.size_map,
+             "capability_split": args.capability_split}
     settings = {k: v for k, v in given.items() if v is not None}
     if not _outputs_ready("simulate", args.out, [args.report]):
         return 1
@@ -383,8 +384,16 @@ def main(argv=None) -> int:
     s.add_argument("--report", help="write a self-contained HTML report here")
     s.add_argument("--out", help="directory for results.json and schedule.swf")
     s.add_argument("--quiet", action="store_true", help="no progress line")
-    s.add_argument("--placement", choices=["first-fit", "contiguous"],
-                   help="which free nodes a job gets: the lowest (first-fit), or one run of consecutive nodes")
+    s.add_argument("--placement", choices=["first-fit", "contiguous", "cuboid"],
+                   help="which free nodes a job gets: the lowest (first-fit), one run of consecutive nodes "
+                   "(contiguous), a box of torus routers (cuboid, on a Cray)")
+    s.add_argument("--machine", help="a built-in machine: mira, bgq-4rack, bgq-1rack (Blue Gene/Q), xt3, kraken, "
+                   "bluewaters (Cray); default a pool of nodes")
+    s.add_argument("--capability-split", help="also report the share of unit-hours in jobs of at least each of "
+                   "these sizes (Mira's split metric: 8192,16384)")
+    s.add_argument("--size-map", choices=["share", "procs"],
+                   help="on a built-in machine, a record keeps its share of the trace's machine (share, the "
+                   "default) or takes ceil(processors / cores per node) nodes (procs)")
     s.add_argument("--no-drain", action="store_true", help="leave drain-time accounting out (a little faster)")
     s.add_argument("--groups", help="drain by job size: groups' lowest sizes in nodes "
                    "(default 1,129,1000,2000,4000,8000,16000)")

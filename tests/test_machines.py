@@ -296,3 +296,60 @@ def test_randomly_sized_blocks_never_share_hardware_with_running_jobs():
             seen |= sched._units[j.id]
     finished, _ = Engine(s).run(arrivals, watch=lambda plan: check(s, plan), keep=True)
     assert len(finished) == 120
+
+
+# --- commands and the simulator on these machines ---------------------------------------
+@pytest.fixture
+def bgq_rig(rig):
+    """The rig's site on a one-rack Blue Gene/Q instead of its four nodes."""
+    import re
+    conf = rig / "home" / "config.toml"
+    text = conf.read_text()
+    text = re.sub(r"\[\[nodes\]\]\n(?:[a-z]+ = .*\n)+", "", text)
+    conf.write_text('machine = "bgq-1rack"\n' + text)
+    return rig
+
+
+def test_partlist_and_checkjob_show_blocks(bgq_rig):
+    import io
+    import time
+    from test_commands import submit
+    from test_maui_psc import server_pass
+    from hpcsched.pbs import maui, partlist
+    submit("-l", "nodes=300,walltime=01:00:00")
+    submit("-l", "nodes=1024,walltime=01:00:00")
+    server_pass()
+    out = io.StringIO()
+    assert partlist.PARTLIST([], out=out) == 0
+    states = {line.split()[0]: line.split(None, 3)[3] for line in out.getvalue().splitlines()[1:]}
+    assert states["BGQ-0000-1111-512"] == "busy (1.headnode)"
+    assert states["BGQ-0000-1112-1024"] == "blocked (BGQ-0000-1111-512)"
+    assert states["BGQ-0001-1111-512"] == "idle" and states["BGQ-0000-N00-128"].startswith("blocked")
+    out = io.StringIO()
+    assert maui.CHECKJOB(["2"], out=out, now=time.time() + 10) == 0
+    assert "Block size: 1024 nodes" in out.getvalue() and "job cannot run" in out.getvalue()
+
+
+def test_partlist_refuses_a_pool(rig):
+    import io
+    from hpcsched.pbs import partlist
+    err = io.StringIO()
+    import contextlib
+    with contextlib.redirect_stderr(err):
+        assert partlist.PARTLIST([], out=io.StringIO()) == 2
+    assert "no blocks" in err.getvalue()
+
+
+def test_a_trace_replays_on_a_built_in_machine():
+    from hpcsched.sim.simulate import record, simulate
+    recs = [record(i + 1, float(i * 60), procs, 600.0, 900.0) for i, procs in enumerate([1, 8, 16, 4, 2, 16, 1])]
+    r = simulate(recs, machine="bgq-4rack", capability_split=(2048,))
+    assert r.machine.name == "bgq-4rack" and r.machine.share == 4096 / 16
+    assert [f.units for f in sorted(r.jobs, key=lambda f: f.record.job)] == [256, 2048, 4096, 1024, 512, 4096, 256]
+    assert set(r.metrics.free_blocks) == {"512", "1024", "2048", "4096"}  # (an eighth and up)
+    free = r.metrics.free_blocks  # a free block holds free smaller ones: the shares fall with size
+    assert 0 < free["512"] <= 1 and free["4096"] <= free["2048"] <= free["1024"] <= free["512"]
+    assert r.metrics.capability_split["2048"] > 0
+    cuboid = simulate(recs, machine={"kind": "cray", "torus": [4, 4, 4], "per_router": 1, "nodes": [{"count": 64}]},
+                      placement="cuboid", size_map="procs")
+    assert cuboid.machine.share == 0 and sorted(f.units for f in cuboid.jobs)[-1] == 16

@@ -153,6 +153,11 @@ class Topology(ABC):
         """Nodes not up, by name (what the scheduler's state saves)."""
         return {n.name: n.state.value for n in self.all_nodes() if n.state != NodeState.UP}
 
+    def measure(self, units: int) -> int:
+        """How much of the machine `units` are, in the units utilization is counted in
+        (nodes, or cores of shared nodes); a machine whose links are units leaves them out."""
+        return units.bit_count()
+
     @abstractmethod
     def processors(self, units: int) -> int:
         """How many processors (cores) `units` stand for."""

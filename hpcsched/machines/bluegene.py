@@ -57,10 +57,10 @@ class Block:
     boards: int  # units: its node boards
     cables: int  # units: the cables it takes
     passthrough: tuple[int, ...] = ()  # midplanes it passes through
+    units: int = -1  # boards | cables (worked out once)
 
-    @property
-    def units(self) -> int:
-        return self.boards | self.cables
+    def __post_init__(self):
+        object.__setattr__(self, "units", self.boards | self.cables)
 
 
 class BlueGene(Topology):
@@ -104,6 +104,9 @@ class BlueGene(Topology):
                     bits |= 1 << k
             self._larger.append(bits)
         self._eligible: dict[tuple, int] = {}
+        self._candidates_of: dict[tuple, list[int]] = {}
+        self._size: dict[tuple[int, int], int] = {}  # (nodes, cores) -> block size
+        self._need: dict[tuple, int] = {}
         self._available: int | None = None
 
     # --- the wiring ------------------------------------------------------------------
@@ -357,6 +360,13 @@ class BlueGene(Topology):
 
     def _candidates(self, request: Request) -> list[int]:
         """Indices of the blocks `request` may get: its block size, within its area."""
+        key = self.shape(request)
+        out = self._candidates_of.get(key)
+        if out is None:
+            out = self._candidates_of[key] = self._find_candidates(request)
+        return out
+
+    def _find_candidates(self, request: Request) -> list[int]:
         size = self.size(request)
         out = [k for k, b in enumerate(self.blocks) if b.size == size]
         if request.within:
@@ -382,21 +392,32 @@ class BlueGene(Topology):
         return mask
 
     def need(self, request: Request) -> int:
-        return self.size(request) // BOARD  # its boards; its cables come on top
+        """Its boards and the fewest cables a block of its size takes."""
+        key = self.shape(request)
+        need = self._need.get(key)
+        if need is None:
+            cands = self._candidates(request)
+            need = self._need[key] = min((self.blocks[k].units.bit_count() for k in cands),
+                                         default=self.size(request) // BOARD)
+        return need
 
     def size(self, request: Request) -> int:
-        nodes = math.ceil(request.cores / self.cores) if request.cores else request.nodes
-        size = self.block_size(nodes)
-        return size if size is not None else nodes  # (larger than the machine: fits nowhere)
+        key = (request.nodes, request.cores)
+        size = self._size.get(key)
+        if size is None:
+            nodes = math.ceil(request.cores / self.cores) if request.cores else request.nodes
+            size = self.block_size(nodes)
+            size = self._size[key] = size if size is not None else nodes  # (too large: fits nowhere)
+        return size
 
     def choose(self, request: Request, tiers: list[int]) -> Allocation | None:
         free = 0
         for t in tiers:
             free |= t
-        cands = [k for k in self._candidates(request) if self.blocks[k].units & free == self.blocks[k].units]
+        blocks, free_bits = self.blocks, 0
+        cands = [k for k in self._candidates(request) if blocks[k].units & free == blocks[k].units]
         if not cands:
             return None
-        blocks, free_bits = self.blocks, 0
         wanted = 0
         for k in cands:
             wanted |= self._larger[k]
@@ -444,6 +465,10 @@ class BlueGene(Topology):
                 for i in mids:
                     mask |= self.cables_of(i)
         return mask
+
+    def measure(self, units: int) -> int:
+        """Nodes: 32 per board (cables are not capacity)."""
+        return (units & ((1 << self._cable_base) - 1)).bit_count() * BOARD
 
     def processors(self, units: int) -> int:
         boards = units & ((1 << self._cable_base) - 1)

@@ -36,6 +36,11 @@ BUILTIN = {
 MAX_SHAPES = 24  # box shapes tried per request, the most compact first
 
 
+def _repunit(n: int, stride: int) -> int:
+    """n set bits, `stride` apart, from bit 0."""
+    return ((1 << (n * stride)) - 1) // ((1 << stride) - 1)
+
+
 class Cray(NodePool):
     """Nid-numbered nodes on a torus of routers; see the module docstring."""
 
@@ -62,7 +67,7 @@ class Cray(NodePool):
         self._valid: dict[tuple[int, int, int], int] = {}
         self._box: dict[tuple[int, int, int], int] = {}
         # the first node of every router (p = 0), and of every router whose all nodes exist
-        self._router_bits = sum(1 << (r * P) for r in range(X * Y * Z))
+        self._router_bits = _repunit(X * Y * Z, P)
 
     @classmethod
     def from_config(cls, table: dict, placement: str = "first-fit") -> "Cray":
@@ -128,28 +133,18 @@ class Cray(NodePool):
         return out
 
     def _corners_valid(self, shape) -> int:
-        """Router starts (their p = 0 bits) where a box of `shape` stays inside the grid."""
+        """First-node bits of routers where a box of `shape` stays inside the grid (and,
+        made alongside, the box's nodes at the origin).  Both are a small pattern repeated
+        at a stride, so a multiplication by a repunit lays each out without carries."""
         mask = self._valid.get(shape)
         if mask is None:
             X, Y, Z = self.torus
-            mask = 0
-            for x in range(X - shape[0] + 1):
-                for y in range(Y - shape[1] + 1):
-                    base = (x * Y + y) * Z
-                    mask |= ((1 << (Z - shape[2] + 1)) - 1) << base
-            mask = self._valid[shape] = self._spread(mask)
-            box = 0
-            for x in range(shape[0]):
-                for y in range(shape[1]):
-                    box |= ((1 << (shape[2] * self.per_router)) - 1) << (x * self._strides[0] + y * self._strides[1])
-            self._box[shape] = box
+            P, (sx, sy, _) = self.per_router, self._strides
+            dx, dy, dz = shape
+            column = _repunit(Z - dz + 1, P)  # the corners' z, p = 0
+            mask = self._valid[shape] = column * _repunit(Y - dy + 1, sy) * _repunit(X - dx + 1, sx)
+            self._box[shape] = ((1 << (dz * P)) - 1) * _repunit(dy, sy) * _repunit(dx, sx)
         return mask
-
-    def _spread(self, routers: int) -> int:
-        """A mask over routers as a mask over their first nodes."""
-        if self.per_router == 1:
-            return routers
-        return sum(1 << (r * self.per_router) for r in set_bits(routers))
 
     def _corners(self, free: int, shape) -> int:
         """First-node bits of routers where a box of `shape` has every node free."""

@@ -116,6 +116,8 @@ def checkjob(opts: list[tuple[str, str]], operands: list[str], out, now: float) 
     w(f"  (Time Queued  Total: {dhms(now - job.submit_time if job.start_time is None else job.start_time - job.submit_time)}"
       f"  Eligible: {dhms(job.eligible(now))})\n\n")
     w(f"Total Tasks: {procs(job)}\n")
+    if hasattr(sched.topology, "block_size"):  # a Blue Gene: the block it gets
+        w(f"Block size: {sched.size(job)} nodes\n")
     if job.dependencies:
         deps = ", ".join(f"{describe(d)}({'met' if d.met else 'failed' if d.met is False else 'pending'})"
                          for d in job.dependencies)

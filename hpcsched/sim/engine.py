@@ -98,7 +98,8 @@ class Engine:
         finished: list[Finished] = []
         source = iter(arrivals)
         nxt = next(source, None)
-        total_units = sched.topology.available().bit_count()
+        measure = sched.topology.measure
+        total_units = measure(sched.topology.available())
         busy_units = 0
         busy = idle_while_waiting = 0.0  # unit-seconds
         first = last_t = None
@@ -155,7 +156,7 @@ class Engine:
             for st in plan.started:
                 jid = st.job_id
                 tag, run = waiting.pop(jid)
-                units = st.allocation.units.bit_count()
+                units = measure(st.allocation.units)
                 busy_units += units
                 job = sched.jobs[jid]
                 running[jid] = (tag, job.submit_time, now, sched.topology.size(job.request), units, st.backfill,

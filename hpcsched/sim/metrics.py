@@ -70,6 +70,9 @@ class Metrics:
     cooldown_excluded: int = 0
     capability_size: int = 0
     capability_share: float = 0.0
+    capability_by_queue: dict[str, float] = field(default_factory=dict)  # each queue's own share
+    capability_split: dict[str, float] = field(default_factory=dict)  # threshold -> share (Mira: 8K, 16K)
+    free_blocks: dict[str, float] = field(default_factory=dict)  # Blue Gene: block size -> share of time one was free
     series_step: float = 86400.0
     series: dict[str, list[float]] = field(default_factory=dict)  # "utilization", "queue" per step
     utilization: float = 0.0
@@ -88,8 +91,9 @@ class Metrics:
             m, mp = result.machine, result.mapping
             tm = result.trace_map
             out.append(f"hpcsched simulation: policy={result.policy} backfill={result.backfill} "
-                       f"estimate={result.estimate} machine={m.nodes} nodes x {m.ppn} "
-                       f"{'shared ' if m.shared else ''}cores")
+                       f"estimate={result.estimate} machine={m.name + ' ' if m.name else ''}{m.nodes} nodes x {m.ppn} "
+                       f"{'shared ' if m.shared else ''}cores" +
+                       (f" (a trace processor is {m.share:.4g} nodes)" if m.share else ""))
             out.append(f"trace: {mp.records} records, {mp.simulated} simulated; skipped: "
                        f"{mp.skipped_bad_lines} malformed lines, {mp.skipped_no_procs} without processors, "
                        f"{mp.skipped_never_ran} never ran, {mp.skipped_too_large} larger than the machine, "
@@ -105,7 +109,11 @@ class Metrics:
                    f"makespan {self.makespan:.0f} s  started by backfill {self.backfill_share:.4f}  "
                    f"passes {self.passes}")
         out.append(f"capability share {self.capability_share:.4f} of unit-hours "
-                   f"(jobs of {self.capability_size} units or more)")
+                   f"(jobs of {self.capability_size} units or more)" +
+                   "".join(f"; {share:.4f} at {size}+" for size, share in self.capability_split.items()))
+        if self.free_blocks:
+            out.append("time with a free block: " + "  ".join(f"{size}: {share:.4f}"
+                                                              for size, share in self.free_blocks.items()))
         out.append(f"{'metric':<14}{'mean':>14}{'median':>14}{'p95':>14}{'max':>14}")
         for name, s in self.overall.items():
             out.append(f"{name:<14}{s['mean']:>14.2f}{s['median']:>14.2f}{s['p95']:>14.2f}{s['max']:>14.2f}")
@@ -113,10 +121,10 @@ class Metrics:
         for cls, s in self.by_size.items():
             out.append(f"{'':<17}{cls:<10}{s['wait']['count']:>8}{s['wait']['mean']:>14.2f}"
                        f"{s['bsld']['mean']:>12.2f}")
-        out.append(f"by queue:        {'queue':<10}{'jobs':>8}{'mean wait':>14}{'mean bsld':>12}")
+        out.append(f"by queue:        {'queue':<16}{'jobs':>8}{'mean wait':>14}{'mean bsld':>12}{'capability':>12}")
         for q, s in self.by_queue.items():
-            out.append(f"{'':<17}{q:<10}{s['wait']['count']:>8}{s['wait']['mean']:>14.2f}"
-                       f"{s['bsld']['mean']:>12.2f}")
+            out.append(f"{'':<17}{q:<16}{s['wait']['count']:>8}{s['wait']['mean']:>14.2f}"
+                       f"{s['bsld']['mean']:>12.2f}{self.capability_by_queue.get(q, 0.0):>12.4f}")
         for kind, table in (("user", self.by_user), ("group", self.by_group)):
             hours = self.unit_hours.get(kind, {})
             top = sorted(table, key=lambda k: (-hours.get(k, 0.0), k))[:TOP]
@@ -148,7 +156,7 @@ def _per_job(jobs) -> dict[str, list[float]]:
 
 
 def compute(finished, acc: dict, warmup: float = 0.0, cooldown: bool = False, size_classes=None,
-            capability: int | None = None, step: float = 86400.0) -> Metrics:
+            capability: int | None = None, step: float = 86400.0, split=()) -> Metrics:
     """Metrics of a finished simulation (`acc`: the engine's time integrals)."""
     table = classes(size_classes) if size_classes else SIZE_CLASSES
     by_submit = sorted(finished, key=lambda f: (f.record.submit, f.record.job))
@@ -197,6 +205,16 @@ def compute(finished, acc: dict, warmup: float = 0.0, cooldown: bool = False, si
     if total > 0:
         m.capability_share = sum(f.units * (f.end - f.start) for f in finished
                                  if f.units >= m.capability_size) / total
+        for size in split:
+            m.capability_split[str(size)] = sum(f.units * (f.end - f.start) for f in finished
+                                                if f.units >= size) / total
+    per_queue: dict[str, list[float]] = {}
+    for f in finished:
+        tally = per_queue.setdefault(f.queue, [0.0, 0.0])
+        tally[0] += f.units * (f.end - f.start)
+        if f.units >= m.capability_size:
+            tally[1] += f.units * (f.end - f.start)
+    m.capability_by_queue = {q: (c / t if t > 0 else 0.0) for q, (t, c) in sorted(per_queue.items())}
     first, last = acc.get("first"), acc.get("last", 0.0)
     if finished and first is not None:
         m.makespan = last - first

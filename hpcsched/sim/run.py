@@ -79,6 +79,13 @@ def _sizes(v):
     return v
 
 
+def _thresholds(v):
+    v = _comma_list(v, int, "give sizes in nodes, e.g. 8192,16384")
+    if not isinstance(v, list) or not all(isinstance(x, int) and not isinstance(x, bool) and x > 0 for x in v):
+        raise ValueError("give positive sizes in nodes, e.g. [8192, 16384]")
+    return v
+
+
 def _queue_map(v):
     if isinstance(v, str):
         pairs = [item.split("=", 1) for item in v.split(",") if item]
@@ -107,7 +114,10 @@ OPTIONS = {
     "config": (_text, None),
     "policy": (_text, None),
     "backfill": (_text, None),
-    "placement": (_choice("first-fit", "contiguous"), None),
+    "placement": (_choice("first-fit", "contiguous", "cuboid"), None),
+    "machine": (_text, None),
+    "size_map": (_choice("share", "procs"), "share"),
+    "capability_split": (_thresholds, []),
     "estimate": (_choice(*MODELS), "request"),
     "queue_from": (_choice("router", "trace"), "router"),
     "queue_map": (_queue_map, {}),
@@ -178,7 +188,11 @@ def check(settings: dict) -> dict:
         raise SimulationError(f"{out['trace']}: no such file")
     cfg = site_config(out)
     # the configuration must build (a machine stands in when it names none)
-    probe = dict(cfg, nodes=cfg.get("nodes") or [{"names": "n0", "cores": 1}])
+    probe = dict(cfg, machine=out["machine"]) if out["machine"] else dict(cfg)
+    if probe.get("machine") is not None:
+        probe.pop("nodes", None)
+    else:
+        probe["nodes"] = cfg.get("nodes") or [{"names": "n0", "cores": 1}]
     for key, value in (("priority", dict(cfg.get("priority", {}), **(
             {"policy": out["policy"]} if out["policy"] else {}))), ("backfill", out["backfill"])):
         if value:
@@ -200,4 +214,5 @@ def replay(settings: dict, progress=None):
                     cooldown=s["cooldown"], config=site_config(s), progress=progress, drain=s["drain"],
                     placement=s["placement"], estimate=s["estimate"], trace_map=tmap,
                     size_classes=s["size_classes"], capability=s["capability"],
-                    series_step=SERIES_STEPS[s["series"]], gantt=s["gantt"])
+                    series_step=SERIES_STEPS[s["series"]], gantt=s["gantt"], machine=s["machine"],
+                    size_map=s["size_map"], capability_split=s["capability_split"] or ())

@@ -24,6 +24,7 @@ from ..core.jobs import Job, Request
 from ..drain.accounts import GROUPS, Accounts, JobRecord
 from ..drain.accounts import text as drain_text
 from ..drain.samples import Recorder
+from ..machines.bluegene import BlueGene
 from . import estimates, swf
 from .engine import Engine, Finished, SimulationError
 from .metrics import Metrics, compute
@@ -39,6 +40,8 @@ class Machine:
     ppn: int = 1
     shared: bool = False
     tables: tuple = ()
+    name: str = ""  # a built-in machine (machines/): blocks on a Blue Gene, nids on a Cray
+    share: float = 0.0  # > 0: a record of p processors takes ceil(p * share) nodes
 
     @classmethod
     def from_tables(cls, tables: list[dict]) -> Machine:
@@ -62,6 +65,31 @@ class Machine:
     @property
     def units(self) -> int:
         return self.nodes * self.ppn if self.shared else self.nodes
+
+
+def _built_machine(described, header: swf.Header, records, size_map: str) -> Machine:
+    """The sizes of a machine of machines/ (a built-in name or a [machine] table), and the
+    share of it one trace processor stands for."""
+    from ..core.errors import ConfigError
+    from ..machines import build as build_machine
+    if size_map not in ("share", "procs"):
+        raise SimulationError(f"size map {size_map!r} is not share or procs")
+    try:
+        topo = build_machine(described, None)
+    except ConfigError as e:
+        raise SimulationError(str(e)) from None
+    nodes = topo.node_count
+    ppn = max(1, sum(n.cores for n in topo.all_nodes()) // nodes)
+    share = 0.0
+    if size_map == "share":
+        procs = header.max_procs or header.max_nodes
+        if not procs and isinstance(records, list):  # (records built in code: their largest)
+            procs = max((r.procs if r.procs > 0 else r.req_procs for r in records), default=0)
+        if not procs:
+            raise SimulationError("the trace header has neither MaxProcs nor MaxNodes: give --size-map procs")
+        share = nodes / procs
+    name = described if isinstance(described, str) else str(described.get("name", described.get("kind", "")))
+    return Machine(nodes, ppn, False, (), name or "machine", share)
 
 
 def machine_for(header: swf.Header, nodes: int | None = None, ppn: int | None = None,
@@ -150,8 +178,12 @@ def map_record(rec: swf.Record, machine: Machine, stats: MapStats, tmap: TraceMa
     if rec.run < 0:
         stats.skipped_never_ran += 1
         return None
-    capacity = machine.nodes * machine.ppn
-    if procs > capacity:
+    if machine.share:
+        wanted = max(1, math.ceil(procs * machine.share))
+        if wanted > machine.nodes:
+            stats.skipped_too_large += 1
+            return None
+    elif procs > machine.nodes * machine.ppn:
         stats.skipped_too_large += 1
         return None
     estimate = rec.req_time
@@ -163,7 +195,9 @@ def map_record(rec: swf.Record, machine: Machine, stats: MapStats, tmap: TraceMa
     if run > estimate:
         stats.cut_at_request += 1
         run = estimate
-    if machine.shared:
+    if machine.share:
+        request = _request(wanted, 1, 0)
+    elif machine.shared:
         request = _request(0, 1, procs)
     elif machine.ppn == 1:
         request = _request(procs, 1, 0)
@@ -212,7 +246,8 @@ class Result:
                 "trace_map": {"queue": self.trace_map.queue, "queues": dict(self.trace_map.queues),
                               "cancelled": self.trace_map.cancelled},
                 "epoch": self.header.unix_start_time or 0,
-                "machine": {"nodes": self.machine.nodes, "ppn": self.machine.ppn, "shared": self.machine.shared},
+                "machine": {"nodes": self.machine.nodes, "ppn": self.machine.ppn, "shared": self.machine.shared,
+                            **({"name": self.machine.name, "share": self.machine.share} if self.machine.name else {})},
                 "mapping": vars(self.mapping) | {"simulated": self.mapping.simulated},
                 "metrics": self.metrics.to_json(), "drain": self.drain, "gantt": self.gantt,
                 **({"bank": self.bank} if self.bank is not None else {}),
@@ -267,14 +302,19 @@ def simulate(workload, *, policy: str | None = None, backfill: str | None = None
              progress: Callable[..., None] | None = None, drain: bool = True,
              groups=GROUPS, placement: str | None = None, estimate: str = "request",
              trace_map: TraceMap = TraceMap(), size_classes=None, capability: int | None = None,
-             series_step: float = 86400.0, gantt=(0.0, 2.0)) -> Result:
+             series_step: float = 86400.0, gantt=(0.0, 2.0), machine: str | None = None,
+             size_map: str = "share", capability_split=()) -> Result:
     """Replay `workload` (an SWF path, or Records / `record(...)` tuples sorted by submit
     time) under a site's configuration; returns the schedule and its metrics.
 
     `config` is a site configuration (what `hpcsched.toml` holds: queues and router,
     reservations, priority policy and options, nodes, backfill); `policy`, `backfill`,
-    `placement` and the machine options override it.  The machine is, in order: `nodes`/
-    `ppn`/`shared`, the config's [[nodes]], the trace header's MaxProcs.  A reservation
+    `placement` and the machine options override it.  The machine is, in order: `machine`
+    (a built-in name) or the config's [machine], `nodes`/`ppn`/`shared`, the config's
+    [[nodes]], the trace header's MaxProcs.  On a built-in machine a record keeps its
+    share of the trace's machine (`size_map` "share": p of MaxProcs processors take
+    ceil(p / MaxProcs x the machine's nodes) nodes), or (`size_map` "procs") takes
+    ceil(p / cores per node) nodes.  A reservation
     whose start is a date is placed on the trace's clock through its UnixStartTime.
     `estimate` is the runtime estimate model (estimates.py), `trace_map` how records
     become jobs.  `warmup` excludes that fraction of the first jobs (by submit order) from
@@ -290,14 +330,24 @@ def simulate(workload, *, policy: str | None = None, backfill: str | None = None
     else:
         header = swf.Header()
         records = [r if isinstance(r, swf.Record) else record(*r) for r in workload]
-        if nodes is None and not (config or {}).get("nodes"):
+        if nodes is None and not (config or {}).get("nodes") and machine is None and \
+                (config or {}).get("machine") is None:
             nodes = max((r.procs if r.procs > 0 else r.req_procs for r in records), default=1)
     cfg = dict(config or {})
-    if nodes is None and ppn is None and not shared and cfg.get("nodes"):
-        machine = Machine.from_tables(cfg["nodes"])
+    if machine is not None:
+        cfg["machine"] = machine
+        cfg.pop("nodes", None)
+    if cfg.get("machine") is not None:
+        if nodes is not None or ppn is not None or shared:
+            raise SimulationError("give a machine or --nodes/--ppn/--shared, not both")
+        shape = _built_machine(cfg["machine"], header, records, size_map)
+    elif nodes is None and ppn is None and not shared and cfg.get("nodes"):
+        shape = Machine.from_tables(cfg["nodes"])
     else:
-        machine = machine_for(header, nodes, ppn, shared)
-    cfg["nodes"] = machine.config()
+        shape = machine_for(header, nodes, ppn, shared)
+    machine = shape
+    if not machine.name:
+        cfg["nodes"] = machine.config()
     cfg["placement"] = placement or cfg.get("placement", "first-fit")
     cfg.setdefault("queues", {"batch": {}})
     cfg["priority"] = dict(cfg.get("priority", {}))
@@ -319,13 +369,12 @@ def simulate(workload, *, policy: str | None = None, backfill: str | None = None
                     estimates=None if estimate == "request" else estimates.model(estimate))
     recorder = Recorder(sched, Accounts(offset=_utc_offset(header)), header.unix_start_time or 0.0) if drain else None
     strip = Strip(*gantt) if gantt else None
-    watch = strip.watch if strip else None
-    if recorder and strip:
-        def watch(plan, account=recorder.watch, keep=strip.watch):
-            account(plan)
-            keep(plan)
-    elif recorder:
-        watch = recorder.watch
+    blocks = FreeBlocks(sched) if isinstance(sched.topology, BlueGene) else None
+    watchers = [w.watch for w in (recorder, strip, blocks) if w]
+
+    def watch(plan):
+        for w in watchers:
+            w(plan)
     # A replay keeps two objects per job (its record and its Finished) to the end and
     # leaves no cyclic garbage, so Python's cycle collector would only scan them over and
     # over, all of them at every full collection (8 % of a RICC replay when measured).  It
@@ -333,8 +382,10 @@ def simulate(workload, *, policy: str | None = None, backfill: str | None = None
     collecting = gc.isenabled()
     gc.disable()
     try:
-        finished, acc = engine.run(arrivals(records, machine, mapping, trace_map), watch=watch)
-        metrics = compute(finished, acc, warmup, cooldown, size_classes, capability, series_step)
+        finished, acc = engine.run(arrivals(records, machine, mapping, trace_map), watch=watch if watchers else None)
+        metrics = compute(finished, acc, warmup, cooldown, size_classes, capability, series_step, capability_split)
+        if blocks:
+            metrics.free_blocks = blocks.shares()
         report = recorder and recorder.accounts.report(job_records(finished, recorder.epoch), groups=groups)
     finally:
         if collecting:
@@ -347,6 +398,36 @@ def simulate(workload, *, policy: str | None = None, backfill: str | None = None
     return Result(finished, metrics, machine, mapping, policy, backfill, header, report, estimate, trace_map,
                   strip.occupancy(finished, acc["units"]) if strip else None,
                   bank_report(sched.bank, sched.last_pass or 0.0) if sched.bank is not None else None)
+
+
+class FreeBlocks:
+    """On a Blue Gene: the share of the replay's time during which at least one block of
+    each large size (an eighth of the machine and up) was wholly free (ALCF: how often a
+    32K block is there for a capability job)."""
+
+    def __init__(self, sched):
+        self.sched, bg = sched, sched.topology
+        self.sizes = [s for s in bg.sizes if s * 8 >= bg.node_count]
+        self.blocks = {s: [b.units for b in bg.blocks if b.size == s] for s in self.sizes}
+        self.time = dict.fromkeys(self.sizes, 0.0)
+        self.free: list[int] = []  # the sizes free since the last pass
+        self.first = self.last = None
+
+    def watch(self, plan) -> None:
+        t = plan.now
+        if self.last is not None:
+            for s in self.free:
+                self.time[s] += t - self.last
+        else:
+            self.first = t
+        self.last = t
+        avail = self.sched.topology.available()
+        free = avail ^ (avail & self.sched.busy)
+        self.free = [s for s in self.sizes if any(u & free == u for u in self.blocks[s])]
+
+    def shares(self) -> dict[str, float]:
+        span = (self.last - self.first) if self.first is not None else 0.0
+        return {str(s): round(self.time[s] / span, 6) if span > 0 else 0.0 for s in self.sizes}
 
 
 def bank_report(bank, now: float) -> dict:

@@ -115,6 +115,16 @@ def run_cell(cell: dict) -> dict:
         row["step_util_sd"] = round((sum((u - mean) ** 2 for u in inner) / len(inner)) ** 0.5, 4)
     for cls, s in m.by_size.items():
         row[f"wait[{cls}]"] = round(s["wait"]["mean"], 1)
+    if len(m.by_queue) > 1:
+        for q, s in m.by_queue.items():
+            row[f"wait[{q}]"] = round(s["wait"]["mean"], 1)
+    for size, share in m.capability_split.items():
+        row[f"capability[{size}+]"] = round(share, 4)
+    for size, share in m.free_blocks.items():
+        row[f"free[{size}]"] = round(share, 4)
+    if result.drain:
+        row["drain_pct"] = round(result.drain["drain_pct"], 2)
+        row["drain_node_hours"] = round(result.drain["drain_node_hours"], 1)
     return {"label": cell["label"], "row": row, "run": run_of(data, cell["label"])}
 
 

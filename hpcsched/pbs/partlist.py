@@ -1,0 +1,42 @@
+"""partlist: a Blue Gene's blocks and their states, Cobalt style.
+
+    partlist          every block: name, size in nodes, the queues bound to it, its state:
+                      idle, busy (<job>), blocked (<block>) by a busy or down relative, down
+
+On a machine without blocks it says so and exits 1.
+"""
+from __future__ import annotations
+
+from ..core.jobs import ACTIVE
+from ..machines.bluegene import BlueGene
+from ..store.journaled import Batch
+from ..store.site import load_site
+from . import common
+from .common import Command
+from .errors import UsageError
+
+
+def partlist(opts: list[tuple[str, str]], operands: list[str], out, now: float) -> int:
+    if operands:
+        raise UsageError(f"unexpected {operands[0]!r}")
+    site = load_site()
+    batch = Batch.of(site)
+    with batch.open(write=False):
+        pass
+    sched = batch.sched
+    bg = sched.topology
+    if not isinstance(bg, BlueGene):
+        raise common.CommandError("partlist: this machine has no blocks (not a Blue Gene)", common.USAGE)
+    busy = {common.full_id(j.id, site.server): bg.units_of(j.nodes, j.cores) for j in sched.jobs.values()
+            if j.state in ACTIVE}
+    queues = {}
+    for q in sched.router.queues.values():
+        for name in q.nodes:
+            queues.setdefault(name, []).append(q.name)
+    out.write(f"{'Name':<32} {'Size':>6}  {'Queue':<20} State\n")
+    for block, state in bg.block_states(busy):
+        out.write(f"{block.name:<32} {block.size:>6}  {':'.join(queues.get(block.name, [])) or '-':<20} {state}\n")
+    return 0
+
+
+PARTLIST = Command("partlist", "", "usage: partlist", partlist)
