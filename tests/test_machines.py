@@ -106,7 +106,7 @@ def test_cobalt_choice_blocks_the_fewest_free_larger_blocks():
     s.iterate(2)
     # racks 2 and 3 form the only free 2K: a 1K on either would block it, rack 1 blocks none
     assert third.nodes == ("BGQ-0010-1112-1024",)
-    states = dict((b.name, st) for b, st in bg.block_states({j.id: s._units[j.id] for j in s.running()}))
+    states = dict((b.name, st) for b, st in bg.block_states({j.id: j.nodes[0] for j in s.running()}))
     assert states["BGQ-0000-1112-1024"] == "blocked (BGQ-0000-1111-512)"
     assert states["BGQ-0020-1112-1024"] == "idle" and states["BGQ-0020-1122-2048"] == "idle"
 

@@ -135,9 +135,9 @@ class _Now:
         bound = self.lasting if job.walltime > self.horizon else self.upper  # (lasting <= upper)
         return not bound or need > bound
 
-    def fit(self, job: Job, need: int, access: AccessKey) -> Allocation | None:
-        """An allocation free from now through `job`'s walltime, or None."""
-        topo, req, wall = self.walk.topology, self.walk.request_of(job), job.walltime
+    def fit(self, job: Job, req: Request, need: int, access: AccessKey) -> Allocation | None:
+        """An allocation for `req` (what `job` places) free from now through its walltime, or None."""
+        topo, wall = self.walk.topology, job.walltime
         shape = (topo.shape(req), access)
         count = self.free.get(shape)
         if count is None:
@@ -179,9 +179,6 @@ class Walk:
         self.made = 0  # reservations made
         self.waiting_ahead = False  # a job walked so far waits for resources
         self.last = None  # the last job walked
-
-    def request_of(self, job: Job) -> Request:
-        return job.request if self.placed is None else self.placed(job)
 
     def run(self, now: float, jobs: Iterable[Job], plan: Plan,
             kept: dict[int, tuple[float, int, int, Allocation]] | None = None, last: Job | None = None,
@@ -240,7 +237,7 @@ class Walk:
                 waiting_ahead = True
                 continue
             acc = self.access(job)
-            alloc = now_.fit(job, need, acc)
+            alloc = now_.fit(job, request, need, acc)
             if alloc is not None:  # it fits now: start it
                 prof.occupy(alloc.units, now, now + job.walltime)
                 plan.started.append(Start(job.id, alloc, waiting_ahead))
@@ -250,7 +247,7 @@ class Walk:
             waiting_ahead = True
             if made < depth:  # reserve its earliest start
                 if self.counts and self.topology.interchangeable(request):
-                    found = self._hold(job, need, acc, now)
+                    found = self._hold(job, request, need, acc, now)
                 else:
                     found = prof.earliest(self.topology, request, job.walltime, acc, need, now)
                     if found is not None:
@@ -268,7 +265,8 @@ class Walk:
             waiting_ahead = True
         self.made, self.waiting_ahead = made, waiting_ahead
 
-    def _hold(self, job: Job, need: int, access: AccessKey, now: float) -> tuple[float, Allocation] | None:
+    def _hold(self, job: Job, request: Request, need: int, access: AccessKey,
+              now: float) -> tuple[float, Allocation] | None:
         """Reserve `job`'s earliest start as a count; the allocation shown with it is the
         nodes it could take at that time, named for people, not booked."""
         prof = self.profile
@@ -277,7 +275,7 @@ class Walk:
             return None
         prof.hold(need, t, t + job.walltime)
         self.held[job.id] = need
-        free, topology, request = prof.usable(prof.segment(t), access), self.topology, self.request_of(job)
+        free, topology = prof.usable(prof.segment(t), access), self.topology
 
         def names() -> tuple[str, ...]:  # (listed only if someone looks)
             shown = topology.choose(request, [free])

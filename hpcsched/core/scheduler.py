@@ -28,7 +28,7 @@ from .plan import Plan, Start, Walk
 from .policy import Context, Fifo, Policy, tie_break
 from .profile import Profile
 from .reservations import Access, Reservation
-from .route import Router
+from .route import Queue, Router
 from .timefmt import hms
 from .topology import NodeState, Topology
 
@@ -142,15 +142,18 @@ class Scheduler:
     def placed(self, job: Job) -> Request:
         """What the machine places for `job`: its request, within its queue's nodes if the
         queue is bound to some (ALCF's prod-long on a third of Mira)."""
-        q = self.router.queues.get(job.queue)
-        if q is None or not q.nodes:
-            return job.request
-        key = (job.request, q.name)
+        return self._bound_to(job.request, self.router.queues.get(job.queue))
+
+    def _bound_to(self, request: Request, queue: Queue | None) -> Request:
+        """`request` within `queue`'s nodes (the nodes of both, if it names its own)."""
+        if queue is None or not queue.nodes:
+            return request
+        key = (request, queue.name)
         req = self._placed.get(key)
         if req is None:
-            own = job.request.within
-            within = q.nodes if not own else tuple(n for n in own if n in set(q.nodes))
-            req = self._placed[key] = replace(job.request, within=within or ("(none)",))
+            bound = set(queue.nodes)
+            within = tuple(n for n in request.within if n in bound) if request.within else queue.nodes
+            req = self._placed[key] = replace(request, within=within)
         return req
 
     def context(self, now: float, running: Iterable[Job] | None = None) -> Context:
@@ -252,14 +255,13 @@ class Scheduler:
         if not self._fits_anywhere(job.request):
             raise Rejected(f"requests more than the machine has ({size} nodes of {machine})")
         if queue.nodes:
-            job_queue, job.queue = job.queue, queue.name
+            if job.request.within and not set(job.request.within) & set(queue.nodes):
+                raise Rejected(f"none of its nodes is among queue {queue.name}'s")
             try:
-                if not self._fits_anywhere(self.placed(job)):
+                if not self._fits_anywhere(self._bound_to(job.request, queue)):
                     raise Rejected(f"does not fit the nodes of queue {queue.name}")
             except InvalidRequest as e:
                 raise Rejected(f"queue {queue.name}: {e}") from None
-            finally:
-                job.queue = job_queue
         for entry in self.calendar:  # a whole-machine drain that recurs bounds every job's walltime
             if entry.every and not entry.nodes and job.walltime > entry.every - entry.duration:
                 raise Rejected(f"walltime {hms(job.walltime)} cannot fit between two drains of calendar "

@@ -302,15 +302,11 @@ class BlueGene(Topology):
         """The smallest block size holding `nodes` nodes (None: larger than every block)."""
         return next((s for s in self.sizes if s >= nodes), None)
 
-    def block_states(self, busy: dict[str, int]) -> list[tuple[Block, str]]:
-        """Each block's state given the running jobs' units (`busy`: job id -> units):
+    def block_states(self, busy: dict[str, str]) -> list[tuple[Block, str]]:
+        """Each block's state given the running jobs' blocks (`busy`: job id -> block name):
         `busy (<job>)`, `down`, `blocked (<block>)` naming a busy or down relative, or `idle`."""
         avail = self.available()
-        taken = {}
-        for jid, units in busy.items():
-            for k, b in enumerate(self.blocks):
-                if b.units == units:
-                    taken[k] = jid
+        taken = {self.by_block[name]: jid for jid, name in busy.items()}
         out = []
         for k, b in enumerate(self.blocks):
             if k in taken:
@@ -369,17 +365,18 @@ class BlueGene(Topology):
     def _find_candidates(self, request: Request) -> list[int]:
         size = self.size(request)
         out = [k for k, b in enumerate(self.blocks) if b.size == size]
-        if request.within:
+        if request.within:  # blocks whose used and passed-through midplanes lie in the area
             area = self.units_of_nodes(request.within)
-            out = [k for k in out if (self.blocks[k].boards | self._passing(self.blocks[k])) & area
-                   == self.blocks[k].boards | self._passing(self.blocks[k])]
+            inside = []
+            for k in out:
+                b = self.blocks[k]
+                mine = b.boards
+                for i in b.passthrough:
+                    mine |= self.board_units(i)
+                if mine & area == mine:
+                    inside.append(k)
+            out = inside
         return out
-
-    def _passing(self, b: Block) -> int:
-        units = 0
-        for i in b.passthrough:
-            units |= self.board_units(i)
-        return units
 
     def eligible(self, request: Request) -> int:
         key = self.shape(request)

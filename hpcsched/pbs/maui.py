@@ -16,6 +16,7 @@ from ..core.jobs import (ACTIVE, COMPLETED, DELETED, DEP_FAIL, DEP_HOLD, EXITING
                          RUNNING, WAITING, Job)
 from ..core.reservations import Reservation
 from ..core.timefmt import parse_duration
+from ..machines.bluegene import BlueGene
 from ..store.journaled import Batch
 from ..store.site import load_site, whoami
 from . import common
@@ -116,7 +117,7 @@ def checkjob(opts: list[tuple[str, str]], operands: list[str], out, now: float) 
     w(f"  (Time Queued  Total: {dhms(now - job.submit_time if job.start_time is None else job.start_time - job.submit_time)}"
       f"  Eligible: {dhms(job.eligible(now))})\n\n")
     w(f"Total Tasks: {procs(job)}\n")
-    if hasattr(sched.topology, "block_size"):  # a Blue Gene: the block it gets
+    if isinstance(sched.topology, BlueGene):  # the block it gets
         w(f"Block size: {sched.size(job)} nodes\n")
     if job.dependencies:
         deps = ", ".join(f"{describe(d)}({'met' if d.met else 'failed' if d.met is False else 'pending'})"

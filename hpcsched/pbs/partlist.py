@@ -3,32 +3,27 @@
     partlist          every block: name, size in nodes, the queues bound to it, its state:
                       idle, busy (<job>), blocked (<block>) by a busy or down relative, down
 
-On a machine without blocks it says so and exits 1.
+On a machine without blocks it says so and exits 2.
 """
 from __future__ import annotations
 
 from ..core.jobs import ACTIVE
 from ..machines.bluegene import BlueGene
-from ..store.journaled import Batch
-from ..store.site import load_site
 from . import common
 from .common import Command
 from .errors import UsageError
+from .maui import load
 
 
 def partlist(opts: list[tuple[str, str]], operands: list[str], out, now: float) -> int:
     if operands:
         raise UsageError(f"unexpected {operands[0]!r}")
-    site = load_site()
-    batch = Batch.of(site)
-    with batch.open(write=False):
-        pass
+    site, batch = load()
     sched = batch.sched
     bg = sched.topology
     if not isinstance(bg, BlueGene):
         raise common.CommandError("partlist: this machine has no blocks (not a Blue Gene)", common.USAGE)
-    busy = {common.full_id(j.id, site.server): bg.units_of(j.nodes, j.cores) for j in sched.jobs.values()
-            if j.state in ACTIVE}
+    busy = {common.full_id(j.id, site.server): j.nodes[0] for j in sched.jobs.values() if j.state in ACTIVE}
     queues = {}
     for q in sched.router.queues.values():
         for name in q.nodes:

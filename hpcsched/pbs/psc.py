@@ -17,20 +17,16 @@ from ..core import nodelist
 from ..core.errors import ConfigError
 from ..core.jobs import ACTIVE
 from ..core.topology import NodeState
-from ..store.journaled import Batch
-from ..store.site import load_site
 from . import common
 from .common import Command
 from .errors import UsageError
+from .maui import load
 
 
 def shownids(opts: list[tuple[str, str]], operands: list[str], out, now: float) -> int:
     if operands:
         raise UsageError(f"unexpected {operands[0]!r}")
-    site = load_site()
-    batch = Batch.of(site)
-    with batch.open(write=False):
-        pass
+    site, batch = load()
     sched = batch.sched
     on_node: dict[str, list[str]] = {}
     for job in sched.jobs.values():
@@ -57,10 +53,7 @@ def pbsyod(opts: list[tuple[str, str]], argv: list[str], out, now: float) -> int
     jid_text = os.environ.get("PBS_JOBID")
     if not jid_text:
         raise common.CommandError("not inside a batch job (PBS_JOBID is not set)", common.USAGE)
-    site = load_site()
-    batch = Batch.of(site)
-    with batch.open(write=False):
-        pass
+    site, batch = load()
     found = common.resolve(batch.sched.jobs, jid_text, site.server)  # a subjob's id too: 12[3].srv
     job = found[0] if len(found) == 1 else None
     if job is None or job.state not in ACTIVE:
