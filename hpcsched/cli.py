@@ -18,6 +18,7 @@ import sys
 import time
 
 from .core.errors import ConfigError, SchedulerError
+from .machines import BUILTIN as BUILTIN_MACHINES
 
 
 class _Parser(argparse.ArgumentParser):
@@ -289,6 +290,7 @@ def cmd_store(args) -> int:
 
 
 def cmd_nodes(args) -> int:
+    from .machines.bluegene import BlueGene
     from .pbs.common import command_line
     from .store.journaled import Batch
     from .store.site import load_site, whoami
@@ -309,8 +311,15 @@ def cmd_nodes(args) -> int:
             for name in args.names if state else []:
                 topo.node(name)  # an unknown name is one line, status 1
                 batch.do("node", name=name, state=state)
-            for n in topo.all_nodes():
-                print(f"{n.name:<16} {n.nid:>6} {n.state.value}")
+            if isinstance(topo, BlueGene):  # midplanes, and which of their boards are not up
+                for i, (mp, boards) in enumerate(topo.midplanes()):
+                    states = {b.state.value for b in boards}
+                    off = [f"{b.name}={b.state.value}" for b in boards if b.state.value != "up"]
+                    whole = states.pop() if len(states) == 1 else "mixed"
+                    print(f"{mp:<16} {i:>6} {whole}" + (f" (boards: {', '.join(off)})" if whole == "mixed" else ""))
+            else:
+                for n in topo.all_nodes():
+                    print(f"{n.name:<16} {n.nid:>6} {n.state.value}")
     except (SchedulerError, OSError) as e:
         print(f"hpcsched nodes: {e}", file=sys.stderr)
         return 1
@@ -318,8 +327,9 @@ def cmd_nodes(args) -> int:
 
 
 def cmd_demo(args) -> int:
-    if args.library:
+    if args.library or args.machine:
         from .demo import run
+        return run(sys.stdout, args.machine)
     else:
         from .livedemo import run
     return run(sys.stdout)
@@ -331,6 +341,8 @@ def main(argv=None) -> int:
     d = sub.add_parser("demo", help="run real jobs on the embedded default test rig, in a temporary directory")
     d.add_argument("--library", action="store_true",
                    help="instead, drive the scheduling core alone with a simulated clock")
+    d.add_argument("--machine", choices=sorted(BUILTIN_MACHINES), help="the core alone on a built-in machine instead of the rig's 16 nodes "
+                   "(bgq-4rack: Blue Gene/Q blocks; see --machine of simulate)")
     d.set_defaults(func=cmd_demo)
     i = sub.add_parser("init", help="write a test-rig site configuration ($HPCSCHED_HOME/config.toml)")
     i.add_argument("--home", help="store directory (default: $HPCSCHED_HOME or ~/.local/share/hpcsched)")
@@ -388,7 +400,7 @@ def main(argv=None) -> int:
                    help="which free nodes a job gets: the lowest (first-fit), one run of consecutive nodes "
                    "(contiguous), a box of torus routers (cuboid, on a Cray)")
     s.add_argument("--machine", help="a built-in machine: mira, bgq-4rack, bgq-1rack (Blue Gene/Q), xt3, kraken, "
-                   "bluewaters (Cray); default a pool of nodes")
+                   "bluewaters (Cray), or pool (a pool of nodes: the default)")
     s.add_argument("--capability-split", help="also report the share of unit-hours in jobs of at least each of "
                    "these sizes (Mira's split metric: 8192,16384)")
     s.add_argument("--size-map", choices=["share", "procs"],

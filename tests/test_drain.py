@@ -10,6 +10,7 @@ import pytest
 from helpers import scheduler
 
 from hpcsched import ALL, Job, Request
+from hpcsched.config import build
 from hpcsched.core.reservations import Reservation
 from hpcsched.core.topology import NodeState
 from hpcsched.drain import moablog, records
@@ -234,6 +235,29 @@ def test_tally_on_shared_nodes_down_offline_and_site_reservations():
         states = {s for pic in seen for _, s, _, _ in pic}
         assert {"Down", "Idle"} <= states and states & {"Drained", "Draining"}
         assert any("pm" in r for pic in seen for _, _, r, _ in pic)
+
+
+def test_a_blue_gene_is_counted_in_nodes_of_its_boards_not_its_cables():
+    """Boards stand for 32 nodes each; cables held by jobs and reservations count nothing."""
+    sched = build({"machine": "bgq-1rack", "queues": {"batch": {}}, "backfill": "conservative"})
+    sampler = Sampler(sched)
+    assert sampler.weight == 32
+    rng = random.Random(3)
+    arrivals = [(10.0 * i, Job(owner="u", request=Request(nodes=rng.choice([100, 300, 512, 1024])),
+                               walltime=float(rng.choice([100, 400]))), float(rng.choice([50, 100])), i)
+                for i in range(30)]
+    drained = []
+
+    def check(plan):
+        counts, charges = sampler.tally(plan)
+        assert sum(counts.values()) == 1024  # every node of the rack, once
+        samples = sampler.samples(plan)
+        per_board = _counted(samples)
+        assert counts == {c: n * 32 for c, n in per_board[0].items()}
+        assert charges == {r: n * 32 for r, n in per_board[1].items()}
+        drained.append(counts.get(DRAIN, 0))
+    Engine(sched).run(arrivals, watch=check)
+    assert any(drained)  # (a 1,024-node job waits for the whole rack: boards sit drained)
 
 
 def test_held_reservations_are_shown_on_busy_nodes_first():

@@ -353,3 +353,120 @@ def test_a_trace_replays_on_a_built_in_machine():
     cuboid = simulate(recs, machine={"kind": "cray", "torus": [4, 4, 4], "per_router": 1, "nodes": [{"count": 64}]},
                       placement="cuboid", size_map="procs")
     assert cuboid.machine.share == 0 and sorted(f.units for f in cuboid.jobs)[-1] == 16
+    pool = simulate(recs, machine="pool", config={"machine": "mira", "queues": {"batch": {}}})
+    assert pool.machine.name == "" and pool.machine.nodes == 16  # the records' largest: no Mira
+
+
+@pytest.fixture
+def cray_rig(rig):
+    """The rig's site on a small Cray: 16 nodes of 2 cores, nids 0-15, two per router."""
+    import re
+    conf = rig / "home" / "config.toml"
+    text = re.sub(r"\[\[nodes\]\]\n(?:[a-z]+ = .*\n)+", "", conf.read_text())
+    conf.write_text('machine = {kind = "cray", torus = [2, 2, 2], per_router = 2, nodes = [{count = 16, cores = 2}]}\n'
+                    + text)
+    return rig
+
+
+def test_psc_size_and_nidmask_place_jobs_on_whole_nodes_by_nid(cray_rig):
+    from test_commands import full, submit
+    from test_maui_psc import server_pass
+    submit("-l", "size=6,walltime=01:00:00")  # six processors: three whole 2-core nodes
+    submit("-l", "nodes=2,nidmask=10..11,14..15,walltime=01:00:00")  # (the mask's own commas)
+    submit("-l", "nodes=1,nidmask=^0..12,walltime=01:00:00")  # every nid but 0-12
+    server_pass()
+    f = full("1")
+    assert f["Resource_List.size"] == "6" and f["nid_list"] == "0..2" and f["exec_host"].count("+") == 2
+    assert full("2")["nid_list"] == "10..11" and full("2")["Resource_List.nidmask"] == "10..11,14..15"
+    assert full("3")["nid_list"] == "13"
+
+
+def test_qalter_keeps_a_jobs_nidmask(cray_rig):
+    from test_commands import full, submit
+    from test_maui_psc import server_pass
+    from hpcsched.pbs import qctl
+    submit("-h", "-l", "nodes=1,nidmask=14..15,walltime=01:00:00")
+    assert qctl.QALTER(["-l", "walltime=00:30:00,nodes=2", "1"]) == 0
+    assert qctl.QRLS(["1"]) == 0
+    server_pass()
+    assert full("1")["nid_list"] == "14..15"
+
+
+@pytest.mark.parametrize("resources, message", [
+    ("nodes=1,nidmask=12..40", "nidmask '12..40' names nid 16, outside this machine's 0..15"),
+    ("nodes=1,nidmask=3..1", "descending node-id range"),
+    ("nodes=1,nidmask=^0..15", "leaves no node"),
+    ("size=4,nodes=2", "size cannot be used with nodes"),
+    ("size=0", "size must be a positive integer"),
+    ("size=40", "more than the machine has"),
+])
+def test_bad_psc_resources_are_one_line_and_store_nothing(cray_rig, resources, message):
+    from test_commands import run, stat
+    p = run("qsub", "-l", resources, "/dev/null")
+    assert p.returncode != 0 and p.stderr.count("\n") <= 2 and message in p.stderr, p.stderr
+    assert "Traceback" not in p.stderr
+    assert stat()[1] == ""  # nothing stored
+
+
+def test_nidmask_is_refused_on_a_blue_gene(bgq_rig):
+    from test_commands import run
+    p = run("qsub", "-l", "nodes=1,nidmask=1..2", "/dev/null")
+    assert p.returncode == 2 and "nidmask: this machine's nodes have no node ids" in p.stderr
+
+
+def test_simon_bins_count_the_whole_nodes_a_job_holds():
+    """On 4-core nodes a 2-node job of 1 processor per node holds 8 processors: large at 8."""
+    from hpcsched.policies.simon import Simon
+    s = build({"nodes": [{"names": "n[1-8]", "cores": 4}], "queues": {"batch": {}},
+               "priority": {"policy": "simon", "large": 8}})
+    small = s.submit(Job(owner="u", request=Request(nodes=2, ppn=1), walltime=100.0), 0.0)
+    packed = s.submit(Job(owner="u", request=Request(cores=5), walltime=100.0), 0.0)
+    ctx = s.context(0.0)
+    assert isinstance(s.policy, Simon)
+    assert s.policy.is_large(small, ctx) and ctx.processors(small) == 8
+    assert s.policy.is_large(packed, ctx) and ctx.processors(packed) == 8  # two whole nodes
+    assert s.policy.describe(small, ctx)["requested"] == 2.0
+
+
+def test_hpcsched_nodes_lists_midplanes_on_a_blue_gene(bgq_rig, capsys, monkeypatch):
+    from hpcsched import cli
+    monkeypatch.setenv("HPCSCHED_USER", "root")
+    assert cli.main(["nodes", "--set", "down", "R00-M1-N04"]) == 0
+    assert cli.main(["nodes", "--set", "offline", "R00-M0"]) == 0
+    capsys.readouterr()
+    assert cli.main(["nodes"]) == 0
+    assert capsys.readouterr().out.splitlines() == ["R00-M0                0 offline",
+                                                    "R00-M1                1 mixed (boards: R00-M1-N04=down)"]
+
+
+def test_setres_counts_the_nodes_of_midplanes_and_boards(bgq_rig, monkeypatch):
+    import io
+    from hpcsched.pbs import maui
+    monkeypatch.setenv("HPCSCHED_USER", "root")
+    out = io.StringIO()
+    assert maui.SETRES(["-d", "1:00:00", "R00-M1"], out=out) == 0
+    assert maui.SETRES(["-d", "1:00:00", "-L", "R00-M0-N01,R00-M0-N02"], out=out) == 0
+    assert out.getvalue().splitlines() == ["reservation 'root.1' created on 512 nodes (8192 tasks)",
+                                           "reservation 'root.2' created on 64 nodes (1024 tasks)"]
+
+
+def test_node_commands_show_a_blocks_boards_busy(bgq_rig):
+    import io
+    import os
+    import subprocess
+    from test_commands import ROOT, submit
+    from test_maui_psc import server_pass
+    from hpcsched.pbs import pbsnodes, psc
+    submit("-l", "nodes=100,walltime=01:00:00")  # a 128-node block: boards N00-N03 of R00-M0
+    server_pass()
+    out = io.StringIO()
+    assert psc.SHOWNIDS([], out=out) == 0
+    rows = {line.split()[1]: line.split()[2:] for line in out.getvalue().splitlines()[1:] if line.strip()[:1].isdigit()}
+    assert rows["R00-M0-N03"] == ["busy", "1.headnode"] and rows["R00-M0-N04"] == ["up", "--"]
+    out = io.StringIO()
+    assert pbsnodes.PBSNODES(["R00-M0-N00", "R00-M0-N04"], out=out) == 0
+    states = [line.split(" = ")[1] for line in out.getvalue().splitlines() if line.strip().startswith("state =")]
+    assert states == ["job-exclusive", "free"]
+    p = subprocess.run([os.path.join(ROOT, "bin", "pbsyod"), "true"], capture_output=True, text=True,
+                       env=dict(os.environ, PBS_JOBID="1.headnode"))
+    assert p.returncode == 2 and "runs on block BGQ-0000-N00-128" in p.stderr

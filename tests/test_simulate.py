@@ -260,6 +260,14 @@ def test_cli_library_demo_runs():
     assert p.returncode == 0 and "prod-long" in p.stdout and "(backfill)" in p.stdout
 
 
+def test_cli_demo_runs_on_the_four_rack_blue_gene():
+    p = run_cli("demo", "--machine", "bgq-4rack")
+    assert p.returncode == 0, p.stderr
+    assert "start 1 big-sim     on BGQ-0000-1142-4096" in p.stdout  # 3,072 nodes get the 4K block
+    assert "5 short-b       768 nodes 02:00:00 -> prod-capability" in p.stdout  # its 1K block is 25 %
+    assert run_cli("demo", "--machine", "nope").returncode == 2
+
+
 def test_cli_live_demo_runs_real_jobs_and_cleans_up():
     p = run_cli("demo")
     assert p.returncode == 0, p.stderr

@@ -64,7 +64,8 @@ class Plan:
             return "started"
         if job_id in self.reserved:
             t, alloc = self.reserved[job_id]
-            return f"reserved: starts at {t:g} (in {hms(t - self.now)}) on {len(alloc.nodes)} nodes"
+            where = alloc.nodes[0] if len(alloc.nodes) == 1 else f"{len(alloc.nodes)} nodes"  # (or a block)
+            return f"reserved: starts at {t:g} (in {hms(t - self.now)}) on {where}"
         return self.reasons.get(job_id, self.default_reason)
 
     def estimate(self, job_id: int) -> float | None:

@@ -21,6 +21,7 @@ class Context:
     interval: float  # the nominal seconds between passes (Cobalt: 15)
     machine_nodes: int
     size: Callable[[Job], int]  # nodes a job occupies
+    processors: Callable[[Job], int]  # processors a job holds (every core of whole nodes)
     usage: Callable[[str, str], float]  # ("user"|"group"|"project", name) -> node-seconds
     running: Iterable[Job] = ()
 
@@ -63,7 +64,7 @@ class Policy:
         `running` is the pass's live tally, which the policy may keep its own counts in."""
         return None
 
-    def started(self, job: Job, running: dict) -> None:
+    def started(self, job: Job, ctx: Context, running: dict) -> None:
         """`job` starts in this pass: update the tally `hold_back` reads."""
 
     def describe(self, job: Job, ctx: Context) -> dict[str, float]:

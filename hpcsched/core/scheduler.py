@@ -159,6 +159,7 @@ class Scheduler:
     def context(self, now: float, running: Iterable[Job] | None = None) -> Context:
         elapsed = 0.0 if self.last_pass is None else now - self.last_pass
         return Context(now, elapsed, self.settings.interval, self.topology.node_count, self.size,
+                       lambda job: self.topology.occupies(job.request),
                        lambda kind, name: self._usage(kind, name, now),
                        self._active.values() if running is None else running)
 
@@ -989,7 +990,7 @@ class _Gate:
     def started(self, job: Job) -> None:
         self.running.append(job)
         self._count(job)
-        self.sched.policy.started(job, self.tally)
+        self.sched.policy.started(job, self.ctx, self.tally)
 
     def _count(self, job: Job) -> None:
         tally, q, qu = self.tally, job.queue, (job.queue, job.owner)

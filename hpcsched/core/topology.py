@@ -114,6 +114,11 @@ class Topology(ABC):
     def size(self, request: Request) -> int:
         """Nodes `request` occupies: what routing thresholds and size classes see."""
 
+    def occupies(self, request: Request) -> int:
+        """Processors `request` holds once placed: every core of the whole nodes it gets
+        (Simon's bins count these), or only its own cores on shared nodes."""
+        return request.processors
+
     @abstractmethod
     def choose(self, request: Request, tiers: list[int]) -> Allocation | None:
         """Pick units for `request` from the free masks `tiers`, best tier first, or None."""
@@ -148,6 +153,11 @@ class Topology(ABC):
     @abstractmethod
     def set_state(self, name: str, state: "NodeState") -> None:
         """Mark a node up, down, offline or bad (InvalidRequest for an unknown name)."""
+
+    def covered(self, name: str) -> tuple[str, ...]:
+        """The listed nodes (`all_nodes`' names) an allocation's node `name` covers: itself,
+        on machines whose allocations name listed nodes."""
+        return (name,)
 
     def node_states(self) -> dict[str, str]:
         """Nodes not up, by name (what the scheduler's state saves)."""

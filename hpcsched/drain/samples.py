@@ -46,9 +46,12 @@ class Sampler:
         topo = sched.topology
         self.nodes = topo.all_nodes()
         self.node_units = [topo.units_of_nodes([n.name]) for n in self.nodes]
-        # one unit per node, node i on unit i: masks of units are masks of nodes
+        # one unit per node, node i on unit i: masks of units are masks of nodes (past the
+        # nodes' units, a Blue Gene has its cables: no node's, so masked off)
         self.simple = all(m == 1 << i for i, m in enumerate(self.node_units))
         self.every = (1 << len(self.node_units)) - 1
+        # machine nodes a listed node stands for (a Blue Gene lists boards of 32)
+        self.weight = topo.measure(self.node_units[0]) if self.simple and self.nodes else 1
         self._site: dict[tuple[str, ...], int] = {}  # a site reservation's nodes -> units
 
     # --- the pieces ----------------------------------------------------------------------
@@ -128,6 +131,8 @@ class Sampler:
         what `samples` says, counted."""
         sched = self.sched
         avail, busy = sched.topology.available(), sched.busy
+        if self.simple:
+            avail, busy = avail & self.every, busy & self.every
         if self.simple and avail == self.every:
             down = offline = 0
         else:
@@ -137,9 +142,18 @@ class Sampler:
         covered = 0
         for _, _, units in reservations:
             covered |= units
-        charges: dict[str, int] = {}
         if not self.simple:
+            charges: dict[str, int] = {}
             return self._tally_nodes(busy, down, offline, reservations, covered, charges), charges
+        counts, charges = self._tally_units(avail, busy, idle, down, offline, reservations, covered & self.every)
+        if self.weight != 1:
+            counts = {c: n * self.weight for c, n in counts.items()}
+            charges = {r: n * self.weight for r, n in charges.items()}
+        return counts, charges
+
+    def _tally_units(self, avail, busy, idle, down, offline, reservations, covered):
+        """`tally` on a machine whose units are its nodes: masks counted."""
+        charges: dict[str, int] = {}
         drained = idle & covered
         if drained:
             left = drained
@@ -191,7 +205,7 @@ class Recorder:
     def __init__(self, sched: Scheduler, accounts, epoch: float = 0.0, log=None):
         self.sampler = Sampler(sched)
         self.accounts = accounts
-        accounts.node_count = accounts.node_count or len(self.sampler.nodes)
+        accounts.node_count = accounts.node_count or len(self.sampler.nodes) * self.sampler.weight
         self.epoch, self.log = epoch, log
         self.last: float | None = None
         self.picture: tuple[dict, dict] = ({}, {})

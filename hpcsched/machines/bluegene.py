@@ -321,9 +321,22 @@ class BlueGene(Topology):
                 out.append((b, f"blocked ({who})" if who else "idle"))
         return out
 
+    def midplanes(self) -> list[tuple[str, list[Node]]]:
+        """Each midplane's name and its node boards, in rack order (what operators list)."""
+        return [(mp, self.nodes[i * BOARDS:(i + 1) * BOARDS]) for i, mp in enumerate(self.midplane_names)]
+
     # --- Topology --------------------------------------------------------------------
     def all_nodes(self) -> list[Node]:
         return self.nodes
+
+    def covered(self, name: str) -> tuple[str, ...]:
+        """A block's or a midplane's node boards."""
+        if name in self.by_block:
+            return tuple(self.nodes[i].name for i in set_bits(self.blocks[self.by_block[name]].boards))
+        if name in self.by_midplane:
+            i = self.by_midplane[name]
+            return tuple(n.name for n in self.nodes[i * BOARDS:(i + 1) * BOARDS])
+        return (name,)
 
     def node(self, name: str) -> Node:
         if name in self.by_name:
@@ -406,6 +419,9 @@ class BlueGene(Topology):
             size = self.block_size(nodes)
             size = self._size[key] = size if size is not None else nodes  # (too large: fits nowhere)
         return size
+
+    def occupies(self, request: Request) -> int:
+        return self.size(request) * self.cores
 
     def choose(self, request: Request, tiers: list[int]) -> Allocation | None:
         free = 0

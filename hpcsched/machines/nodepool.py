@@ -65,6 +65,7 @@ class NodePool(Topology):
         self.by_nid = {n.nid: i for i, n in enumerate(nodes)}
         self.names = [n.name for n in nodes]
         self._eligible: dict[tuple, int] = {}
+        self._node_cores: dict[tuple, int] = {}  # shape -> cores of the nodes it may get
         self._cores: dict[tuple[int, int], tuple] = {}  # (ppn, nodes) -> a whole-node allocation's cores
         self._available: int | None = None
 
@@ -173,6 +174,17 @@ class NodePool(Topology):
         if request.cores:
             return math.ceil(request.cores / max(n.cores for n in self.nodes))
         return request.nodes
+
+    def occupies(self, request: Request) -> int:
+        if not self.exclusive:
+            return request.processors
+        key = self.shape(request)
+        cores = self._node_cores.get(key)
+        if cores is None:  # the widest node it may get (a pool of mixed nodes: an upper bound)
+            eligible = self.eligible(request)
+            cores = self._node_cores[key] = max((n.cores for i, n in enumerate(self.nodes)
+                                                 if eligible >> self.offset[i] & 1), default=0)
+        return self.size(request) * cores
 
     def choose(self, request: Request, tiers: list[int]) -> Allocation | None:
         eligible = self.eligible(request)

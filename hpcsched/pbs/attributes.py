@@ -9,13 +9,15 @@ import math
 import os
 import re
 import shlex
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 
 from ..core.depends import ALL as ALL_ARRAY
 from ..core.errors import InvalidRequest
 from ..core.jobs import Dependency, DepType, Request
 from ..core.timefmt import parse_duration
+from ..machines.nodepool import NodePool
+from ..core import nodelist
 from . import common, options
 from .errors import UsageError
 
@@ -48,6 +50,10 @@ def directives(script: str, prefix: str) -> list[tuple[str, str]]:
     return opts
 
 
+#: resources whose value is itself a comma-separated list (`nidmask=10..20,30..60`)
+LIST_RES = {"nidmask"}
+
+
 def split_resources(value: str) -> list[tuple[str, str]]:
     out = []
     for item in value.split(","):
@@ -55,6 +61,9 @@ def split_resources(value: str) -> list[tuple[str, str]]:
         if not item:
             continue
         name, eq, val = item.partition("=")
+        if not eq and out and out[-1][0] in LIST_RES:  # the list goes on
+            out[-1] = (out[-1][0], f"{out[-1][1]},{item}")
+            continue
         if not eq or not name or not val:
             raise UsageError("illegal -l value")
         out.append((name.strip().lower(), val.strip()))
@@ -97,7 +106,9 @@ def positive(text: str, what: str) -> int:
 
 TORQUE_RES = {"nodes", "ppn", "procs", "pmem", "vmem", "pvmem"}
 KNOWN_RES = TORQUE_RES | {"walltime", "mem", "ncpus", "select", "place", "cput", "file", "host", "nice",
-                          "mpiprocs", "naccelerators", "ngpus", "software", "arch"}
+                          "mpiprocs", "naccelerators", "ngpus", "software", "arch", "size", "nidmask"}
+#: ways of asking for processors; a job uses one of them
+COUNT_RES = ("select", "nodes", "procs", "ncpus", "size")
 
 
 def build_request(res: dict[str, str]) -> tuple[Request, float | None]:
@@ -110,6 +121,9 @@ def build_request(res: dict[str, str]) -> tuple[Request, float | None]:
         if mixed:
             raise common.CommandError(f'"-lresource=" cannot be used with "select" or "place", resource is: '
                                    f'{mixed[0]}', common.USAGE)
+    counts = [k for k in COUNT_RES if k in res]
+    if "size" in res and len(counts) > 1:
+        raise UsageError(f"illegal -l value: size cannot be used with {[k for k in counts if k != 'size'][0]}")
     walltime = None
     if "walltime" in res:
         try:
@@ -154,6 +168,8 @@ def build_request(res: dict[str, str]) -> tuple[Request, float | None]:
                 raise UsageError(f"illegal -l value: nodes={res['nodes']}")
     elif "procs" in res or "ncpus" in res:
         cores = positive(res.get("procs") or res.get("ncpus"), "procs")
+    elif "size" in res:  # PSC's and the Crays' processor count, placed on whole nodes
+        cores = positive(res["size"], "size")
     if "ppn" in res and "nodes" not in res:
         ppn = positive(res["ppn"], "ppn")
     if "mem" in res and "select" not in res:
@@ -162,6 +178,37 @@ def build_request(res: dict[str, str]) -> tuple[Request, float | None]:
     if "pmem" in res:
         mem = max(mem, parse_memory(res["pmem"]) * (ppn if not cores else cores))
     return Request(nodes=nodes, ppn=ppn, cores=cores, mem=mem, features=tuple(features)), walltime
+
+
+def with_nidmask(request: Request, res: dict[str, str], topology) -> Request:
+    """`request` kept to the nodes of the resources' nidmask, if they give one."""
+    if "nidmask" not in res:
+        return request
+    if not isinstance(topology, NodePool):
+        raise UsageError("illegal -l value: nidmask: this machine's nodes have no node ids (a Blue Gene "
+                         "places blocks)")
+    return replace(request, within=nidmask(res["nidmask"], topology.all_nodes()))
+
+
+def nidmask(text: str, nodes) -> tuple[str, ...]:
+    """The names of the nodes PSC's `-l nidmask=10..20,30..60` allows, out of `nodes` (the
+    machine's, with their nids); `^10..20` allows every node but those.  Nids between the
+    machine's lowest and highest that no compute node has (service nodes) are skipped."""
+    avoid = text.startswith("^")
+    try:
+        nids = set(nodelist.expand_nids(text[1:] if avoid else text))
+    except InvalidRequest as e:
+        raise UsageError(f"illegal -l value: nidmask: {e}") from None
+    have = {n.nid: n.name for n in nodes}
+    low, high = min(have), max(have)
+    outside = sorted(n for n in nids if not low <= n <= high)
+    if outside:
+        raise UsageError(f"illegal -l value: nidmask {text!r} names nid {outside[0]}, outside this machine's "
+                         f"{low}..{high}")
+    names = tuple(name for nid, name in sorted(have.items()) if (nid in nids) != avoid)
+    if not names:
+        raise UsageError(f"illegal -l value: nidmask {text!r} leaves no node")
+    return names
 
 
 def parse_start_after(text: str, now: float) -> float:

@@ -270,7 +270,9 @@ def setres(options: list[tuple[str, str]], operands: list[str], out, now: float)
             raise common.CommandError(f"unknown queue {res.queue}", common.USAGE)
         made = batch.do("reservation", now, reservation=_resolved(sched, res, now).to_dict())
     tasks = sum(sched.topology.node(n).cores for n in made.nodes)
-    out.write(f"reservation '{made.name}' created on {len(made.nodes)} nodes ({tasks} tasks)\n")
+    topo = sched.topology  # (a Blue Gene's names are midplanes and boards of many nodes)
+    count = topo.measure(topo.units_of_nodes(made.nodes)) if isinstance(topo, BlueGene) else len(made.nodes)
+    out.write(f"reservation '{made.name}' created on {count} nodes ({tasks} tasks)\n")
     return 0
 
 

@@ -29,13 +29,19 @@ UNKNOWN_NODE = 1
 
 
 def jobs_on(sched, server: str) -> dict[str, list[tuple[int, str]]]:
-    """node -> [(core, job id)] for running jobs."""
+    """node -> [(core, job id)] for running jobs (a Blue Gene block: every core of its boards)."""
     on: dict[str, list[tuple[int, str]]] = {}
+    topo = sched.topology
     for job in sched.jobs.values():
         if job.state in ACTIVE:
             jid = common.display_id(job, server)
             for node, cores in zip(job.nodes, job.cores):
-                on.setdefault(node, []).extend((c, jid) for c in (cores or (0,)))
+                listed = topo.covered(node)
+                if listed == (node,):
+                    on.setdefault(node, []).extend((c, jid) for c in (cores or (0,)))
+                    continue
+                for name in listed:
+                    on.setdefault(name, []).extend((c, jid) for c in range(topo.node(name).cores))
     return on
 
 

@@ -17,6 +17,7 @@ from ..core import nodelist
 from ..core.errors import ConfigError
 from ..core.jobs import ACTIVE
 from ..core.topology import NodeState
+from ..machines.bluegene import BlueGene
 from . import common
 from .common import Command
 from .errors import UsageError
@@ -32,7 +33,8 @@ def shownids(opts: list[tuple[str, str]], operands: list[str], out, now: float) 
     for job in sched.jobs.values():
         if job.state in ACTIVE:
             for name in job.nodes:
-                on_node.setdefault(name, []).append(common.full_id(job.id, site.server))
+                for listed in sched.topology.covered(name):
+                    on_node.setdefault(listed, []).append(common.full_id(job.id, site.server))
     out.write(f"{'NID':>6} {'NODE':<16} {'STATE':<8} JOB\n")
     bad = []
     for node in sched.topology.all_nodes():
@@ -59,6 +61,9 @@ def pbsyod(opts: list[tuple[str, str]], argv: list[str], out, now: float) -> int
     if job is None or job.state not in ACTIVE:
         raise common.CommandError(f"job {jid_text} is not running", common.UNKNOWN_JOB)
     topo = batch.sched.topology
+    if isinstance(topo, BlueGene):
+        raise common.CommandError(f"job {jid_text} runs on block {job.nodes[0]}: a Blue Gene's nodes have no "
+                                  "node ids", common.USAGE)
     nids = [topo.node(n).nid for n in job.nodes]
     nidlist = nodelist.compress_nids(nids)
     np = job.request.processors

@@ -106,20 +106,23 @@ ALTER_USAGE = ("usage: qalter [-a date_time] [-A account] [-e path] [-h hold_lis
 
 
 def alter_changes(job: Job, options: dict[str, str], resources: dict[str, str], now: float,
-                  jobs: dict | None = None, server: str = "", flavor: str = "openpbs") -> tuple[dict, str]:
-    """(core alter changes, hold letters to add) for qalter's options on `job`."""
-    from .attributes import (build_request, parse_depend, parse_job_name, parse_join, parse_keep, parse_mail_points, parse_names,
+                  jobs: dict | None = None, server: str = "", flavor: str = "openpbs",
+                  topology=None) -> tuple[dict, str]:
+    """(core alter changes, hold letters to add) for qalter's options on `job`; `topology`
+    places a nidmask."""
+    from .attributes import (COUNT_RES, build_request, with_nidmask, parse_depend, parse_job_name, parse_join, parse_keep, parse_mail_points, parse_names,
                              parse_path, parse_priority,
                              parse_start_after, parse_umask, resolve_depend, resolve_path)
     changes: dict = {}
     extra = dict(job.extra)
     if resources:
         merged = dict(extra.get("resources", {}))
-        if "select" in resources or "nodes" in resources or "procs" in resources or "ncpus" in resources:
-            for key in ("select", "nodes", "procs", "ncpus", "ppn", "place"):
+        if any(k in resources for k in COUNT_RES):
+            for key in COUNT_RES + ("ppn", "place"):
                 merged.pop(key, None)
         merged.update(resources)
         request, walltime = build_request(merged)
+        request = with_nidmask(request, merged, topology)
         if request != job.request and any(k != "walltime" for k in resources):
             changes["request"] = request.to_dict()
         if walltime is not None and walltime != job.walltime:
@@ -182,7 +185,7 @@ def qalter(opts: list[tuple[str, str]], ids: list[str], out, now: float) -> int:
         if not common.may_touch(batch.site, user, job):
             raise common.deny("qalter", job, batch.site)
         changes, holds = alter_changes(job, options, resources, _time.time(), batch.sched.jobs, batch.site.server,
-                                       batch.site.flavor)
+                                       batch.site.flavor, batch.sched.topology)
         if job.state in FINISHED:
             raise InvalidState("finished")
         if job.state not in PENDING:

@@ -11,8 +11,10 @@ import sys
 import time
 from xml.sax.saxutils import escape
 
+from ..core import nodelist
 from ..core.jobs import COMPLETED, DELETED, EXITING, FINISHED, RUNNING, Job
 from ..core.timefmt import hms
+from ..machines.cray import Cray
 from ..store.journaled import Batch
 from ..store.site import Site, load_site
 from . import common
@@ -66,9 +68,11 @@ def resource_list(job: Job) -> dict:
     return out
 
 
-def attributes(job: Job, site: Site, now: float, jobs: dict | None = None, flavor: str = "") -> dict:
+def attributes(job: Job, site: Site, now: float, jobs: dict | None = None, flavor: str = "",
+               topology=None) -> dict:
     """The job's attributes in qstat -f order, values typed, in the flavor's vocabulary
-    (`flavor` overrides the site's: JSON is always OpenPBS's)."""
+    (`flavor` overrides the site's: JSON is always OpenPBS's).  On a Cray `topology`, a
+    placed job's `nid_list` too (PSC's attribute: the node ids it runs on)."""
     flavor = flavor or site.flavor
     torque = flavor == "torque"
     x = job.extra
@@ -86,6 +90,9 @@ def attributes(job: Job, site: Site, now: float, jobs: dict | None = None, flavo
     a["Error_Path"] = _path(x.get("error"), err_default, job, "e", site)
     if job.nodes and job.state not in (DELETED,):
         a["exec_host"] = exec_host(job)
+        if isinstance(topology, Cray):
+            known = topology.by_name  # (a finished job's node may since have left the configuration)
+            a["nid_list"] = nodelist.compress_nids([topology.nodes[known[n]].nid for n in job.nodes if n in known])
     a["Hold_Types"] = common.hold_letters(job)
     a["Join_Path"] = x.get("join", "n")
     a["Keep_Files"] = x.get("keep", "n")
@@ -330,7 +337,8 @@ def qstat(opts: list[tuple[str, str]], ids: list[str], out, now: float) -> int:
     if o["f"] or o["F"] or (o["x"] and torque):
         # -F json is OpenPBS's format in either flavor: its keys and state letters (F, Exit_status)
         vocabulary = "openpbs" if o["F"] == "json" else site.flavor
-        items = [(common.display_id(j, site.server), attributes(j, site, now, sched.jobs, vocabulary)) for j in jobs]
+        items = [(common.display_id(j, site.server), attributes(j, site, now, sched.jobs, vocabulary,
+                                                                   sched.topology)) for j in jobs]
         if o["F"] == "json":
             doc = {"timestamp": int(now), "pbs_version": common.VERSION, "pbs_server": site.server}
             if items:

@@ -23,11 +23,9 @@ from ..store.layout import INTERACTIVE, WRAPPER
 from ..store.site import load_site, notify, whoami
 from . import accounting, common
 from . import front as commands
-from .attributes import (ALL_INDICES, DependSpec, build_request, directives, merge, parse_array, parse_depend, parse_job_name,
-                         parse_join,
-                         parse_keep, parse_mail_points, parse_names, parse_path, parse_priority, parse_start_after,
-                         parse_umask,
-                         resolve_depend, resolve_path)
+from .attributes import (ALL_INDICES, DependSpec, build_request, directives, merge, parse_array, parse_depend,
+                         parse_job_name, parse_join, parse_keep, parse_mail_points, parse_names, parse_path,
+                         parse_priority, parse_start_after, parse_umask, resolve_depend, resolve_path, with_nidmask)
 from .common import Command
 from .errors import UsageError
 from .options import QSUB as QSUB_TABLE
@@ -171,6 +169,7 @@ def submit_parsed(cmd: list[tuple[str, str]], rest: list[str], stdin=None, cwd: 
                 raise common.CommandError("submit error (Unknown queue MSG=requested queue not found)", 172)
             raise common.CommandError("Unknown queue", 170)
         job.extra["variables"]["PBS_O_QUEUE"] = queue
+        job.request = with_nidmask(job.request, resources, sched.topology)
         if job.walltime <= 0:
             job.walltime = sched.router.queues[queue].max_walltime or 3600.0 if queue else 3600.0
         array = options.get("t") or options.get("J")

@@ -310,7 +310,7 @@ def simulate(workload, *, policy: str | None = None, backfill: str | None = None
     `config` is a site configuration (what `hpcsched.toml` holds: queues and router,
     reservations, priority policy and options, nodes, backfill); `policy`, `backfill`,
     `placement` and the machine options override it.  The machine is, in order: `machine`
-    (a built-in name) or the config's [machine], `nodes`/`ppn`/`shared`, the config's
+    (a built-in name; "pool" passes over the config's [machine]) or the config's [machine], `nodes`/`ppn`/`shared`, the config's
     [[nodes]], the trace header's MaxProcs.  On a built-in machine a record keeps its
     share of the trace's machine (`size_map` "share": p of MaxProcs processors take
     ceil(p / MaxProcs x the machine's nodes) nodes), or (`size_map` "procs") takes
@@ -330,11 +330,13 @@ def simulate(workload, *, policy: str | None = None, backfill: str | None = None
     else:
         header = swf.Header()
         records = [r if isinstance(r, swf.Record) else record(*r) for r in workload]
-        if nodes is None and not (config or {}).get("nodes") and machine is None and \
-                (config or {}).get("machine") is None:
+        on_pool = machine == "pool" or (machine is None and (config or {}).get("machine") is None)
+        if nodes is None and not (config or {}).get("nodes") and on_pool:
             nodes = max((r.procs if r.procs > 0 else r.req_procs for r in records), default=1)
     cfg = dict(config or {})
-    if machine is not None:
+    if machine == "pool":  # a pool of nodes, whatever machine the config describes
+        cfg.pop("machine", None)
+    elif machine is not None:
         cfg["machine"] = machine
         cfg.pop("nodes", None)
     if cfg.get("machine") is not None:
