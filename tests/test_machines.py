@@ -328,6 +328,12 @@ def test_partlist_and_checkjob_show_blocks(bgq_rig):
     out = io.StringIO()
     assert maui.CHECKJOB(["2"], out=out, now=time.time() + 10) == 0
     assert "Block size: 1024 nodes" in out.getvalue() and "job cannot run" in out.getvalue()
+    assert "Block BGQ-0000-1112-1024: blocked (BGQ-0000-1111-512)" in out.getvalue()
+    out = io.StringIO()
+    assert maui.SHOWRES([], out=out, now=time.time() + 10) == 0
+    assert [line.split()[6] for line in out.getvalue().splitlines() if line.startswith("2 ")] == ["1024/1024"]
+    from test_commands import full
+    assert full("2")["block_size"] == "1024" and full("1")["block_size"] == "512"
 
 
 def test_partlist_refuses_a_pool(rig):

@@ -94,6 +94,19 @@ def showq(opts: list[tuple[str, str]], operands: list[str], out, now: float) -> 
     return 0
 
 
+def node_count(topology, names) -> int:
+    """The machine nodes `names` stand for (a Blue Gene names blocks, midplanes and boards)."""
+    if isinstance(topology, BlueGene):
+        return topology.measure(topology.units_of_nodes(names))
+    return len(names)
+
+
+def block_states(sched, server: str) -> list:
+    """A Blue Gene's blocks and their states (partlist's), running jobs by their full ids."""
+    busy = {common.full_id(j.id, server): j.nodes[0] for j in sched.jobs.values() if j.state in ACTIVE and j.nodes}
+    return sched.topology.block_states(busy)
+
+
 def checkjob(opts: list[tuple[str, str]], operands: list[str], out, now: float) -> int:
     if len(operands) != 1:
         raise UsageError("give one job id")
@@ -134,6 +147,9 @@ def checkjob(opts: list[tuple[str, str]], operands: list[str], out, now: float) 
             w("job can start now: it starts at the next scheduling pass\n")
         elif job.state == QUEUED:
             w(f"job cannot run: {plan.reason(job.id)}\n")
+            if job.id in plan.reserved and isinstance(sched.topology, BlueGene):
+                block = plan.reserved[job.id][1].nodes[0]
+                w(f"Block {block}: {dict((b.name, s) for b, s in block_states(sched, site.server))[block]}\n")
             est = plan.estimate(job.id)
             w(f"Estimated start: {when(est)} (in {dhms(est - now)})\n" if est is not None
               else "Estimated start: none within the planning horizon\n")
@@ -151,12 +167,12 @@ def showres(opts: list[tuple[str, str]], operands: list[str], out, now: float) -
     rows = []
     for r in sched.reservations.values():
         start = next(iter(r.occurrences(now, float("inf"))), (r.start, r.start + r.duration))[0]
-        rows.append((r.name, "Sys" if r.owner == "calendar" else "User", start, r.duration, len(r.nodes), sum(sched.topology.node(n).cores
-                                                                             for n in r.nodes)))
+        rows.append((r.name, "Sys" if r.owner == "calendar" else "User", start, r.duration,
+                     node_count(sched.topology, r.nodes), sum(sched.topology.node(n).cores for n in r.nodes)))
     _, plan = preview(batch, now)
     for jid, (t, alloc) in sorted(plan.reserved.items()):
         job = sched.jobs[jid]
-        rows.append((str(jid), "Job", t, job.walltime, len(alloc.nodes), procs(job)))
+        rows.append((str(jid), "Job", t, job.walltime, node_count(sched.topology, alloc.nodes), procs(job)))
     w = out.write
     w(f"{'ReservationID':<19} {'Type':<4} S {'Start':>11} {'End':>11} {'Duration':>11} {'N/P':>9}    StartTime\n\n")
     for name, kind, start, dur, n, p in rows:
@@ -270,9 +286,7 @@ def setres(options: list[tuple[str, str]], operands: list[str], out, now: float)
             raise common.CommandError(f"unknown queue {res.queue}", common.USAGE)
         made = batch.do("reservation", now, reservation=_resolved(sched, res, now).to_dict())
     tasks = sum(sched.topology.node(n).cores for n in made.nodes)
-    topo = sched.topology  # (a Blue Gene's names are midplanes and boards of many nodes)
-    count = topo.measure(topo.units_of_nodes(made.nodes)) if isinstance(topo, BlueGene) else len(made.nodes)
-    out.write(f"reservation '{made.name}' created on {count} nodes ({tasks} tasks)\n")
+    out.write(f"reservation '{made.name}' created on {node_count(sched.topology, made.nodes)} nodes ({tasks} tasks)\n")
     return 0
 
 

@@ -7,12 +7,11 @@ On a machine without blocks it says so and exits 2.
 """
 from __future__ import annotations
 
-from ..core.jobs import ACTIVE
 from ..machines.bluegene import BlueGene
 from . import common
 from .common import Command
 from .errors import UsageError
-from .maui import load
+from .maui import block_states, load
 
 
 def partlist(opts: list[tuple[str, str]], operands: list[str], out, now: float) -> int:
@@ -23,13 +22,12 @@ def partlist(opts: list[tuple[str, str]], operands: list[str], out, now: float) 
     bg = sched.topology
     if not isinstance(bg, BlueGene):
         raise common.CommandError("partlist: this machine has no blocks (not a Blue Gene)", common.USAGE)
-    busy = {common.full_id(j.id, site.server): j.nodes[0] for j in sched.jobs.values() if j.state in ACTIVE}
     queues = {}
     for q in sched.router.queues.values():
         for name in q.nodes:
             queues.setdefault(name, []).append(q.name)
     out.write(f"{'Name':<32} {'Size':>6}  {'Queue':<20} State\n")
-    for block, state in bg.block_states(busy):
+    for block, state in block_states(sched, site.server):
         out.write(f"{block.name:<32} {block.size:>6}  {':'.join(queues.get(block.name, [])) or '-':<20} {state}\n")
     return 0
 

@@ -14,6 +14,7 @@ from xml.sax.saxutils import escape
 from ..core import nodelist
 from ..core.jobs import COMPLETED, DELETED, EXITING, FINISHED, RUNNING, Job
 from ..core.timefmt import hms
+from ..machines.bluegene import BlueGene
 from ..machines.cray import Cray
 from ..store.journaled import Batch
 from ..store.site import Site, load_site
@@ -72,7 +73,8 @@ def attributes(job: Job, site: Site, now: float, jobs: dict | None = None, flavo
                topology=None) -> dict:
     """The job's attributes in qstat -f order, values typed, in the flavor's vocabulary
     (`flavor` overrides the site's: JSON is always OpenPBS's).  On a Cray `topology`, a
-    placed job's `nid_list` too (PSC's attribute: the node ids it runs on)."""
+    placed job's `nid_list` too (PSC's attribute: the node ids it runs on); on a Blue
+    Gene its block size."""
     flavor = flavor or site.flavor
     torque = flavor == "torque"
     x = job.extra
@@ -104,6 +106,8 @@ def attributes(job: Job, site: Site, now: float, jobs: dict | None = None, flavo
     a["qtime"] = ctime(job.submit_time)
     a["Rerunable"] = "True" if x.get("rerunnable", True) else "False"
     a["Resource_List"] = resource_list(job)
+    if isinstance(topology, BlueGene):  # the block size it gets (or got)
+        a["block_size"] = topology.size(job.request)
     if x.get("shell"):
         a["Shell_Path_List"] = x["shell"]
     if "umask" in x.get("W", {}):
