@@ -209,6 +209,13 @@ def is_box(topo, nids):
     return volume * topo.per_router >= len(nids) and volume == len(pos)
 
 
+def test_repunits_by_doubling_match_the_division_formula():
+    from hpcsched.machines.cray import _repunit
+    for n in range(0, 40):
+        for stride in (1, 2, 3, 7, 48, 1152):
+            assert _repunit(n, stride) == ((1 << (n * stride)) - 1) // ((1 << stride) - 1)
+
+
 def test_cuboid_placement_gives_compact_boxes():
     s = cray("cuboid")
     jobs = [s.submit(Job(owner="a", request=Request(nodes=n), walltime=100), now=0) for n in (16, 8, 2, 30)]
