@@ -181,6 +181,131 @@ def test_report_joins_job_records():
     assert rep["backfill_efficiency"] == pytest.approx(bf / (bf + 170))
 
 
+# --- the log reader's block path against a plain reference reader -------------------------
+
+def reference_read(paths):
+    """The reader's specification, line by line and nothing else: a node's samples with the
+    same status text extend its run; a changed status closes the run at its time; a line
+    that does not parse, or whose changed status goes back in time, is malformed."""
+    from datetime import datetime
+    from hpcsched.drain.moablog import _MARK, _status
+    acc, counts = Accounts(), {"lines": 0, "unrelated": 0, "malformed": 0}
+    mark = _MARK.encode()
+
+    def close(node, run, t):
+        start, _, (c, charge, jobs), _ = run
+        if t > start:
+            acc.add(c, start, t, node.decode(), charge)
+            for j in jobs:
+                acc.seen_running[j] = acc.seen_running.get(j, 0.0) + (t - start)
+    for path in paths:
+        runs = {}
+        with open(path, "rb") as f:
+            for text in f:
+                counts["lines"] += 1
+                i = text.find(mark)
+                if i < 0:
+                    counts["malformed" if b"status:" in text and b"Node '" in text else "unrelated"] += 1
+                    continue
+                try:
+                    d = datetime.fromisoformat(text[:text.find(b" ")].decode())
+                    if d.tzinfo is None:
+                        raise ValueError
+                    if acc.offset is None:
+                        acc.offset = d.utcoffset().total_seconds()
+                    t = d.timestamp()
+                except ValueError:
+                    counts["malformed"] += 1
+                    continue
+                parsed = _status(text[i:])
+                if parsed is None or text.rfind(b"Node '", 0, i) < 0:
+                    counts["malformed"] += 1
+                    continue
+                q = text.rfind(b"'", 0, i)
+                node, tail = text[q + 1:i], text[q + 1:]
+                run = runs.get(node)
+                if run is None:
+                    runs[node] = [t, t, parsed, tail]
+                    acc.nodes.add(node.decode())
+                elif tail == run[3]:
+                    run[1] = t
+                elif t < run[1]:
+                    counts["malformed"] += 1
+                else:
+                    close(node, run, t)
+                    runs[node] = [t, t, parsed, tail]
+        for node, run in runs.items():
+            close(node, run, run[1])
+    return acc, counts
+
+
+def random_log(path, seed):
+    """Few nodes, statuses that change and change back, stamps whose second often spans
+    iterations, the number after the stamp either the iteration (widening: 999 -> 1000) or
+    constant (so a block may hold a node several times), new nodes late, unrelated and
+    malformed lines, and changed statuses stamped too early."""
+    rng = random.Random(seed)
+    nodes = [str(n) for n in range(rng.randint(2, 30))]
+    statuses = [("Idle", ["7"], []), ("Idle", [], []), ("Busy", [], ["5"]), ("Busy", ["8", "7"], ["6"]),
+                ("Running", ["7"], ["5", "6"]), ("Down", [], []), ("Drained", [], [])]
+    now = {n: rng.choice(statuses) for n in nodes}
+    constant = seed % 2 == 0
+    out, t = [], 1420005600.0 + rng.random() * 50
+    for it in range(995, 995 + rng.randint(20, 60)):
+        if rng.random() < 0.1:
+            nodes.append(f"new{it}")
+            now[nodes[-1]] = rng.choice(statuses)
+        for n in nodes:
+            if rng.random() < 0.15:
+                now[n] = rng.choice(statuses)
+            stamp_t = t - (30 if rng.random() < 0.02 else 0)  # (now and then, a stamp too early)
+            out.append(moablog.line(stamp_t, n, *now[n], offset=-21600, iteration=21166 if constant else it))
+            r = rng.random()
+            if r < 0.02:
+                out.append("Moab: an unrelated line\n")
+            elif r < 0.03:
+                out.append(out[-1].replace("INFO Node", "INFO Nod"))
+            elif r < 0.04:
+                out.append("garbage" + out[-1][7:])
+            t += 0.0001 if rng.random() < 0.95 else 0.3
+        t += rng.choice([0.001, 0.5, 45])
+    path.write_text("".join(out))
+
+
+@pytest.mark.parametrize("block, chunk", [(256, 1 << 20), (16, 300), (1, 1 << 20)])
+@pytest.mark.parametrize("seed", range(12))
+def test_block_reader_matches_the_reference_reader(tmp_path, monkeypatch, seed, block, chunk):
+    monkeypatch.setattr(moablog, "_BLOCK", block)
+    monkeypatch.setattr(moablog, "_CHUNK", chunk)
+    path = tmp_path / "log"
+    random_log(path, seed)
+    acc, q = moablog.read([str(path)])
+    ref, counts = reference_read([str(path)])
+    assert (q.lines, q.unrelated, q.malformed) == (counts["lines"], counts["unrelated"], counts["malformed"])
+    assert q.samples == q.lines - q.unrelated - q.malformed and acc.nodes == ref.nodes
+    assert acc.days.keys() == ref.days.keys()
+    for d in acc.days:
+        assert acc.days[d] == pytest.approx(ref.days[d]) and acc.covered[d] == pytest.approx(ref.covered[d])
+    assert acc.drain == pytest.approx(ref.drain) and acc.seen_running == pytest.approx(ref.seen_running)
+
+
+def test_a_status_changed_and_changed_back_within_one_block(tmp_path):
+    """Node a goes Idle -> Busy -> Idle inside one block (one second, a constant number after
+    the stamp): its third line was looked up before its second moved the run, and must not
+    extend the Busy run."""
+    t0, path = 1420005600.0, tmp_path / "log"
+    states = [("Idle", ["7"], []), ("Busy", [], ["5"]), ("Idle", ["7"], []), ("Idle", ["7"], [])]
+    lines = []
+    for i, st in enumerate(states):
+        lines.append(moablog.line(t0 + i * 0.01, "a", *st, offset=-21600, iteration=21166))
+        lines.append(moablog.line(t0 + i * 0.01, "b", "Busy", [], ["5"], offset=-21600, iteration=21166))
+    lines.append(moablog.line(t0 + 600, "a", "Idle", ["7"], [], offset=-21600, iteration=21166))
+    path.write_text("".join(lines))
+    acc, _ = moablog.read([str(path)])
+    ref, _ = reference_read([str(path)])
+    assert acc.drain == pytest.approx(ref.drain) and acc.drain["7"] == pytest.approx(600 - 0.01)
+
+
 # --- the sampler: per node (the spec) against counted (the simulator's) ---------------------
 
 def _counted(samples):
@@ -240,8 +365,8 @@ def test_tally_on_shared_nodes_down_offline_and_site_reservations():
 def test_a_blue_gene_is_counted_in_nodes_of_its_boards_not_its_cables():
     """Boards stand for 32 nodes each; cables held by jobs and reservations count nothing."""
     sched = build({"machine": "bgq-1rack", "queues": {"batch": {}}, "backfill": "conservative"})
-    sampler = Sampler(sched)
-    assert sampler.weight == 32
+    rec = Recorder(sched, Accounts())
+    assert rec.sampler.weight == 32 and rec.accounts.node_count == 1024
     rng = random.Random(3)
     arrivals = [(10.0 * i, Job(owner="u", request=Request(nodes=rng.choice([100, 300, 512, 1024])),
                                walltime=float(rng.choice([100, 400]))), float(rng.choice([50, 100])), i)
@@ -249,12 +374,11 @@ def test_a_blue_gene_is_counted_in_nodes_of_its_boards_not_its_cables():
     drained = []
 
     def check(plan):
-        counts, charges = sampler.tally(plan)
+        assert rec.sampler.tally(plan) == _counted(rec.sampler.samples(plan))  # 32 boards
+        rec.watch(plan)
+        counts, charges = rec.picture
         assert sum(counts.values()) == 1024  # every node of the rack, once
-        samples = sampler.samples(plan)
-        per_board = _counted(samples)
-        assert counts == {c: n * 32 for c, n in per_board[0].items()}
-        assert charges == {r: n * 32 for r, n in per_board[1].items()}
+        assert sum(charges.values()) == counts.get(DRAIN, 0)
         drained.append(counts.get(DRAIN, 0))
     Engine(sched).run(arrivals, watch=check)
     assert any(drained)  # (a 1,024-node job waits for the whole rack: boards sit drained)

@@ -92,6 +92,15 @@ class Accounts:
             return
         if charge is not None:
             self.drain[charge] = self.drain.get(charge, 0.0) + (t1 - t0)
+        off = self.offset or 0.0
+        d = int((t0 + off) // DAY)
+        if t0 >= self.first and t1 <= (d + 1) * DAY - off and d in self.days:  # (most: within a day seen)
+            if t1 > self.last:
+                self.last = t1
+            self.days[d][c] += t1 - t0
+            cov = self.covered[d]
+            cov[node] = cov.get(node, 0.0) + (t1 - t0)
+            return
         for acc, cov, seconds in self._split(t0, t1):
             acc[c] += seconds
             cov[node] = cov.get(node, 0.0) + seconds

@@ -46,10 +46,11 @@ class Sampler:
         topo = sched.topology
         self.nodes = topo.all_nodes()
         self.node_units = [topo.units_of_nodes([n.name]) for n in self.nodes]
-        # one unit per node, node i on unit i: masks of units are masks of nodes (past the
-        # nodes' units, a Blue Gene has its cables: no node's, so masked off)
+        # one unit per node, node i on unit i: masks of units are masks of nodes
         self.simple = all(m == 1 << i for i, m in enumerate(self.node_units))
         self.every = (1 << len(self.node_units)) - 1
+        # units past the nodes' (a Blue Gene's cables): no node's, so masked off
+        self.links = self.simple and (topo.available() | self.every) != self.every
         # machine nodes a listed node stands for (a Blue Gene lists boards of 32)
         self.weight = topo.measure(self.node_units[0]) if self.simple and self.nodes else 1
         self._site: dict[tuple[str, ...], int] = {}  # a site reservation's nodes -> units
@@ -127,11 +128,11 @@ class Sampler:
 
     # --- counted: the simulator's -------------------------------------------------------
     def tally(self, plan: Plan) -> tuple[dict[int, int], dict[str, int]]:
-        """(nodes per combination, drained nodes per reservation id) after `plan`'s pass:
-        what `samples` says, counted."""
+        """(listed nodes per combination, drained listed nodes per reservation id) after
+        `plan`'s pass: what `samples` says, counted."""
         sched = self.sched
         avail, busy = sched.topology.available(), sched.busy
-        if self.simple:
+        if self.links:
             avail, busy = avail & self.every, busy & self.every
         if self.simple and avail == self.every:
             down = offline = 0
@@ -142,18 +143,9 @@ class Sampler:
         covered = 0
         for _, _, units in reservations:
             covered |= units
-        if not self.simple:
-            charges: dict[str, int] = {}
-            return self._tally_nodes(busy, down, offline, reservations, covered, charges), charges
-        counts, charges = self._tally_units(avail, busy, idle, down, offline, reservations, covered & self.every)
-        if self.weight != 1:
-            counts = {c: n * self.weight for c, n in counts.items()}
-            charges = {r: n * self.weight for r, n in charges.items()}
-        return counts, charges
-
-    def _tally_units(self, avail, busy, idle, down, offline, reservations, covered):
-        """`tally` on a machine whose units are its nodes: masks counted."""
         charges: dict[str, int] = {}
+        if not self.simple:
+            return self._tally_nodes(busy, down, offline, reservations, covered, charges), charges
         drained = idle & covered
         if drained:
             left = drained
@@ -216,7 +208,10 @@ class Recorder:
         if self.last is not None:
             self.accounts.add_all(self.last, t, *self.picture)
         self.last = t
-        self.picture = self.sampler.tally(plan)
+        self.picture = counts, charges = self.sampler.tally(plan)
+        w = self.sampler.weight
+        if w != 1:  # listed nodes to the machine's
+            self.picture = {c: n * w for c, n in counts.items()}, {r: n * w for r, n in charges.items()}
         if self.log is not None:
             self.log.write(t, self.sampler.samples(plan), self.passes)
         self.passes += 1
