@@ -409,6 +409,7 @@ def test_logs_written_by_a_run_give_the_runs_own_accounts(tmp_path):
         arrivals = [(float(i * 7), Job(owner="u", request=Request(nodes=rng.choice([1, 3, 8, 16])),
                                        walltime=300.0), float(rng.choice([30, 300])), i) for i in range(60)]
         Engine(sched).run(arrivals, watch=rec.watch)
+        assert rec.accounts is direct  # (read through the recorder: the last picture accrued)
         writer.close()
         files = sorted(str(p) for p in (tmp_path / f"d{depth}").iterdir())
         assert len(files) == 1

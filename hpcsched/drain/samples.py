@@ -189,29 +189,42 @@ class Sampler:
 
 class Recorder:
     """Drain accounting of a run, pass by pass: `watch(plan)` after every pass (the
-    engine's watch hook); each pass's picture holds until the next one.
+    engine's watch hook); each pass's picture holds until the next one.  A picture the
+    next pass repeats goes on accruing, added to the accounts when it changes and when
+    they are read through `accounts`.
 
     `epoch` is added to the scheduler's times (a trace's UnixStartTime); with `log`, a
     moablog.DailyWriter, every node's sample is also written, as a live server does."""
 
     def __init__(self, sched: Scheduler, accounts, epoch: float = 0.0, log=None):
         self.sampler = Sampler(sched)
-        self.accounts = accounts
+        self._accounts = accounts
         accounts.node_count = accounts.node_count or len(self.sampler.nodes) * self.sampler.weight
         self.epoch, self.log = epoch, log
-        self.last: float | None = None
+        self.since: float | None = None  # when the picture was first seen
+        self.seen: float | None = None  # and last seen
         self.picture: tuple[dict, dict] = ({}, {})
         self.passes = 0
 
+    @property
+    def accounts(self):
+        """The accounts, with the picture accrued to its last pass."""
+        if self.since is not None and self.seen > self.since:
+            self._accounts.add_all(self.since, self.seen, *self.picture)
+            self.since = self.seen
+        return self._accounts
+
     def watch(self, plan: Plan) -> None:
         t = plan.now + self.epoch
-        if self.last is not None:
-            self.accounts.add_all(self.last, t, *self.picture)
-        self.last = t
-        self.picture = counts, charges = self.sampler.tally(plan)
+        picture = counts, charges = self.sampler.tally(plan)
         w = self.sampler.weight
         if w != 1:  # listed nodes to the machine's
-            self.picture = {c: n * w for c, n in counts.items()}, {r: n * w for r, n in charges.items()}
+            picture = {c: n * w for c, n in counts.items()}, {r: n * w for r, n in charges.items()}
+        if picture != self.picture:
+            if self.since is not None:
+                self._accounts.add_all(self.since, t, *self.picture)
+            self.since, self.picture = t, picture
+        self.seen = t
         if self.log is not None:
             self.log.write(t, self.sampler.samples(plan), self.passes)
         self.passes += 1
