@@ -259,6 +259,20 @@ def test_report_is_self_contained_and_its_svg_well_formed(tmp_path):
     assert len(drawn[4].findall("{http://www.w3.org/2000/svg}rect")) > 10
 
 
+def test_report_shows_drain_per_day_and_by_size(tmp_path):
+    path = trace(tmp_path, [(i, i * 30, 200 + 37 * (i % 5), 1 + i % 4, 400, i % 3, 1, 1) for i in range(1, 60)])
+    result = simulate(path, nodes=4, groups=((("1", 1), ("2+", 2)))).to_json()
+    page = report.html([report.run_of(result, "easy")])
+    table = re.search(r"<h2>Drain time.*?</table>", page, re.S).group(0)
+    assert f"<td>{result['drain']['drain_pct']:.2f}</td>" in table
+    drawn = svgs(page)
+    assert len(drawn) == 4 + 2 + 1
+    bars = drawn[5].findall("{http://www.w3.org/2000/svg}rect")
+    titles = [b.find("{http://www.w3.org/2000/svg}title").text for b in bars]
+    by_size = {g["group"]: g["drain_node_hours"] for g in result["drain"]["by_size"]}
+    assert titles == [f"easy {g}: {v:.2f} node-hours" for g, v in by_size.items()] and any(by_size.values())
+
+
 def test_simulate_sweep_and_report_commands(tmp_path):
     path = trace(tmp_path, [(1, 0, 10, 1, 100, 1, 1, 1), (2, 1, 10, 2, 100, 1, 1, 1), (3, 2, 50, 1, 50, 2, 1, 1)])
 
@@ -276,7 +290,8 @@ def test_simulate_sweep_and_report_commands(tmp_path):
     done = hpcsched("report", str(tmp_path / "o" / "results.json"), str(tmp_path / "s" / "results.json"),
                     "-o", str(tmp_path / "all.html"))
     assert done.returncode == 0 and "(3 runs)" in done.stdout
-    assert len(svgs((tmp_path / "all.html").read_text())) == 4 + 3
+    page = (tmp_path / "all.html").read_text()  # (the simulate run accounted drain, the sweep's did not)
+    assert len(svgs(page)) == 4 + 2 + 3 and page.count("<h2>Drain time") == 1
     for args, message in [(("simulate", path, "--estimate", "magic"), "invalid choice"),
                           (("simulate", path, "--config", str(tmp_path / "no.toml")), "no.toml: no such file"),
                           (("sweep", str(tmp_path / "no.toml")), "no.toml: no such file"),

@@ -23,9 +23,16 @@ def run_of(result: dict, label: str) -> dict:
     m = result["metrics"]
     keep = ("overall", "by_size", "by_queue", "utilization", "loss_of_capacity", "makespan", "backfill_share",
             "jobs", "counted", "capability_share", "capability_size", "series", "series_step", "units")
-    return {"label": label, "policy": result.get("policy"), "backfill": result.get("backfill"),
-            "estimate": result.get("estimate", "request"), "epoch": result.get("epoch", 0),
-            "metrics": {k: m[k] for k in keep if k in m}, "gantt": result.get("gantt")}
+    out = {"label": label, "policy": result.get("policy"), "backfill": result.get("backfill"),
+           "estimate": result.get("estimate", "request"), "epoch": result.get("epoch", 0),
+           "metrics": {k: m[k] for k in keep if k in m}, "gantt": result.get("gantt")}
+    d = result.get("drain")
+    if d:  # drain-time accounting's figures (NCSA's): overall, per day, by job size
+        out["drain"] = {"pct": d["drain_pct"], "idle_pct": d["unallocated_idle_pct"],
+                        "backfill_efficiency": d.get("backfill_efficiency"),
+                        "daily": [day["drain_pct"] for day in d["days"]],
+                        "by_size": {g["group"]: g["drain_node_hours"] for g in d["by_size"]}}
+    return out
 
 
 def load(path: str) -> list[dict]:
@@ -45,10 +52,12 @@ def html(runs: list[dict], title: str = "hpcsched simulation report") -> str:
              "td,th{border:1px solid #ccc;padding:2px 8px;text-align:right}th{background:#eee}"
              "td:first-child{text-align:left}svg{display:block;margin:0.5em 0 1.5em}</style></head><body>",
              f"<h1>{_e(title)}</h1>", _legend(runs), _summary(runs)]
-    parts.append("<h2>Utilization over time</h2>" + _lines(runs, "utilization", "fraction of units busy", 1.0))
-    parts.append("<h2>Queue length over time</h2>" + _lines(runs, "queue", "waiting jobs (mean per step)"))
-    parts.append("<h2>Mean wait by size class (units)</h2>" + _bars(runs, "by_size", "mean wait (h)"))
-    parts.append("<h2>Mean wait by queue</h2>" + _bars(runs, "by_queue", "mean wait (h)"))
+    parts.append("<h2>Utilization over time</h2>" + _lines(runs, _series("utilization"), "fraction of units busy", 1.0))
+    parts.append("<h2>Queue length over time</h2>" + _lines(runs, _series("queue"), "waiting jobs (mean per step)"))
+    parts.append("<h2>Mean wait by size class (units)</h2>" + _bars(runs, _mean_wait_hours("by_size"), "mean wait (h)"))
+    parts.append("<h2>Mean wait by queue</h2>" + _bars(runs, _mean_wait_hours("by_queue"), "mean wait (h)"))
+    if any(r.get("drain") for r in runs):
+        parts.append("<h2>Drain time (idle nodes held for waiting jobs)</h2>" + _drain(runs))
     parts.append("<h2>Node occupancy</h2>")
     for i, run in enumerate(runs):
         parts.append(_gantt(run, COLOURS[i % len(COLOURS)]))
@@ -98,38 +107,47 @@ def _num(v: float) -> str:
     return f"{v:.3g}"
 
 
-def _lines(runs, key: str, ylabel: str, ymax: float | None = None) -> str:
-    data = [(i, r["metrics"].get("series", {})) for i, r in enumerate(runs)]
-    data = [(i, s) for i, s in data if s.get(key)]
+def _series(key: str):
+    """A run's metric series `key`: (step starts, values, step), or None."""
+    def get(run):
+        s = run["metrics"].get("series", {})
+        return (s["start"], s[key], run["metrics"].get("series_step", 86400.0)) if s.get(key) else None
+    return get
+
+
+def _lines(runs, series, ylabel: str, ymax: float | None = None) -> str:
+    data = [(i, got) for i, r in enumerate(runs) if (got := series(r))]
     if not data:
         return "<p>(no series)</p>"
-    t0 = min(s["start"][0] for _, s in data)
-    step = runs[data[0][0]]["metrics"].get("series_step", 86400.0)
-    t1 = max(s["start"][-1] for _, s in data) + step
-    top = ymax or max(max(s[key]) for _, s in data) or 1.0
+    t0 = min(starts[0] for _, (starts, _, _) in data)
+    step = data[0][1][2]
+    t1 = max(starts[-1] for _, (starts, _, _) in data) + step
+    top = ymax or max(max(values) for _, (_, values, _) in data) or 1.0
     days = (t1 - t0) / 86400.0
     out = _axes(ylabel, top, ("day 0", f"day {days:.0f}"))
     sx, sy = (W - PAD - 8) / max(t1 - t0, 1.0), (H - PAD - 8) / top
-    for i, s in data:
+    for i, (starts, values, _) in data:
         pts = " ".join(f"{PAD + (t + step / 2 - t0) * sx:.1f},{H - PAD - v * sy:.1f}"
-                       for t, v in zip(s["start"], s[key]))
+                       for t, v in zip(starts, values))
         out.append(f"<polyline fill='none' stroke='{COLOURS[i % len(COLOURS)]}' stroke-width='1.2' "
                    f"points='{pts}'><title>{_e(runs[i]['label'])}</title></polyline>")
     out.append("</svg>")
     return "".join(out)
 
 
-def _bars(runs, key: str, ylabel: str) -> str:
+def _mean_wait_hours(key: str):
+    """A run's mean wait per category of metric `key` (by_size, by_queue), in hours."""
+    return lambda run: {c: v["wait"]["mean"] / 3600.0 for c, v in run["metrics"].get(key, {}).items()}
+
+
+def _bars(runs, values, ylabel: str, unit: str = "h") -> str:
+    per_run = [values(r) for r in runs]
     cats: list[str] = []
-    for r in runs:
-        for c in r["metrics"].get(key, {}):
-            if c not in cats:
-                cats.append(c)
+    for v in per_run:
+        cats.extend(c for c in v if c not in cats)
     if not cats:
         return "<p>(no jobs)</p>"
-    value = {(i, c): r["metrics"][key][c]["wait"]["mean"] / 3600.0
-             for i, r in enumerate(runs) for c in r["metrics"].get(key, {})}
-    top = max(value.values()) or 1.0
+    top = max(x for v in per_run for x in v.values()) or 1.0
     out = _axes(ylabel, top, ("", ""))
     group = (W - PAD - 8) / len(cats)
     bar = group * 0.8 / len(runs)
@@ -138,15 +156,38 @@ def _bars(runs, key: str, ylabel: str) -> str:
         x0 = PAD + k * group + group * 0.1
         out.append(f"<text x='{x0 + group * 0.4:.1f}' y='{H - PAD + 14}' font-size='10' "
                    f"text-anchor='middle'>{_e(c)}</text>")
-        for i in range(len(runs)):
-            v = value.get((i, c))
-            if v is None:
+        for i, v in enumerate(per_run):
+            if c not in v:
                 continue
-            out.append(f"<rect x='{x0 + i * bar:.1f}' y='{H - PAD - v * sy:.1f}' width='{max(bar - 1, 1):.1f}' "
-                       f"height='{v * sy:.1f}' fill='{COLOURS[i % len(COLOURS)]}'><title>{_e(runs[i]['label'])} "
-                       f"{_e(c)}: {v:.2f} h</title></rect>")
+            out.append(f"<rect x='{x0 + i * bar:.1f}' y='{H - PAD - v[c] * sy:.1f}' width='{max(bar - 1, 1):.1f}' "
+                       f"height='{v[c] * sy:.1f}' fill='{COLOURS[i % len(COLOURS)]}'><title>{_e(runs[i]['label'])} "
+                       f"{_e(c)}: {v[c]:.2f} {unit}</title></rect>")
     out.append("</svg>")
     return "".join(out)
+
+
+def _drain(runs) -> str:
+    """The drain figures of each run: a table, daily drain %, drain by job-size group."""
+    rows = ["<table><tr><th>run</th><th>drain %</th><th>unallocated idle %</th><th>backfill efficiency</th>"
+            "<th>daily drain %: median</th><th>max</th></tr>"]
+    for r in runs:
+        d = r.get("drain")
+        if not d:
+            continue
+        daily = sorted(d["daily"]) or [0.0]
+        eff = d["backfill_efficiency"]
+        rows.append(f"<tr><td>{_e(r['label'])}</td><td>{d['pct']:.2f}</td><td>{d['idle_pct']:.2f}</td>"
+                    f"<td>{'-' if eff is None else f'{100 * eff:.1f} %'}</td>"
+                    f"<td>{daily[len(daily) // 2]:.2f}</td><td>{daily[-1]:.2f}</td></tr>")
+    parts = ["".join(rows) + "</table>"]
+
+    def daily(run):
+        d = run.get("drain")
+        return ([i * 86400.0 for i in range(len(d["daily"]))], d["daily"], 86400.0) if d and d["daily"] else None
+    parts.append(_lines(runs, daily, "drain % of the day's node-hours"))
+    parts.append(_bars(runs, lambda r: r["drain"]["by_size"] if r.get("drain") else {},
+                       "drain node-hours by job size", "node-hours"))
+    return "".join(parts)
 
 
 def _gantt(run: dict, colour: str) -> str:
