@@ -341,8 +341,9 @@ def main(argv=None) -> int:
     d = sub.add_parser("demo", help="run real jobs on the embedded default test rig, in a temporary directory")
     d.add_argument("--library", action="store_true",
                    help="instead, drive the scheduling core alone with a simulated clock")
-    d.add_argument("--machine", choices=sorted(BUILTIN_MACHINES), help="the core alone on a built-in machine instead of the rig's 16 nodes "
-                   "(bgq-4rack: Blue Gene/Q blocks; see --machine of simulate)")
+    d.add_argument("--machine", choices=sorted(BUILTIN_MACHINES),
+                   help="the core alone on a built-in machine instead of the rig's 16 nodes (bgq-4rack: Blue "
+                   "Gene/Q blocks; see --machine of simulate)")
     d.set_defaults(func=cmd_demo)
     i = sub.add_parser("init", help="write a test-rig site configuration ($HPCSCHED_HOME/config.toml)")
     i.add_argument("--home", help="store directory (default: $HPCSCHED_HOME or ~/.local/share/hpcsched)")

@@ -56,7 +56,8 @@ def run(out, machine: str | None = None) -> int:
                 out.write(f"t={hms(plan.now)} end   {job.id} {job.name}\n")
         for st in plan.started:
             job = sched.job(st.job_id)
-            out.write(f"t={hms(plan.now)} start {job.id} {job.name:<11} on {nodelist.compress(list(st.allocation.nodes))}"
+            where = nodelist.compress(list(st.allocation.nodes))
+            out.write(f"t={hms(plan.now)} start {job.id} {job.name:<11} on {where}"
                       f"{'  (backfill)' if st.backfill else ''}\n")
         for jid in sorted(plan.reserved):
             out.write(f"t={hms(plan.now)}   job {jid} {sched.job(jid).name}: {plan.reason(jid)}\n")

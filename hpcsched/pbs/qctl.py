@@ -110,8 +110,8 @@ def alter_changes(job: Job, options: dict[str, str], resources: dict[str, str], 
                   topology=None) -> tuple[dict, str]:
     """(core alter changes, hold letters to add) for qalter's options on `job`; `topology`
     places a nidmask."""
-    from .attributes import (COUNT_RES, build_request, with_nidmask, parse_depend, parse_job_name, parse_join, parse_keep, parse_mail_points, parse_names,
-                             parse_path, parse_priority,
+    from .attributes import (COUNT_RES, build_request, with_nidmask, parse_depend, parse_job_name, parse_join,
+                             parse_keep, parse_mail_points, parse_names, parse_path, parse_priority,
                              parse_start_after, parse_umask, resolve_depend, resolve_path)
     changes: dict = {}
     extra = dict(job.extra)

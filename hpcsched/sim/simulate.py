@@ -310,7 +310,8 @@ def simulate(workload, *, policy: str | None = None, backfill: str | None = None
     `config` is a site configuration (what `hpcsched.toml` holds: queues and router,
     reservations, priority policy and options, nodes, backfill); `policy`, `backfill`,
     `placement` and the machine options override it.  The machine is, in order: `machine`
-    (a built-in name; "pool" passes over the config's [machine]) or the config's [machine], `nodes`/`ppn`/`shared`, the config's
+    (a built-in name; "pool" passes over the config's [machine]) or the config's
+    [machine], `nodes`/`ppn`/`shared`, the config's
     [[nodes]], the trace header's MaxProcs.  On a built-in machine a record keeps its
     share of the trace's machine (`size_map` "share": p of MaxProcs processors take
     ceil(p / MaxProcs x the machine's nodes) nodes), or (`size_map` "procs") takes
