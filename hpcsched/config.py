@@ -19,13 +19,17 @@ from .core.route import Queue, Router
 from .core.scheduler import Scheduler, Settings
 from .core.timefmt import parse_duration
 from . import machines
+from .core.usage import METRICS, Usage
 from .policies.cobalt import Cobalt
+from .policies.gridengine import GridEngine
+from .policies.multifactor import Multifactor
+from .policies.sharetree import ShareTree
 from .policies.simon import Simon
 
 #: Top-level keys the core reads; drivers (commands, server) add their own via `extra_keys`.
 CORE_KEYS = frozenset({"server_name", "backfill", "interval", "overrun_grace", "reservation_slop",
                        "default_queue", "priority", "queues", "nodes", "machine", "reservations", "placement",
-                       "dependency_failure", "allocations", "calendar"})
+                       "dependency_failure", "allocations", "calendar", "usage", "sharetree"})
 #: The keys of a site file the commands and the server read (store/site.py); the simulator
 #: takes a site's file whole and leaves these alone.
 DRIVER_KEYS = frozenset({"flavor", "operators", "managers", "keep_completed", "pbsyod_launcher",
@@ -63,16 +67,18 @@ max_running_fraction = 0.3334
 
 
 
-POLICIES = {"fifo": Fifo, "cobalt": Cobalt, "simon": Simon}
+POLICIES = {"fifo": Fifo, "cobalt": Cobalt, "simon": Simon, "gridengine": GridEngine, "multifactor": Multifactor}
+_GIVEN = {"tree", "queue_priorities"}  # policy fields the configuration fills in, not the site
 
 
-def make_policy(name: str, options: dict | None = None) -> Policy:
-    """A policy by name with its options (from the site config's [priority] table)."""
+def make_policy(name: str, options: dict | None = None, **given) -> Policy:
+    """A policy by name with its options (from the site config's [priority] table), and
+    what the rest of the configuration gives it (`tree`, `queue_priorities`)."""
     if name not in POLICIES:
         raise ConfigError(f"priority.policy: unknown policy {name!r} (choose from {', '.join(POLICIES)})")
     options = dict(options or {})
     cls = POLICIES[name]
-    allowed = set(getattr(cls, "__dataclass_fields__", {}))
+    allowed = set(getattr(cls, "__dataclass_fields__", {})) - _GIVEN
     for key in options:
         if key not in allowed:
             raise ConfigError(f"priority.{key}: unknown option for policy {name}")
@@ -83,12 +89,28 @@ def make_policy(name: str, options: dict | None = None) -> Policy:
         if isinstance(expected, (int, float)) and not isinstance(expected, bool):
             if not isinstance(value, (int, float)) or isinstance(value, bool) or value < 0:
                 raise ConfigError(f"priority.{key}: must be a non-negative number")
+        if isinstance(expected, bool) and not isinstance(value, bool):
+            raise ConfigError(f"priority.{key}: must be true or false")
         if key in ("project_weights", "initial_scores"):
             if not isinstance(value, dict) or not all(isinstance(v, (int, float)) for v in value.values()):
                 raise ConfigError(f"priority.{key}: must be a table of numbers")
     if name == "cobalt" and options.get("interval", 15.0) <= 0:
         raise ConfigError("priority.interval: must be positive")
-    return cls(**options)
+    fields = getattr(cls, "__dataclass_fields__", {})
+    return cls(**options, **{k: v for k, v in given.items() if k in fields})
+
+
+def usage_from_config(d) -> Usage:
+    """`[usage]`: metric (slots, nodes, cpu), half_life and window (durations; 0: none)."""
+    if not isinstance(d, dict):
+        raise ConfigError("usage: must be a table")
+    for key in d:
+        if key not in ("metric", "half_life", "window"):
+            raise ConfigError(f"usage.{key}: unknown key")
+    metric = d.get("metric", "nodes")
+    if metric not in METRICS:
+        raise ConfigError(f"usage.metric: {metric!r} is not {', '.join(METRICS)}")
+    return Usage(metric, _number(d, "half_life", 0.0, where="usage."), _number(d, "window", 0.0, where="usage."))
 
 def parse_backfill(value) -> tuple[float, bool]:
     """(reservation depth, backfill on?) for a `backfill` setting.
@@ -111,15 +133,16 @@ def parse_backfill(value) -> tuple[float, bool]:
     raise ConfigError(f"backfill: {value!r} is not none, easy, conservative or depth=N")
 
 
-def _number(config: dict, key: str, default: float, positive: bool = False) -> float:
+def _number(config: dict, key: str, default: float, positive: bool = False, where: str = "") -> float:
     value = config.get(key, default)
     if isinstance(value, str):
         try:
             value = parse_duration(value)
         except InvalidRequest as e:
-            raise ConfigError(f"{key}: {e}") from None
-    if not isinstance(value, (int, float)) or isinstance(value, bool) or value < 0 or (positive and value == 0):
-        raise ConfigError(f"{key}: must be a {'positive' if positive else 'non-negative'} number of seconds")
+            raise ConfigError(f"{where}{key}: {e}") from None
+    if not isinstance(value, (int, float)) or isinstance(value, bool) or value < 0 or (positive and value == 0) \
+            or not math.isfinite(value):
+        raise ConfigError(f"{where}{key}: must be a {'positive' if positive else 'non-negative'} number of seconds")
     return float(value)
 
 
@@ -143,8 +166,8 @@ def _time(value, where: str) -> float:
         raise ConfigError(f"{where}: {value!r} is neither epoch seconds nor an ISO date") from None
 
 
-def _flag(d: dict, key: str, where: str) -> bool:
-    value = d.get(key, False)
+def _flag(d: dict, key: str, where: str, default: bool = False) -> bool:
+    value = d.get(key, default)
     if not isinstance(value, bool):
         raise ConfigError(f"{where}.{key}: must be true or false")
     return value
@@ -325,9 +348,16 @@ def build(config: dict, extra_keys=(), now: float = 0.0) -> Scheduler:
     if not isinstance(prio, dict):
         raise ConfigError("priority: must be a table")
     prio = dict(prio)
-    policy = make_policy(str(prio.pop("policy", "fifo")), prio)
+    ranking = {k: _flag(prio, k, "priority", True) for k in ("queue_priority", "job_priority")}
+    prio.pop("queue_priority", None), prio.pop("job_priority", None)
+    tree = ShareTree.from_config(config["sharetree"]) if "sharetree" in config else None
+    policy = make_policy(str(prio.pop("policy", "fifo")), prio, tree=tree,
+                         queue_priorities={n: float(q.priority) for n, q in queues.items() if q.priority})
+    if tree is not None and not hasattr(policy, "tree"):
+        raise ConfigError(f"sharetree: policy {policy.name} does not use a share tree (use gridengine or multifactor)")
+    usage = usage_from_config(config.get("usage", {}))
     depth, backfill = parse_backfill(config.get("backfill", "easy"))
-    settings = Settings(depth=depth, backfill=backfill,
+    settings = Settings(depth=depth, backfill=backfill, **ranking,
                         interval=_number(config, "interval", 15.0, positive=True),
                         overrun_grace=_number(config, "overrun_grace", 300.0),
                         reservation_slop=_number(config, "reservation_slop", 0.0),
@@ -338,7 +368,7 @@ def build(config: dict, extra_keys=(), now: float = 0.0) -> Scheduler:
         raise ConfigError(f"allocations.backfill_queue: no queue {bank.backfill_queue!r}")
     calendar = calendar_from_config(config.get("calendar", []))
     try:
-        sched = Scheduler(topology, router, policy, settings, bank, calendar)
+        sched = Scheduler(topology, router, policy, settings, bank, calendar, usage)
     except InvalidRequest as e:
         raise ConfigError(str(e)) from None
     names = tuple(n.name for n in topology.all_nodes())

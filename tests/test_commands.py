@@ -325,9 +325,9 @@ def test_concurrent_qsub_loses_and_duplicates_nothing(rig):
 def test_qalter_changes_waiting_jobs_and_only_walltime_of_running_ones(rig, monkeypatch, capsys):
     from hpcsched.store.journaled import Batch
     from hpcsched.store.site import load_site
-    submit("-N", "a", "-l", "nodes=4:ppn=4,walltime=01:00:00")
+    submit("-N", "a", "-p", "20", "-l", "nodes=4:ppn=4,walltime=01:00:00")
     submit("-N", "b", "-l", "walltime=00:10:00")
-    assert qctl.QALTER(["-N", "renamed", "-l", "walltime=00:20:00", "-p", "10", "2"]) == 0
+    assert qctl.QALTER(["-N", "renamed", "-l", "walltime=00:20:00", "-p", "10", "2"]) == 0  # (still below 1's 20)
     out = stat("-f", "2")[1]
     assert "Job_Name = renamed" in out and "Resource_List.walltime = 00:20:00" in out and "Priority = 10" in out
     capsys.readouterr()

@@ -205,13 +205,13 @@ def test_usage_accumulates_per_user_group_and_project():
     a = s.submit(job(2, 100, owner="ann", group="g1", account="p1"), 0)
     s.submit(job(1, 100, owner="bob", group="g1", account="p2"), 0)
     s.iterate(0)
-    ctx = s.context(50)
-    assert ctx.usage("user", "ann") == 100.0  # 2 nodes x 50 s, still running
-    assert ctx.usage("group", "g1") == 150.0
+    usage = s.context(50).usage
+    assert usage.by("user", 50)["ann"] == 100.0  # 2 nodes x 50 s, still running
+    assert usage.by("group", 50)["g1"] == 150.0
     s.job_ended(a.id, 80, 0)
-    ctx = s.context(90)
-    assert ctx.usage("user", "ann") == 160.0 and ctx.usage("project", "p2") == 90.0
-    assert s.to_dict()["usage"]["user"] == {"ann": 160.0}
+    assert usage.by("user", 90)["ann"] == 160.0 and usage.by("project", 90)["p2"] == 90.0
+    restored = scheduler(4).restore(json.loads(json.dumps(s.to_dict())))
+    assert restored.usage.by("user", 90) == usage.by("user", 90) == {"ann": 160.0, "bob": 90.0}
 
 
 def test_estimates_for_waiting_and_held_jobs():

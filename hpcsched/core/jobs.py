@@ -230,6 +230,7 @@ class Job:
     eligible_since: float | None = None
     score_at_start: float | None = None
     run_count: int = 0
+    cpu_time: float = 0.0  # CPU-seconds used, as the driver reports it at the end (0: unknown)
     array_id: int = 0  # a job array's subjobs share the array's id (0: not in an array)
     array_index: int = 0
     array_limit: int = 0  # at most this many of the array's subjobs run at once (0: no limit)

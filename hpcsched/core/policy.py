@@ -1,8 +1,8 @@
 """The priority policy interface, and FIFO (the default): which waiting job comes first.
 
 A policy sees one job and a `Context` carrying what it needs from the whole state (the
-clock, the pass interval, the machine size, usage so far), so that fair share can be added
-without touching the planner.  Every ordering ends with the same tie-break key,
+clock, the pass interval, the machine size, the decayed usage), so that fair share needs
+nothing from the planner.  Every ordering ends with the same tie-break key,
 `(submit_time, id)`: the earlier submission first, then the lower job id.
 """
 from __future__ import annotations
@@ -12,6 +12,7 @@ from operator import attrgetter
 from typing import Callable, Iterable
 
 from .jobs import Job
+from .usage import Usage
 
 
 @dataclass
@@ -22,7 +23,7 @@ class Context:
     machine_nodes: int
     size: Callable[[Job], int]  # nodes a job occupies
     processors: Callable[[Job], int]  # processors a job holds (every core of whole nodes)
-    usage: Callable[[str, str], float]  # ("user"|"group"|"project", name) -> node-seconds
+    usage: Usage  # decayed usage per (user, group, project), read at `now`
     running: Iterable[Job] = ()
 
 
@@ -40,6 +41,11 @@ class Policy:
     static = True
     #: True when `hold_back` may hold a job back: the pass then checks every job it walks.
     limits = False
+    #: True when the policy weighs the job's own priority (qsub -p) or its queue's priority
+    #: as factors; otherwise the scheduler ranks by them ahead of the policy's order, as
+    #: PBS's FIFO does (higher queue priority first, then higher -p), if the site says so.
+    weighs_job_priority = False
+    weighs_queue_priority = False
 
     def on_submit(self, job: Job) -> None:
         """Set a new job's starting score."""
@@ -49,6 +55,18 @@ class Policy:
 
     def on_dependencies_met(self, job: Job, parents: list[Job]) -> None:
         """Every dependency of `job` is satisfied."""
+
+    def enqueue(self, job: Job, key: tuple[str, str, str]) -> None:
+        """`job` (whose usage is `key`) becomes runnable: a policy that keeps its own index
+        of the runnable jobs (see `ordered`) adds it."""
+
+    def dequeue(self, job: Job) -> None:
+        """`job` is no longer runnable (it starts, is held, deleted or altered)."""
+
+    def ordered(self, ctx: Context) -> Iterable[Job] | None:
+        """The runnable jobs in order, from the policy's own index, possibly lazily (read
+        only as far as the pass walks); None: the scheduler sorts them with `order`."""
+        return None
 
     def prioritise(self, jobs: list[Job], ctx: Context) -> None:
         """Update scores of the runnable `jobs` for this pass."""

@@ -31,8 +31,10 @@ from .reservations import Access, Reservation
 from .route import Queue, Router
 from .timefmt import hms
 from .topology import NodeState, Topology
+from .usage import Key, Usage
 
 STATE_VERSION = 1
+_UNRANKED = (0, 0)
 STANDBY = 1  # the tier of a job whose project is out of allocation under "standby"
 
 #: What `alter` may change on a job that waits, and on one that runs.
@@ -52,6 +54,8 @@ class Settings:
     reservation_slop: float = 0.0  # keep this much clear before a reservation (Cobalt: 180)
     dependency_failure: str = "hold"  # a dependency that can never be met: "hold" the job
     #   (Cobalt's dep_fail, released when the user fixes it) or "delete" it (Torque, OpenPBS)
+    queue_priority: bool = True  # jobs of a higher-priority queue first (PBS's by_queue)
+    job_priority: bool = True  # then a higher qsub -p first (unless the policy weighs them)
 
     def __post_init__(self):
         if self.dependency_failure not in ("hold", "delete"):
@@ -62,7 +66,8 @@ class Scheduler:
     """Jobs, queues, reservations and a machine, and the pass that schedules them."""
 
     def __init__(self, topology: Topology, router: Router, policy: Policy | None = None,
-                 settings: Settings | None = None, bank: Bank | None = None, calendar: Iterable[Entry] = ()):
+                 settings: Settings | None = None, bank: Bank | None = None, calendar: Iterable[Entry] = (),
+                 usage: Usage | None = None):
         self.topology = topology
         self.router = router
         self.policy = policy or Fifo()
@@ -83,7 +88,7 @@ class Scheduler:
         self.reservations: dict[str, Reservation] = {}
         self.next_id = 1
         self.last_pass: float | None = None
-        self.usage: dict[str, dict[str, float]] = {"user": {}, "group": {}, "project": {}}
+        self.usage = usage or Usage()
         # indexes, rebuilt from `jobs` on restore
         self._queued: dict[int, Job] = {}
         self._active: dict[int, Job] = {}
@@ -120,6 +125,9 @@ class Scheduler:
         self._tiered = False  # some job has had a tier (the order then sorts by it first)
         self._front: set[int] = set()  # the bimodal series: jobs reserved ahead of all others
         self._standing: dict[str, str] = {}  # each account's standing at the last pass
+        self._by_queue = self.settings.queue_priority and not self.policy.weighs_queue_priority
+        self._by_job = self.settings.job_priority and not self.policy.weighs_job_priority
+        self._ranks = 0  # runnable jobs with a rank (the order then sorts by it)
 
     # --- reading ---------------------------------------------------------------------
     def job(self, job_id: int) -> Job:
@@ -160,16 +168,18 @@ class Scheduler:
         elapsed = 0.0 if self.last_pass is None else now - self.last_pass
         return Context(now, elapsed, self.settings.interval, self.topology.node_count, self.size,
                        lambda job: self.topology.occupies(job.request),
-                       lambda kind, name: self._usage(kind, name, now),
-                       self._active.values() if running is None else running)
+                       self.usage, self._active.values() if running is None else running)
 
-    def _usage(self, kind: str, name: str, now: float) -> float:
-        """Node-seconds used so far, including what running jobs have used up to `now`."""
-        total, attr = self.usage[kind].get(name, 0.0), _OWNER[kind]
-        for j in self._active.values():
-            if getattr(j, attr) == name:
-                total += self.size(j) * (now - j.start_time)
-        return total
+    @staticmethod
+    def usage_key(job: Job) -> Key:
+        """Whose usage a job is: (user, group, project)."""
+        return job.owner, job.group, job.account
+
+    def _rate(self, job: Job) -> float:
+        """What a running job accrues a second in the site's usage metric."""
+        metric = self.usage.metric
+        return float(self.topology.occupies(job.request) if metric == "slots" else
+                     self.size(job) if metric == "nodes" else 0)
 
     # --- bookkeeping -----------------------------------------------------------------
     def _move(self, job: Job, new: State, now: float) -> None:
@@ -186,6 +196,8 @@ class Scheduler:
         elif old == WAITING:
             self._waiting.discard(jid)
         elif old in ACTIVE and new not in ACTIVE:
+            # it ends (or is requeued): its usage stops accruing, and it counts as finished
+            self.usage.ended(self.usage_key(job), self._rate(job), now, job.cpu_time)
             del self._active[jid]
             units = self._units.pop(jid, None)
             if units:
@@ -204,12 +216,28 @@ class Scheduler:
             self._count(job, 1 if new in PENDING else -1)
 
     def _enorder(self, job: Job) -> None:
+        rank = self._rank(job)
+        if rank != _UNRANKED:
+            self._ranks += 1
+        self.policy.enqueue(job, self.usage_key(job))
         if self._order is not None:
-            self._order.add((job.tier, self.policy.key(job, None), job.id), job, self.topology.need(self.placed(job)))
+            self._order.add((job.tier, rank, self.policy.key(job, None), job.id), job, self.topology.need(self.placed(job)))
 
     def _unorder(self, job: Job) -> None:
+        rank = self._rank(job)
+        if rank != _UNRANKED:
+            self._ranks -= 1
+        self.policy.dequeue(job)
         if self._order is not None:
-            self._order.remove((job.tier, self.policy.key(job, None), job.id))
+            self._order.remove((job.tier, rank, self.policy.key(job, None), job.id))
+
+    def _rank(self, job: Job) -> tuple[int, int]:
+        """Ranked ahead of the policy's order: its queue's priority, then its own (-p),
+        higher first, where the site ranks by them and the policy does not weigh them."""
+        q = self.router.queues.get(job.queue) if self._by_queue else None
+        qp = q.priority if q is not None else 0
+        jp = job.priority if self._by_job else 0
+        return (-qp, -jp) if qp or jp else _UNRANKED
 
     def _count(self, job: Job, delta: int) -> None:
         self._pending_count[job.queue] = self._pending_count.get(job.queue, 0) + delta
@@ -351,6 +379,7 @@ class Scheduler:
             self._calendar_events(now)
         if self.bank is not None:
             self._restand(now)
+        self.usage.accrue(now)  # running jobs are charged as they run, not only at their end
         depth = self.settings.depth
         if self._front:
             self._front = {j for j in self._front if j in self.jobs and self.jobs[j].state in PENDING}
@@ -410,11 +439,15 @@ class Scheduler:
         if self._order is not None:  # static order, kept: read only as far as the walk goes
             return self._order.cursor(), self._order.last()
         ctx = ctx or self.context(now)
-        runnable = list(self._queued.values())
-        self.policy.prioritise(runnable, ctx)
-        order = self.policy.order(runnable, ctx)
-        if self._tiered:
-            order.sort(key=attrgetter("tier"))  # stable: the policy's order within a tier
+        order = self.policy.ordered(ctx)
+        if order is None:
+            runnable = list(self._queued.values())
+            self.policy.prioritise(runnable, ctx)
+            order = self.policy.order(runnable, ctx)
+        elif not (self._tiered or self._ranks):
+            return order, None  # (lazy: the walk reads only as far as it goes)
+        if self._tiered or self._ranks:  # stable: the policy's order within a tier and rank
+            order = sorted(order, key=lambda j: (j.tier, self._rank(j)))
         return order, order[-1]
 
     def _apply(self, job: Job, start: Start, now: float) -> None:
@@ -423,6 +456,7 @@ class Scheduler:
         job.allocation, job.start_time = a, now  # (its node names are listed when first read)
         job.score_at_start, job.run_count = job.score, job.run_count + 1
         self._move(job, RUNNING, now)
+        self.usage.started(self.usage_key(job), self._rate(job), now)
         self._units[job.id] = a.units
         self.busy |= a.units
         if self._base is not None:
@@ -435,8 +469,8 @@ class Scheduler:
         """Do all new jobs sort after `last`?  (Static policies only: keys need no context.)"""
         if last is None or not fresh:
             return True
-        bound = (last.tier, self.policy.key(last, None))
-        return all((j.tier, self.policy.key(j, None)) > bound for j in fresh)
+        bound = (last.tier, self._rank(last), self.policy.key(last, None))
+        return all((j.tier, self._rank(j), self.policy.key(j, None)) > bound for j in fresh)
 
     def _gated(self) -> bool:
         """Can a queue limit or the policy hold a job back? (Else the walk skips the check.)"""
@@ -477,16 +511,15 @@ class Scheduler:
         self._dirty = True
         return start
 
-    def job_ended(self, job_id: int, now: float, exit_status: int) -> Job:
-        """A running (or exiting) job has ended: free its nodes, settle its dependants."""
+    def job_ended(self, job_id: int, now: float, exit_status: int, cpu: float | None = None) -> Job:
+        """A running (or exiting) job has ended (having used `cpu` CPU-seconds, if known):
+        free its nodes, charge its usage, settle its dependants."""
         job = self.job(job_id)
         if job.state not in ACTIVE:
             raise InvalidState(f"job {job.id} is {job.state.value}, not running")
         job.end_time, job.exit_status = now, exit_status
-        used = self.size(job) * (now - job.start_time)
-        for kind, attr in _OWNER.items():
-            usage, name = self.usage[kind], getattr(job, attr)
-            usage[name] = usage.get(name, 0.0) + used
+        if cpu is not None:
+            job.cpu_time = float(cpu)
         if self.bank is not None:
             self._charge(job, now)
         self._move(job, COMPLETED, now)
@@ -897,7 +930,7 @@ class Scheduler:
                 "reservations": [r.to_dict() for r in self.reservations.values()
                                  if r.name not in self._calendar_names],  # (those come from the site's calendar)
                 "nodes": self.topology.node_states(), "node_notes": dict(self.node_notes),
-                "usage": {k: dict(v) for k, v in self.usage.items()},
+                "usage": self.usage.to_dict(),
                 **({"bank": self.bank.to_dict()} if self.bank is not None else {}),
                 "booked": [[jid, t, list(a.nodes), [list(c) for c in a.cores], count]
                            for jid, (t, a, count) in self._booked.items()]}
@@ -933,9 +966,12 @@ class Scheduler:
             for job in self.jobs.values():  # after all jobs: an array's tally counts its subjobs
                 if job.dependencies and job.state in PENDING:
                     self._deps.register(job, self.jobs)
+            for job in sorted(self._queued.values(), key=attrgetter("id")):
+                self.policy.enqueue(job, self.usage_key(job))
+                self._ranks += self._rank(job) != _UNRANKED
             if self._order is not None:  # one sort, not an insertion per job
-                self._order = Backlog(sorted(((j.tier, self.policy.key(j, None), j.id), j, self.topology.need(self.placed(j)))
-                                             for j in self._queued.values()))
+                self._order = Backlog(sorted(((j.tier, self._rank(j), self.policy.key(j, None), j.id), j,
+                                              self.topology.need(self.placed(j))) for j in self._queued.values()))
             self.next_id = int(state.get("next_id", max(self.jobs, default=0) + 1))
             self.last_pass = state.get("last_pass")
             self._booked = {int(b[0]): (float(b[1]), Allocation(0, tuple(b[2]), tuple(tuple(c) for c in b[3])),
@@ -948,14 +984,13 @@ class Scheduler:
             self._front = {j.id for j in self.jobs.values() if j.tier < 0 and j.state in PENDING}
             self._tiered = any(j.tier for j in self.jobs.values())
             usage = state.get("usage", {})
-            for kind in self.usage:
-                self.usage[kind] = {str(k): float(v) for k, v in usage.get(kind, {}).items()}
+            self.usage.restore(usage if "records" in usage else {},  # (states before decayed usage: none)
+                               [(self.usage_key(j), self._rate(j)) for j in self._active.values()])
         except (KeyError, TypeError, ValueError, AttributeError) as e:
             raise InvalidRequest(f"state is malformed: {e}") from None
         return self
 
 
-_OWNER = {"user": "owner", "group": "group", "project": "account"}  # usage kind -> Job attribute
 
 
 class _Gate:

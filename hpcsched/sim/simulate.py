@@ -143,7 +143,8 @@ class MapStats:
 class TraceMap:
     """How a trace's fields become jobs (documented in man 1 hpcsched):
 
-    user u<N> -> owner; group g<N> -> group and account; queue: the router chooses
+    user u<N> -> owner; group g<N> -> group and account (fair share's users, groups and
+    projects); CPU time x processors -> the CPU time it reports; queue: the router chooses
     ("router", the default) or the record's queue number names it ("trace": through
     `queues` {number: name}, else q<N>); requested time -> walltime, the run time when
     none is recorded; cancelled records (status 5) kept ("keep") or dropped ("drop")."""
@@ -208,10 +209,12 @@ def map_record(rec: swf.Record, machine: Machine, stats: MapStats, tmap: TraceMa
 
 def job_for(rec: swf.Record, request: Request, walltime: float, queue: str = "") -> Job:
     """The job a trace record submits: owner u<user>, group and account g<group>, the
-    record's id, the queue the mapping names (none: the router's choice)."""
+    record's id, the queue the mapping names (none: the router's choice), and the CPU time
+    it will report when it ends (average per processor x processors; charged by the cpu
+    usage metric)."""
     group = f"g{rec.group}"
     return Job(id=rec.job, owner=f"u{rec.user}", group=group, account=group, queue=queue, request=request,
-               walltime=walltime)
+               walltime=walltime, cpu_time=rec.cpu * rec.procs if rec.cpu > 0 and rec.procs > 0 else 0.0)
 
 
 @functools.lru_cache(maxsize=4096)

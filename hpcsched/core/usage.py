@@ -1,0 +1,187 @@
+"""Decayed usage: what each (user, group, project) has used, the past forgotten by a half-life.
+
+Usage is charged while jobs run, not only when they end: every record keeps the rate its
+running jobs accrue (slots, or nodes, per second), and the rate times the time since its
+last charge is charged whenever the rate changes (a job starts or ends) and at every pass.
+A charge made at time c counts at time t as
+
+    amount * 2 ** (-(t - c) / half_life)       (no decay when half_life is 0)
+
+and stops counting once it is older than the history window (0: it never stops).  The
+window is kept in `BUCKETS` buckets: a charge leaves with its bucket, when the bucket's end
+is a window old, so the window is exact to one bucket's width.  Each bucket holds its
+charges scaled to a common epoch (amount * 2 ** ((c - epoch) / half_life)), so reading a
+record is one sum and one power; the epoch moves forward before the scale could overflow.
+
+Records also count finished jobs, decayed alike (Grid Engine's `finished_jobs`, which the
+share tree divides a node's entitlement by).  The metric is the site's choice:
+
+    slots   run time x processors held (every core of whole nodes): CC-IN2P3's choice
+    nodes   run time x nodes
+    cpu     the CPU time a job reports when it ends (nothing while it runs)
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+from .errors import InvalidRequest
+
+METRICS = ("slots", "nodes", "cpu")
+BUCKETS = 64
+_REBASE = 512.0  # half-lives past the epoch before it moves (2 ** 512 is far from overflow)
+
+Key = tuple[str, str, str]  # (user, group, project)
+
+
+@dataclass
+class Record:
+    """One (user, group, project)'s charges: bucket index -> [scaled usage, scaled finished jobs]."""
+
+    buckets: dict[int, list[float]] = field(default_factory=dict)
+    rate: float = 0.0  # per second, summed over its running jobs
+    running: int = 0  # jobs running
+    since: float = 0.0  # the rate is charged up to here
+
+
+class Usage:
+    """Every record's decayed usage (see the module docstring for the invariant)."""
+
+    def __init__(self, metric: str = "nodes", half_life: float = 0.0, window: float = 0.0):
+        if metric not in METRICS:
+            raise InvalidRequest(f"usage metric must be one of {', '.join(METRICS)}, not {metric!r}")
+        if not (half_life >= 0 and math.isfinite(half_life)):
+            raise InvalidRequest(f"half-life must be a non-negative number of seconds, not {half_life!r}")
+        if not (window >= 0 and math.isfinite(window)):
+            raise InvalidRequest(f"history window must be a non-negative number of seconds, not {window!r}")
+        self.metric, self.half_life, self.window = metric, half_life, window
+        self.width = window / BUCKETS if window else 0.0
+        self.epoch = 0.0
+        self.records: dict[Key, Record] = {}
+        self.version = 0  # bumped by every charge: readers cache what they derive from it
+
+    # --- charging ------------------------------------------------------------------------
+    def _scale(self, t: float) -> float:
+        return 2.0 ** ((t - self.epoch) / self.half_life) if self.half_life else 1.0
+
+    def _bucket(self, t: float) -> int:
+        return int(t // self.width) if self.width else 0
+
+    def _add(self, rec: Record, t: float, amount: float, finished: float) -> None:
+        if self.half_life and (t - self.epoch) / self.half_life > _REBASE:
+            self._rebase(t)
+        s = self._scale(t)
+        b = rec.buckets.get(self._bucket(t))
+        if b is None:
+            rec.buckets[self._bucket(t)] = [amount * s, finished * s]
+        else:
+            b[0] += amount * s
+            b[1] += finished * s
+        self.version += 1
+
+    def _rebase(self, t: float) -> None:
+        """Move the epoch to `t`: every bucket scaled down alike (reading gives the same)."""
+        f = 2.0 ** (-(t - self.epoch) / self.half_life)
+        for rec in self.records.values():
+            for b in rec.buckets.values():
+                b[0] *= f
+                b[1] *= f
+        self.epoch = t
+
+    def record(self, key: Key) -> Record:
+        rec = self.records.get(key)
+        if rec is None:
+            rec = self.records[key] = Record()
+        return rec
+
+    def _accrue(self, rec: Record, t: float) -> None:
+        if rec.rate and t > rec.since:
+            self._add(rec, t, rec.rate * (t - rec.since), 0.0)
+        rec.since = float(t)
+
+    def started(self, key: Key, rate: float, t: float) -> None:
+        """A job of `key` starts at `t`, accruing `rate` a second (0 for the cpu metric)."""
+        rec = self.record(key)
+        self._accrue(rec, t)
+        rec.rate += rate
+        rec.running += 1
+
+    def ended(self, key: Key, rate: float, t: float, cpu: float = 0.0) -> None:
+        """A job of `key` that accrued `rate` ends at `t` (having used `cpu` CPU-seconds)."""
+        rec = self.record(key)
+        self._accrue(rec, t)
+        rec.rate = max(rec.rate - rate, 0.0) if rec.running > 1 else 0.0  # (no drift when none runs)
+        rec.running -= 1
+        self._add(rec, t, cpu if self.metric == "cpu" else 0.0, 1.0)
+
+    def accrue(self, t: float) -> None:
+        """Charge every running record up to `t` (each pass)."""
+        for rec in self.records.values():
+            if rec.running:
+                self._accrue(rec, t)
+
+    def charge(self, key: Key, amount: float, t: float) -> None:
+        """An operator's adjustment (or a driver's charge): `amount` at `t`, decayed from then."""
+        self._add(self.record(key), t, amount, 0.0)
+
+    def reset(self, t: float, match=lambda key: True) -> int:
+        """Forget the usage of the records `match` picks (running jobs accrue afresh from `t`)."""
+        n = 0
+        for key, rec in self.records.items():
+            if match(key):
+                rec.buckets.clear()
+                rec.since = max(rec.since, float(t))
+                n += 1
+        self.version += 1
+        return n
+
+    # --- reading -------------------------------------------------------------------------
+    def _live(self, rec: Record, t: float) -> list[list[float]]:
+        """The buckets still inside the window at `t` (dropping those that left it)."""
+        if self.width:
+            first = self._bucket(t - self.window)  # a bucket counts until its end is a window old
+            if any(k < first for k in rec.buckets):
+                for k in [k for k in rec.buckets if k < first]:
+                    del rec.buckets[k]
+        return list(rec.buckets.values())
+
+    def value(self, rec: Record, t: float) -> tuple[float, float]:
+        """(usage, finished jobs) of `rec` at `t`, decayed, its running jobs charged up to `t`."""
+        live = self._live(rec, t)
+        u = sum(b[0] for b in live)
+        f = sum(b[1] for b in live)
+        d = 2.0 ** (-(t - self.epoch) / self.half_life) if self.half_life else 1.0
+        pending = rec.rate * (t - rec.since) if rec.running and t > rec.since else 0.0
+        return u * d + pending, f * d
+
+    def totals(self, t: float) -> dict[Key, tuple[float, float]]:
+        """Every record's (usage, finished jobs) at `t`."""
+        return {key: self.value(rec, t) for key, rec in self.records.items()}
+
+    def by(self, kind: str, t: float) -> dict[str, float]:
+        """Usage summed per user, group or project at `t`."""
+        i = ("user", "group", "project").index(kind)
+        out: dict[str, float] = {}
+        for key, (u, _) in self.totals(t).items():
+            out[key[i]] = out.get(key[i], 0.0) + u
+        return out
+
+    # --- state ---------------------------------------------------------------------------
+    def to_dict(self) -> dict:
+        return {"epoch": self.epoch,
+                "records": [[*key, rec.since, [[k, b[0], b[1]] for k, b in sorted(rec.buckets.items())]]
+                            for key, rec in self.records.items() if rec.buckets or rec.running]}
+
+    def restore(self, d: dict, running: list[tuple[Key, float]]) -> None:
+        """Load `to_dict`'s output; `running` gives each running job's (key, rate)."""
+        self.epoch = float(d.get("epoch", 0.0))
+        self.records = {}
+        for user, group, project, since, buckets in d.get("records", []):
+            rec = self.record((str(user), str(group), str(project)))
+            rec.since = float(since)
+            rec.buckets = {int(k): [float(u), float(f)] for k, u, f in buckets}
+        for key, rate in running:
+            rec = self.record(key)
+            rec.rate += rate
+            rec.running += 1
+        self.version += 1

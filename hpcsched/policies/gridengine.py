@@ -1,0 +1,102 @@
+"""Grid Engine's job priority: share-tree tickets, urgency and POSIX priority, weighted.
+
+    priority = weight_urgency * norm(urgency) + weight_ticket * norm(tickets)
+             + weight_priority * norm(posix priority)
+
+norm(x) = (x - min) / (max - min) over the runnable jobs (0.5 when they are all equal).
+Urgency = slots_urgency * slots requested + weight_waiting_time * seconds since submission
+(Grid Engine's resource and waiting-time contributions; there is no deadline submission
+here, so no deadline term).  Tickets come from the share tree (sharetree.py), share_tickets
+of them handed out.  Defaults are Grid Engine's installed ones (algorithms.md section 5).
+
+Jobs of equal priority keep the share tree's order.  When every runnable job has the same
+POSIX priority and slots and waiting time weighs nothing, the priority falls as the
+tickets do, so the order is the share tree's own, read lazily; otherwise every job's
+priority is worked out and sorted.
+"""
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Iterable, Iterator
+
+from ..core.jobs import Job
+from ..core.policy import Context, Policy
+from .sharetree import ShareTree
+
+
+def _norm(x: float, lo: float, hi: float) -> float:
+    return (x - lo) / (hi - lo) if hi - lo > 1e-12 else 0.5
+
+
+@dataclass
+class GridEngine(Policy):
+    weight_ticket: float = 0.01
+    weight_urgency: float = 0.1
+    weight_priority: float = 1.0
+    weight_waiting_time: float = 0.0
+    slots_urgency: float = 1000.0
+    share_tickets: float = 10000.0
+    tree: ShareTree | None = None  # (from the site's [sharetree]; None: no tickets)
+
+    name = "gridengine"
+    static = False
+    weighs_job_priority = True  # -p is the POSIX priority factor
+
+    def __post_init__(self):
+        self._classes: Counter = Counter()  # (posix priority, slots) of the runnable jobs
+        self._order: list[Job] = []  # (the full path's, kept for describe)
+        self._explained: tuple | None = None
+        if self.tree is None:
+            self.tree = ShareTree({"Root": {}})
+
+    def enqueue(self, job: Job, key) -> None:
+        self.tree.add(job, key)
+        self._classes[(job.priority, job.request.processors)] += 1
+
+    def dequeue(self, job: Job) -> None:
+        self.tree.remove(job)
+        c = (job.priority, job.request.processors)
+        self._classes[c] -= 1
+        if not self._classes[c]:
+            del self._classes[c]
+
+    def _compute(self, ctx: Context) -> None:
+        u = ctx.usage
+        self.tree.compute(u.totals(ctx.now), {k: r.running for k, r in u.records.items() if r.running})
+
+    def ordered(self, ctx: Context) -> Iterable[Job]:
+        self._compute(ctx)
+        ranked = self.tree.ranked()
+        if len(self._classes) <= 1 and not self.weight_waiting_time:
+            return (job for _, _, job in ranked)
+        return [job for _, job in sorted(self._priorities(ranked, ctx), key=lambda p: -p[0][0])]
+
+    def _priorities(self, ranked: Iterator, ctx: Context) -> list[tuple[tuple, Job]]:
+        """Every runnable job's (priority, tickets, urgency, posix), in the share tree's order."""
+        rows = [(-v * self.share_tickets, job) for v, _, job in ranked]
+        if not rows:
+            return []
+        tix = [t for t, _ in rows]
+        urg = [self.slots_urgency * j.request.processors + self.weight_waiting_time * (ctx.now - j.submit_time)
+               for _, j in rows]
+        pri = [j.priority for _, j in rows]
+        tlo, thi, ulo, uhi, plo, phi = min(tix), max(tix), min(urg), max(urg), min(pri), max(pri)
+        out = []
+        for (t, job), u, p in zip(rows, urg, pri):
+            prio = (self.weight_urgency * _norm(u, ulo, uhi) + self.weight_ticket * _norm(t, tlo, thi)
+                    + self.weight_priority * _norm(p, plo, phi))
+            out.append(((prio, t, u, p), job))
+        return out
+
+    def explain(self, ctx: Context) -> dict[int, dict[str, float]]:
+        """Every runnable job's factors (mdiag -p), worked out in full."""
+        self._compute(ctx)
+        return {job.id: {"priority": prio, "tickets": t, "urgency": u, "posix_priority": float(p)}
+                for (prio, t, u, p), job in self._priorities(self.tree.ranked(), ctx)}
+
+    def describe(self, job: Job, ctx: Context) -> dict[str, float]:
+        key = (ctx.now, ctx.usage.version, len(self.tree._of))
+        if self._explained is None or self._explained[0] != key:
+            self._explained = (key, self.explain(ctx))
+        return self._explained[1].get(job.id, {"priority": 0.0})

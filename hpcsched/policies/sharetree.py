@@ -1,0 +1,266 @@
+"""Grid Engine's share tree: long-term targets, short-term entitlements, pending tickets.
+
+The tree (groups -> projects -> users by default) gives each node `shares` among its
+siblings.  Each pass, over the *active* nodes only (with a running or pending job under
+them), top down from the root (all four are 1 there):
+
+    ltt  = shares / sum(active siblings' shares)        oltt = parent.oltt * ltt
+    shr  = shares ** 2 / max(U, oltt)                    U: the node's decayed usage
+    stt  = shr / sum(active siblings' shr)               ostt = parent.ostt * stt
+
+and with a compensation factor CF > 0, a node with ostt > CF * oltt gets
+shr = shares ** 2 / (max(U, oltt) * ostt / (CF * oltt)), its siblings' stt renormalised
+(reference/algorithms.md section 5; Grid Engine's sgeee.c, sge_calc_node_targets).
+
+Pending jobs are ranked bottom-up as Grid Engine's sge_sort_pending_job_nodes ranks them:
+a leaf's jobs in job-id order; at every node the jobs of its children are merged by the
+value their child gave them (ties: lower job id), and the k-th gets stt / (R + F + k),
+R being the jobs running under the node and F its decayed count of finished jobs.  The
+root's value times the tickets to hand out is a job's tickets.  The merge is lazy (each
+node a generator over its children's), so a pass that walks a few jobs of a million
+pending pays for those few and for the tree, not for the million; tests/test_sharetree.py
+checks it against a plain reference that ranks every job.
+
+A child named `default` stands for every user (project, group) its siblings do not name:
+each gets its own copy, with the default's shares (Grid Engine's `default` leaf).  A job
+matching no child of a node is ranked at that node.
+"""
+from __future__ import annotations
+
+import heapq
+from itertools import count as _count
+from typing import Iterator
+
+from ..core.errors import ConfigError
+from ..core.jobs import Job
+from ..core.usage import Key
+
+LEVELS = ("group", "project", "user")
+_ATTR = {"user": 0, "group": 1, "project": 2}  # kind -> index in a usage key (user, group, project)
+
+
+class Node:
+    """One node of the tree (a default's copy is a node of its own), with this pass's figures."""
+
+    __slots__ = ("name", "kind", "shares", "children", "templates", "parent", "jobs",
+                 "usage", "finished", "running", "pending", "ltt", "oltt", "shr", "stt", "ostt")
+
+    def __init__(self, name: str, kind: str, shares: float, parent: "Node | None" = None):
+        self.name, self.kind, self.shares, self.parent = name, kind, shares, parent
+        self.children: dict[tuple[str, str], Node] = {}  # (kind, name) -> child
+        self.templates: dict[str, dict] = {}  # kind -> the `default` child's config, copied per name
+        self.jobs: dict[int, Job] = {}  # pending jobs ranked at this node, by job id
+        self.clear()
+
+    def clear(self) -> None:
+        self.usage = self.finished = 0.0
+        self.running = self.pending = 0
+        self.ltt = self.oltt = self.shr = self.stt = self.ostt = 0.0
+
+    @property
+    def path(self) -> str:
+        names, node = [], self
+        while node.parent is not None:
+            names.append(node.name)
+            node = node.parent
+        return "/" + "/".join(reversed(names))
+
+    def walk(self) -> Iterator["Node"]:
+        yield self
+        for child in self.children.values():
+            yield from child.walk()
+
+
+class ShareTree:
+    """A site's share tree (from `[sharetree]`), and the jobs each node ranks."""
+
+    def __init__(self, nodes: dict, compensation_factor: float = 0.0, levels: tuple[str, ...] = LEVELS):
+        self.compensation_factor = compensation_factor
+        self.levels = tuple(levels)
+        self.config = nodes
+        self.root = Node("Root", "", 1.0)
+        self._build(self.root, nodes.get("Root", {}), 0)
+        self._where: dict[Key, Node] = {}  # usage key -> the node its jobs are ranked at
+        self._of: dict[int, Node] = {}  # pending job id -> its node
+        self._unsorted: set[Node] = set()  # nodes whose jobs came out of id order
+
+    @classmethod
+    def from_config(cls, d: dict) -> "ShareTree":
+        """Check `[sharetree]` (one ConfigError line per problem) and build the tree."""
+        if not isinstance(d, dict):
+            raise ConfigError("sharetree: must be a table")
+        for key in d:
+            if key not in ("compensation_factor", "levels", "nodes"):
+                raise ConfigError(f"sharetree.{key}: unknown key")
+        cf = d.get("compensation_factor", 0)
+        if not isinstance(cf, (int, float)) or isinstance(cf, bool) or cf < 0:
+            raise ConfigError("sharetree.compensation_factor: must be a non-negative number")
+        levels = d.get("levels", list(LEVELS))
+        if not isinstance(levels, list) or not levels or any(k not in _ATTR for k in levels):
+            raise ConfigError("sharetree.levels: must be a list of group, project and user")
+        nodes = d.get("nodes", {})
+        if not isinstance(nodes, dict) or "Root" not in nodes:
+            raise ConfigError("sharetree.nodes: needs a Root node ([sharetree.nodes.Root] children = [...])")
+        parent: dict[str, str] = {}
+        for name, nd in nodes.items():
+            where = f"sharetree.nodes.{name}"
+            if not isinstance(nd, dict):
+                raise ConfigError(f"{where}: must be a table")
+            for key in nd:
+                if key not in ("shares", "children", "kind", "name"):
+                    raise ConfigError(f"{where}.{key}: unknown key")
+            shares = nd.get("shares", 1)
+            if not isinstance(shares, (int, float)) or isinstance(shares, bool) or shares < 0:
+                raise ConfigError(f"{where}.shares: must be a non-negative number, not {shares!r}")
+            if nd.get("kind", "user") not in _ATTR:
+                raise ConfigError(f"{where}.kind: {nd['kind']!r} is not group, project or user")
+            children = nd.get("children", [])
+            if not isinstance(children, list) or not all(isinstance(c, str) for c in children):
+                raise ConfigError(f"{where}.children: must be a list of node names")
+            for c in children:
+                if c not in nodes:
+                    raise ConfigError(f"{where}.children: no node {c!r}")
+                if c in parent:
+                    raise ConfigError(f"{where}.children: {c} is already a child of {parent[c]}")
+                parent[c] = name
+        for name in nodes:  # a node on its own ancestors' path
+            seen, n = [name], name
+            while n in parent:
+                n = parent[n]
+                if n == name:
+                    raise ConfigError(f"sharetree.nodes.{name}: cycle ({' -> '.join(reversed(seen + [name]))})")
+                seen.append(n)
+            if n != "Root":
+                raise ConfigError(f"sharetree.nodes.{name}: not under Root (no node lists it as a child)")
+        return cls(nodes, float(cf), tuple(levels))
+
+    def _build(self, node: Node, config: dict, depth: int) -> None:
+        for child_id in config.get("children", []):
+            cc = self.config[child_id]
+            kind = cc.get("kind") or self.levels[min(depth, len(self.levels) - 1)]
+            name = cc.get("name", child_id.rsplit("/", 1)[-1])
+            if name == "default":
+                node.templates[kind] = cc
+                continue
+            child = node.children[(kind, name)] = Node(name, kind, float(cc.get("shares", 1)), node)
+            self._build(child, cc, depth + 1)
+
+    def _depth(self, node: Node) -> int:
+        d = 0
+        while node.parent is not None:
+            node, d = node.parent, d + 1
+        return d
+
+    # --- where a job is ranked ----------------------------------------------------------
+    def node_of(self, key: Key) -> Node:
+        """The deepest node matching (user, group, project), copying `default`s as needed."""
+        node = self._where.get(key)
+        if node is not None:
+            return node
+        node = self.root
+        while True:
+            kinds = {k for k, _ in node.children} | set(node.templates)
+            nxt = None
+            for kind in sorted(kinds):
+                name = key[_ATTR[kind]]
+                nxt = node.children.get((kind, name))
+                if nxt is None and kind in node.templates and name:
+                    cc = node.templates[kind]
+                    nxt = node.children[(kind, name)] = Node(name, kind, float(cc.get("shares", 1)), node)
+                    self._build(nxt, cc, self._depth(nxt))
+                if nxt is not None:
+                    break
+            if nxt is None:
+                break
+            node = nxt
+        self._where[key] = node
+        return node
+
+    def add(self, job: Job, key: Key) -> None:
+        """A job becomes pending-and-runnable: rank it at its node."""
+        node = self.node_of(key)
+        if node.jobs and job.id < next(reversed(node.jobs)):
+            self._unsorted.add(node)
+        node.jobs[job.id] = job
+        self._of[job.id] = node
+
+    def remove(self, job: Job) -> None:
+        node = self._of.pop(job.id, None)
+        if node is not None:
+            node.jobs.pop(job.id, None)
+
+    # --- each pass -----------------------------------------------------------------------
+    def compute(self, totals: dict[Key, tuple[float, float]], running: dict[Key, int]) -> None:
+        """This pass's usage, counts and targets on every node, from the usage records'
+        (usage, finished jobs) and their running jobs."""
+        for node in self.root.walk():
+            node.clear()
+        for key, (u, f) in totals.items():
+            node = self.node_of(key)
+            r = running.get(key, 0)
+            while node is not None:
+                node.usage += u
+                node.finished += f
+                node.running += r
+                node = node.parent
+        for node in self._unsorted:
+            node.jobs = dict(sorted(node.jobs.items()))
+        self._unsorted.clear()
+        self._count(self.root)
+        root = self.root
+        root.ltt = root.oltt = root.stt = root.ostt = 1.0
+        self._targets(root)
+
+    def _count(self, node: Node) -> int:
+        node.pending = len(node.jobs) + sum(self._count(c) for c in node.children.values())
+        return node.pending
+
+    def _targets(self, node: Node) -> None:
+        """Grid Engine's sge_calc_node_targets on `node`'s active children, then theirs."""
+        active = [c for c in node.children.values() if c.running or c.pending]
+        if not active:
+            return
+        total = sum(c.shares for c in active)
+        for c in active:
+            c.ltt = c.shares / total if total > 0 else 0.0
+            c.oltt = node.oltt * c.ltt
+            c.shr = c.shares * c.shares / max(c.usage, c.oltt) if c.oltt > 0 else 0.0
+        self._normalise(node, active)
+        cf = self.compensation_factor
+        if cf:
+            compensated = False
+            for c in active:
+                if c.ostt > cf * c.oltt:
+                    c.shr = c.shares * c.shares / (max(c.usage, c.oltt) * (c.ostt / (cf * c.oltt)))
+                    compensated = True
+            if compensated:
+                self._normalise(node, active)
+        for c in active:
+            self._targets(c)
+
+    @staticmethod
+    def _normalise(node: Node, active: list[Node]) -> None:
+        total = sum(c.shr for c in active)
+        for c in active:
+            c.stt = c.shr / total if total > 0 else 0.0
+            c.ostt = node.ostt * c.stt
+
+    # --- the pending order ---------------------------------------------------------------
+    def ranked(self) -> Iterator[tuple[float, int, Job]]:
+        """Every pending job, best first, as (-value, job id, job): value * tickets is its
+        share-tree tickets.  Lazy: call `compute` first, and read only as far as needed."""
+        root = self.root
+        if not root.jobs:  # Grid Engine starts below a root whose pending jobs are all under one child
+            under = [c for c in root.children.values() if c.pending]
+            if len(under) == 1:
+                root = under[0]
+        return self._ranked(root)
+
+    def _ranked(self, node: Node) -> Iterator[tuple[float, int, Job]]:
+        streams = [self._ranked(c) for c in node.children.values() if c.pending]
+        if node.jobs:  # its own jobs carry no value from below: after its children's, by id
+            streams.append((0.0, jid, job) for jid, job in node.jobs.items())
+        merged = streams[0] if len(streams) == 1 else heapq.merge(*streams)
+        stt, base = node.stt, node.running + node.finished
+        for k, (_, jid, job) in zip(_count(1), merged):
+            yield -stt / (base + k), jid, job

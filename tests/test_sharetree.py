@@ -1,0 +1,287 @@
+"""The share tree (policies/sharetree.py) against a plain reference, on hand-worked and random
+trees; Grid Engine's and the multifactor priority through a configured scheduler."""
+import random
+
+import pytest
+from helpers import job
+
+from hpcsched import config
+from hpcsched.core.errors import ConfigError
+from hpcsched.core.jobs import Job
+from hpcsched.policies.sharetree import ShareTree
+
+
+# --- the reference: every figure by the formulas, every job ranked with a full sort ---------
+def reference(nodes, cf, usage, running, finished, pending):
+    """nodes: id -> {shares, children}; usage/running/finished: leaf id -> number;
+    pending: leaf id -> [job ids].  Returns ({id: (oltt, stt, ostt)}, [(job id, value)])."""
+    def under(n, table):
+        return table.get(n, 0) + sum(under(c, table) for c in nodes[n].get("children", []))
+
+    def npending(n):
+        return len(pending.get(n, [])) + sum(npending(c) for c in nodes[n].get("children", []))
+
+    fig = {"Root": (1.0, 1.0, 1.0)}
+
+    def targets(n):
+        kids = [c for c in nodes[n].get("children", []) if under(c, running) or npending(c)]
+        if not kids:
+            return
+        oltt_p, _, ostt_p = fig[n]
+        total = sum(nodes[c]["shares"] for c in kids)  # (Grid Engine's guards: 0, not a division by 0)
+        oltt = {c: oltt_p * nodes[c]["shares"] / total if total else 0.0 for c in kids}
+        shr = {c: nodes[c]["shares"] ** 2 / max(under(c, usage), oltt[c]) if oltt[c] else 0.0 for c in kids}
+        stt = {c: shr[c] / sum(shr.values()) if sum(shr.values()) else 0.0 for c in kids}
+        if cf and any(ostt_p * stt[c] > cf * oltt[c] for c in kids):
+            for c in kids:
+                if ostt_p * stt[c] > cf * oltt[c]:
+                    shr[c] = nodes[c]["shares"] ** 2 / (max(under(c, usage), oltt[c]) * (ostt_p * stt[c] / (cf * oltt[c])))
+            stt = {c: shr[c] / sum(shr.values()) if sum(shr.values()) else 0.0 for c in kids}
+        for c in kids:
+            fig[c] = (oltt[c], stt[c], ostt_p * stt[c])
+            targets(c)
+
+    targets("Root")
+
+    def ranked(n):
+        rows = []
+        for c in nodes[n].get("children", []):
+            if npending(c):
+                rows += ranked(c)
+        rows += [(0.0, j) for j in pending.get(n, [])]
+        rows.sort(key=lambda r: (-r[0], r[1]))
+        base = under(n, running) + under(n, finished)
+        return [(fig[n][1] / (base + k), j) for k, (_, j) in enumerate(rows, 1)]
+
+    root = "Root"
+    if not pending.get("Root"):
+        busy = [c for c in nodes["Root"].get("children", []) if npending(c)]
+        if len(busy) == 1:
+            root = busy[0]
+    return fig, [(j, v) for v, j in ranked(root)]
+
+
+def build(nodes, cf, usage, running, finished, pending):
+    """The same situation in a ShareTree (leaves are users u-<id>, under groups and projects)."""
+    tree = ShareTree({k: {"shares": v["shares"], "children": v.get("children", [])} for k, v in nodes.items()}, cf)
+    keys = {}
+    for leaf in nodes:
+        path, n = [], leaf
+        while n != "Root":
+            path.append(n)
+            n = next(p for p, v in nodes.items() if n in v.get("children", []))
+        names = dict(zip(("group", "project", "user"), reversed(path)))
+        keys[leaf] = (names.get("user", ""), names.get("group", ""), names.get("project", ""))
+    for leaf, ids in pending.items():
+        for jid in ids:
+            tree.add(Job(id=jid), keys[leaf])
+    totals = {keys[n]: (usage.get(n, 0.0), finished.get(n, 0.0)) for n in nodes if n != "Root"}
+    tree.compute(totals, {keys[n]: r for n, r in running.items()})
+    return tree
+
+
+def hand_tree():
+    return {"Root": {"shares": 1, "children": ["A", "B"]},
+            "A": {"shares": 50, "children": ["a1"]}, "B": {"shares": 50, "children": ["b1"]},
+            "a1": {"shares": 1, "children": ["x"]}, "b1": {"shares": 1, "children": ["y"]},
+            "x": {"shares": 1}, "y": {"shares": 1}}
+
+
+def test_hand_worked_targets_and_tickets():
+    # A has used 300, B 100: shr A = 50^2/300, B = 50^2/100, so stt A = 0.25, B = 0.75.
+    # A runs one job; B finished one.  A's jobs 1, 2 get 0.25/2, 0.25/3; B's 3, 4 get
+    # 0.75/2, 0.75/3: merged 3, 4, 1, 2, which the root (R=1, F=1) gives 1/3, 1/4, 1/5, 1/6.
+    nodes = hand_tree()
+    args = (nodes, 2.0, {"x": 300.0, "y": 100.0}, {"x": 1}, {"y": 1.0}, {"x": [1, 2], "y": [3, 4]})
+    tree = build(*args)
+    a, b = tree.root.children[("group", "A")], tree.root.children[("group", "B")]
+    assert (a.oltt, a.stt, b.stt) == (0.5, 0.25, 0.75)
+    ranked = [(jid, -v) for v, jid, _ in tree.ranked()]
+    assert ranked == [(3, 1 / 3), (4, 1 / 4), (1, 1 / 5), (2, 1 / 6)]
+    assert reference(*args)[1] == ranked
+
+
+def test_compensation_holds_back_a_node_that_has_used_nothing():
+    # A has used nothing: shr A = 2500 / 0.5 = 5000 against B's 2500 / 1000 = 2.5, so
+    # ostt A = 0.9995 > CF * oltt = 1.5 * 0.5: shr A = 5000 / (0.9995 / 0.75) = 3751.9
+    nodes = hand_tree()
+    args = (nodes, 1.5, {"y": 1000.0}, {"y": 1}, {}, {"x": [1]})
+    tree = build(*args)
+    a = tree.root.children[("group", "A")]
+    assert a.stt == pytest.approx(3751.876 / (3751.876 + 2.5), rel=1e-6)
+    assert build(nodes, 0, {"y": 1000.0}, {"y": 1}, {}, {"x": [1]}).root.children[("group", "A")].stt \
+        == pytest.approx(5000 / 5002.5)
+    fig, _ = reference(*args)
+    assert fig["A"][1] == pytest.approx(a.stt, rel=1e-12)
+
+
+def random_tree(rng):
+    nodes, leaves = {"Root": {"shares": 1, "children": []}}, []
+    for g in range(rng.randint(1, 4)):
+        gid = f"g{g}"
+        nodes["Root"]["children"].append(gid)
+        nodes[gid] = {"shares": rng.choice([0, 1, 5, 40]), "children": []}
+        for p in range(rng.randint(0, 3)):
+            pid = f"{gid}p{p}"
+            nodes[gid]["children"].append(pid)
+            nodes[pid] = {"shares": rng.choice([1, 2, 10]), "children": []}
+            for u in range(rng.randint(0, 3)):
+                uid = f"{pid}u{u}"
+                nodes[pid]["children"].append(uid)
+                nodes[uid] = {"shares": rng.choice([1, 3])}
+                leaves.append(uid)
+            if not nodes[pid]["children"]:
+                leaves.append(pid)
+        if not nodes[gid]["children"]:
+            leaves.append(gid)
+    return nodes, leaves
+
+
+@pytest.mark.parametrize("seed", range(300))
+def test_random_trees_equal_the_reference(seed):
+    rng = random.Random(seed)
+    nodes, leaves = random_tree(rng)
+    usage = {n: rng.choice([0.0, 0.3, 5.0, 1000.0, 86400.0 * rng.random()]) for n in leaves}
+    running = {n: rng.choice([0, 0, 1, 3]) for n in leaves}
+    finished = {n: rng.choice([0.0, 0.5, 2.0]) for n in leaves}
+    pending, jid = {}, 1
+    for n in leaves:
+        for _ in range(rng.choice([0, 0, 1, 2, 5])):
+            pending.setdefault(n, []).append(jid)
+            jid += rng.randint(1, 3)
+    cf = rng.choice([0, 0, 1.0, 2.0, 5.0])
+    args = (nodes, cf, usage, running, finished, pending)
+    tree = build(*args)
+    fig, ranked = reference(*args)
+    got = [(jid, -v) for v, jid, _ in tree.ranked()]
+    assert [j for j, _ in got] == [j for j, _ in ranked]
+    assert [v for _, v in got] == pytest.approx([v for _, v in ranked], rel=1e-9)
+    for node in tree.root.walk():
+        if node.parent is not None and (node.running or node.pending):
+            oltt, stt, ostt = fig[node.name]
+            assert (node.oltt, node.stt, node.ostt) == pytest.approx((oltt, stt, ostt), rel=1e-9)
+
+
+# --- configuration -------------------------------------------------------------------------
+SITE = """
+default_queue = "batch"
+[[nodes]]
+names = "n[01-04]"
+cores = 1
+[queues.batch]
+[priority]
+policy = "gridengine"
+[usage]
+metric = "slots"
+half_life = "10:00:00"
+[sharetree]
+compensation_factor = 2
+[sharetree.nodes.Root]
+children = ["big", "small"]
+[sharetree.nodes.big]
+shares = 90
+children = ["big/default"]
+[sharetree.nodes."big/default"]
+kind = "user"
+shares = 1
+[sharetree.nodes.small]
+shares = 10
+children = ["small/default"]
+[sharetree.nodes."small/default"]
+kind = "user"
+shares = 1
+"""
+
+
+def site(extra=""):
+    return config.build(config.loads(SITE + extra))
+
+
+@pytest.mark.parametrize("change,message", [
+    ('[sharetree.nodes.loop]\nchildren = ["loop2"]\n[sharetree.nodes.loop2]\nchildren = ["loop"]\n', "cycle"),
+    ('[sharetree.nodes.neg]\nshares = -1\n', "shares: must be a non-negative number"),
+    ('[sharetree.nodes.orphan]\nshares = 1\n', "not under Root"),
+    ('[sharetree.nodes.odd]\nkind = "queue"\n', "is not group, project or user"),
+])
+def test_bad_share_trees_are_one_line(change, message):
+    with pytest.raises(ConfigError, match=message):
+        site(change)
+
+
+def test_a_second_parent_and_a_missing_root_are_refused():
+    text = SITE.replace('children = ["small/default"]', 'children = ["small/default", "big/default"]')
+    with pytest.raises(ConfigError, match="already a child of big"):
+        config.build(config.loads(text))
+    with pytest.raises(ConfigError, match="needs a Root"):
+        config.build(config.loads(SITE.replace("sharetree.nodes.Root", "sharetree.nodes.Top")))
+    with pytest.raises(ConfigError, match="usage.metric"):
+        site().__class__  # (the site itself builds)
+        config.build(config.loads(SITE.replace('metric = "slots"', 'metric = "wall"')))
+    with pytest.raises(ConfigError, match="does not use a share tree"):
+        config.build(config.loads(SITE.replace('policy = "gridengine"', 'policy = "fifo"')))
+
+
+def test_gridengine_gives_a_starved_group_its_share():
+    s = site()
+    for k in range(8):  # the big group fills the machine twice over first
+        s.submit(job(1, 1000, owner=f"b{k % 2}", group="big"), 0)
+    s.iterate(0)
+    assert {j.owner for j in s.running()} == {"b0", "b1"}
+    for k in range(3):
+        s.submit(job(1, 1000, owner="s0", group="small"), 10)
+    s.iterate(500)
+    done = [j for j in s.running()]
+    for j in done:
+        s.job_ended(j.id, 1000, 0)
+    s.iterate(1000)
+    # small has used nothing: its jobs come first although submitted after big's
+    assert sorted(j.owner for j in s.running()) == ["b0", "s0", "s0", "s0"]
+
+
+def test_posix_priority_outweighs_tickets_and_the_full_path_agrees_with_the_lazy_one():
+    s = site()
+    for k in range(6):
+        s.submit(job(1, 1000, owner="s0", group="small"), 0)
+    s.submit(job(1, 1000, owner="b0", group="big"), 0)
+    ctx = s.context(10)
+    lazy = [j.id for j in s.policy.ordered(ctx)]
+    full = sorted(s.policy.explain(ctx).items(), key=lambda kv: -kv[1]["priority"])
+    assert lazy == [jid for jid, _ in full]
+    s.alter(3, 10, priority=100)  # -p 100: first, whatever its tickets
+    order = [j.id for j in s.policy.ordered(s.context(10))]
+    assert order[0] == 3 and sorted(order) == list(range(1, 8))
+
+
+def test_multifactor_by_hand():
+    text = SITE.replace('policy = "gridengine"', 'policy = "multifactor"\nweight_age = 0\nweight_queue = 0')
+    s = config.build(config.loads(text))
+    a = s.submit(job(1, 100, owner="b0", group="big"), 0)
+    s.usage.charge(("b0", "big", ""), 300.0, 0)
+    s.usage.charge(("s0", "small", ""), 100.0, 0)
+    d = s.policy.describe(a, s.context(0))
+    # b0 has used 3/4 of all; its share is 90/100 of the machine (its copy of big's default)
+    assert d["fairshare"] == pytest.approx(2 ** (-0.75 / 0.9))
+    assert d["user"] == pytest.approx(1024 / 2047) and d["priority"] == pytest.approx(10000 * d["fairshare"])
+
+
+def test_fifo_ranks_by_queue_priority_then_p_unless_the_site_says_not():
+    text = """
+default_queue = "low"
+[[nodes]]
+names = "n01"
+[queues.low]
+[queues.high]
+priority = 10
+"""
+    for ranked in (True, False):
+        s = config.build(config.loads(text + ("" if ranked else "[priority]\nqueue_priority = false\n"
+                                                               "job_priority = false\n")))
+        s.submit(job(1, 100), 0)
+        s.submit(job(1, 100, priority=5), 0)
+        s.submit(job(1, 100, queue="high"), 0)
+        s.iterate(0)
+        first = s.running()[0].id
+        assert first == (3 if ranked else 1)
+        s.job_ended(first, 100, 0)
+        s.iterate(100)
+        assert s.running()[0].id == (2 if ranked else 2)

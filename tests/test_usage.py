@@ -1,0 +1,95 @@
+"""Decayed, windowed usage (core/usage.py) against a plain model that keeps every charge."""
+import json
+import random
+
+import pytest
+
+from hpcsched.core.errors import InvalidRequest
+from hpcsched.core.usage import BUCKETS, Usage
+
+
+class Reference:
+    """Every charge kept as (time, amount, finished); read by the module's own definition."""
+
+    def __init__(self, half_life, window):
+        self.half_life, self.window, self.charges = half_life, window, []
+        self.width = window / BUCKETS if window else 0
+
+    def value(self, t):
+        u = f = 0.0
+        for c, amount, fin in self.charges:
+            if self.width and c // self.width < (t - self.window) // self.width:
+                continue  # its bucket's end is a window old
+            d = 2.0 ** (-(t - c) / self.half_life) if self.half_life else 1.0
+            u += amount * d
+            f += fin * d
+        return u, f
+
+
+def replay(half_life, window, rng, restore_at=None):
+    """Random starts, ends and passes on one record; returns (usage, reference, times)."""
+    usage, ref = Usage("slots", half_life, window), Reference(half_life, window)
+    key, t, running, last = ("u", "g", "p"), 0.0, [], 0.0
+    checks = []
+    for step in range(300):
+        t += rng.choice([0.5, 7.0, 60.0, 900.0, 3600.0, 86400.0 / 3])
+        # the reference: the running jobs' rate charged over [last, t] at t
+        rate = sum(running)
+        if rate and t > last:
+            ref.charges.append((t, rate * (t - last), 0.0))
+        last = t
+        what = rng.random()
+        if what < 0.35 or not running:
+            r = rng.choice([1, 2, 8, 48])
+            usage.started(key, r, t)
+            running.append(r)
+        elif what < 0.7:
+            r = running.pop(rng.randrange(len(running)))
+            usage.ended(key, r, t)
+            ref.charges.append((t, 0.0, 1.0))
+        else:
+            usage.accrue(t)
+        if restore_at == step:
+            state = json.loads(json.dumps(usage.to_dict()))
+            usage = Usage("slots", half_life, window)
+            usage.restore(state, [(key, r) for r in running])
+        checks.append((t, usage.value(usage.record(key), t), ref.value(t)))
+    return checks
+
+
+@pytest.mark.parametrize("half_life,window", [(0, 0), (3600.0, 0), (0, 86400.0), (7200.0, 15 * 86400.0),
+                                              (2160 * 3600.0, 90 * 86400.0), (60.0, 0)])
+def test_usage_equals_the_reference_that_keeps_every_charge(half_life, window):
+    rng = random.Random(f"{half_life}/{window}")
+    for t, (u, f), (ru, rf) in replay(half_life, window, rng):
+        assert u == pytest.approx(ru, rel=1e-9, abs=1e-6) and f == pytest.approx(rf, rel=1e-9, abs=1e-9), t
+
+
+def test_a_restored_usage_reads_exactly_as_the_one_that_went_on():
+    for seed in range(5):
+        a = replay(3600.0, 86400.0, random.Random(seed))
+        b = replay(3600.0, 86400.0, random.Random(seed), restore_at=150)
+        assert a == b  # bit for bit
+
+
+def test_half_life_halves_and_the_window_forgets():
+    u = Usage("nodes", half_life=10.0)
+    u.charge(("a", "", ""), 100.0, 0.0)
+    assert u.by("user", 10.0) == {"a": 50.0} and u.by("user", 20.0) == {"a": 25.0}
+    w = Usage("nodes", window=640.0)  # buckets of 10 s
+    w.charge(("a", "", ""), 100.0, 5.0)
+    assert w.by("user", 644.0) == {"a": 100.0}  # its bucket [0, 10) ends 640 before 650
+    assert w.by("user", 650.0) == {"a": 0.0}
+
+
+def test_a_long_decay_moves_the_epoch_without_changing_values():
+    u = Usage("nodes", half_life=1.0)
+    u.charge(("a", "", ""), 1.0, 0.0)
+    u.charge(("a", "", ""), 1.0, 600.0)  # past 512 half-lives: the epoch moves
+    assert u.epoch == 600.0 and u.by("user", 601.0)["a"] == pytest.approx(0.5)
+
+
+def test_bad_settings_are_refused():
+    for args in [("wall",), ("nodes", -1.0), ("nodes", 0.0, float("inf"))]:
+        with pytest.raises(InvalidRequest):
+            Usage(*args)
