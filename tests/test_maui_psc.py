@@ -110,3 +110,23 @@ def test_pbsyod_runs_over_the_jobs_node_ids(busy):
     env["PBS_JOBID"] = "2"
     p = subprocess.run([os.path.join(ROOT, "bin", "pbsyod"), "true"], capture_output=True, text=True, env=env)
     assert p.returncode == 153 and "is not running" in p.stderr
+
+
+def test_mdiag_f_shows_usage_and_the_share_tree(rig):
+    home = rig / "home"
+    text = (home / "config.toml").read_text().replace('policy = "fifo"', 'policy = "gridengine"')
+    text += ('\n[usage]\nmetric = "slots"\n[sharetree]\ncompensation_factor = 2\nlevels = ["user"]\n'
+             '[sharetree.nodes.Root]\nchildren = ["all"]\n[sharetree.nodes.all]\nname = "default"\nshares = 10\n')
+    (home / "config.toml").write_text(text)
+    submit("-N", "big", "-l", "nodes=4:ppn=4,walltime=01:00:00")
+    submit("-N", "small", "-l", "nodes=1,walltime=00:30:00")
+    server_pass(time.time())
+    status, out = run("mdiag", "-f", later=3600.0)
+    assert status == 0 and out.startswith("fair share (usage: core-hours")
+    users = out.split("User")[1].splitlines()
+    assert users[1].split()[0] == "alice" and 15.9 < float(users[1].split()[1]) <= 16.1  # 16 cores for an hour
+    row = next(l for l in out.splitlines() if l.startswith("/alice"))
+    assert row.split()[1:3] == ["10", users[1].split()[1]] and row.split()[-2:] == ["1", "1"]
+    status, out = run("mdiag", "-p")
+    assert status == 0 and "tickets" in out and "posix_priority" in out
+    assert run("mdiag", "-p", "-f")[0] == 2

@@ -8,6 +8,7 @@ from helpers import job
 from hpcsched import config
 from hpcsched.core.errors import ConfigError
 from hpcsched.core.jobs import Job
+from hpcsched.core.usage import Usage
 from hpcsched.policies.sharetree import ShareTree
 
 
@@ -75,8 +76,13 @@ def build(nodes, cf, usage, running, finished, pending):
     for leaf, ids in pending.items():
         for jid in ids:
             tree.add(Job(id=jid), keys[leaf])
-    totals = {keys[n]: (usage.get(n, 0.0), finished.get(n, 0.0)) for n in nodes if n != "Root"}
-    tree.compute(totals, {keys[n]: r for n, r in running.items()})
+    ledger = Usage("nodes")  # each leaf's usage and finished jobs, as charged at 0; its running jobs
+    for n in nodes:
+        if n != "Root" and (usage.get(n) or finished.get(n) or running.get(n)):
+            rec = ledger.record(keys[n])
+            rec.buckets[0] = [usage.get(n, 0.0), finished.get(n, 0.0)]
+            rec.running = running.get(n, 0)
+    tree.compute(ledger, 0.0)
     return tree
 
 

@@ -42,6 +42,7 @@ class Record:
     rate: float = 0.0  # per second, summed over its running jobs
     running: int = 0  # jobs running
     since: float = 0.0  # the rate is charged up to here
+    sums: tuple[float, float] | None = None  # the buckets' sums, until a bucket changes
 
 
 class Usage:
@@ -71,6 +72,7 @@ class Usage:
         if self.half_life and (t - self.epoch) / self.half_life > _REBASE:
             self._rebase(t)
         s = self._scale(t)
+        rec.sums = None
         b = rec.buckets.get(self._bucket(t))
         if b is None:
             rec.buckets[self._bucket(t)] = [amount * s, finished * s]
@@ -83,6 +85,7 @@ class Usage:
         """Move the epoch to `t`: every bucket scaled down alike (reading gives the same)."""
         f = 2.0 ** (-(t - self.epoch) / self.half_life)
         for rec in self.records.values():
+            rec.sums = None
             for b in rec.buckets.values():
                 b[0] *= f
                 b[1] *= f
@@ -130,26 +133,30 @@ class Usage:
         for key, rec in self.records.items():
             if match(key):
                 rec.buckets.clear()
+                rec.sums = None
                 rec.since = max(rec.since, float(t))
                 n += 1
         self.version += 1
         return n
 
     # --- reading -------------------------------------------------------------------------
-    def _live(self, rec: Record, t: float) -> list[list[float]]:
-        """The buckets still inside the window at `t` (dropping those that left it)."""
-        if self.width:
+    def _sums(self, rec: Record, t: float) -> tuple[float, float]:
+        """The sums of the buckets still inside the window at `t` (dropping those that left
+        it): worked out again only when a bucket came, went or changed."""
+        if self.width and rec.buckets:
             first = self._bucket(t - self.window)  # a bucket counts until its end is a window old
-            if any(k < first for k in rec.buckets):
+            if next(iter(rec.buckets)) < first:  # (buckets are made in time order)
                 for k in [k for k in rec.buckets if k < first]:
                     del rec.buckets[k]
-        return list(rec.buckets.values())
+                rec.sums = None
+        if rec.sums is None:
+            live = rec.buckets.values()
+            rec.sums = (sum(b[0] for b in live), sum(b[1] for b in live))
+        return rec.sums
 
     def value(self, rec: Record, t: float) -> tuple[float, float]:
         """(usage, finished jobs) of `rec` at `t`, decayed, its running jobs charged up to `t`."""
-        live = self._live(rec, t)
-        u = sum(b[0] for b in live)
-        f = sum(b[1] for b in live)
+        u, f = self._sums(rec, t)
         d = 2.0 ** (-(t - self.epoch) / self.half_life) if self.half_life else 1.0
         pending = rec.rate * (t - rec.since) if rec.running and t > rec.since else 0.0
         return u * d + pending, f * d

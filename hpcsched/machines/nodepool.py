@@ -61,6 +61,7 @@ class NodePool(Topology):
             self.width.append(w)
             self.unit_node.extend([i] * w)
         self.node_count = len(nodes)
+        self._widest = max(n.cores for n in nodes)  # cores of the widest node (a core count's nodes)
         self.exclusive = not any(n.shared for n in nodes)
         self.by_nid = {n.nid: i for i, n in enumerate(nodes)}
         self.names = [n.name for n in nodes]
@@ -166,13 +167,13 @@ class NodePool(Topology):
     def need(self, request: Request) -> int:
         if self.exclusive:
             if request.cores:
-                return math.ceil(request.cores / max(n.cores for n in self.nodes))
+                return math.ceil(request.cores / self._widest)
             return request.nodes
         return min(request.nodes, request.processors) if not request.cores else 1
 
     def size(self, request: Request) -> int:
         if request.cores:
-            return math.ceil(request.cores / max(n.cores for n in self.nodes))
+            return math.ceil(request.cores / self._widest)
         return request.nodes
 
     def occupies(self, request: Request) -> int:
@@ -225,15 +226,27 @@ class NodePool(Topology):
                                   (tuple(range(request.ppn)),) * request.nodes)
         return None
 
+    def _in_tiers(self, tiers: list[int]):
+        """The nodes with free units, best tier first (a node in the first tier holding any
+        of its units), then in order: read lazily, jumping from one free unit to the next
+        node's, so that a choice that stops early does not pay for every free unit."""
+        seen: set[int] = set()
+        unit_node, offset, width = self.unit_node, self.offset, self.width
+        for t in tiers:
+            while t:
+                i = unit_node[(t & -t).bit_length() - 1]
+                end = offset[i] + width[i]
+                t = t >> end << end  # past node i
+                if i not in seen:
+                    seen.add(i)
+                    yield i
+
     def _choose_general(self, request: Request, tiers: list[int]) -> Allocation | None:
         """Shared nodes or core counts: walk nodes best tier first, then in order."""
         free = 0
-        rank: dict[int, int] = {}  # node -> best tier holding any of its free units
-        for r, t in enumerate(tiers):
+        for t in tiers:
             free |= t
-            for u in set_bits(t):
-                rank.setdefault(self.unit_node[u], r)
-        order = sorted(rank, key=lambda i: (rank[i], i))
+        order = self._in_tiers(tiers)
         picked_nodes: list[int] = []
         picked_units: list[int] = []
         picked_cores: list[tuple[int, ...]] = []
@@ -245,8 +258,7 @@ class NodePool(Topology):
             # packed: one node that holds it all if there is one, else fill nodes in order
             whole = next((i for i in order if (free & self.node_units(i)).bit_count() * (
                 1 if self.nodes[i].shared else self.nodes[i].cores) >= remaining), None)
-            if whole is not None:
-                order = [whole]
+            order = [whole] if whole is not None else self._in_tiers(tiers)
             for i in order:
                 if remaining <= 0:
                     break

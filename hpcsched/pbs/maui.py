@@ -1,4 +1,4 @@
-"""Maui/Moab-style commands: showq, checkjob, showres, showbf, setres, releaseres, mdiag -p.
+"""Maui/Moab-style commands: showq, checkjob, showres, showbf, setres, releaseres, mdiag -p/-f.
 
 They show the core's own decisions: a read-only command runs the scheduling pass on the
 loaded state in memory (nothing is saved), so reasons and estimated starts are exactly
@@ -206,11 +206,13 @@ def showbf(opts: list[tuple[str, str]], operands: list[str], out, now: float) ->
 
 
 def mdiag(opts: list[tuple[str, str]], operands: list[str], out, now: float) -> int:
-    if not opts or operands:
-        raise UsageError("give -p")
+    if len(opts) != 1 or operands:
+        raise UsageError("give -p or -f")
     site, batch = load()
     sched = batch.sched
     ctx = sched.context(now)
+    if opts[0][0] == "f":
+        return _fairshare(sched, ctx, out)
     jobs = sorted((j for j in sched.jobs.values() if j.state == QUEUED), key=lambda j: j.id)
     factors = {j.id: sched.policy.describe(j, ctx) for j in jobs}
     names = list(next(iter(factors.values()), {}))
@@ -223,6 +225,36 @@ def mdiag(opts: list[tuple[str, str]], operands: list[str], out, now: float) -> 
         cells = [f"{100.0 * factors[j.id][n] / top[n]:.1f}({factors[j.id][n]:.4g})" for n in names]
         w(f"{j.id:<12} " + " ".join(f"{c:>24}" for c in cells) + "\n")
     w(f"\nTotal jobs: {len(jobs)}   (each cell: percent of the column's largest (raw value))\n")
+    return 0
+
+
+def _fairshare(sched, ctx, out) -> int:
+    """mdiag -f: the decayed usage per user, group and project, and the share tree's nodes
+    with their shares, usage, targets and jobs (as this moment's pass would see them)."""
+    w, u = out.write, sched.usage
+    hours = 3600.0
+    unit = {"slots": "core-hours", "nodes": "node-hours", "cpu": "CPU-hours"}[u.metric]
+    w(f"fair share (usage: {unit}, half-life {u.half_life / hours:g} h, "
+      f"window {u.window / hours:g} h{' (none)' if not u.window else ''})\n")
+    for kind in ("user", "group", "project"):
+        table = u.by(kind, ctx.now)
+        w(f"\n{kind.capitalize():<16} {'usage':>14}\n")
+        for name, v in sorted(table.items(), key=lambda kv: (-kv[1], kv[0])):
+            w(f"{name or '-':<16} {v / hours:>14.2f}\n")
+    tree = getattr(sched.policy, "tree", None)
+    if tree is None or not (tree.root.children or tree.root.templates):
+        return 0
+    tree.compute(u, ctx.now)
+    w(f"\nshare tree (compensation factor {tree.compensation_factor:g})\n")
+    w(f"{'Node':<32} {'shares':>7} {'usage':>12} {'ltt':>7} {'oltt':>7} {'stt':>7} {'ostt':>7} "
+      f"{'run':>5} {'pend':>6}\n")
+    for node in tree.root.walk():
+        if node.parent is None:
+            continue
+        active = node.running or node.pending
+        cells = [f"{x:.4f}" if active else "-" for x in (node.ltt, node.oltt, node.stt, node.ostt)]
+        w(f"{node.path:<32} {node.shares:>7g} {node.usage / hours:>12.2f} " + " ".join(f"{c:>7}" for c in cells)
+          + f" {node.running:>5} {node.pending:>6}\n")
     return 0
 
 
@@ -330,4 +362,4 @@ SETRES = Command("setres", "n:s:d:p:u:g:a:A:q:L", "usage: setres [-n name] [-s s
                  "[-u users] [-g groups] [-a accounts] [-A charge_account] [-q queue] [-L] hostlist|count=N", setres,
                  changes=True)
 RELEASERES = Command("releaseres", "", "usage: releaseres NAME ...", releaseres, changes=True)
-MDIAG = Command("mdiag", "p", "usage: mdiag -p", mdiag)
+MDIAG = Command("mdiag", "pf", "usage: mdiag -p | -f", mdiag)

@@ -10,9 +10,9 @@ here, so no deadline term).  Tickets come from the share tree (sharetree.py), sh
 of them handed out.  Defaults are Grid Engine's installed ones (algorithms.md section 5).
 
 Jobs of equal priority keep the share tree's order.  When every runnable job has the same
-POSIX priority and slots and waiting time weighs nothing, the priority falls as the
-tickets do, so the order is the share tree's own, read lazily; otherwise every job's
-priority is worked out and sorted.
+POSIX priority and (if urgency weighs) slots, and waiting time weighs nothing, the priority
+falls as the tickets do, so the order is the share tree's own, read lazily; otherwise
+every job's priority is worked out and sorted.
 """
 from __future__ import annotations
 
@@ -44,7 +44,8 @@ class GridEngine(Policy):
     weighs_job_priority = True  # -p is the POSIX priority factor
 
     def __post_init__(self):
-        self._classes: Counter = Counter()  # (posix priority, slots) of the runnable jobs
+        self._classes: Counter = Counter()  # (posix priority, slots if they weigh) of the runnable jobs
+        self._slots_weigh = bool(self.weight_urgency and self.slots_urgency)
         self._order: list[Job] = []  # (the full path's, kept for describe)
         self._explained: tuple | None = None
         if self.tree is None:
@@ -52,25 +53,26 @@ class GridEngine(Policy):
 
     def enqueue(self, job: Job, key) -> None:
         self.tree.add(job, key)
-        self._classes[(job.priority, job.request.processors)] += 1
+        self._classes[self._class(job)] += 1
 
     def dequeue(self, job: Job) -> None:
         self.tree.remove(job)
-        c = (job.priority, job.request.processors)
+        c = self._class(job)
         self._classes[c] -= 1
         if not self._classes[c]:
             del self._classes[c]
 
+    def _class(self, job: Job) -> tuple[int, int]:
+        return job.priority, job.request.processors if self._slots_weigh else 0
+
     def _compute(self, ctx: Context) -> None:
-        u = ctx.usage
-        self.tree.compute(u.totals(ctx.now), {k: r.running for k, r in u.records.items() if r.running})
+        self.tree.compute(ctx.usage, ctx.now)
 
     def ordered(self, ctx: Context) -> Iterable[Job]:
         self._compute(ctx)
-        ranked = self.tree.ranked()
-        if len(self._classes) <= 1 and not self.weight_waiting_time:
-            return (job for _, _, job in ranked)
-        return [job for _, job in sorted(self._priorities(ranked, ctx), key=lambda p: -p[0][0])]
+        if len(self._classes) <= 1 and not (self.weight_waiting_time and self.weight_urgency):  # the tree's order
+            return (job for _, _, job in self.tree.ranked(values=False))
+        return [job for _, job in sorted(self._priorities(self.tree.ranked(), ctx), key=lambda p: -p[0][0])]
 
     def _priorities(self, ranked: Iterator, ctx: Context) -> list[tuple[tuple, Job]]:
         """Every runnable job's (priority, tickets, urgency, posix), in the share tree's order."""

@@ -33,7 +33,7 @@ from typing import Iterator
 
 from ..core.errors import ConfigError
 from ..core.jobs import Job
-from ..core.usage import Key
+from ..core.usage import Key, Usage
 
 LEVELS = ("group", "project", "user")
 _ATTR = {"user": 0, "group": 1, "project": 2}  # kind -> index in a usage key (user, group, project)
@@ -42,19 +42,22 @@ _ATTR = {"user": 0, "group": 1, "project": 2}  # kind -> index in a usage key (u
 class Node:
     """One node of the tree (a default's copy is a node of its own), with this pass's figures."""
 
-    __slots__ = ("name", "kind", "shares", "children", "templates", "parent", "jobs",
-                 "usage", "finished", "running", "pending", "ltt", "oltt", "shr", "stt", "ostt")
+    __slots__ = ("name", "kind", "shares", "children", "templates", "parent", "jobs", "keys", "pending",
+                 "usage", "finished", "running", "ltt", "oltt", "shr", "stt", "ostt")
 
     def __init__(self, name: str, kind: str, shares: float, parent: "Node | None" = None):
         self.name, self.kind, self.shares, self.parent = name, kind, shares, parent
         self.children: dict[tuple[str, str], Node] = {}  # (kind, name) -> child
         self.templates: dict[str, dict] = {}  # kind -> the `default` child's config, copied per name
         self.jobs: dict[int, Job] = {}  # pending jobs ranked at this node, by job id
+        self.keys: list[Key] = []  # the usage keys whose jobs are ranked here
+        self.pending = 0  # pending jobs under it (kept as they come and go)
         self.clear()
 
     def clear(self) -> None:
+        """Forget the last pass's figures."""
         self.usage = self.finished = 0.0
-        self.running = self.pending = 0
+        self.running = 0
         self.ltt = self.oltt = self.shr = self.stt = self.ostt = 0.0
 
     @property
@@ -83,6 +86,10 @@ class ShareTree:
         self._where: dict[Key, Node] = {}  # usage key -> the node its jobs are ranked at
         self._of: dict[int, Node] = {}  # pending job id -> its node
         self._unsorted: set[Node] = set()  # nodes whose jobs came out of id order
+        self._touched: set[Node] = set()  # nodes the last pass gave figures (cleared by the next)
+        self._resolved = 0  # usage records whose keys have been given a node
+        self._usage: Usage | None = None
+        self._t = 0.0
 
     @classmethod
     def from_config(cls, d: dict) -> "ShareTree":
@@ -174,6 +181,7 @@ class ShareTree:
                 break
             node = nxt
         self._where[key] = node
+        node.keys.append(key)
         return node
 
     def add(self, job: Job, key: Key) -> None:
@@ -183,43 +191,74 @@ class ShareTree:
             self._unsorted.add(node)
         node.jobs[job.id] = job
         self._of[job.id] = node
+        while node is not None:
+            node.pending += 1
+            node = node.parent
 
     def remove(self, job: Job) -> None:
         node = self._of.pop(job.id, None)
         if node is not None:
-            node.jobs.pop(job.id, None)
+            del node.jobs[job.id]
+            while node is not None:
+                node.pending -= 1
+                node = node.parent
 
     # --- each pass -----------------------------------------------------------------------
-    def compute(self, totals: dict[Key, tuple[float, float]], running: dict[Key, int]) -> None:
-        """This pass's usage, counts and targets on every node, from the usage records'
-        (usage, finished jobs) and their running jobs."""
-        for node in self.root.walk():
+    def compute(self, usage: Usage, t: float) -> None:
+        """This pass's usage, counts and targets on the active nodes (and the usage of
+        everything under them), from the usage records at `t`.  A pass costs the active
+        part of the tree, not the whole."""
+        for node in self._touched:
             node.clear()
-        for key, (u, f) in totals.items():
-            node = self.node_of(key)
-            r = running.get(key, 0)
-            while node is not None:
-                node.usage += u
-                node.finished += f
-                node.running += r
-                node = node.parent
         for node in self._unsorted:
             node.jobs = dict(sorted(node.jobs.items()))
         self._unsorted.clear()
-        self._count(self.root)
         root = self.root
+        active = {root}
+        for key, rec in usage.records.items():
+            if rec.running:
+                node = self.node_of(key)
+                while node is not None:
+                    node.running += rec.running
+                    active.add(node)
+                    node = node.parent
+        for node in set(self._of.values()):
+            while node is not None and node not in active:
+                active.add(node)
+                node = node.parent
+        self._touched = active
         root.ltt = root.oltt = root.stt = root.ostt = 1.0
-        self._targets(root)
+        if len(usage.records) != self._resolved:  # new records: their usage counts on their nodes
+            for key in usage.records:
+                if key not in self._where:
+                    self.node_of(key)
+            self._resolved = len(usage.records)
+        self._usage, self._t = usage, t
+        self._targets(root, usage, t)
 
-    def _count(self, node: Node) -> int:
-        node.pending = len(node.jobs) + sum(self._count(c) for c in node.children.values())
-        return node.pending
+    def _subtree_usage(self, node: Node, usage: Usage, t: float) -> None:
+        """A node's usage and finished jobs: its own keys' and its children's, all of them."""
+        u = f = 0.0
+        for key in node.keys:
+            rec = usage.records.get(key)
+            if rec is not None:
+                ru, rf = usage.value(rec, t)
+                u, f = u + ru, f + rf
+        for child in node.children.values():
+            self._subtree_usage(child, usage, t)
+            u, f = u + child.usage, f + child.finished
+        node.usage, node.finished = u, f
+        self._touched.add(node)
 
-    def _targets(self, node: Node) -> None:
+    def _targets(self, node: Node, usage: Usage, t: float) -> None:
         """Grid Engine's sge_calc_node_targets on `node`'s active children, then theirs."""
-        active = [c for c in node.children.values() if c.running or c.pending]
+        active = sorted((c for c in node.children.values() if c.running or c.pending),
+                        key=lambda c: (c.kind, c.name))  # (one order, however the copies were made)
         if not active:
             return
+        if node.parent is None:  # the root's children's usage, and everything under them
+            for c in active:
+                self._subtree_usage(c, usage, t)
         total = sum(c.shares for c in active)
         for c in active:
             c.ltt = c.shares / total if total > 0 else 0.0
@@ -236,7 +275,7 @@ class ShareTree:
             if compensated:
                 self._normalise(node, active)
         for c in active:
-            self._targets(c)
+            self._targets(c, usage, t)
 
     @staticmethod
     def _normalise(node: Node, active: list[Node]) -> None:
@@ -246,14 +285,22 @@ class ShareTree:
             c.ostt = node.ostt * c.stt
 
     # --- the pending order ---------------------------------------------------------------
-    def ranked(self) -> Iterator[tuple[float, int, Job]]:
+    def ranked(self, values: bool = True) -> Iterator[tuple[float, int, Job]]:
         """Every pending job, best first, as (-value, job id, job): value * tickets is its
-        share-tree tickets.  Lazy: call `compute` first, and read only as far as needed."""
+        share-tree tickets.  Lazy: call `compute` first, and read only as far as needed.
+        With `values` False only the order is right: the root's figures, which every job
+        shares and which take a sum over every record, are left out."""
         root = self.root
         if not root.jobs:  # Grid Engine starts below a root whose pending jobs are all under one child
             under = [c for c in root.children.values() if c.pending]
             if len(under) == 1:
                 root = under[0]
+        if root is self.root and values:  # the root's usage: everyone's
+            usage, t = self._usage, self._t
+            root.usage = root.finished = 0.0
+            for rec in usage.records.values():
+                u, f = usage.value(rec, t)
+                root.usage, root.finished = root.usage + u, root.finished + f
         return self._ranked(root)
 
     def _ranked(self, node: Node) -> Iterator[tuple[float, int, Job]]:
