@@ -4,7 +4,8 @@
 
 A machine of 816 shared nodes x 43 cores (35,088 cores), the gridengine policy over a
 share tree of 30 groups x 20 users (shares 1 to 30 per group), run time x slots decayed
-by a 90-day half-life, every user with some usage already.  For each queue length Q:
+by a 90-day half-life, every user with some usage already; two quota sets: 1,500 slots
+per group and 200 running jobs per user (so the pass passes over jobs a quota holds).  For each queue length Q:
 Q single-core jobs of 1 to 24 hours are submitted round-robin over the 600 users; then
 
     first  the first pass (it starts 35,088 jobs and reserves for the next)
@@ -38,7 +39,9 @@ def site() -> dict:
             "queues": {"long": {}}, "default_queue": "long",
             "priority": {"policy": "gridengine"},
             "usage": {"metric": "slots", "half_life": 2160 * 3600.0, "window": 90 * 86400.0},
-            "sharetree": {"compensation_factor": 2, "levels": ["group", "user"], "nodes": nodes}}
+            "sharetree": {"compensation_factor": 2, "levels": ["group", "user"], "nodes": nodes},
+            "quotas": [{"name": "groups", "rules": [{"groups": "{*}", "limit": {"slots": 1500}}]},
+                       {"name": "users", "rules": [{"users": "{*}", "limit": {"jobs": 200}}]}]}
 
 
 def case(queued: int) -> tuple[float, float, float, int, int]:

@@ -326,6 +326,40 @@ def cmd_nodes(args) -> int:
     return 0
 
 
+def cmd_usage(args) -> int:
+    """Decayed usage per user, group and project (hours of the site's metric), as mdiag -f
+    shows it; operators reset it (--reset) or set it (--set HOURS) for a name or for all."""
+    from .pbs.common import command_line
+    from .store.journaled import Batch
+    from .store.site import load_site, whoami
+    command_line()
+    change = args.reset or args.set is not None
+    try:
+        site = load_site()
+        if change and not site.is_operator(whoami()):
+            print(f"hpcsched usage: user {whoami()} may not change usage", file=sys.stderr)
+            return 159
+        if args.set is not None and (not args.name or not 0 <= args.set < float("inf")):
+            print("hpcsched usage: --set needs a name and a non-negative number of hours", file=sys.stderr)
+            return 2
+        batch = Batch.of(site)
+        with batch.open(write=change):
+            now = time.time()
+            if change:
+                amount = None if args.set is None else args.set * 3600.0
+                n = batch.do("usage", now, kind=args.kind, name=args.name, amount=amount)
+                print(f"{'set' if amount is not None else 'reset'} {args.kind} {args.name or '(all)'} "
+                      f"({n} usage records)")
+            table = batch.sched.usage.by(args.kind, now)
+            for name, v in sorted(table.items(), key=lambda kv: (-kv[1], kv[0])):
+                if args.name in (None, name):
+                    print(f"{name or '-':<20} {v / 3600.0:>14.2f}")
+    except (SchedulerError, OSError) as e:
+        print(f"hpcsched usage: {e}", file=sys.stderr)
+        return 1
+    return 0
+
+
 def cmd_demo(args) -> int:
     if args.library or args.machine:
         from .demo import run
@@ -365,6 +399,12 @@ def main(argv=None) -> int:
     n.add_argument("--set", choices=["up", "offline", "down"], help="the state to give the named nodes")
     n.add_argument("--clear-bad", action="store_true", help="clear the bad-node list")
     n.set_defaults(func=cmd_nodes)
+    u = sub.add_parser("usage", help="decayed usage per user, group or project; reset or set it (operators)")
+    u.add_argument("kind", nargs="?", default="user", choices=["user", "group", "project"])
+    u.add_argument("name", nargs="?", help="one user, group or project (default: all)")
+    u.add_argument("--reset", action="store_true", help="forget the usage (of the name, or of all)")
+    u.add_argument("--set", type=float, metavar="HOURS", help="set the name's usage to HOURS of the metric")
+    u.set_defaults(func=cmd_usage)
     s = sub.add_parser("simulate", help="replay an SWF trace on the scheduling core")
     s.add_argument("trace", help="SWF file, plain or gzipped")
     s.add_argument("--config", help="a site configuration (hpcsched.toml(5)): queues and router, reservations, "

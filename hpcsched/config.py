@@ -19,6 +19,7 @@ from .core.route import Queue, Router
 from .core.scheduler import Scheduler, Settings
 from .core.timefmt import parse_duration
 from . import machines
+from .core.quotas import Quotas
 from .core.usage import METRICS, Usage
 from .policies.cobalt import Cobalt
 from .policies.gridengine import GridEngine
@@ -29,7 +30,8 @@ from .policies.simon import Simon
 #: Top-level keys the core reads; drivers (commands, server) add their own via `extra_keys`.
 CORE_KEYS = frozenset({"server_name", "backfill", "interval", "overrun_grace", "reservation_slop",
                        "default_queue", "priority", "queues", "nodes", "machine", "reservations", "placement",
-                       "dependency_failure", "allocations", "calendar", "usage", "sharetree"})
+                       "dependency_failure", "allocations", "calendar", "usage", "sharetree",
+                       "consumables", "quotas"})
 #: The keys of a site file the commands and the server read (store/site.py); the simulator
 #: takes a site's file whole and leaves these alone.
 DRIVER_KEYS = frozenset({"flavor", "operators", "managers", "keep_completed", "pbsyod_launcher",
@@ -356,6 +358,7 @@ def build(config: dict, extra_keys=(), now: float = 0.0) -> Scheduler:
     if tree is not None and not hasattr(policy, "tree"):
         raise ConfigError(f"sharetree: policy {policy.name} does not use a share tree (use gridengine or multifactor)")
     usage = usage_from_config(config.get("usage", {}))
+    quotas = Quotas.from_config(config.get("consumables", {}), config.get("quotas", []))
     depth, backfill = parse_backfill(config.get("backfill", "easy"))
     settings = Settings(depth=depth, backfill=backfill, **ranking,
                         interval=_number(config, "interval", 15.0, positive=True),
@@ -368,7 +371,7 @@ def build(config: dict, extra_keys=(), now: float = 0.0) -> Scheduler:
         raise ConfigError(f"allocations.backfill_queue: no queue {bank.backfill_queue!r}")
     calendar = calendar_from_config(config.get("calendar", []))
     try:
-        sched = Scheduler(topology, router, policy, settings, bank, calendar, usage)
+        sched = Scheduler(topology, router, policy, settings, bank, calendar, usage, quotas)
     except InvalidRequest as e:
         raise ConfigError(str(e)) from None
     names = tuple(n.name for n in topology.all_nodes())

@@ -130,3 +130,23 @@ def test_mdiag_f_shows_usage_and_the_share_tree(rig):
     status, out = run("mdiag", "-p")
     assert status == 0 and "tickets" in out and "posix_priority" in out
     assert run("mdiag", "-p", "-f")[0] == 2
+
+
+def test_hpcsched_usage_lists_and_operators_reset_or_set_it(rig, monkeypatch, capsys):
+    from hpcsched import cli
+    submit("-N", "big", "-l", "nodes=4:ppn=4,walltime=01:00:00")
+    server_pass(time.time() - 7200)  # it has run two hours by now (nodes: 4 nodes x 2 h)
+    assert cli.main(["usage"]) == 0
+    line = capsys.readouterr().out.splitlines()[0].split()
+    assert line[0] == "alice" and 7.99 < float(line[1]) < 8.01
+    assert cli.main(["usage", "user", "alice", "--reset"]) == 159  # alice is no operator
+    monkeypatch.setenv("HPCSCHED_USER", "olga")
+    capsys.readouterr()
+    assert cli.main(["usage", "user", "alice", "--set", "100"]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[0] == "set user alice (1 usage records)" and 100.0 <= float(out[1].split()[1]) < 100.01
+    assert cli.main(["usage", "group", "--reset"]) == 0
+    assert cli.main(["usage", "user", "alice", "--set", "-3"]) == 2
+    capsys.readouterr()
+    assert cli.main(["usage"]) == 0
+    assert float(capsys.readouterr().out.split()[1]) < 0.01  # (reset: only what ran since)

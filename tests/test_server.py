@@ -141,6 +141,23 @@ def test_walltime_kill_and_qdel_of_running_job(live):
     assert ended[over] in ("271", "265")
 
 
+def test_a_job_past_its_cpu_time_is_killed_and_says_so(live):
+    env, home, work, start = live
+    start()
+    spin = cmd(env, work, "qsub", "-l", "cput=1,walltime=60", stdin="while :; do :; done\n").stdout.strip()
+    idle = cmd(env, work, "qsub", "-l", "cput=1,walltime=4", stdin="sleep 3\n").stdout.strip()
+    began = time.time()
+    assert wait_for(env, work, spin)["exit_status"] in ("271", "265")
+    assert time.time() - began < 20
+    assert wait_for(env, work, idle)["exit_status"] == "0"  # sleeping uses no CPU time
+    job = spin.split(".")[0]
+    from hpcsched.store.journaled import Batch
+    from hpcsched.store.site import load_site
+    batch = Batch(load_site(home))
+    with batch.open(write=False):
+        assert batch.sched.jobs[int(job)].extra.get("over") == "cput"
+
+
 def test_dependency_chain_runs_in_order_and_failed_parent_stops_child(live):
     env, home, work, start = live
     start()

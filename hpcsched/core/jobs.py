@@ -231,6 +231,9 @@ class Job:
     score_at_start: float | None = None
     run_count: int = 0
     cpu_time: float = 0.0  # CPU-seconds used, as the driver reports it at the end (0: unknown)
+    consumes: dict = field(default_factory=dict)  # the site's consumables it uses: name -> amount
+    cput: float = 0.0  # CPU time it asks for (s; 0: none given), which queues may limit
+    disk: int = 0  # scratch disk it asks for (MB; 0: none given)
     array_id: int = 0  # a job array's subjobs share the array's id (0: not in an array)
     array_index: int = 0
     array_limit: int = 0  # at most this many of the array's subjobs run at once (0: no limit)
@@ -328,13 +331,14 @@ class Job:
         # generated __init__ called with **d costs about twice as much, and building jobs
         # is a third of a large store's load time.
         job = object.__new__(cls)
-        job.__dict__.update(_JOB_DEFAULTS, holds=set(), dependencies=[], extra={})
+        job.__dict__.update(_JOB_DEFAULTS, holds=set(), dependencies=[], extra={}, consumes={})
         job.__dict__.update(d)
         return job
 
     def copy(self) -> "Job":
         return replace(self, holds=set(self.holds),
-                       dependencies=[replace(x) for x in self.dependencies], extra=dict(self.extra))
+                       dependencies=[replace(x) for x in self.dependencies], extra=dict(self.extra),
+                       consumes=dict(self.consumes))
 
 
 _REQUEST_DEFAULTS = tuple((f.name, f.default) for f in fields(Request))
@@ -347,4 +351,4 @@ _JOB_DEFAULTS = {f.name: f.default for f in fields(Job) if f.default is not MISS
 _JOB_DEFAULTS["request"] = Request()
 # fields to_dict leaves out while they hold their default (from_dict puts it back)
 _OMITTED = {name: default for name, default in _JOB_DEFAULTS.items() if name not in ("id", "state", "request")}
-_OMITTED.update(holds=set(), dependencies=[], extra={})
+_OMITTED.update(holds=set(), dependencies=[], extra={}, consumes={})

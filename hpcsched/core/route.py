@@ -25,6 +25,12 @@ class Queue:
     min_fraction: float | None = None  # job size as a share of the machine's nodes
     max_fraction: float | None = None
     max_running_fraction: float | None = None  # share of nodes this queue's jobs may hold
+    min_cores: int | None = None  # processors a job asks for (CC-IN2P3: 2 and up go to mc_*)
+    max_cores: int | None = None
+    max_mem_per_core: int | None = None  # MB a job asks for per processor (Grid Engine's per slot)
+    max_cput: float | None = None  # CPU time a job asks for (-l cput)
+    max_disk: int | None = None  # MB of scratch disk a job asks for (-l file)
+    max_slots: int | None = None  # processors this queue's running jobs may hold together
     max_running: int | None = None
     max_running_per_user: int | None = None
     max_queued: int | None = None
@@ -67,6 +73,22 @@ class Queue:
         if self.max_running_fraction is not None and size > self.max_running_fraction * machine:
             return (f"{size} nodes exceed queue {n} max_running_fraction "
                     f"{self.max_running_fraction:g} of {machine} nodes")
+        procs = job.request.processors
+        if self.min_cores is not None and procs < self.min_cores:
+            return f"{procs} processors below queue {n} min_cores {self.min_cores}"
+        if self.max_cores is not None and procs > self.max_cores:
+            return f"{procs} processors exceed queue {n} max_cores {self.max_cores}"
+        if self.max_slots is not None and procs > self.max_slots:
+            return f"{procs} processors exceed queue {n} max_slots {self.max_slots}"
+        if self.max_mem_per_core is not None:
+            req = job.request
+            per = (req.mem if req.cores else req.mem * req.nodes) / procs
+            if per > self.max_mem_per_core:
+                return f"{per:g} MB per processor exceeds queue {n} max_mem_per_core {self.max_mem_per_core}"
+        if self.max_cput is not None and job.cput > self.max_cput:
+            return f"cput {hms(job.cput)} exceeds queue {n} max_cput {hms(self.max_cput)}"
+        if self.max_disk is not None and job.disk > self.max_disk:
+            return f"{job.disk} MB of disk exceeds queue {n} max_disk {self.max_disk}"
         if self.max_queued is not None and queued >= self.max_queued:
             return f"queue {n} already holds its max_queued {self.max_queued} jobs"
         if self.max_queued_per_user is not None and queued_by_user >= self.max_queued_per_user:
@@ -74,7 +96,7 @@ class Queue:
         return None
 
     def hold_back(self, job: Job, size: int, machine: int, running: int, running_by_user: int,
-                  running_nodes: int) -> str | None:
+                  running_nodes: int, running_slots: int = 0) -> str | None:
         """Why this queue's limits keep `job` from starting now, or None."""
         n = self.name
         if not self.started:
@@ -87,6 +109,8 @@ class Queue:
                 running_nodes + size > self.max_running_fraction * machine:
             return (f"queue {n} would exceed max_running_fraction {self.max_running_fraction:g} "
                     f"({running_nodes} of {int(self.max_running_fraction * machine)} nodes in use)")
+        if self.max_slots is not None and running_slots + job.request.processors > self.max_slots:
+            return f"queue {n} would exceed max_slots {self.max_slots} ({running_slots} processors in use)"
         return None
 
     @classmethod
@@ -115,7 +139,7 @@ class Queue:
             elif f.name in ("enabled", "started", "draining"):
                 if not isinstance(v, bool):
                     raise ConfigError(f"{where}: must be true or false")
-            elif f.name.endswith("walltime"):
+            elif f.name.endswith("walltime") or f.name == "max_cput":
                 try:
                     v = parse_duration(v)
                 except Exception as e:

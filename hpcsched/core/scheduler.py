@@ -31,15 +31,19 @@ from .reservations import Access, Reservation
 from .route import Queue, Router
 from .timefmt import hms
 from .topology import NodeState, Topology
+from .quotas import Quotas
 from .usage import Key, Usage
 
 STATE_VERSION = 1
 _UNRANKED = (0, 0)
+_KINDS = ("user", "group", "project")  # the parts of a usage key, in order
+QUOTA_HOLD = "exceeds limit"  # how a quota's reason begins (quotas.py)
+_QUOTA_COMMENT = "Not Running: " + QUOTA_HOLD
 STANDBY = 1  # the tier of a job whose project is out of allocation under "standby"
 
 #: What `alter` may change on a job that waits, and on one that runs.
 ALTERABLE = frozenset({"name", "walltime", "request", "queue", "priority", "start_after", "account",
-                       "group", "dependencies", "comment", "extra", "score"})
+                       "group", "dependencies", "comment", "extra", "score", "consumes", "cput", "disk"})
 ALTERABLE_RUNNING = frozenset({"name", "walltime", "comment", "extra"})
 
 
@@ -67,7 +71,7 @@ class Scheduler:
 
     def __init__(self, topology: Topology, router: Router, policy: Policy | None = None,
                  settings: Settings | None = None, bank: Bank | None = None, calendar: Iterable[Entry] = (),
-                 usage: Usage | None = None):
+                 usage: Usage | None = None, quotas: Quotas | None = None):
         self.topology = topology
         self.router = router
         self.policy = policy or Fifo()
@@ -89,6 +93,7 @@ class Scheduler:
         self.next_id = 1
         self.last_pass: float | None = None
         self.usage = usage or Usage()
+        self.quotas = quotas or Quotas()  # resource quota sets and consumables (none: no limits)
         # indexes, rebuilt from `jobs` on restore
         self._queued: dict[int, Job] = {}
         self._active: dict[int, Job] = {}
@@ -128,6 +133,9 @@ class Scheduler:
         self._by_queue = self.settings.queue_priority and not self.policy.weighs_queue_priority
         self._by_job = self.settings.job_priority and not self.policy.weighs_job_priority
         self._ranks = 0  # runnable jobs with a rank (the order then sorts by it)
+        self._commented: set[int] = set()  # jobs whose comment says a quota holds them back
+        # the running jobs' counts the queue and quota limits read, kept as jobs start and end
+        self._tally: dict = {"q": {}, "qu": {}, "qn": {}, "qs": {}, "arr": {}, "rqs": {}}
 
     # --- reading ---------------------------------------------------------------------
     def job(self, job_id: int) -> Job:
@@ -198,6 +206,7 @@ class Scheduler:
         elif old in ACTIVE and new not in ACTIVE:
             # it ends (or is requeued): its usage stops accruing, and it counts as finished
             self.usage.ended(self.usage_key(job), self._rate(job), now, job.cpu_time)
+            self._count_running(self._tally, job, -1)
             del self._active[jid]
             units = self._units.pop(jid, None)
             if units:
@@ -210,8 +219,9 @@ class Scheduler:
             self._enorder(job)
         elif new == WAITING:
             self._waiting.add(jid)
-        elif new in ACTIVE:
+        elif new in ACTIVE and old not in ACTIVE:
             self._active[jid] = job
+            self._count_running(self._tally, job, 1)
         if (old in PENDING) != (new in PENDING):
             self._count(job, 1 if new in PENDING else -1)
 
@@ -243,6 +253,18 @@ class Scheduler:
         self._pending_count[job.queue] = self._pending_count.get(job.queue, 0) + delta
         key = (job.queue, job.owner)
         self._pending_user[key] = self._pending_user.get(key, 0) + delta
+
+    def _count_running(self, tally: dict, job: Job, sign: int) -> None:
+        """Add (1) or take away (-1) a running job in the counts queue and quota limits read."""
+        q, qu = job.queue, (job.queue, job.owner)
+        tally["q"][q] = tally["q"].get(q, 0) + sign
+        tally["qu"][qu] = tally["qu"].get(qu, 0) + sign
+        tally["qn"][q] = tally["qn"].get(q, 0) + sign * self.size(job)
+        tally["qs"][q] = tally["qs"].get(q, 0) + sign * job.request.processors
+        if job.array_id:
+            tally["arr"][job.array_id] = tally["arr"].get(job.array_id, 0) + sign
+        if self.quotas:
+            self.quotas.count(job, tally["rqs"], sign)
 
     def _settle(self, job: Job, now: float) -> None:
         self._move(job, job.pending_state(now), now)
@@ -283,6 +305,10 @@ class Scheduler:
                 queue = q
         if not self._fits_anywhere(job.request):
             raise Rejected(f"requests more than the machine has ({size} nodes of {machine})")
+        if job.consumes or self.quotas:
+            why = self.quotas.check(replace(job, queue=queue.name))
+            if why:
+                raise Rejected(why)
         if queue.nodes:
             if job.request.within and not set(job.request.within) & set(queue.nodes):
                 raise Rejected(f"none of its nodes is among queue {queue.name}'s")
@@ -409,6 +435,8 @@ class Scheduler:
             walk.run(now, order, plan, self._keep(walk.profile, now), last, compress)
         for start in plan.started:
             self._apply(self._queued[start.job_id], start, now)
+        if self.quotas:  # a job a quota holds back says which (qstat -f's comment), as PBS's scheduler does
+            self._quota_comments(plan)
         self.last_pass = now
         self._plan = plan
         self._dirty = False
@@ -434,6 +462,17 @@ class Scheduler:
             plan.held = {jid: n for jid, n in self._walk.held.items() if jid in plan.reserved}
         return plan
 
+    def _quota_comments(self, plan: Plan) -> None:
+        """Comment the jobs a quota held back in this pass; clear the comment of those it no longer holds."""
+        held = {jid: why for jid, why in plan.reasons.items() if why.startswith(QUOTA_HOLD)}
+        for jid in [j for j in self._commented if j not in held]:
+            job = self.jobs.get(jid)
+            if job is not None and job.comment.startswith(_QUOTA_COMMENT):
+                job.comment = ""
+        for jid, why in held.items():
+            self.jobs[jid].comment = "Not Running: " + why
+        self._commented = set(held)
+
     def _prioritise(self, now: float, ctx: Context | None) -> tuple[Iterable[Job], Job]:
         """The runnable jobs in priority order, and the last of them."""
         if self._order is not None:  # static order, kept: read only as far as the walk goes
@@ -455,6 +494,8 @@ class Scheduler:
         a = start.allocation
         job.allocation, job.start_time = a, now  # (its node names are listed when first read)
         job.score_at_start, job.run_count = job.score, job.run_count + 1
+        if job.comment.startswith(_QUOTA_COMMENT):
+            job.comment = ""  # (the scheduler's own comment; an operator's stays)
         self._move(job, RUNNING, now)
         self.usage.started(self.usage_key(job), self._rate(job), now)
         self._units[job.id] = a.units
@@ -474,9 +515,9 @@ class Scheduler:
 
     def _gated(self) -> bool:
         """Can a queue limit or the policy hold a job back? (Else the walk skips the check.)"""
-        return self.policy.limits or self._array_limits > 0 or self._site_holds or any(
+        return self.policy.limits or self._array_limits > 0 or self._site_holds or bool(self.quotas) or any(
             not q.started or q.max_running is not None or q.max_running_per_user is not None
-            or q.max_running_fraction is not None for q in self.router.queues.values())
+            or q.max_running_fraction is not None or q.max_slots is not None for q in self.router.queues.values())
 
     def wakeup(self, now: float) -> float:
         """The first time after `now` at which a pass may decide differently although no job
@@ -594,7 +635,7 @@ class Scheduler:
         if job.state in PENDING:
             self._count(job, -1)
             try:
-                if changes.keys() & {"walltime", "request", "queue", "account", "group"}:
+                if changes.keys() & {"walltime", "request", "queue", "account", "group", "consumes", "cput", "disk"}:
                     # route again from where the job was submitted, or the queue asked for now
                     new.submitted_queue = new.queue = changes.get("queue", job.submitted_queue)
                     new.queue = self._route(new, now)
@@ -637,6 +678,24 @@ class Scheduler:
             self._base = None  # a running job's expected end moved: rebuild the profile
         self._dirty = True
         return job
+
+    def set_usage(self, kind: str, name: str | None, now: float, amount: float | None = None) -> int:
+        """An operator's reset (`amount` None) or setting of the decayed usage of a user,
+        group or project (`name` None: everyone's); returns how many usage records it
+        touched.  A setting goes on the first of the name's records (by key), or a new one."""
+        if kind not in _KINDS:
+            raise InvalidRequest(f"usage kind must be user, group or project, not {kind!r}")
+        if amount is not None and not (amount >= 0 and math.isfinite(amount)):
+            raise InvalidRequest(f"usage must be a non-negative number, not {amount!r}")
+        i = _KINDS.index(kind)
+        self.usage.accrue(now)
+        n = self.usage.reset(now, lambda key: name is None or key[i] == name)
+        if amount is not None and name is not None:
+            mine = sorted(k for k in self.usage.records if k[i] == name)
+            key = mine[0] if mine else tuple(name if k == i else "" for k in range(3))
+            self.usage.charge(key, amount, now)
+        self._dirty = True
+        return n
 
     def forget(self, job_id: int) -> Job:
         """Drop a finished job from memory (a trace replay or a retention policy does)."""
@@ -958,6 +1017,7 @@ class Scheduler:
                     self._waiting.add(job.id)
                 elif job.state in ACTIVE:
                     self._active[job.id] = job
+                    self._count_running(self._tally, job, 1)
                     units = self._units[job.id] = self.topology.units_of(job.nodes, job.cores)
                     self.busy |= units
                     job.allocation = Allocation(units, job.nodes, job.cores)
@@ -983,6 +1043,7 @@ class Scheduler:
                 self.bank.restore(state.get("bank", {}))
             self._front = {j.id for j in self.jobs.values() if j.tier < 0 and j.state in PENDING}
             self._tiered = any(j.tier for j in self.jobs.values())
+            self._commented = {j.id for j in self.jobs.values() if j.comment.startswith(_QUOTA_COMMENT)}
             usage = state.get("usage", {})
             self.usage.restore(usage if "records" in usage else {},  # (states before decayed usage: none)
                                [(self.usage_key(j), self._rate(j)) for j in self._active.values()])
@@ -1002,16 +1063,17 @@ class _Gate:
         self.sched = sched
         self.running = list(sched._active.values())  # grows as the walk starts jobs
         self.ctx = sched.context(now, self.running)
-        self.tally: dict = {"q": {}, "qu": {}, "qn": {}, "arr": {}}
-        for job in self.running:
-            self._count(job)
+        # the running jobs' counts, kept by the scheduler as jobs start and end: a copy
+        self.tally: dict = {k: ({key: dict(v) for key, v in t.items()} if k == "rqs" else dict(t))
+                            for k, t in sched._tally.items()}
 
     def __call__(self, job: Job) -> str | None:
         sched, tally = self.sched, self.tally
         q = sched.router.queues.get(job.queue)
         if q is not None:
             why = q.hold_back(job, sched.size(job), sched.topology.node_count, tally["q"].get(q.name, 0),
-                              tally["qu"].get((q.name, job.owner), 0), tally["qn"].get(q.name, 0))
+                              tally["qu"].get((q.name, job.owner), 0), tally["qn"].get(q.name, 0),
+                              tally["qs"].get(q.name, 0))
             if why:
                 return why
         if job.array_limit and tally["arr"].get(job.array_id, 0) >= job.array_limit:
@@ -1020,17 +1082,13 @@ class _Gate:
             why = sched._site_hold(job)
             if why:
                 return why
+        if sched.quotas:
+            why = sched.quotas.hold_back(job, tally["rqs"])
+            if why:
+                return why
         return sched.policy.hold_back(job, self.ctx, tally)
 
     def started(self, job: Job) -> None:
         self.running.append(job)
-        self._count(job)
+        self.sched._count_running(self.tally, job, 1)
         self.sched.policy.started(job, self.ctx, self.tally)
-
-    def _count(self, job: Job) -> None:
-        tally, q, qu = self.tally, job.queue, (job.queue, job.owner)
-        tally["q"][q] = tally["q"].get(q, 0) + 1
-        tally["qu"][qu] = tally["qu"].get(qu, 0) + 1
-        tally["qn"][q] = tally["qn"].get(q, 0) + self.sched.size(job)
-        if job.array_id:
-            tally["arr"][job.array_id] = tally["arr"].get(job.array_id, 0) + 1

@@ -111,10 +111,11 @@ KNOWN_RES = TORQUE_RES | {"walltime", "mem", "ncpus", "select", "place", "cput",
 COUNT_RES = ("select", "nodes", "procs", "ncpus", "size")
 
 
-def build_request(res: dict[str, str]) -> tuple[Request, float | None]:
-    """(request, walltime or None) from -l resources of either style."""
+def build_request(res: dict[str, str], declared=()) -> tuple[Request, float | None]:
+    """(request, walltime or None) from -l resources of either style (`declared`: the
+    site's consumables, which -l may name too)."""
     for name in res:
-        if name not in KNOWN_RES:
+        if name not in KNOWN_RES and name not in declared:
             raise common.CommandError(f"Unknown resource type {name}", common.USAGE)
     if "select" in res or "place" in res:
         mixed = sorted(TORQUE_RES & set(res))
@@ -178,6 +179,33 @@ def build_request(res: dict[str, str]) -> tuple[Request, float | None]:
     if "pmem" in res:
         mem = max(mem, parse_memory(res["pmem"]) * (ppn if not cores else cores))
     return Request(nodes=nodes, ppn=ppn, cores=cores, mem=mem, features=tuple(features)), walltime
+
+
+def cput_of(res: dict[str, str]) -> float:
+    """The CPU time -l cput asks for (0: none)."""
+    if "cput" not in res:
+        return 0.0
+    try:
+        return parse_duration(res["cput"])
+    except InvalidRequest:
+        raise UsageError(f"illegal -l value: cput {res['cput']!r}") from None
+
+
+def consumption(res: dict[str, str], declared) -> dict[str, int]:
+    """The site's consumables a job's -l asks for: NAME=N for a declared NAME, and
+    software=NAME (one of it) where the site declares consumables (CC-IN2P3's licences,
+    storage and OS pools)."""
+    out = {}
+    for name, value in res.items():
+        if name in declared:
+            out[name] = positive(value, name)
+    if declared and "software" in res:
+        for name in filter(None, (n.strip() for n in res["software"].split("+"))):
+            if name not in declared:
+                raise common.CommandError(f"Unknown consumable {name} (software=; this site has "
+                                          f"{', '.join(sorted(declared))})", common.USAGE)
+            out[name] = out.get(name, 0) + 1
+    return out
 
 
 def with_nidmask(request: Request, res: dict[str, str], topology) -> Request:

@@ -107,10 +107,10 @@ ALTER_USAGE = ("usage: qalter [-a date_time] [-A account] [-e path] [-h hold_lis
 
 def alter_changes(job: Job, options: dict[str, str], resources: dict[str, str], now: float,
                   jobs: dict | None = None, server: str = "", flavor: str = "openpbs",
-                  topology=None) -> tuple[dict, str]:
+                  topology=None, consumables=()) -> tuple[dict, str]:
     """(core alter changes, hold letters to add) for qalter's options on `job`; `topology`
-    places a nidmask."""
-    from .attributes import (COUNT_RES, build_request, with_nidmask, parse_depend, parse_job_name, parse_join,
+    places a nidmask; `consumables` are the site's, which -l may ask for."""
+    from .attributes import (COUNT_RES, build_request, consumption, cput_of, parse_memory, with_nidmask, parse_depend, parse_job_name, parse_join,
                              parse_keep, parse_mail_points, parse_names, parse_path, parse_priority,
                              parse_start_after, parse_umask, resolve_depend, resolve_path)
     changes: dict = {}
@@ -121,8 +121,16 @@ def alter_changes(job: Job, options: dict[str, str], resources: dict[str, str], 
             for key in COUNT_RES + ("ppn", "place"):
                 merged.pop(key, None)
         merged.update(resources)
-        request, walltime = build_request(merged)
+        request, walltime = build_request(merged, consumables)
         request = with_nidmask(request, merged, topology)
+        consumes = consumption(merged, consumables)
+        if consumes != job.consumes:
+            changes["consumes"] = consumes
+        if cput_of(merged) != job.cput:
+            changes["cput"] = cput_of(merged)
+        disk = parse_memory(merged["file"]) if "file" in merged else 0
+        if disk != job.disk:
+            changes["disk"] = disk
         if request != job.request and any(k != "walltime" for k in resources):
             changes["request"] = request.to_dict()
         if walltime is not None and walltime != job.walltime:
@@ -185,7 +193,8 @@ def qalter(opts: list[tuple[str, str]], ids: list[str], out, now: float) -> int:
         if not common.may_touch(batch.site, user, job):
             raise common.deny("qalter", job, batch.site)
         changes, holds = alter_changes(job, options, resources, _time.time(), batch.sched.jobs, batch.site.server,
-                                       batch.site.flavor, batch.sched.topology)
+                                       batch.site.flavor, batch.sched.topology,
+                                       frozenset(batch.site.config.get("consumables", {})))
         if job.state in FINISHED:
             raise InvalidState("finished")
         if job.state not in PENDING:

@@ -23,9 +23,10 @@ from ..store.layout import INTERACTIVE, WRAPPER
 from ..store.site import load_site, notify, whoami
 from . import accounting, common
 from . import front as commands
-from .attributes import (ALL_INDICES, DependSpec, build_request, directives, merge, parse_array, parse_depend,
-                         parse_job_name, parse_join, parse_keep, parse_mail_points, parse_names, parse_path,
-                         parse_priority, parse_start_after, parse_umask, resolve_depend, resolve_path, with_nidmask)
+from .attributes import (ALL_INDICES, DependSpec, build_request, consumption, cput_of, directives, merge, parse_array,
+                         parse_depend, parse_job_name, parse_join, parse_keep, parse_mail_points, parse_memory,
+                         parse_names, parse_path, parse_priority, parse_start_after, parse_umask, resolve_depend,
+                         resolve_path, with_nidmask)
 from .common import Command
 from .errors import UsageError
 from .options import QSUB as QSUB_TABLE
@@ -38,11 +39,12 @@ USAGE = ("usage: qsub [-a date_time] [-A account_string] [-C directive_prefix] [
 
 
 def make_job(options: dict[str, str], resources: dict[str, str], script: str, script_name: str,
-             cwd: str, env: dict[str, str], user: str, server: str, now: float, flavor: str = "torque"
-             ) -> tuple[Job, list[DependSpec], list[DependSpec]]:
+             cwd: str, env: dict[str, str], user: str, server: str, now: float, flavor: str = "torque",
+             consumables=()) -> tuple[Job, list[DependSpec], list[DependSpec]]:
     """The job, what it waits on (`-W depend=after...`), and the jobs `before...` makes
-    wait on it: parents are named, not yet looked up in the store."""
-    request, walltime = build_request(resources)
+    wait on it: parents are named, not yet looked up in the store.  `consumables`: the
+    site's, which -l may ask for."""
+    request, walltime = build_request(resources, consumables)
     name = parse_job_name(options.get("N", os.path.basename(script_name) if script_name else "STDIN"))
     dest = options.get("q", "")
     queue, _, dest_server = dest.partition("@")
@@ -94,7 +96,8 @@ def make_job(options: dict[str, str], resources: dict[str, str], script: str, sc
     job = Job(name=name, owner=user, group=group, account=options.get("A", ""), queue=queue,
               request=request, walltime=walltime or 0.0, priority=priority,
               start_after=parse_start_after(options["a"], now) if "a" in options else None,
-              holds={Hold.USER} if "h" in options else set())
+              holds={Hold.USER} if "h" in options else set(), consumes=consumption(resources, consumables),
+              cput=cput_of(resources), disk=parse_memory(resources["file"]) if "file" in resources else 0)
     job.extra = {"script": script, "workdir": workdir, "submit_dir": cwd, "join": join, "rerunnable": rerun == "y",
                  "variables": variables, "submit_host": socket.gethostname(),
                  "resources": dict(resources), "output": options.get("o", ""), "error": options.get("e", ""),
@@ -143,7 +146,7 @@ def submit_parsed(cmd: list[tuple[str, str]], rest: list[str], stdin=None, cwd: 
     options, resources = merge(cmd, directives(script, prefix))
     user = whoami()
     job, deps, befores = make_job(options, resources, script, script_name, cwd, env, user, site.server, now,
-                                  site.flavor)
+                                  site.flavor, frozenset(site.config.get("consumables", {})))
     args = shlex.join(words)
     if args:
         job.extra["submit_args"] = args  # (qstat -f's submit_args, normalised: -l and its value apart)

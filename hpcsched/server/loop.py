@@ -58,6 +58,27 @@ def process_start(pid: int) -> str | None:
     return fields[19]
 
 
+CPUT_POLL = 1.0  # seconds between looks at the CPU time of a job with a cput limit
+
+
+def group_cpu(pgid: int) -> float:
+    """CPU seconds used by the processes of group `pgid` and the children they reaped (the
+    job's processes: the launcher makes each job its own process group), from /proc."""
+    ticks, total = os.sysconf("SC_CLK_TCK"), 0
+    for entry in os.scandir("/proc"):
+        if not entry.name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry.name}/stat") as f:
+                data = f.read()
+        except OSError:
+            continue
+        fields = data[data.rindex(")") + 2:].split()
+        if int(fields[2]) == pgid:  # fields after the name: state ppid pgrp ... utime stime cutime cstime
+            total += sum(int(x) for x in fields[11:15])
+    return total / ticks
+
+
 class Server:
     def __init__(self, site: Site, interval: float | None = None, grace: float | None = None):
         self.home = Path(site.home)
@@ -246,7 +267,7 @@ class Server:
                 if job.extra.get("rerunnable", True) and job.state == RUNNING:
                     accounting.write(self.home, "R", job, self.site.server, now)
                     self.batch.do("requeue", now, id=job.id)
-                    self._note(job, now, clear=["launched", "pid", "pid_start", "signal", "signalled_at"])
+                    self._note(job, now, clear=["launched", "pid", "pid_start", "signal", "signalled_at", "over"])
                     return
                 status = LOST
             self._finish(job, status, now)
@@ -265,8 +286,14 @@ class Server:
         self._escalate(job, pid, now)
 
     def _escalate(self, job: Job, pid: int, now: float, journal: bool = True) -> None:
-        """A job past its walltime, or deleted, gets SIGTERM, then SIGKILL after the grace."""
-        if job.state == EXITING or now >= job.start_time + job.walltime:
+        """A job past its walltime or its CPU time (-l cput), or deleted, gets SIGTERM, then
+        SIGKILL after the grace."""
+        over_cpu = job.extra.get("over") == "cput"
+        if not over_cpu and job.cput > 0 and job.state == RUNNING and group_cpu(pid) >= job.cput:
+            over_cpu = True
+            if journal:
+                self._note(job, now, set={"over": "cput"})
+        if job.state == EXITING or now >= job.start_time + job.walltime or over_cpu:
             sent, at = job.extra.get("signal"), job.extra.get("signalled_at", now)
             if not sent and job.id in self.sent:  # sent while the store could not say so
                 sent, at = self.sent[job.id]
@@ -284,7 +311,8 @@ class Server:
         aborted = status == LOST
         accounting.write(self.home, "A" if aborted else "E", job, self.site.server, now)
         if aborted or walltime:
-            why = why or ("Job exceeded its walltime limit. Job was aborted" if walltime
+            limit = "cput" if job.extra.get("over") == "cput" else "walltime"
+            why = why or (f"Job exceeded its {limit} limit. Job was aborted" if walltime
                           else "Job lost: its process vanished without an exit status")
             mail.send(self.site, job, mail.ABORT, f"Aborted by PBS Server\n{why}")
         else:
@@ -481,6 +509,8 @@ class Server:
                     sent, at = self.sent[job.id]
                 if not sent:
                     due = min(due, job.start_time + job.walltime)
+                    if job.cput > 0:
+                        due = min(due, now + CPUT_POLL)
                 elif sent == signal.SIGTERM:
                     due = min(due, at + self.grace)
                 # (after SIGKILL its end pokes the server: SIGCHLD)

@@ -75,6 +75,8 @@ def apply(sched: Scheduler, rec: dict):
         if "note" in rec:
             sched.note_node(rec["name"], rec["note"])
         return sched.set_node_state(rec["name"], rec["state"]) if "state" in rec else None
+    if op == "usage":  # an operator's reset or setting of decayed usage (hpcsched usage)
+        return sched.set_usage(rec["kind"], rec.get("name"), now, rec.get("amount"))
     if op == "process":
         # what the server knows of a job's process (pid, launch time, signals sent or
         # asked for, a launch failure's comment): attributes the core never reads, so

@@ -64,6 +64,8 @@ OPS = {
     "unreserve": {"name": _text},
     "node": {"name": _text, "state?": _text, "note?": _text},
     "process": {"id": _id, "set?": _table, "clear?": _words, "comment?": _text},
+    "usage": {"kind": lambda v: v in ("user", "group", "project"), "name?": lambda v: v is None or isinstance(v, str),
+              "amount?": lambda v: v is None or (isinstance(v, (int, float)) and not isinstance(v, bool) and v >= 0)},
     "bank": {"kind": lambda v: v in ("deposit", "set", "refund", "charge"), "project": _text,
              "amount": lambda v: _number(v) and v >= 0, "job?": _id, "note?": _text, "user?": _text},
     "big_run": {},

@@ -1,0 +1,200 @@
+"""Resource quota sets (Grid Engine's RQS) and the site's consumable resources.
+
+Every rule set applies; within a set, a job is counted against the *first* rule whose
+filters it matches (a set none of whose rules match leaves it alone).  A filter names
+users, groups, projects or queues: `*` any, a list of names, `!name` all but that one;
+in braces (`{*}`, `{alice,bob}`) the limit holds for *each* such name separately, plain
+for all of them together.  A rule limits any of
+
+    slots  processors the jobs ask for        jobs  running jobs
+    mem    memory (MB) they ask for            NAME  a consumable the site declares
+
+and a consumable's total (`[consumables] matlab = 10`) is one more limit on everyone.  A
+job that would pass a limit it is counted against is held back with the rule's name;
+the counts are the running jobs', plus those the pass has started so far.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from .errors import ConfigError
+from .jobs import Job
+
+DIMENSIONS = {"users": "owner", "groups": "group", "projects": "account", "queues": "queue"}
+BUILTIN = ("slots", "jobs", "mem")
+
+
+@dataclass(frozen=True)
+class Filter:
+    """Which names a rule's dimension matches, and whether its limit is per each."""
+
+    include: frozenset[str] = frozenset({"*"})
+    exclude: frozenset[str] = frozenset()
+    each: bool = False
+
+    def matches(self, name: str) -> bool:
+        if name in self.exclude:
+            return False
+        return "*" in self.include or name in self.include or (not self.include and bool(self.exclude))
+
+    @classmethod
+    def parse(cls, value, where: str) -> "Filter":
+        if isinstance(value, str):
+            text = value.strip()
+            each = text.startswith("{") and text.endswith("}")
+            names = [n.strip() for n in (text[1:-1] if each else text).split(",")]
+        elif isinstance(value, list) and all(isinstance(v, str) for v in value):
+            each, names = False, [v.strip() for v in value]
+        else:
+            raise ConfigError(f"{where}: must be a name list such as \"*\", \"{{*}}\" or [\"alice\", \"!bob\"]")
+        if not names or any(not n or n == "!" for n in names):
+            raise ConfigError(f"{where}: an empty name in {value!r}")
+        return cls(frozenset(n for n in names if not n.startswith("!")),
+                   frozenset(n[1:] for n in names if n.startswith("!")), each)
+
+
+@dataclass(frozen=True)
+class Rule:
+    name: str
+    filters: tuple[tuple[str, Filter], ...]  # (job attribute, filter)
+    limits: tuple[tuple[str, float], ...]  # (resource, limit)
+
+    def matches(self, job: Job) -> bool:
+        return all(f.matches(getattr(job, attr)) for attr, f in self.filters)
+
+    def instance(self, job: Job) -> tuple:
+        """Which count of the rule the job goes in: its names in the per-each dimensions."""
+        return tuple(getattr(job, attr) for attr, f in self.filters if f.each)
+
+
+@dataclass(frozen=True)
+class RuleSet:
+    name: str
+    rules: tuple[Rule, ...]
+
+    def rule_for(self, job: Job) -> int | None:
+        return next((i for i, r in enumerate(self.rules) if r.matches(job)), None)
+
+
+def amounts(job: Job) -> dict[str, float]:
+    """What a job counts against limits."""
+    req = job.request
+    mem = req.mem if req.cores else req.mem * req.nodes
+    return {"slots": req.processors, "jobs": 1, "mem": mem, **job.consumes}
+
+
+@dataclass
+class Quotas:
+    consumables: dict[str, float] = field(default_factory=dict)  # name -> the site's total
+    sets: tuple[RuleSet, ...] = ()
+
+    def __post_init__(self):
+        if self.consumables:  # the totals: one more set, one rule for everyone
+            self.sets = self.sets + (RuleSet("consumables", (Rule("total", (), tuple(self.consumables.items())),)),)
+        self._counted: dict[tuple, tuple] = {}  # a job's names -> the counts it goes in (see counts_for)
+
+    def counts_for(self, job: Job) -> tuple:
+        """The counts a job goes in, one per set whose rules it matches: (tally key, rule
+        limits, set, rule), worked out once per (user, group, project, queue)."""
+        names = (job.owner, job.group, job.account, job.queue)
+        out = self._counted.get(names)
+        if out is None:
+            out = []
+            for si, s in enumerate(self.sets):
+                i = s.rule_for(job)
+                if i is not None:
+                    rule = s.rules[i]
+                    out.append(((si, i, rule.instance(job)), rule.limits, s, rule))
+            out = self._counted[names] = tuple(out)
+        return out
+
+    @classmethod
+    def from_config(cls, consumables, sets) -> "Quotas":
+        """`[consumables]` and `[[quotas]]`, checked (one ConfigError line each)."""
+        if not isinstance(consumables, dict):
+            raise ConfigError("consumables: must be a table of name = total")
+        for name, total in consumables.items():
+            if name in BUILTIN or name in DIMENSIONS:
+                raise ConfigError(f"consumables.{name}: {name} is a built-in name")
+            if not isinstance(total, (int, float)) or isinstance(total, bool) or total < 0:
+                raise ConfigError(f"consumables.{name}: must be a non-negative number")
+        if not isinstance(sets, list):
+            raise ConfigError("quotas: must be a list of [[quotas]] tables")
+        out = []
+        for i, s in enumerate(sets):
+            where = f"quotas[{i}]"
+            if not isinstance(s, dict):
+                raise ConfigError(f"{where}: must be a table")
+            for key in s:
+                if key not in ("name", "rules"):
+                    raise ConfigError(f"{where}.{key}: unknown key")
+            name = str(s.get("name", f"set{i + 1}"))
+            rules = s.get("rules", [])
+            if not isinstance(rules, list) or not rules:
+                raise ConfigError(f"{where}.rules: needs at least one [[quotas.rules]]")
+            parsed = []
+            for k, r in enumerate(rules):
+                rw = f"{where}.rules[{k}]"
+                if not isinstance(r, dict):
+                    raise ConfigError(f"{rw}: must be a table")
+                for key in r:
+                    if key not in DIMENSIONS and key not in ("name", "limit"):
+                        raise ConfigError(f"{rw}.{key}: unknown key")
+                limit = r.get("limit", {})
+                if not isinstance(limit, dict) or not limit:
+                    raise ConfigError(f"{rw}.limit: names no resource (limit = {{ slots = N }}, say)")
+                for res, v in limit.items():
+                    if res not in BUILTIN and res not in consumables:
+                        raise ConfigError(f"{rw}.limit.{res}: not slots, jobs, mem or a declared consumable")
+                    if not isinstance(v, (int, float)) or isinstance(v, bool) or v < 0:
+                        raise ConfigError(f"{rw}.limit.{res}: must be a non-negative number")
+                filters = tuple((DIMENSIONS[d], Filter.parse(r[d], f"{rw}.{d}")) for d in DIMENSIONS if d in r)
+                parsed.append(Rule(str(r.get("name", f"rule{k + 1}")), filters,
+                                   tuple((res, float(v)) for res, v in limit.items())))
+            out.append(RuleSet(name, tuple(parsed)))
+        return cls({k: float(v) for k, v in consumables.items()}, tuple(out))
+
+    def __bool__(self) -> bool:
+        return bool(self.sets)
+
+    def check(self, job: Job) -> str | None:
+        """Why `job` can never run (asks for an undeclared consumable, or more than a
+        limit it is counted against), or None."""
+        for name in job.consumes:
+            if name not in self.consumables:
+                return f"unknown consumable {name!r}"
+        need = amounts(job)
+        for s in self.sets:
+            i = s.rule_for(job)
+            if i is None:
+                continue
+            for res, limit in s.rules[i].limits:
+                if need.get(res, 0) > limit:
+                    return f"asks for {need[res]:g} {res}, more than limit {s.name}/{s.rules[i].name} allows ({limit:g})"
+        return None
+
+    def count(self, job: Job, tally: dict, sign: int = 1) -> None:
+        """Add (sign 1) or take away (-1) a running job's amounts in `tally`."""
+        need = amounts(job)
+        for key, limits, _, _ in self.counts_for(job):
+            used = tally.get(key)
+            if used is None:
+                used = tally[key] = {}
+            for res, _ in limits:
+                used[res] = used.get(res, 0) + sign * need.get(res, 0)
+
+    def hold_back(self, job: Job, tally: dict) -> str | None:
+        need = None
+        for key, limits, s, rule in self.counts_for(job):
+            used = tally.get(key, _NONE)
+            for res, limit in limits:
+                if need is None:
+                    need = amounts(job)
+                have = used.get(res, 0)
+                if have + need.get(res, 0) > limit:
+                    return (f'exceeds limit "{s.name}/{rule.name}" ({res}: {have:g} in use + '
+                            f"{need.get(res, 0):g} > {limit:g})")
+        return None
+
+
+_NONE: dict = {}

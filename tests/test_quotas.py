@@ -1,0 +1,188 @@
+"""Resource quota sets and consumables (core/quotas.py): Grid Engine's semantics, through a
+configured scheduler and through qsub, qstat and checkjob."""
+import pytest
+from helpers import job
+
+from hpcsched import config
+from hpcsched.core.errors import ConfigError, Rejected
+from hpcsched.core.jobs import Request
+
+SITE = """
+default_queue = "long"
+[[nodes]]
+names = "n[01-04]"
+cores = 4
+shared = true
+[queues.long]
+[queues.short]
+[consumables]
+matlab = 3
+[[quotas]]
+name = "groups"
+[[quotas.rules]]
+name = "atlas"
+groups = "atlas"
+limit = { slots = 6 }
+[[quotas.rules]]
+name = "per-group"
+groups = "{*}"
+limit = { slots = 4 }
+[[quotas]]
+name = "users"
+[[quotas.rules]]
+name = "not-bob"
+users = ["*", "!bob"]
+limit = { jobs = 100 }
+[[quotas.rules]]
+name = "bob"
+users = "bob"
+queues = "short"
+limit = { jobs = 1 }
+"""
+
+
+def site(text=SITE):
+    return config.build(config.loads(text))
+
+
+def core(n, **kw):
+    return job(request=Request(nodes=0, ppn=0, cores=n), **kw)
+
+
+
+def test_first_matching_rule_wins_and_per_each_counts_each_group_alone():
+    s = site()
+    for k in range(4):  # atlas: 6 slots together
+        s.submit(core(2, owner="a", group="atlas"), 0)
+    for g in ("cms", "lhcb"):  # every other group: 4 each
+        for k in range(3):
+            s.submit(core(2, owner="c", group=g), 0)
+    plan = s.iterate(0)
+    groups = sorted(j.group for j in s.running())
+    assert groups == ["atlas"] * 3 + ["cms"] * 2 + ["lhcb"] * 2
+    assert plan.reason(4) == 'exceeds limit "groups/atlas" (slots: 6 in use + 2 > 6)'
+    assert plan.reason(7).endswith('"groups/per-group" (slots: 4 in use + 2 > 4)')
+    assert s.jobs[4].comment == 'Not Running: exceeds limit "groups/atlas" (slots: 6 in use + 2 > 6)'
+    s.job_ended(1, 10, 0)
+    s.iterate(10)
+    assert s.jobs[4].state.value == "running" and s.jobs[4].comment == ""
+
+
+def test_exclusions_queue_filters_and_a_global_consumable():
+    s = site()
+    s.submit(core(1, owner="bob", group="g1", queue="short"), 0)
+    s.submit(core(1, owner="bob", group="g2", queue="short"), 0)  # bob: one job in short
+    s.submit(core(1, owner="bob", group="g3", queue="long"), 0)  # no rule of the set matches: free
+    for k in range(4):
+        s.submit(core(1, owner=f"u{k}", group=f"m{k}", consumes={"matlab": 1}), 0)
+    plan = s.iterate(0)
+    assert plan.reason(2).startswith('exceeds limit "users/bob" (jobs: 1 in use')
+    assert 3 in {j.id for j in s.running()}
+    assert plan.reason(7) == 'exceeds limit "consumables/total" (matlab: 3 in use + 1 > 3)'
+
+
+def test_jobs_that_can_never_run_are_refused():
+    s = site()
+    with pytest.raises(Rejected, match="unknown consumable 'idl'"):
+        s.submit(core(1, consumes={"idl": 1}), 0)
+    with pytest.raises(Rejected, match="more than limit groups/atlas allows"):
+        s.submit(core(8, group="atlas"), 0)
+    with pytest.raises(Rejected, match="4 matlab, more than limit consumables/total"):
+        s.submit(core(1, consumes={"matlab": 4}), 0)
+
+
+@pytest.mark.parametrize("change,message", [
+    ("limit = { slots = 6 }", "names no resource"),
+    ("limit = { licences = 6 }", "not slots, jobs, mem or a declared consumable"),
+    ('groups = "atlas"', "an empty name"),
+    ("matlab = 3", "must be a non-negative number"),
+])
+def test_bad_quota_config_is_one_line(change, message):
+    replacement = {"limit = { slots = 6 }": "limit = {}", "limit = { licences = 6 }": "limit = { licences = 6 }",
+                   'groups = "atlas"': 'groups = "atlas,"', "matlab = 3": 'matlab = "three"'}[change]
+    text = SITE.replace(change, replacement, 1)
+    if change == "limit = { licences = 6 }":
+        text = SITE.replace("limit = { slots = 6 }", replacement, 1)
+    with pytest.raises(ConfigError, match=message):
+        site(text)
+
+
+def test_qsub_counts_software_against_a_consumable_and_shows_the_quota(rig, capsys):
+    from test_commands import stat, submit
+    from test_maui_psc import run, server_pass
+    home = rig / "home"
+    (home / "config.toml").write_text((home / "config.toml").read_text()
+                                      + "\n[consumables]\nmatlab = 1\n")
+    submit("-l", "software=matlab,walltime=01:00:00")
+    submit("-l", "matlab=1,walltime=01:00:00")
+    server_pass()
+    out = stat("-f", "2")[1]
+    assert 'comment = Not Running: exceeds limit "consumables/total" (matlab: 1 in use + 1 > 1)' in out
+    status, out = run("checkjob", "2")
+    assert status == 0 and 'exceeds limit "consumables/total"' in out
+    from hpcsched.pbs import qsub as qsub_mod
+    from hpcsched.pbs.common import CommandError
+    with pytest.raises(CommandError, match="Unknown consumable idl"):
+        qsub_mod.submit(["-l", "software=idl"], stdin=__import__("io").StringIO("true\n"))
+    with pytest.raises(CommandError, match="Unknown resource type licence"):
+        qsub_mod.submit(["-l", "licence=2"], stdin=__import__("io").StringIO("true\n"))
+
+
+# --- queues chosen from a job's requirements (CC-IN2P3's table) ----------------------------
+def ccin2p3():
+    import os
+    path = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "examples",
+                        "ccin2p3-queues.toml")
+    return config.build(config.loads(open(path).read()))
+
+
+@pytest.mark.parametrize("cores,cput,wall,mem,disk,group,queue", [
+    (1, 40 * 3600, 50 * 3600, 2000, 0, "x", "long"),
+    (8, 40 * 3600, 50 * 3600, 8 * 3000, 0, "x", "mc_long"),
+    (1, 100 * 3600, 150 * 3600, 2000, 0, "atlas", "longlasting"),
+    (1, 60 * 3600, 80 * 3600, 2000, 0, "x", "huge"),  # past long's CPU time, not a longlasting group
+    (1, 10 * 3600, 10 * 3600, 8000, 0, "x", "huge"),  # memory
+    (1, 10 * 3600, 10 * 3600, 2000, 50000, "x", "huge"),  # scratch disk
+    (8, 60 * 3600, 70 * 3600, 8 * 6000, 0, "cms", "mc_huge"),
+])
+def test_the_router_picks_the_first_queue_whose_limits_fit(cores, cput, wall, mem, disk, group, queue):
+    s = ccin2p3()
+    j = s.submit(job(request=Request(nodes=0, ppn=0, cores=cores, mem=mem), wall=wall, group=group,
+                     cput=cput, disk=disk), 0)
+    assert j.queue == queue
+
+
+def test_a_job_no_queue_fits_is_refused_with_every_reason():
+    s = ccin2p3()
+    with pytest.raises(Rejected, match="cput 300:00:00 exceeds queue long max_cput 48:00:00;.*mc_long"):
+        s.submit(job(request=Request(nodes=0, ppn=0, cores=1), wall=3600, cput=300 * 3600), 0)
+
+
+def test_queue_slot_caps_count_processors_on_shared_nodes():
+    text = SITE.replace("[queues.long]", "[queues.long]\nmax_slots = 5").replace("[consumables]\nmatlab = 3\n", "")
+    text = text[:text.index("[[quotas]]")]
+    s = config.build(config.loads(text))
+    for k in range(3):
+        s.submit(core(2), 0)
+    plan = s.iterate(0)
+    assert len(s.running()) == 2 and plan.reason(3) == "queue long would exceed max_slots 5 (4 processors in use)"
+
+
+def test_qsub_takes_cput_and_file(rig):
+    from test_commands import stat, submit
+    home = rig / "home"
+    text = (home / "config.toml").read_text()
+    assert "[queues.batch]\n" in text
+    (home / "config.toml").write_text(text.replace("[queues.batch]\n", '[queues.batch]\nmax_cput = "1:00:00"\n'))
+    submit("-l", "cput=00:30:00,file=2gb,walltime=00:40:00")
+    from hpcsched.pbs import qsub as qsub_mod
+    from hpcsched.pbs.common import CommandError
+    with pytest.raises(CommandError, match="cput 02:00:00 exceeds queue batch max_cput 01:00:00"):
+        qsub_mod.submit(["-l", "cput=2:00:00"], stdin=__import__("io").StringIO("true\n"))
+    from hpcsched.store.journaled import Batch
+    from hpcsched.store.site import load_site
+    batch = Batch(load_site())
+    with batch.open(write=False):
+        j = batch.sched.jobs[1]
+    assert (j.cput, j.disk, j.queue) == (1800.0, 2048, "batch")
+    assert "Resource_List.cput = 00:30:00" in stat("-f", "1")[1]
