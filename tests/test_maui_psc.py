@@ -130,6 +130,8 @@ def test_mdiag_f_shows_usage_and_the_share_tree(rig):
     status, out = run("mdiag", "-p")
     assert status == 0 and "tickets" in out and "posix_priority" in out
     assert run("mdiag", "-p", "-f")[0] == 2
+    from test_commands import stat
+    assert "sched_priority = " in stat("-f", "2")[1] and "sched_priority" not in stat("-f", "1")[1]
 
 
 def test_hpcsched_usage_lists_and_operators_reset_or_set_it(rig, monkeypatch, capsys):

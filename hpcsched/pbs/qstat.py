@@ -12,7 +12,7 @@ import time
 from xml.sax.saxutils import escape
 
 from ..core import nodelist
-from ..core.jobs import COMPLETED, DELETED, EXITING, FINISHED, RUNNING, Job
+from ..core.jobs import COMPLETED, DELETED, EXITING, FINISHED, QUEUED, RUNNING, Job
 from ..core.timefmt import hms
 from ..machines.bluegene import BlueGene
 from ..machines.cray import Cray
@@ -70,11 +70,12 @@ def resource_list(job: Job) -> dict:
 
 
 def attributes(job: Job, site: Site, now: float, jobs: dict | None = None, flavor: str = "",
-               topology=None) -> dict:
+               topology=None, priority=None) -> dict:
     """The job's attributes in qstat -f order, values typed, in the flavor's vocabulary
     (`flavor` overrides the site's: JSON is always OpenPBS's).  On a Cray `topology`, a
     placed job's `nid_list` too (PSC's attribute: the node ids it runs on); on a Blue
-    Gene its block size."""
+    Gene its block size.  `priority(job)`: a waiting job's priority under the site's
+    policy, shown as `sched_priority` (None: the policy has no number to show)."""
     flavor = flavor or site.flavor
     torque = flavor == "torque"
     x = job.extra
@@ -103,6 +104,10 @@ def attributes(job: Job, site: Site, now: float, jobs: dict | None = None, flavo
         a["Mail_Users"] = x["mail_users"]
     a["Output_Path"] = _path(x.get("output"), out_default, job, "o", site)
     a["Priority"] = job.priority
+    if priority is not None and job.state == QUEUED:
+        value = priority(job)
+        if value is not None:
+            a["sched_priority"] = round(value, 6)
     a["qtime"] = ctime(job.submit_time)
     a["Rerunable"] = "True" if x.get("rerunnable", True) else "False"
     a["Resource_List"] = resource_list(job)
@@ -341,8 +346,17 @@ def qstat(opts: list[tuple[str, str]], ids: list[str], out, now: float) -> int:
     if o["f"] or o["F"] or (o["x"] and torque):
         # -F json is OpenPBS's format in either flavor: its keys and state letters (F, Exit_status)
         vocabulary = "openpbs" if o["F"] == "json" else site.flavor
+        policy = sched.policy
+        if policy.weighs_job_priority or policy.name == "cobalt":  # (a number of its own to show)
+            ctx = sched.context(now)
+
+            def priority(j: Job) -> float | None:
+                factors = policy.describe(j, ctx)
+                return factors.get("priority", factors.get("score"))
+        else:
+            priority = None
         items = [(common.display_id(j, site.server), attributes(j, site, now, sched.jobs, vocabulary,
-                                                                   sched.topology)) for j in jobs]
+                                                                   sched.topology, priority)) for j in jobs]
         if o["F"] == "json":
             doc = {"timestamp": int(now), "pbs_version": common.VERSION, "pbs_server": site.server}
             if items:
