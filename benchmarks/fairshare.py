@@ -11,7 +11,8 @@ Q single-core jobs of 1 to 24 hours are submitted round-robin over the 600 users
     first  the first pass (it starts 35,088 jobs and reserves for the next)
     after  a pass after one running job ends (it starts one job)
 
-are timed (after a gc.collect()), with the submissions' time for scale.  Targets (issue
+are timed (after a gc.collect()), with the submissions' time for scale (--no-quotas: the
+share tree alone).  Targets (issue
 #16): first <= 2 s and after <= 100 ms at 1,000,000 queued.
 """
 from __future__ import annotations
@@ -30,7 +31,7 @@ from hpcsched import Job, Request, build  # noqa: E402
 GROUPS, USERS = 30, 20
 
 
-def site() -> dict:
+def site(quotas: bool = True) -> dict:
     nodes = {"Root": {"children": [f"g{g}" for g in range(GROUPS)]}}
     for g in range(GROUPS):
         nodes[f"g{g}"] = {"shares": 1 + g, "children": [f"g{g}/default"]}
@@ -41,11 +42,11 @@ def site() -> dict:
             "usage": {"metric": "slots", "half_life": 2160 * 3600.0, "window": 90 * 86400.0},
             "sharetree": {"compensation_factor": 2, "levels": ["group", "user"], "nodes": nodes},
             "quotas": [{"name": "groups", "rules": [{"groups": "{*}", "limit": {"slots": 1500}}]},
-                       {"name": "users", "rules": [{"users": "{*}", "limit": {"jobs": 200}}]}]}
+                       {"name": "users", "rules": [{"users": "{*}", "limit": {"jobs": 200}}]}] if quotas else []}
 
 
-def case(queued: int) -> tuple[float, float, float, int, int]:
-    sched = build(site())
+def case(queued: int, quotas: bool = True) -> tuple[float, float, float, int, int]:
+    sched = build(site(quotas))
     rng = random.Random(queued)
     for g in range(GROUPS):
         for u in range(USERS):
@@ -73,10 +74,11 @@ def case(queued: int) -> tuple[float, float, float, int, int]:
 def main(argv: list[str]) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--queued", default="10000,100000,1000000")
+    ap.add_argument("--no-quotas", action="store_true", help="the share tree alone")
     args = ap.parse_args(argv)
     print(f"{'queued':>9} {'submit s':>9} {'first s':>8} {'started':>8} {'after ms':>9} {'started':>8}")
     for q in map(int, args.queued.split(",")):
-        submit, first, after, s1, s2 = case(q)
+        submit, first, after, s1, s2 = case(q, not args.no_quotas)
         print(f"{q:>9} {submit:>9.1f} {first:>8.3f} {s1:>8} {after * 1000:>9.1f} {s2:>8}", flush=True)
     return 0
 

@@ -186,3 +186,25 @@ def test_qsub_takes_cput_and_file(rig):
         j = batch.sched.jobs[1]
     assert (j.cput, j.disk, j.queue) == (1800.0, 2048, "batch")
     assert "Resource_List.cput = 00:30:00" in stat("-f", "1")[1]
+
+
+BAD_TABLES = [
+    "[usage]\nmetric = [1]\n", "[usage]\nhalf_life = -1\n", "[usage]\nwindow = \"soon\"\n", "[usage]\nextra = 1\n",
+    "usage = 3\n", "sharetree = []\n", "[sharetree]\nlevels = [[1]]\n", "[sharetree]\ncompensation_factor = inf\n",
+    "[sharetree]\nnodes = 1\n", "[sharetree.nodes.Root]\nchildren = \"a\"\n",
+    "[sharetree.nodes.Root]\nchildren = [\"a\"]\n[sharetree.nodes.a]\nkind = [1]\n",
+    "[sharetree.nodes.Root]\nchildren = [\"a\"]\n[sharetree.nodes.a]\nname = 3\n",
+    "[sharetree.nodes.Root]\nchildren = [\"a\"]\n[sharetree.nodes.a]\nshares = nan\n",
+    "consumables = 1\n", "[consumables]\nslots = 3\n", "[consumables]\nx = -1\n", "quotas = 1\n",
+    "[[quotas]]\nrules = 1\n", "[[quotas]]\nrules = [1]\n", "[[quotas]]\n[[quotas.rules]]\nusers = 1\nlimit = {jobs = 1}\n",
+    "[[quotas]]\n[[quotas.rules]]\nusers = [1]\nlimit = {jobs = 1}\n", "[[quotas]]\n[[quotas.rules]]\nhosts = \"*\"\n",
+    "[[quotas]]\n[[quotas.rules]]\nlimit = {jobs = -1}\n", "[[quotas]]\nnope = 1\n[[quotas.rules]]\nlimit = {jobs = 1}\n",
+    "[queues.q]\nmax_cput = \"x\"\n", "[queues.q]\nmax_slots = -1\n", "[queues.q]\nmin_cores = 1.5\n",
+]
+
+
+@pytest.mark.parametrize("text", BAD_TABLES)
+def test_malformed_fair_share_and_quota_tables_are_one_config_line(text):
+    with pytest.raises(ConfigError) as e:
+        config.build(config.loads('[[nodes]]\nnames = "n01"\n[priority]\npolicy = "gridengine"\n' + text))
+    assert "\n" not in str(e.value)

@@ -123,11 +123,7 @@ class Quotas:
         out = []
         for i, s in enumerate(sets):
             where = f"quotas[{i}]"
-            if not isinstance(s, dict):
-                raise ConfigError(f"{where}: must be a table")
-            for key in s:
-                if key not in ("name", "rules"):
-                    raise ConfigError(f"{where}.{key}: unknown key")
+            _table(s, where, ("name", "rules"))
             name = str(s.get("name", f"set{i + 1}"))
             rules = s.get("rules", [])
             if not isinstance(rules, list) or not rules:
@@ -135,11 +131,7 @@ class Quotas:
             parsed = []
             for k, r in enumerate(rules):
                 rw = f"{where}.rules[{k}]"
-                if not isinstance(r, dict):
-                    raise ConfigError(f"{rw}: must be a table")
-                for key in r:
-                    if key not in DIMENSIONS and key not in ("name", "limit"):
-                        raise ConfigError(f"{rw}.{key}: unknown key")
+                _table(r, rw, ("name", "limit", *DIMENSIONS))
                 limit = r.get("limit", {})
                 if not isinstance(limit, dict) or not limit:
                     raise ConfigError(f"{rw}.limit: names no resource (limit = {{ slots = N }}, say)")
@@ -198,3 +190,12 @@ class Quotas:
 
 
 _NONE: dict = {}
+
+
+def _table(d, where: str, allowed) -> None:
+    """`d` is a table of only the `allowed` keys, or one ConfigError line says not."""
+    if not isinstance(d, dict):
+        raise ConfigError(f"{where}: must be a table")
+    for key in d:
+        if key not in allowed:
+            raise ConfigError(f"{where}.{key}: unknown key")

@@ -46,7 +46,6 @@ class GridEngine(Policy):
     def __post_init__(self):
         self._classes: Counter = Counter()  # (posix priority, slots if they weigh) of the runnable jobs
         self._slots_weigh = bool(self.weight_urgency and self.slots_urgency)
-        self._order: list[Job] = []  # (the full path's, kept for describe)
         self._explained: tuple | None = None
         if self.tree is None:
             self.tree = ShareTree({"Root": {}})
@@ -98,7 +97,7 @@ class GridEngine(Policy):
                 for (prio, t, u, p), job in self._priorities(self.tree.ranked(), ctx)}
 
     def describe(self, job: Job, ctx: Context) -> dict[str, float]:
-        key = (ctx.now, ctx.usage.version, len(self.tree._of))
+        key = (ctx.now, ctx.usage.version, sum(self._classes.values()))  # (the same moment, usage and queue)
         if self._explained is None or self._explained[0] != key:
             self._explained = (key, self.explain(ctx))
         return self._explained[1].get(job.id, {"priority": 0.0})

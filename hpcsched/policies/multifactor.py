@@ -52,7 +52,7 @@ class Multifactor(Policy):
         self._users = ctx.usage.by("user", ctx.now)
         self._total = sum(self._users.values())
         self._flat = not self.tree or not (self.tree.root.children or self.tree.root.templates)
-        self._shares: dict[str, float] = {}
+        self._shares: dict[tuple, float] = {}
         self._top = max(self.queue_priorities.values(), default=0.0)
 
     def _score(self, job: Job, ctx: Context) -> float:
@@ -63,9 +63,10 @@ class Multifactor(Policy):
         """The job's user's share of the whole machine (Slurm's normalised shares)."""
         if self._flat:
             return 1.0 / len(self._users) if self._users else 1.0
-        share = self._shares.get(job.owner)
+        key = (job.owner, job.group, job.account)
+        share = self._shares.get(key)
         if share is None:
-            share = self._shares[job.owner] = _share_of(self.tree.node_of((job.owner, job.group, job.account)))
+            share = self._shares[key] = _share_of(self.tree.node_of(key))
         return share
 
     def _factors(self, job: Job, ctx: Context) -> tuple[float, ...]:

@@ -28,6 +28,7 @@ matching no child of a node is ranked at that node.
 from __future__ import annotations
 
 import heapq
+import math
 from itertools import count as _count
 from typing import Iterator
 
@@ -37,6 +38,10 @@ from ..core.usage import Key, Usage
 
 LEVELS = ("group", "project", "user")
 _ATTR = {"user": 0, "group": 1, "project": 2}  # kind -> index in a usage key (user, group, project)
+
+
+def _number(v) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool) and 0 <= v < math.inf
 
 
 class Node:
@@ -100,10 +105,10 @@ class ShareTree:
             if key not in ("compensation_factor", "levels", "nodes"):
                 raise ConfigError(f"sharetree.{key}: unknown key")
         cf = d.get("compensation_factor", 0)
-        if not isinstance(cf, (int, float)) or isinstance(cf, bool) or cf < 0:
+        if not _number(cf):
             raise ConfigError("sharetree.compensation_factor: must be a non-negative number")
         levels = d.get("levels", list(LEVELS))
-        if not isinstance(levels, list) or not levels or any(k not in _ATTR for k in levels):
+        if not isinstance(levels, list) or not levels or any(not isinstance(k, str) or k not in _ATTR for k in levels):
             raise ConfigError("sharetree.levels: must be a list of group, project and user")
         nodes = d.get("nodes", {})
         if not isinstance(nodes, dict) or "Root" not in nodes:
@@ -117,10 +122,13 @@ class ShareTree:
                 if key not in ("shares", "children", "kind", "name"):
                     raise ConfigError(f"{where}.{key}: unknown key")
             shares = nd.get("shares", 1)
-            if not isinstance(shares, (int, float)) or isinstance(shares, bool) or shares < 0:
+            if not _number(shares):
                 raise ConfigError(f"{where}.shares: must be a non-negative number, not {shares!r}")
-            if nd.get("kind", "user") not in _ATTR:
-                raise ConfigError(f"{where}.kind: {nd['kind']!r} is not group, project or user")
+            kind = nd.get("kind", "user")
+            if not isinstance(kind, str) or kind not in _ATTR:
+                raise ConfigError(f"{where}.kind: {kind!r} is not group, project or user")
+            if not isinstance(nd.get("name", ""), str):
+                raise ConfigError(f"{where}.name: must be a string")
             children = nd.get("children", [])
             if not isinstance(children, list) or not all(isinstance(c, str) for c in children):
                 raise ConfigError(f"{where}.children: must be a list of node names")
