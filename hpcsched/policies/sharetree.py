@@ -91,6 +91,7 @@ class ShareTree:
         self._where: dict[Key, Node] = {}  # usage key -> the node its jobs are ranked at
         self._of: dict[int, Node] = {}  # pending job id -> its node
         self._unsorted: set[Node] = set()  # nodes whose jobs came out of id order
+        self._holding: set[Node] = set()  # nodes with pending jobs of their own
         self._touched: set[Node] = set()  # nodes the last pass gave figures (cleared by the next)
         self._resolved = 0  # usage records whose keys have been given a node
         self._usage: Usage | None = None
@@ -199,6 +200,7 @@ class ShareTree:
             self._unsorted.add(node)
         node.jobs[job.id] = job
         self._of[job.id] = node
+        self._holding.add(node)
         while node is not None:
             node.pending += 1
             node = node.parent
@@ -207,6 +209,8 @@ class ShareTree:
         node = self._of.pop(job.id, None)
         if node is not None:
             del node.jobs[job.id]
+            if not node.jobs:
+                self._holding.discard(node)
             while node is not None:
                 node.pending -= 1
                 node = node.parent
@@ -230,7 +234,7 @@ class ShareTree:
                     node.running += rec.running
                     active.add(node)
                     node = node.parent
-        for node in set(self._of.values()):
+        for node in self._holding:
             while node is not None and node not in active:
                 active.add(node)
                 node = node.parent
