@@ -42,7 +42,9 @@ class Record:
     rate: float = 0.0  # per second, summed over its running jobs
     running: int = 0  # jobs running
     since: float = 0.0  # the rate is charged up to here
-    sums: tuple[float, float] | None = None  # the buckets' sums, until a bucket changes
+    # the sums of every bucket but the newest, and the newest's key: kept until a bucket
+    # comes or goes (charges go to the newest, so most change nothing here)
+    sums: tuple[float, float, int] | None = None
 
 
 class Usage:
@@ -72,10 +74,12 @@ class Usage:
         if self.half_life and (t - self.epoch) / self.half_life > _REBASE:
             self._rebase(t)
         s = self._scale(t)
-        rec.sums = None
-        b = rec.buckets.get(self._bucket(t))
+        k = self._bucket(t)
+        b = rec.buckets.get(k)
+        if b is None or (rec.sums is not None and rec.sums[2] != k):
+            rec.sums = None  # (a bucket comes, or a charge lands in one the cached sums hold)
         if b is None:
-            rec.buckets[self._bucket(t)] = [amount * s, finished * s]
+            rec.buckets[k] = [amount * s, finished * s]
         else:
             b[0] += amount * s
             b[1] += finished * s
@@ -149,10 +153,14 @@ class Usage:
                 for k in [k for k in rec.buckets if k < first]:
                     del rec.buckets[k]
                 rec.sums = None
+        if not rec.buckets:
+            return 0.0, 0.0
         if rec.sums is None:
-            live = rec.buckets.values()
-            rec.sums = (sum(b[0] for b in live), sum(b[1] for b in live))
-        return rec.sums
+            *older, newest = rec.buckets  # (made in time order: the last is the newest)
+            rec.sums = (sum(rec.buckets[k][0] for k in older), sum(rec.buckets[k][1] for k in older), newest)
+        u, f, newest = rec.sums
+        b = rec.buckets[newest]
+        return u + b[0], f + b[1]
 
     def value(self, rec: Record, t: float) -> tuple[float, float]:
         """(usage, finished jobs) of `rec` at `t`, decayed, its running jobs charged up to `t`."""
