@@ -40,6 +40,10 @@ LEVELS = ("group", "project", "user")
 _ATTR = {"user": 0, "group": 1, "project": 2}  # kind -> index in a usage key (user, group, project)
 
 
+def _by_name(node: "Node") -> tuple[str, str]:
+    return node.kind, node.name
+
+
 def _number(v) -> bool:
     return isinstance(v, (int, float)) and not isinstance(v, bool) and 0 <= v < math.inf
 
@@ -92,6 +96,7 @@ class ShareTree:
         self._of: dict[int, Node] = {}  # pending job id -> its node
         self._unsorted: set[Node] = set()  # nodes whose jobs came out of id order
         self._holding: set[Node] = set()  # nodes with pending jobs of their own
+        self._kids: dict[Node, list[Node]] = {}  # this pass's active nodes' active children
         self._touched: set[Node] = set()  # nodes the last pass gave figures (cleared by the next)
         self._resolved = 0  # usage records whose keys have been given a node
         self._usage: Usage | None = None
@@ -239,6 +244,11 @@ class ShareTree:
                 active.add(node)
                 node = node.parent
         self._touched = active
+        kids: dict[Node, list[Node]] = {}  # each active node's active children
+        for node in active:
+            if node.parent is not None:
+                kids.setdefault(node.parent, []).append(node)
+        self._kids = kids
         root.ltt = root.oltt = root.stt = root.ostt = 1.0
         if len(usage.records) != self._resolved:  # new records: their usage counts on their nodes
             for key in usage.records:
@@ -264,8 +274,7 @@ class ShareTree:
 
     def _targets(self, node: Node, usage: Usage, t: float) -> None:
         """Grid Engine's sge_calc_node_targets on `node`'s active children, then theirs."""
-        active = sorted((c for c in node.children.values() if c.running or c.pending),
-                        key=lambda c: (c.kind, c.name))  # (one order, however the copies were made)
+        active = sorted(self._kids.get(node, ()), key=_by_name)  # (one order, however the copies were made)
         if not active:
             return
         if node.parent is None:  # the root's children's usage, and everything under them
