@@ -162,7 +162,8 @@ class Quotas:
                 continue
             for res, limit in s.rules[i].limits:
                 if need.get(res, 0) > limit:
-                    return f"asks for {need[res]:g} {res}, more than limit {s.name}/{s.rules[i].name} allows ({limit:g})"
+                    return (f"asks for {need[res]:g} {res}, more than limit {s.name}/{s.rules[i].name} "
+                            f"allows ({limit:g})")
         return None
 
     def count(self, job: Job, tally: dict, sign: int = 1) -> None:

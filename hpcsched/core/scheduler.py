@@ -231,7 +231,8 @@ class Scheduler:
             self._ranks += 1
         self.policy.enqueue(job, self.usage_key(job))
         if self._order is not None:
-            self._order.add((job.tier, rank, self.policy.key(job, None), job.id), job, self.topology.need(self.placed(job)))
+            self._order.add((job.tier, rank, self.policy.key(job, None), job.id), job,
+                            self.topology.need(self.placed(job)))
 
     def _unorder(self, job: Job) -> None:
         rank = self._rank(job)

@@ -110,9 +110,9 @@ def alter_changes(job: Job, options: dict[str, str], resources: dict[str, str], 
                   topology=None, consumables=()) -> tuple[dict, str]:
     """(core alter changes, hold letters to add) for qalter's options on `job`; `topology`
     places a nidmask; `consumables` are the site's, which -l may ask for."""
-    from .attributes import (COUNT_RES, build_request, consumption, cput_of, parse_memory, with_nidmask, parse_depend, parse_job_name, parse_join,
-                             parse_keep, parse_mail_points, parse_names, parse_path, parse_priority,
-                             parse_start_after, parse_umask, resolve_depend, resolve_path)
+    from .attributes import (COUNT_RES, build_request, consumption, cput_of, parse_depend, parse_job_name, parse_join,
+                             parse_keep, parse_mail_points, parse_memory, parse_names, parse_path, parse_priority,
+                             parse_start_after, parse_umask, resolve_depend, resolve_path, with_nidmask)
     changes: dict = {}
     extra = dict(job.extra)
     if resources:
