@@ -156,14 +156,10 @@ class Quotas:
             if name not in self.consumables:
                 return f"unknown consumable {name!r}"
         need = amounts(job)
-        for s in self.sets:
-            i = s.rule_for(job)
-            if i is None:
-                continue
-            for res, limit in s.rules[i].limits:
+        for _, limits, s, rule in self.counts_for(job):
+            for res, limit in limits:
                 if need.get(res, 0) > limit:
-                    return (f"asks for {need[res]:g} {res}, more than limit {s.name}/{s.rules[i].name} "
-                            f"allows ({limit:g})")
+                    return f"asks for {need[res]:g} {res}, more than limit {s.name}/{rule.name} allows ({limit:g})"
         return None
 
     def count(self, job: Job, tally: dict, sign: int = 1) -> None:

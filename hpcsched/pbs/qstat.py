@@ -346,15 +346,11 @@ def qstat(opts: list[tuple[str, str]], ids: list[str], out, now: float) -> int:
     if o["f"] or o["F"] or (o["x"] and torque):
         # -F json is OpenPBS's format in either flavor: its keys and state letters (F, Exit_status)
         vocabulary = "openpbs" if o["F"] == "json" else site.flavor
-        policy = sched.policy
-        if policy.weighs_job_priority or policy.name == "cobalt":  # (a number of its own to show)
-            ctx = sched.context(now)
+        policy, ctx = sched.policy, sched.context(now)
 
-            def priority(j: Job) -> float | None:
-                factors = policy.describe(j, ctx)
-                return factors.get("priority", factors.get("score"))
-        else:
-            priority = None
+        def priority(j: Job) -> float | None:  # (a policy whose factors hold no such number: none)
+            factors = policy.describe(j, ctx)
+            return factors.get("priority", factors.get("score"))
         items = [(common.display_id(j, site.server), attributes(j, site, now, sched.jobs, vocabulary,
                                                                    sched.topology, priority)) for j in jobs]
         if o["F"] == "json":

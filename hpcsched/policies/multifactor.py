@@ -48,7 +48,11 @@ class Multifactor(Policy):
             job.score = self._score(job, ctx)
 
     def _begin(self, ctx: Context) -> None:
-        """This pass's usage, shares and top queue priority."""
+        """This pass's usage, shares and top queue priority (once per moment and usage)."""
+        moment = (ctx.now, ctx.usage.version)
+        if getattr(self, "_moment", None) == moment:
+            return
+        self._moment = moment
         self._users = ctx.usage.by("user", ctx.now)
         self._total = sum(self._users.values())
         self._flat = not self.tree or not (self.tree.root.children or self.tree.root.templates)
