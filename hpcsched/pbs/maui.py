@@ -234,8 +234,9 @@ def _fairshare(sched, ctx, out) -> int:
     w, u = out.write, sched.usage
     hours = 3600.0
     unit = {"slots": "core-hours", "nodes": "node-hours", "cpu": "CPU-hours"}[u.metric]
-    w(f"fair share (usage: {unit}, half-life {u.half_life / hours:g} h, "
-      f"window {u.window / hours:g} h{' (none)' if not u.window else ''})\n")
+    def span(seconds: float) -> str:
+        return f"{seconds / hours:g} h" if seconds else "none"
+    w(f"fair share (usage: {unit}, half-life {span(u.half_life)}, window {span(u.window)})\n")
     for kind in ("user", "group", "project"):
         table = u.by(kind, ctx.now)
         w(f"\n{kind.capitalize():<16} {'usage':>14}\n")
