@@ -234,6 +234,7 @@ def _fairshare(sched, ctx, out) -> int:
     w, u = out.write, sched.usage
     hours = 3600.0
     unit = {"slots": "core-hours", "nodes": "node-hours", "cpu": "CPU-hours"}[u.metric]
+
     def span(seconds: float) -> str:
         return f"{seconds / hours:g} h" if seconds else "none"
     w(f"fair share (usage: {unit}, half-life {span(u.half_life)}, window {span(u.window)})\n")
