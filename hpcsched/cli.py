@@ -248,12 +248,27 @@ def _write_atomic(path: str, write) -> None:
 
 def cmd_init(args) -> int:
     from .store.site import init_site
+    if args.multi_user and os.geteuid() != 0:
+        print("hpcsched init: --multi-user needs root: the server runs each job as its owner", file=sys.stderr)
+        return 1
     try:
-        path = init_site(args.home, nodes=args.nodes, cores=args.cores, force=args.force)
+        path = init_site(args.home, nodes=args.nodes, cores=args.cores, force=args.force,
+                         managers=args.manager, multi_user=args.multi_user)
+        if args.multi_user:
+            from .server.privilege import systemd_unit
+            unit = path.parent / "hpcsched-server.service"
+            _write_atomic(str(unit), lambda f: f.write(systemd_unit(path.parent)))
     except (ConfigError, OSError) as e:
         print(f"hpcsched init: {e}", file=sys.stderr)
         return 1
     print(f"wrote {path}")
+    if args.multi_user:
+        home = path.parent
+        print(f"wrote {unit}\n"
+              f"a multi-user site: {home} is mode 0711, the server (root) its only reader.  Next:\n"
+              f"  cp {unit} /etc/systemd/system/ && systemctl daemon-reload && systemctl enable --now hpcsched-server\n"
+              f"  (or: HPCSCHED_HOME={home} python3 -m hpcsched server &)\n"
+              f"  every user: export HPCSCHED_HOME={home}")
     return 0
 
 
@@ -384,6 +399,11 @@ def main(argv=None) -> int:
     i.add_argument("--nodes", type=int, default=4, help="nodes in the rig (default 4)")
     i.add_argument("--cores", type=int, help="cores per node (default: this host's)")
     i.add_argument("--force", action="store_true", help="replace an existing configuration")
+    i.add_argument("--multi-user", action="store_true",
+                   help="a site for several Unix users: the server (root) is the only door, jobs run as their "
+                   "owners; also writes a systemd unit")
+    i.add_argument("--manager", action="append", metavar="USER",
+                   help="a manager (repeatable; @group for a Unix group; default: you)")
     i.set_defaults(func=cmd_init)
     v = sub.add_parser("server", help="run jobs: the scheduling pass every --interval and on every change")
     v.add_argument("--once", action="store_true", help="one step (reap, enforce, schedule, launch) and exit")

@@ -36,7 +36,8 @@ CORE_KEYS = frozenset({"server_name", "backfill", "interval", "overrun_grace", "
 #: takes a site's file whole and leaves these alone.
 DRIVER_KEYS = frozenset({"flavor", "operators", "managers", "keep_completed", "pbsyod_launcher",
                          "server_interval", "kill_grace", "prejob_check", "launcher", "job_history_duration",
-                         "node_log", "scheduling", "mail_command", "submit_filter"})
+                         "node_log", "scheduling", "mail_command", "submit_filter",
+                         "multi_user", "acl_roots"})
 
 #: The embedded default: a small test rig with ALCF-style routing and EASY backfill.
 DEFAULT_TOML = """\

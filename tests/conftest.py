@@ -32,3 +32,41 @@ def pytest_sessionstart(session):
     import compileall
     compileall.compile_dir(os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "hpcsched"),
                            quiet=1)
+
+
+def _job_cgroups() -> set[str]:
+    from hpcsched.server.tracking import _cgroup2_root
+    root = _cgroup2_root()
+    if root is None or not os.path.isdir(root):
+        return set()
+    return {os.path.join(root, n) for n in os.listdir(root) if n.startswith("hpcsched-")}
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _tidy_cgroups():
+    """The servers the tests start make their jobs' cgroups (as root); those a test left
+    (a server killed on purpose, a job still running at a test's end) go at the end."""
+    before = _job_cgroups()
+    yield
+    for base in _job_cgroups() - before:
+        for name in os.listdir(base):
+            path = os.path.join(base, name)
+            if os.path.isdir(path):
+                try:
+                    with open(os.path.join(path, "cgroup.kill"), "w") as f:
+                        f.write("1")
+                except OSError:
+                    pass
+        for _ in range(50):
+            leftovers = [os.path.join(base, n) for n in os.listdir(base) if os.path.isdir(os.path.join(base, n))]
+            for path in leftovers:
+                try:
+                    os.rmdir(path)
+                except OSError:
+                    pass
+            try:
+                os.rmdir(base)
+                break
+            except OSError:
+                import time
+                time.sleep(0.05)

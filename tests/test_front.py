@@ -19,8 +19,12 @@ def test_request_round_trip_keeps_every_byte():
     script = b"#!/bin/sh\n#PBS -N a\x00b\necho \xff\n"
     data = encode_request("qsub", ["-l", "walltime=1:00", "", "-W depend=afterok:1"], "/tmp/w d", env, script)
     assert decode_request(data) == ("qsub", ["-l", "walltime=1:00", "", "-W depend=afterok:1"], "/tmp/w d",
-                                    env, script)
-    assert decode_request(encode_request("qstat", [], "/", {}, None)) == ("qstat", [], "/", {}, None)
+                                    env, script, b"1")
+    assert decode_request(encode_request("qstat", [], "/", {}, None)) == ("qstat", [], "/", {}, None, b"0")
+    sent = encode_request("qsub", ["job.sh"], "/", {}, b"echo x\n", flag=b"2")
+    assert decode_request(sent)[4:] == (b"echo x\n", b"2")
+    with pytest.raises(ValueError):
+        decode_request(sent.replace(b"\x002\x00echo", b"\x009\x00echo"))
     with pytest.raises(ValueError):
         decode_request(b"other\0qsub\0/\0" + b"0\0" * 3)
 

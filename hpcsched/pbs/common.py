@@ -1,7 +1,7 @@
 """What every PBS-style command shares: job ids, state letters, errors and exit codes.
 
 Exit statuses follow PBS (error code mod 256): 153 unknown job, 35 finished job (OpenPBS
-without -x), 188 limits, 170/172 unknown queue, 159 unauthorized, 2 usage.
+without -x), 188 limits, 170/172 unknown queue, 159 unauthorized, 175 bad user (root on a multi-user site), 2 usage.
 """
 from __future__ import annotations
 
@@ -23,6 +23,7 @@ LIMITS = 188
 UNAUTHORIZED = 159
 BAD_STATE = 170  # PBSE_BADSTATE 15018 mod 256
 BAD_DEPEND = 192  # PBSE_BADDEPEND 15040 mod 256
+BAD_USER = 175  # PBSE_BADUSER 15023 mod 256: the job's owner may not run jobs here
 
 
 

@@ -10,8 +10,17 @@ interpreter's start-up set: the request is NUL-separated bytes (argv and environ
 strings cannot hold NUL on Unix) rather than JSON, and the socket is the C `_socket`
 (the `socket` module's enums alone cost more than a whole forwarded qsub).
 
-    request:  b"hpcsched1" NUL prog NUL cwd NUL n NUL argv... NUL m NUL env... NUL has-stdin NUL stdin
+    request:  b"hpcsched1" NUL prog NUL cwd NUL n NUL argv... NUL m NUL env... NUL flag NUL data
     reply:    status NUL len(stdout) NUL stdout stderr
+
+`flag` says what `data` is: 0 nothing, 1 the standard input, 2 the script file qsub names,
+read by the client with the caller's own rights (the server never opens a user's path).
+
+Trust runs both ways.  The server learns who calls from the kernel (SO_PEERCRED), never
+from the request; the client talks only to a server running as the site directory's
+owner (or root), so a socket planted by another user gets nothing.  On a site the caller
+does not own (a multi-user site), a command with no server to answer it fails: clients
+never touch the store.
 """
 from __future__ import annotations
 
@@ -57,39 +66,59 @@ def _runs_here(prog: str, argv: list[str]) -> bool:
     return prog in LOCAL_ONLY or prog == "qsub" and ("I", "") in _qsub_options(argv)[0]
 
 
+class Impostor(Exception):
+    """The command socket is served by someone other than the site's owner."""
+
+
 def _connect():
-    """A stream connected to the site's server, or None when no server listens."""
+    """A stream connected to the site's server, or None when no server listens; Impostor
+    when the process listening is not the site directory's owner (or root)."""
     import _socket
     sock = _socket.socket(_socket.AF_UNIX, _socket.SOCK_STREAM)
     sock.settimeout(CLIENT_TIMEOUT)
+    site = home()
     try:
-        sock.connect(os.path.join(home(), SOCKET))
+        sock.connect(os.path.join(site, SOCKET))
+        # struct ucred {pid, uid, gid}: the uid of the process that listens
+        uid = int.from_bytes(sock.getsockopt(_socket.SOL_SOCKET, _socket.SO_PEERCRED, 12)[4:8], sys.byteorder)
+        owner = os.stat(site).st_uid
     except OSError:
         sock.close()
         return None
+    if uid not in (owner, 0):
+        sock.close()
+        raise Impostor(f"{os.path.join(site, SOCKET)} is served by uid {uid}, not the site's owner "
+                       f"(uid {owner}): refused")
     return sock
 
 
 def server_answers() -> bool:
     """Is a server listening on the command socket?  (It drops the empty request.)"""
-    sock = _connect()
+    try:
+        sock = _connect()
+    except Impostor:
+        return False
     if sock is None:
         return False
     sock.close()
     return True
 
 
-def encode_request(prog: str, argv: list[str], cwd: str, env: dict[str, str], stdin: bytes | None) -> bytes:
+NOTHING, STDIN, SCRIPT = b"0", b"1", b"2"  # what a request's data is
+
+
+def encode_request(prog: str, argv: list[str], cwd: str, env: dict[str, str], stdin: bytes | None,
+                   flag: bytes | None = None) -> bytes:
     def b(s: str) -> bytes:
         return os.fsencode(s)
+    flag = flag or (STDIN if stdin is not None else NOTHING)
     fields = [MAGIC, b(prog), b(cwd), str(len(argv)).encode(), *map(b, argv),
-              str(len(env)).encode(), *(b(f"{k}={v}") for k, v in env.items()),
-              b"1" if stdin is not None else b"0"]
+              str(len(env)).encode(), *(b(f"{k}={v}") for k, v in env.items()), flag]
     return b"\0".join(fields) + b"\0" + (stdin or b"")
 
 
-def decode_request(data: bytes) -> tuple[str, list[str], str, dict[str, str], bytes | None]:
-    """(prog, argv, cwd, env, stdin) from a request; ValueError if it is not one."""
+def decode_request(data: bytes) -> tuple[str, list[str], str, dict[str, str], bytes | None, bytes]:
+    """(prog, argv, cwd, env, data, flag) from a request; ValueError if it is not one."""
     magic, prog, cwd, rest = data.split(b"\0", 3)
     if magic != MAGIC:
         raise ValueError("not an hpcsched request")
@@ -98,9 +127,26 @@ def decode_request(data: bytes) -> tuple[str, list[str], str, dict[str, str], by
     m, rest = rest.split(b"\0", 1)
     *pairs, rest = rest.split(b"\0", int(m))
     flag, stdin = rest.split(b"\0", 1)
+    if flag not in (NOTHING, STDIN, SCRIPT):
+        raise ValueError("not an hpcsched request")
     env = dict(os.fsdecode(p).partition("=")[::2] for p in pairs)
     return (os.fsdecode(prog), [os.fsdecode(a) for a in argv], os.fsdecode(cwd), env,
-            stdin if flag == b"1" else None)
+            stdin if flag != NOTHING else None, flag)
+
+
+def _script_operand(prog: str, argv: list[str], cwd: str) -> bytes | None:
+    """The script file qsub names, read with the caller's rights (None: none, or unreadable:
+    the server then says so)."""
+    if prog != "qsub":
+        return None
+    operands = _qsub_options(argv)[1]
+    if len(operands) != 1 or operands[0] == "-":
+        return None
+    try:
+        with open(os.path.join(cwd, operands[0]), "rb") as f:
+            return f.read()
+    except (OSError, ValueError):
+        return None
 
 
 def encode_reply(status: int, out: bytes, err: bytes) -> bytes:
@@ -114,13 +160,21 @@ def forward(prog: str, argv: list[str]) -> int | None:
         cwd = os.getcwd()
     except OSError:
         return None  # a directory gone under us: running here reports it
-    sock = _connect()
+    try:
+        sock = _connect()
+    except Impostor as e:
+        sys.stderr.write(f"{prog}: {e}\n")
+        return 1
     if sock is None:
         return None  # no server (or a stale socket): run here
     chunks = []
     try:
-        stdin = sys.stdin.buffer.read() if _reads_stdin(prog, argv) and sys.stdin is not None else None
-        sock.sendall(encode_request(prog, argv, cwd, dict(os.environ), stdin))
+        flag, data = NOTHING, _script_operand(prog, argv, cwd)
+        if data is not None:
+            flag = SCRIPT
+        elif _reads_stdin(prog, argv) and sys.stdin is not None:
+            flag, data = STDIN, sys.stdin.buffer.read()
+        sock.sendall(encode_request(prog, argv, cwd, dict(os.environ), data, flag))
         sock.shutdown(_socket.SHUT_WR)
         while chunk := sock.recv(1 << 16):
             chunks.append(chunk)
@@ -155,14 +209,22 @@ def run_here(prog: str, argv: list[str] | None = None) -> int:
     return getattr(import_module(f"hpcsched.pbs.{module}"), name)(argv)
 
 
-def run_for(request: bytes) -> bytes:
+#: the script a forwarded qsub's client read for it (None: qsub reads its operand itself)
+sent_script: bytes | None = None
+
+
+def run_for(request: bytes, caller: str | None = None) -> bytes:
     """Run a forwarded command in this process (the server) as the client would have run
     it: its arguments, directory, environment and standard input; the reply to send back.
-    The server is single-threaded, so swapping the process's context is safe; it is
-    restored whatever the command does."""
+    `caller`: the user the kernel says sent it (None: the server's own user, who may name
+    another with $HPCSCHED_USER on a test rig).  The server is single-threaded, so
+    swapping the process's context is safe; it is restored whatever the command does."""
     import io
+
+    from ..store import site
+    global sent_script
     try:
-        prog, argv, cwd, env, stdin = decode_request(request)
+        prog, argv, cwd, env, stdin, flag = decode_request(request)
     except ValueError:
         return encode_reply(1, b"", b"hpcsched: malformed request to the server\n")
     if prog not in COMMANDS or _runs_here(prog, argv):
@@ -170,10 +232,15 @@ def run_for(request: bytes) -> bytes:
     saved_env, saved_io = dict(os.environ), (sys.stdin, sys.stdout, sys.stderr)
     here = os.open(".", os.O_RDONLY)
     out, err = io.StringIO(), io.StringIO()
+    if caller is not None and env.get("HPCSCHED_USER", caller) not in ("", caller):
+        err.write(f"{prog}: HPCSCHED_USER is ignored: the server knows you as {caller}\n")
     try:
         os.environ.clear()
         os.environ.update(env)
-        sys.stdin = io.TextIOWrapper(io.BytesIO(stdin or b""), encoding="utf-8", errors="replace")
+        site.caller = caller
+        sent_script = stdin if flag == SCRIPT else None
+        sys.stdin = io.TextIOWrapper(io.BytesIO(stdin if flag == STDIN else b""), encoding="utf-8",
+                                     errors="replace")
         sys.stdout, sys.stderr = out, err
         try:
             os.chdir(cwd)
@@ -185,6 +252,7 @@ def run_for(request: bytes) -> bytes:
             err.write(f"{prog}: internal error: {e!r}\n")
             status = 1
     finally:
+        site.caller, sent_script = None, None
         os.fchdir(here)
         os.close(here)
         sys.stdin, sys.stdout, sys.stderr = saved_io
@@ -194,12 +262,40 @@ def run_for(request: bytes) -> bytes:
                         err.getvalue().encode(errors="surrogateescape"))
 
 
+def _owns_site() -> bool:
+    """May this process read the store itself?  Only its owner (or root) may: on anyone
+    else's site the server is the only door."""
+    try:
+        return os.getuid() in (0, os.stat(home()).st_uid)
+    except OSError:
+        return True  # no site yet: running here says how to make one
+
+
+def _distrust_environment(prog: str) -> None:
+    """On a multi-user site $HPCSCHED_USER names nobody: the command runs for the real user."""
+    from ..core.errors import ConfigError
+    from ..store import site
+    try:
+        multi = site.load_site().multi_user
+    except ConfigError:
+        return
+    if multi:
+        site.caller = site.user_name(os.getuid())
+        sys.stderr.write(f"{prog}: HPCSCHED_USER is ignored on a multi-user site (you are {site.caller})\n")
+
+
 def main(prog: str) -> int:
     """A command as the user runs it: answered by the server if one runs, else here."""
     if not _runs_here(prog, sys.argv[1:]):
         status = forward(prog, sys.argv[1:])
         if status is not None:
             return status
+    if not _owns_site():
+        sys.stderr.write(f"{prog}: cannot connect to the hpcsched server at {os.path.join(home(), SOCKET)} "
+                         "(it is not running); on a multi-user site only the server reads the store\n")
+        return 1
+    if os.environ.get("HPCSCHED_USER"):
+        _distrust_environment(prog)
     return run_here(prog)
 
 

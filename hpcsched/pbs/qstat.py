@@ -17,7 +17,7 @@ from ..core.timefmt import hms
 from ..machines.bluegene import BlueGene
 from ..machines.cray import Cray
 from ..store.journaled import Batch
-from ..store.site import Site, load_site
+from ..store.site import Site, load_site, whoami
 from . import common
 from .attributes import depend_text
 from .common import Command
@@ -70,13 +70,16 @@ def resource_list(job: Job) -> dict:
 
 
 def attributes(job: Job, site: Site, now: float, jobs: dict | None = None, flavor: str = "",
-               topology=None, priority=None) -> dict:
+               topology=None, priority=None, viewer: str | None = None) -> dict:
     """The job's attributes in qstat -f order, values typed, in the flavor's vocabulary
     (`flavor` overrides the site's: JSON is always OpenPBS's).  On a Cray `topology`, a
     placed job's `nid_list` too (PSC's attribute: the node ids it runs on); on a Blue
     Gene its block size.  `priority(job)`: a waiting job's priority under the site's
-    policy, shown as `sched_priority` (None: the policy has no number to show)."""
+    policy, shown as `sched_priority` (None: the policy has no number to show).  A
+    `viewer` who is neither the owner nor an operator sees no environment (Variable_List)
+    and no command line, as PBS hides them."""
     flavor = flavor or site.flavor
+    private = viewer is not None and viewer != job.owner and not site.is_operator(viewer)
     torque = flavor == "torque"
     x = job.extra
     a: dict = {"Job_Name": job.name, "Job_Owner": f"{job.owner}@{x.get('submit_host', site.server)}"}
@@ -126,7 +129,8 @@ def attributes(job: Job, site: Site, now: float, jobs: dict | None = None, flavo
     a["euser"] = job.owner
     if job.group:
         a["egroup"] = job.group
-    a["Variable_List"] = dict(x.get("variables", {}))
+    if not private:
+        a["Variable_List"] = dict(x.get("variables", {}))
     if job.start_time is not None:
         a["start_time" if torque else "stime"] = ctime(job.start_time)
     a["run_count"] = job.run_count
@@ -137,7 +141,7 @@ def attributes(job: Job, site: Site, now: float, jobs: dict | None = None, flavo
             a["obittime"] = ctime(job.end_time)
     if job.comment or not torque:
         a["comment"] = job.comment or _comment(job)
-    if "submit_args" in x:
+    if "submit_args" in x and not private:
         a["submit_args" if torque else "Submit_arguments"] = x["submit_args"]
     return a
 
@@ -351,8 +355,9 @@ def qstat(opts: list[tuple[str, str]], ids: list[str], out, now: float) -> int:
         def priority(j: Job) -> float | None:  # (a policy whose factors hold no such number: none)
             factors = policy.describe(j, ctx)
             return factors.get("priority", factors.get("score"))
+        viewer = whoami()
         items = [(common.display_id(j, site.server), attributes(j, site, now, sched.jobs, vocabulary,
-                                                                   sched.topology, priority)) for j in jobs]
+                                                                   sched.topology, priority, viewer)) for j in jobs]
         if o["F"] == "json":
             doc = {"timestamp": int(now), "pbs_version": common.VERSION, "pbs_server": site.server}
             if items:

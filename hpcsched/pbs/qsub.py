@@ -18,6 +18,7 @@ import time
 from .. import sitefilter
 from ..core.errors import BadDependency, ConfigError, Rejected
 from ..core.jobs import Hold, Job
+from ..store import site as sitemod
 from ..store.journaled import Batch
 from ..store.layout import INTERACTIVE, WRAPPER
 from ..store.site import load_site, notify, whoami
@@ -126,6 +127,11 @@ def submit_parsed(cmd: list[tuple[str, str]], rest: list[str], stdin=None, cwd: 
         raise common.CommandError("interactive jobs (-I) need a running server (hpcsched server)", common.SYSTEM)
     if interactive and not rest:
         script, script_name = "", ""  # the terminal is the session's, not a script
+    elif rest and commands.sent_script is not None:  # read by the client, with its rights
+        script, script_name = commands.sent_script.decode("utf-8", errors="replace"), rest[0]
+    elif rest and sitemod.caller is not None:  # the server opens no path for a user
+        raise common.CommandError(f"script file cannot be loaded - not readable by {sitemod.caller}: {rest[0]}",
+                                  common.SYSTEM)
     elif rest:
         try:
             with open(rest[0], encoding="utf-8", errors="replace") as f:
@@ -145,6 +151,8 @@ def submit_parsed(cmd: list[tuple[str, str]], rest: list[str], stdin=None, cwd: 
     prefix = next((v for letter, v in cmd if letter == "C"), env.get("PBS_DPREFIX", "#PBS"))
     options, resources = merge(cmd, directives(script, prefix))
     user = whoami()
+    if site.multi_user:
+        _may_run_as(site, user)
     job, deps, befores = make_job(options, resources, script, script_name, cwd, env, user, site.server, now,
                                   site.flavor, frozenset(site.config.get("consumables", {})))
     args = shlex.join(words)
@@ -208,6 +216,25 @@ def submit_parsed(cmd: list[tuple[str, str]], rest: list[str], stdin=None, cwd: 
                 raise common.CommandError(f"submit error (Job exceeds queue resource limits MSG={e})", common.LIMITS)
             raise common.CommandError(f"Job violates queue and/or server resource limits: {e}", common.LIMITS)
     return common.full_id(done.id, site.server), "z" in options
+
+
+def _may_run_as(site, user: str) -> None:
+    """A multi-user site runs a job as its owner: refuse what it cannot or must not run
+    (Torque's PBSE_BADUSER).  Root's jobs need `acl_roots` (as Torque's); a server that is
+    not root runs only its own user's jobs, unless a `launcher` changes user for it."""
+    import pwd
+    if user == "root" and "root" not in site.acl_roots:
+        raise common.CommandError("Bad UID for job execution MSG=root's jobs are refused on this site (acl_roots)",
+                                  common.BAD_USER)
+    try:
+        pwd.getpwnam(user)
+    except KeyError:
+        raise common.CommandError(f"Bad UID for job execution MSG=no user {user} on this host",
+                                  common.BAD_USER) from None
+    server = sitemod.user_name(os.geteuid())
+    if os.geteuid() != 0 and user != server and not site.config.get("launcher"):
+        raise common.CommandError(f"Bad UID for job execution MSG=the server runs as {server} and cannot run "
+                                  f"jobs as {user}", common.BAD_USER)
 
 
 FILTER_TIMEOUT = 10.0  # seconds a site's submit filter may take

@@ -12,10 +12,17 @@ its exit status.  So a server that dies, even by SIGKILL, finds its jobs again w
 starts: a pid whose start time matches is the same process; a job whose wrapper never
 wrote a pid never started and is launched now; one that started and vanished without a
 status is recorded as ended (or requeued when rerunnable).  No job starts twice.
+
+Every process of a job is tracked (tracking.py: a cgroup, else the job's mark in the
+environment) and killed at walltime, `qdel` and the job's end.  On a multi-user site
+(privilege.py) the server learns its callers from the kernel, runs jobs as their owners
+and keeps the store to itself; a user's bad path, pre-made directory or permission error
+is that job's failure, never the server's.
 """
 from __future__ import annotations
 
 import contextlib
+import errno
 import json
 import os
 import pwd
@@ -23,7 +30,7 @@ import selectors
 import shlex
 import signal
 import socket
-import struct
+import stat
 import subprocess
 import sys
 import time
@@ -38,7 +45,8 @@ from ..store.journal import StoreError, write_atomic
 from ..store.journaled import Batch
 from ..store.layout import INTERACTIVE, WRAPPER
 from ..core.errors import SchedulerError
-from ..store.site import CONFIG, OVERLAY, SOCKET, Site, load_site
+from ..store.site import CONFIG, OVERLAY, SOCKET, Site, load_site, user_name
+from . import privilege, tracking
 
 LOST = -1  # exit status of a job whose process vanished without one
 INTERACTIVE_WAIT = 60.0  # seconds a started interactive job waits for its qsub -I
@@ -91,6 +99,7 @@ class Server:
         self.trouble = ""  # why the store cannot be written now ("" when it can)
         self.stopping = False
         self.passes = 0
+        self.tracker = tracking.Tracker(self.home)
 
     def _configure(self, site: Site) -> None:
         """Take the site's settings (at start, and when qmgr or an edit changes them)."""
@@ -104,6 +113,9 @@ class Server:
         # the `command` launcher: run the job's wrapper through a template such as
         # ["ssh", "{host}", "{command}"] on the job's first node; absent: `local`
         self.launcher = cfg.get("launcher")
+        # a multi-user site: the kernel names callers; as root, jobs run as their owners
+        self.multi = site.multi_user
+        self.as_owners = self.multi and os.geteuid() == 0
         # Torque drops a finished job keep_completed seconds after it ends; OpenPBS keeps
         # history for job_history_duration (two weeks by default)
         self.retention = (site.keep_completed if site.flavor == "torque"
@@ -150,10 +162,20 @@ class Server:
         return self.home / "jobs" / str(job.id) / f"run{job.run_count}"
 
     def _read_int(self, path: Path) -> int | None:
+        """A number the job's wrapper wrote (the run directory is the owner's: a link, a
+        fifo or a huge file there gives None, never a hang or another file's content)."""
         try:
-            return int(path.read_text().strip())
+            fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+        except OSError:
+            return None
+        try:
+            if not stat.S_ISREG(os.fstat(fd).st_mode):
+                return None
+            return int(os.read(fd, 64).strip())
         except (OSError, ValueError):
             return None
+        finally:
+            os.close(fd)
 
     # --- one step --------------------------------------------------------------------------
     def step(self, now: float | None = None) -> int:
@@ -213,7 +235,7 @@ class Server:
         """Walltimes and deletions enforced from memory alone, while nothing can be written."""
         for job in self.batch.sched.jobs.values():
             if job.state in ACTIVE and "launched" in job.extra:
-                pid = self._read_int(self.jobdir(job) / "pid") or job.extra.get("pid")
+                pid = self._pid(job)
                 if pid and process_start(pid) is not None:
                     self._escalate(job, pid, now, journal=False)
 
@@ -238,6 +260,11 @@ class Server:
                 return
             self.children[pid] = status
 
+    def _pid(self, job: Job) -> int | None:
+        if self.multi:
+            return job.extra.get("pid") or self._read_int(self.jobdir(job) / "pid")
+        return self._read_int(self.jobdir(job) / "pid") or job.extra.get("pid")
+
     def _watch(self, job: Job, now: float) -> None:
         """End a job whose process is gone; signal one past its walltime or deleted."""
         if "launched" not in job.extra:
@@ -245,8 +272,10 @@ class Server:
                 self._finish(job, 256 + signal.SIGTERM, now)
             return
         # the pid file names the wrapper that runs the job; the start time recorded at
-        # launch (None: it had already ended) tells a reused pid from ours
-        pid = self._read_int(self.jobdir(job) / "pid") or job.extra.get("pid")
+        # launch (None: it had already ended) tells a reused pid from ours.  On a
+        # multi-user site the file is the owner's to write: the pid the server saw at
+        # launch comes first
+        pid = self._pid(job)
         if pid is None and job.extra.get("interactive") and job.state == RUNNING \
                 and now < job.extra["launched"] + INTERACTIVE_WAIT:
             return  # its qsub -I has not started the session yet
@@ -307,6 +336,7 @@ class Server:
         not start it), mail its owner, and delete what depended on it failing."""
         # killed past its walltime (a deleted job is EXITING): the abort PBS mails about
         walltime = job.state == RUNNING and "signal" in job.extra
+        self._clean(job)
         self.batch.do("ended", now, id=job.id, exit_status=status)
         aborted = status == LOST
         accounting.write(self.home, "A" if aborted else "E", job, self.site.server, now)
@@ -319,33 +349,50 @@ class Server:
             mail.send(self.site, job, mail.END, "Execution terminated")
         accounting.dependency_deletions(self.batch, now)
 
+    def _clean(self, job: Job) -> None:
+        """Kill what is left of an ended job's processes, and say so (pbs_mom's cleanup)."""
+        if "launched" not in job.extra or job.extra.get("interactive"):
+            return
+        left = self.tracker.clean(job.id, job.run_count, scan=not job.extra.get("cgroup"))
+        if left:
+            print(f"hpcsched server: job {job.id}: killed {len(left)} leftover process"
+                  f"{'es' if len(left) > 1 else ''} after its end: {', '.join(left)}", file=sys.stderr)
+
     def _note(self, job: Job, now: float, **change) -> None:
         """Journal what changed about a job's process (a `process` record, not an alter)."""
         self.batch.do("process", now, id=job.id, **change)
 
     def _signal(self, job: Job, pid: int, sig: int, now: float, journal: bool = True) -> None:
+        """`sig` to the job's process group and to every process of the job that left it."""
         try:
             os.killpg(pid, sig)
         except ProcessLookupError:
             pass
+        except PermissionError:  # a pid that is no longer the job's wrapper
+            pass
+        self.tracker.signal(job.id, job.run_count, sig, scan=not job.extra.get("cgroup"))
         self.sent[job.id] = (int(sig), now)
         if journal:
             self._note(job, now, set={"signal": int(sig), "signalled_at": now})
 
     # --- launching -------------------------------------------------------------------------
     def _launch(self, job: Job, now: float) -> int:
-        d = self.jobdir(job)
-        d.mkdir(parents=True, exist_ok=True)
-        (d / "tmp").mkdir(exist_ok=True)
+        """Start the job's wrapper (as its owner on a multi-user site run by root).  A user's
+        error (an unknown owner, a path the owner may not write, a planted file) is this
+        job's failure: it ends, aborted, with the reason in its comment and mail."""
+        try:
+            owner = privilege.Owner.of(job.owner) if self.as_owners else None
+        except KeyError:
+            return self._not_started(job, now, f"no such user on this host: {job.owner}")
+        try:
+            d = self._rundir(job, owner)
+        except OSError as e:
+            return self._not_started(job, now, f"its run directory: {e.strerror or e}")
         if self.check and not self._scan(job, now):
             return 0
         x = job.extra
         script = d / "script"
-        script.write_text(x.get("script", ""))
-        script.chmod(0o700)
-        nodefile = d / "nodes"
-        nodefile.write_text("".join(f"{n}\n" * max(1, len(c)) for n, c in zip(job.nodes, job.cores)))
-        home = _home(job)
+        home = owner.home if owner else _home(job)
         workdir = x.get("workdir") or home  # PBS starts a job in its owner's home unless -d/-w
         submit_dir = x.get("submit_dir") or workdir  # default output files go where qsub ran
         seq = common.output_seq(job, self.site.flavor)
@@ -357,42 +404,83 @@ class Server:
         if "e" in keep:
             err = os.path.join(home, f"{job.name}.e{seq}")
         join = x.get("join", "n")
-        env = self._environment(job, nodefile, d / "tmp", workdir, home)
+        shell = x.get("shell") or (owner.shell if owner else "/bin/sh")
+        env = self._environment(job, d / "nodes", d / "tmp", workdir, home, shell)
+        try:
+            _put(script, x.get("script", ""), owner, 0o700)
+            _put(d / "nodes", "".join(f"{n}\n" * max(1, len(c)) for n, c in zip(job.nodes, job.cores)), owner)
+            if x.get("interactive"):
+                # the waiting `qsub -I` runs the session under the same wrapper, on the
+                # caller's terminal: it needs only the environment, written last
+                env["PBS_ENVIRONMENT"] = "PBS_INTERACTIVE"
+                env["SHELL"] = x.get("shell") or env.get("PBS_O_SHELL") or "/bin/sh"  # the caller's own
+                _put(d / INTERACTIVE, json.dumps({"env": env, "workdir": workdir}), owner)
+        except OSError as e:
+            return self._not_started(job, now, f"its run directory: {e.strerror or e}")
         if x.get("interactive"):
-            # the waiting `qsub -I` runs the session under the same wrapper, on the
-            # caller's terminal: it needs only the environment, written last
-            env["PBS_ENVIRONMENT"] = "PBS_INTERACTIVE"
-            env["SHELL"] = x.get("shell") or env.get("PBS_O_SHELL") or "/bin/sh"  # the caller's own
-            write_atomic(d / INTERACTIVE, json.dumps({"env": env, "workdir": workdir}))
             self._note(job, now, set={"launched": now})
             accounting.write(self.home, "S", job, self.site.server, now)
             mail.send(self.site, job, mail.BEGIN, "Begun execution")
             return 1
-        shell = x.get("shell") or "/bin/sh"
         argv = ["/bin/sh", "-c", WRAPPER, "hpcsched-job", str(d), shell, str(script)]
         if self.launcher:
             line = shlex.join(argv)
-            argv = [part.replace("{host}", job.nodes[0]).replace("{command}", line) for part in self.launcher]
+            argv = [part.replace("{host}", job.nodes[0]).replace("{command}", line).replace("{user}", job.owner)
+                    for part in self.launcher]
+        cgroup = self.tracker.cgroup(job.id, job.run_count, create=True)
         # the job and its output files get its -W umask (077 by default, as PBS's): the
         # child inherits this process's umask, set just around its creation
         old_umask = os.umask(int(x.get("W", {}).get("umask", "077"), 8))
         try:
-            with open(out if join != "eo" else err, "ab") as stdout, \
-                    (open(err, "ab") if join == "n" else contextlib.nullcontext(subprocess.STDOUT)) as stderr:
-                proc = subprocess.Popen(argv, cwd=workdir, env=env, stdin=subprocess.DEVNULL, stdout=stdout,
-                                        stderr=stderr, start_new_session=True)
-        except (OSError, ValueError) as e:  # a bad path is this job's failure, not the server's
+            with privilege.acting_as(owner) if owner else contextlib.nullcontext():
+                if owner and not (os.path.isdir(workdir) and os.access(workdir, os.X_OK, effective_ids=True)):
+                    raise NotADirectoryError(errno.ENOTDIR, f"cannot enter {workdir}")
+                stdout = open(out if join != "eo" else err, "ab")
+                stderr = open(err, "ab") if join == "n" else contextlib.nullcontext(subprocess.STDOUT)
+            with stdout, stderr as stderr:
+                proc = subprocess.Popen(argv, cwd=None if owner else workdir, env=env, stdin=subprocess.DEVNULL,
+                                        stdout=stdout, stderr=stderr, start_new_session=True,
+                                        preexec_fn=privilege.becoming(owner, workdir, cgroup)
+                                        if owner or cgroup else None)
+        except (OSError, ValueError, subprocess.SubprocessError) as e:
+            # a bad path is this job's failure, not the server's
+            return self._not_started(job, now, getattr(e, "strerror", None) or str(e))
+        finally:
             os.umask(old_umask)
-            why = getattr(e, "strerror", None) or str(e)
-            self._note(job, now, set={"launched": now}, comment=f"launch failed: {why}")
-            self._finish(job, LOST, now, why=f"Job could not start: {why}")
-            return 0
-        os.umask(old_umask)
+        joined = cgroup is not None and tracking.member(proc.pid, cgroup)
         self._note(job, now, set={"launched": now, "pid": proc.pid, "pid_start": _wait_start(proc.pid),
-                                  "session": proc.pid})
+                                  "session": proc.pid, **({"cgroup": cgroup} if joined else {})})
         accounting.write(self.home, "S", job, self.site.server, now)
         mail.send(self.site, job, mail.BEGIN, "Begun execution")
         return 1
+
+    def _not_started(self, job: Job, now: float, why: str) -> int:
+        """The job could not start: it ends, aborted (A), its reason in its comment."""
+        self._note(job, now, set={"launched": now}, comment=f"launch failed: {why}")
+        self._finish(job, LOST, now, why=f"Job could not start: {why}")
+        return 0
+
+    def _rundir(self, job: Job, owner: privilege.Owner | None) -> Path:
+        """Make this run's directory (and its tmp), the owner's on a multi-user site: the
+        levels above are the server's and passable (0711), nothing in them is followed."""
+        d = self.jobdir(job)
+        for level in (d.parent.parent, d.parent):
+            try:
+                os.mkdir(level, 0o711 if self.multi else 0o777)
+            except FileExistsError:
+                pass
+            _real_dir(level)
+            if self.multi and stat.S_IMODE(level.lstat().st_mode) != privilege.SITE_MODE:
+                os.chmod(level, privilege.SITE_MODE)
+        for path in (d, d / "tmp"):
+            try:
+                os.mkdir(path, 0o700 if owner else 0o777)
+            except FileExistsError:
+                pass  # a launch the server died in: the wrapper's own mkdir keeps it to one run
+            _real_dir(path)
+            if owner:
+                os.chown(path, owner.uid, owner.gid, follow_symlinks=False)
+        return d
 
     def _scan(self, job: Job, now: float) -> bool:
         """PSC's pre-job scan: check each node; a failing node goes on the bad list and
@@ -410,12 +498,17 @@ class Server:
                 return False
         return True
 
-    def _environment(self, job: Job, nodefile: Path, tmpdir: Path, workdir: str, home: str) -> dict[str, str]:
+    def _environment(self, job: Job, nodefile: Path, tmpdir: Path, workdir: str, home: str,
+                     shell: str) -> dict[str, str]:
         x = job.extra
         v = dict(x.get("variables", {}))
         env = {"PATH": v.get("PBS_O_PATH", "/usr/local/bin:/usr/bin:/bin"), "HOME": home,
-               "USER": job.owner, "LOGNAME": job.owner, "SHELL": x.get("shell") or "/bin/sh", "LANG": v.get("PBS_O_LANG", "C")}
+               "USER": job.owner, "LOGNAME": job.owner, "SHELL": shell, "LANG": v.get("PBS_O_LANG", "C")}
         env.update(v)
+        if self.as_owners:  # the owner's own, whatever qsub -V copied
+            env.update(HOME=home, USER=job.owner, LOGNAME=job.owner)
+        env[tracking.MARK] = self.tracker.mark(job.id, job.run_count)
+        env["HPCSCHED_HOME"] = str(self.home)  # the commands a job runs reach its own site
         r = job.request
         jid = common.display_id(job, self.site.server)
         env.update(PBS_JOBID=jid, PBS_JOBNAME=job.name, PBS_QUEUE=job.queue, PBS_NODEFILE=str(nodefile),
@@ -447,12 +540,17 @@ class Server:
         """Step on every wake-up or interval until SIGTERM/SIGINT (or `until`); answer
         the commands that offer themselves on the command socket (pbs/front.py) between
         steps, from the state this process keeps loaded."""
+        if self.multi:
+            for change in privilege.lock_down(self.home):
+                print(f"hpcsched server: made private: {change}", file=sys.stderr)
         self._lock = self.claim()
         sel = selectors.DefaultSelector()
         poke = self._bind(SOCKET, socket.SOCK_DGRAM)
         sel.register(poke, selectors.EVENT_READ)
         listener = self._bind(commands.SOCKET, socket.SOCK_STREAM)
-        listener.listen(64)
+        if self.multi:  # the door: anyone may connect, the kernel says who they are
+            os.chmod(self.home / commands.SOCKET, privilege.COMMAND_SOCKET_MODE)
+        listener.listen(128)
         sel.register(listener, selectors.EVENT_READ)
         wake_r, wake_w = socket.socketpair()
         wake_r.setblocking(False)
@@ -487,6 +585,12 @@ class Server:
                     except (BlockingIOError, InterruptedError):
                         pass
         finally:
+            try:
+                live = {(j.id, j.run_count) for j in self.batch.sched.jobs.values() if j.state in ACTIVE}
+            except Exception:  # (a store that never loaded: keep every cgroup)
+                live = None
+            if live is not None:
+                self.tracker.close(live)
             self.batch.release()
             signal.set_wakeup_fd(-1)
             sel.close()
@@ -533,7 +637,9 @@ class Server:
         return sock
 
     def _answer(self, listener: socket.socket) -> None:
-        """Run one forwarded command for a client of this user and send it the result."""
+        """Run one forwarded command for its caller, as the kernel names it, and send the
+        result.  A single-user rig serves only its own user (who may name another with
+        $HPCSCHED_USER) and root; a multi-user site serves everyone as themselves."""
         try:
             conn, _ = listener.accept()
         except (BlockingIOError, InterruptedError):
@@ -541,15 +647,15 @@ class Server:
         with conn:
             try:
                 conn.settimeout(COMMAND_TIMEOUT)
-                uid = struct.unpack("3i", conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED,
-                                                          struct.calcsize("3i")))[1]
-                if uid not in (os.getuid(), 0):
+                uid = privilege.peer(conn)[1]
+                if not self.multi and uid not in (os.getuid(), 0):
                     conn.sendall(commands.encode_reply(common.UNAUTHORIZED, b"", b"hpcsched: not this server's user\n"))
                     return
+                caller = None if uid == os.getuid() and not self.multi else user_name(uid)
                 chunks = []
                 while chunk := conn.recv(1 << 16):
                     chunks.append(chunk)
-                conn.sendall(commands.run_for(b"".join(chunks)))
+                conn.sendall(commands.run_for(b"".join(chunks), caller))
             except OSError:
                 pass  # the client went away; what its command did (or not) is in the store
 
@@ -567,6 +673,32 @@ def _home(job: Job) -> str:
         return pwd.getpwnam(job.owner).pw_dir
     except KeyError:
         return os.path.expanduser("~")
+
+
+def _real_dir(path: Path) -> None:
+    """OSError unless `path` is a directory itself (not a link to one)."""
+    if not stat.S_ISDIR(path.lstat().st_mode):
+        raise NotADirectoryError(errno.ENOTDIR, f"{path.name} is not a directory")
+
+
+def _put(path: Path, text: str, owner: privilege.Owner | None, mode: int = 0o600) -> None:
+    """Write a file of the run directory afresh: never through a link or into a file that
+    was already there (the directory may be the owner's), then give it to the owner."""
+    tmp = path.with_name(f".{path.name}.new")
+    for old in (tmp,):
+        try:
+            os.unlink(old)
+        except FileNotFoundError:
+            pass
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, mode)
+    try:
+        os.write(fd, text.encode("utf-8", errors="surrogateescape"))
+        os.fchmod(fd, mode)
+        if owner:
+            os.fchown(fd, owner.uid, owner.gid)
+    finally:
+        os.close(fd)
+    os.replace(tmp, path)
 
 
 def _path(given: str | None, workdir: str, default: str) -> str:

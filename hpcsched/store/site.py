@@ -6,8 +6,13 @@
 
 The configuration holds the core's keys (config.py) and the commands' own: `flavor`
 (`torque`, the default, or `openpbs`; $HPCSCHED_FLAVOR overrides it per call),
-`operators`, `managers` (user names) and `keep_completed` (seconds a finished job stays
-in plain qstat under Torque; 300).
+`operators`, `managers` (user names, or `@group` for every member of a Unix group),
+`keep_completed` (seconds a finished job stays in plain qstat under Torque; 300),
+`multi_user` (the server is the only door: see server/privilege.py) and `acl_roots`.
+
+Who calls: on a multi-user site, the kernel's word (the server reads the peer's uid from
+its socket and sets `caller`); on a single-user test rig, $HPCSCHED_USER if set, else the
+real user.
 """
 from __future__ import annotations
 
@@ -82,6 +87,8 @@ class Site:
     operators: frozenset[str]
     managers: frozenset[str]
     keep_completed: float
+    multi_user: bool = False
+    acl_roots: frozenset[str] = frozenset()  # users who may submit as root (Torque's acl_roots)
     _built: Scheduler | None = field(default=None, repr=False, compare=False)
 
     def scheduler(self) -> Scheduler:
@@ -92,17 +99,42 @@ class Site:
         return sched or build({"dependency_failure": "delete", **self.config}, extra_keys=SITE_KEYS)
 
     def is_operator(self, user: str) -> bool:
-        return user in self.operators or user in self.managers or user == "root"
+        return user == "root" or _member(user, self.operators) or _member(user, self.managers)
 
     def is_manager(self, user: str) -> bool:
-        return user in self.managers or user == "root"
+        return user == "root" or _member(user, self.managers)
 
 
 def _names(config: dict, key: str) -> frozenset[str]:
     value = config.get(key, [])
-    if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
-        raise ConfigError(f"{key}: must be a list of user names")
+    if not isinstance(value, list) or not all(isinstance(v, str) and v.strip("@") for v in value):
+        raise ConfigError(f"{key}: must be a list of user names (or @group)")
     return frozenset(value)
+
+
+def _member(user: str, names: frozenset[str]) -> bool:
+    """Is `user` named, or a member of a named `@group`?"""
+    if user in names:
+        return True
+    groups = {n[1:] for n in names if n.startswith("@")}
+    return bool(groups) and not groups.isdisjoint(user_groups(user))
+
+
+def user_groups(user: str) -> set[str]:
+    """The names of `user`'s Unix groups, primary and supplementary (none if unknown)."""
+    import grp
+    import pwd
+    try:
+        gids = os.getgrouplist(user, pwd.getpwnam(user).pw_gid)
+    except (KeyError, OSError):
+        return set()
+    names = set()
+    for gid in gids:
+        try:
+            names.add(grp.getgrgid(gid).gr_name)
+        except KeyError:
+            pass
+    return names
 
 
 def load_site(home: str | os.PathLike | None = None) -> Site:
@@ -144,30 +176,34 @@ def load_site(home: str | os.PathLike | None = None) -> Site:
     server = config.get("server_name", socket.gethostname().split(".")[0])
     if not isinstance(server, str) or not server or any(c.isspace() for c in server):
         raise ConfigError("server_name: must be a name without spaces")
+    if not isinstance(config.get("multi_user", False), bool):
+        raise ConfigError("multi_user: must be true or false")
     site = Site(home, config, server, flavor, _names(config, "operators"), _names(config, "managers"),
-                float(keep))
+                float(keep), config.get("multi_user", False), _names(config, "acl_roots"))
     site._built = site.scheduler()  # check the rest now (one line naming the key), and keep it
     return site
 
 
 def init_site(home: str | os.PathLike | None = None, nodes: int = 4, cores: int | None = None,
-              force: bool = False) -> Path:
-    """Write a working test-rig configuration: `nodes` nodes on this host."""
+              force: bool = False, managers: list[str] | None = None, multi_user: bool = False) -> Path:
+    """Write a working test-rig configuration: `nodes` nodes on this host.  `multi_user`:
+    a site whose server (root) is the only door, in a directory only it may read."""
     home = Path(home) if home is not None else default_home()
     path = home / CONFIG
     if path.exists() and not force:
         raise ConfigError(f"{path}: already exists (use --force to replace it)")
     cores = cores or os.cpu_count() or 1
-    user = _whoami()
+    names = ", ".join(f'"{m}"' for m in (managers or [_whoami()]))
     text = f"""\
 # hpcsched site configuration (written by 'hpcsched init'); see man 5 hpcsched.toml
 server_name = "{socket.gethostname().split('.')[0] or 'localhost'}"
 flavor = "torque"
 backfill = "easy"
 default_queue = "batch"
-managers = ["{user}"]
+managers = [{names}]
 operators = []
 keep_completed = 300
+{"multi_user = true" if multi_user else ""}
 
 [priority]
 policy = "fifo"
@@ -182,22 +218,42 @@ max_walltime = "24:00:00"
 """
     build(loads(text), extra_keys=SITE_KEYS)  # what we write must load
     home.mkdir(parents=True, exist_ok=True)
-    write_atomic(path, text)
+    if multi_user:
+        os.chmod(home, 0o711)  # (the server's lock_down keeps it so: server/privilege.py)
+        old = os.umask(0o077)
+    try:
+        write_atomic(path, text)
+    finally:
+        if multi_user:
+            os.umask(old)
     return path
 
 
+#: the user a forwarded command runs for, as the kernel names the client (set by the
+#: server around each command); None: a command run in its caller's own process
+caller: str | None = None
+
+
 def _whoami() -> str:
-    """The calling user: $HPCSCHED_USER on a test rig, else the real user."""
+    """The calling user: the server's `caller`, else $HPCSCHED_USER on a test rig, else the
+    real user."""
+    if caller is not None:
+        return caller
     if os.environ.get("HPCSCHED_USER"):
         return os.environ["HPCSCHED_USER"]
-    import pwd
-    try:
-        return pwd.getpwuid(os.getuid()).pw_name
-    except KeyError:
-        return str(os.getuid())
+    return user_name(os.getuid())
 
 
 whoami = _whoami
+
+
+def user_name(uid: int) -> str:
+    """The login name of `uid` (its number when the password database has none)."""
+    import pwd
+    try:
+        return pwd.getpwuid(uid).pw_name
+    except KeyError:
+        return str(uid)
 
 
 def notify(home: str | os.PathLike) -> None:
