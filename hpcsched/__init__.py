@@ -8,8 +8,6 @@
 The names below are imported on first use (PEP 562), so a command such as qsub pays
 only for the modules it needs, not for the whole library.
 """
-from importlib import import_module
-
 __version__ = "0.1.0"
 
 #: public name -> the module that defines it
@@ -36,6 +34,7 @@ __all__ = sorted(_HOME)
 def __getattr__(name: str):
     if name not in _HOME:
         raise AttributeError(f"module 'hpcsched' has no attribute {name!r}")
+    from importlib import import_module
     value = getattr(import_module(f".{_HOME[name]}", __name__), name)
     globals()[name] = value  # the next lookup is a plain attribute
     return value

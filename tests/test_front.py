@@ -8,7 +8,8 @@ import time
 import pytest
 
 from hpcsched.pbs import front as commands
-from hpcsched.pbs.front import decode_request, encode_request, run_for
+from hpcsched.pbs.forwarded import decode_request, run_for
+from hpcsched.pbs.front import encode_request
 from hpcsched.store.journal import Store
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))

@@ -75,7 +75,7 @@ def write_many(home: str | os.PathLike, kind: str, jobs: list[Job], server: str,
         directory = Path(home) / "accounting"
         directory.mkdir(parents=True, exist_ok=True)
         path = directory / time.strftime("%Y%m%d", time.localtime(now))
-        fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)  # (the server's alone)
         try:
             os.write(fd, "".join(_record(kind, j, server, now) for j in jobs).encode("utf-8", "backslashreplace"))
         finally:

@@ -5,13 +5,16 @@ server on `$HPCSCHED_HOME/commands.sock`: the server has the state loaded and th
 imported, so it answers in a few milliseconds.  With no server (or a stale socket) the
 command runs in this process against the store, exactly as the server would run it.
 
-This module is the latency floor of every command, so it imports nothing beyond the
-interpreter's start-up set: the request is NUL-separated bytes (argv and environment
-strings cannot hold NUL on Unix) rather than JSON, and the socket is the C `_socket`
-(the `socket` module's enums alone cost more than a whole forwarded qsub).
+This module is the latency floor of every command, so its client side imports nothing
+beyond the interpreter's start-up set (not even `os`: `posix` is built in): the request
+is NUL-separated bytes (argv and environment strings cannot hold NUL on Unix) rather than
+JSON, and the socket is the C `_socket` (the `socket` module's enums alone cost more than
+a whole forwarded qsub).
 
     request:  b"hpcsched1" NUL prog NUL cwd NUL n NUL argv... NUL m NUL env... NUL flag NUL data
     reply:    status NUL len(stdout) NUL stdout stderr
+
+(The server's side, decoding a request and running it, is forwarded.py.)
 
 `flag` says what `data` is: 0 nothing, 1 the standard input, 2 the script file qsub names,
 read by the client with the caller's own rights (the server never opens a user's path).
@@ -22,14 +25,10 @@ owner (or root), so a socket planted by another user gets nothing.  On a site th
 does not own (a multi-user site), a command with no server to answer it fails: clients
 never touch the store.
 """
-from __future__ import annotations
-
-import os
+import posix
 import sys
 
-from ..store.layout import home
-from .errors import UsageError
-from .options import QSUB, parse
+from ..store.layout import getenv, home
 
 #: command name -> "module:NAME" of its Command (common.py), run in this process
 COMMANDS = {name: f"{module}:{name.upper()}" for module, names in (
@@ -47,6 +46,8 @@ CLIENT_TIMEOUT = 60.0  # seconds a command waits for the server (connect, send, 
 MAGIC = b"hpcsched1"
 
 def _qsub_options(argv: list[str]) -> tuple[list[tuple[str, str]], list[str]]:
+    from .errors import UsageError
+    from .options import QSUB, parse
     try:
         return parse(argv, QSUB, permute=False)
     except UsageError:
@@ -78,16 +79,16 @@ def _connect():
     sock.settimeout(CLIENT_TIMEOUT)
     site = home()
     try:
-        sock.connect(os.path.join(site, SOCKET))
+        sock.connect(f"{site}/{SOCKET}")
         # struct ucred {pid, uid, gid}: the uid of the process that listens
         uid = int.from_bytes(sock.getsockopt(_socket.SOL_SOCKET, _socket.SO_PEERCRED, 12)[4:8], sys.byteorder)
-        owner = os.stat(site).st_uid
+        owner = posix.stat(site).st_uid
     except OSError:
         sock.close()
         return None
     if uid not in (owner, 0):
         sock.close()
-        raise Impostor(f"{os.path.join(site, SOCKET)} is served by uid {uid}, not the site's owner "
+        raise Impostor(f"{site}/{SOCKET} is served by uid {uid}, not the site's owner "
                        f"(uid {owner}): refused")
     return sock
 
@@ -107,31 +108,17 @@ def server_answers() -> bool:
 NOTHING, STDIN, SCRIPT = b"0", b"1", b"2"  # what a request's data is
 
 
-def encode_request(prog: str, argv: list[str], cwd: str, env: dict[str, str], stdin: bytes | None,
+def _b(s: str) -> bytes:
+    return s.encode(sys.getfilesystemencoding(), "surrogateescape")  # (os.fsencode)
+
+
+def encode_request(prog: str, argv: list[str], cwd: str, env: dict, stdin: bytes | None,
                    flag: bytes | None = None) -> bytes:
-    def b(s: str) -> bytes:
-        return os.fsencode(s)
+    """`env`: str -> str, or bytes -> bytes as the process's start-up environment is."""
     flag = flag or (STDIN if stdin is not None else NOTHING)
-    fields = [MAGIC, b(prog), b(cwd), str(len(argv)).encode(), *map(b, argv),
-              str(len(env)).encode(), *(b(f"{k}={v}") for k, v in env.items()), flag]
+    fields = [MAGIC, _b(prog), _b(cwd), str(len(argv)).encode(), *map(_b, argv), str(len(env)).encode(),
+              *(k + b"=" + v if isinstance(k, bytes) else _b(f"{k}={v}") for k, v in env.items()), flag]
     return b"\0".join(fields) + b"\0" + (stdin or b"")
-
-
-def decode_request(data: bytes) -> tuple[str, list[str], str, dict[str, str], bytes | None, bytes]:
-    """(prog, argv, cwd, env, data, flag) from a request; ValueError if it is not one."""
-    magic, prog, cwd, rest = data.split(b"\0", 3)
-    if magic != MAGIC:
-        raise ValueError("not an hpcsched request")
-    n, rest = rest.split(b"\0", 1)
-    *argv, rest = rest.split(b"\0", int(n))
-    m, rest = rest.split(b"\0", 1)
-    *pairs, rest = rest.split(b"\0", int(m))
-    flag, stdin = rest.split(b"\0", 1)
-    if flag not in (NOTHING, STDIN, SCRIPT):
-        raise ValueError("not an hpcsched request")
-    env = dict(os.fsdecode(p).partition("=")[::2] for p in pairs)
-    return (os.fsdecode(prog), [os.fsdecode(a) for a in argv], os.fsdecode(cwd), env,
-            stdin if flag != NOTHING else None, flag)
 
 
 def _script_operand(prog: str, argv: list[str], cwd: str) -> bytes | None:
@@ -142,22 +129,19 @@ def _script_operand(prog: str, argv: list[str], cwd: str) -> bytes | None:
     operands = _qsub_options(argv)[1]
     if len(operands) != 1 or operands[0] == "-":
         return None
+    path = operands[0] if operands[0].startswith("/") else f"{cwd}/{operands[0]}"
     try:
-        with open(os.path.join(cwd, operands[0]), "rb") as f:
+        with open(path, "rb") as f:
             return f.read()
     except (OSError, ValueError):
         return None
-
-
-def encode_reply(status: int, out: bytes, err: bytes) -> bytes:
-    return b"%d\0%d\0" % (status, len(out)) + out + err
 
 
 def forward(prog: str, argv: list[str]) -> int | None:
     """Have the site's server run the command; its exit status, or None if no server answers."""
     import _socket
     try:
-        cwd = os.getcwd()
+        cwd = posix.getcwd()
     except OSError:
         return None  # a directory gone under us: running here reports it
     try:
@@ -174,7 +158,9 @@ def forward(prog: str, argv: list[str]) -> int | None:
             flag = SCRIPT
         elif _reads_stdin(prog, argv) and sys.stdin is not None:
             flag, data = STDIN, sys.stdin.buffer.read()
-        sock.sendall(encode_request(prog, argv, cwd, dict(os.environ), data, flag))
+        os = sys.modules.get("os")  # (see layout.getenv)
+        env = dict(os.environ) if os is not None else posix.environ
+        sock.sendall(encode_request(prog, argv, cwd, env, data, flag))
         sock.shutdown(_socket.SHUT_WR)
         while chunk := sock.recv(1 << 16):
             chunks.append(chunk)
@@ -198,7 +184,7 @@ def forward(prog: str, argv: list[str]) -> int | None:
         sys.stderr.buffer.write(body[size:])
         sys.stderr.flush()
     except BrokenPipeError:  # `qstat | head`: end quietly, as for any Unix tool
-        os._exit(status)
+        posix._exit(status)
     return status
 
 
@@ -209,70 +195,19 @@ def run_here(prog: str, argv: list[str] | None = None) -> int:
     return getattr(import_module(f"hpcsched.pbs.{module}"), name)(argv)
 
 
-#: the script a forwarded qsub's client read for it (None: qsub reads its operand itself)
-sent_script: bytes | None = None
-
-
-def run_for(request: bytes, caller: str | None = None) -> bytes:
-    """Run a forwarded command in this process (the server) as the client would have run
-    it: its arguments, directory, environment and standard input; the reply to send back.
-    `caller`: the user the kernel says sent it (None: the server's own user, who may name
-    another with $HPCSCHED_USER on a test rig).  The server is single-threaded, so
-    swapping the process's context is safe; it is restored whatever the command does."""
-    import io
-
-    from ..store import site
-    global sent_script
-    try:
-        prog, argv, cwd, env, stdin, flag = decode_request(request)
-    except ValueError:
-        return encode_reply(1, b"", b"hpcsched: malformed request to the server\n")
-    if prog not in COMMANDS or _runs_here(prog, argv):
-        return encode_reply(1, b"", f"hpcsched: {prog!r} is not a command the server runs\n".encode())
-    saved_env, saved_io = dict(os.environ), (sys.stdin, sys.stdout, sys.stderr)
-    here = os.open(".", os.O_RDONLY)
-    out, err = io.StringIO(), io.StringIO()
-    if caller is not None and env.get("HPCSCHED_USER", caller) not in ("", caller):
-        err.write(f"{prog}: HPCSCHED_USER is ignored: the server knows you as {caller}\n")
-    try:
-        os.environ.clear()
-        os.environ.update(env)
-        site.caller = caller
-        sent_script = stdin if flag == SCRIPT else None
-        sys.stdin = io.TextIOWrapper(io.BytesIO(stdin if flag == STDIN else b""), encoding="utf-8",
-                                     errors="replace")
-        sys.stdout, sys.stderr = out, err
-        try:
-            os.chdir(cwd)
-            status = run_here(prog, argv)
-        except OSError as e:
-            err.write(f"{prog}: {cwd}: {e.strerror}\n")
-            status = 1
-        except Exception as e:  # a bug in one command must not take the server down
-            err.write(f"{prog}: internal error: {e!r}\n")
-            status = 1
-    finally:
-        site.caller, sent_script = None, None
-        os.fchdir(here)
-        os.close(here)
-        sys.stdin, sys.stdout, sys.stderr = saved_io
-        os.environ.clear()
-        os.environ.update(saved_env)
-    return encode_reply(status, out.getvalue().encode(errors="surrogateescape"),
-                        err.getvalue().encode(errors="surrogateescape"))
-
-
 def _owns_site() -> bool:
     """May this process read the store itself?  Only its owner (or root) may: on anyone
     else's site the server is the only door."""
     try:
-        return os.getuid() in (0, os.stat(home()).st_uid)
+        return posix.getuid() in (0, posix.stat(home()).st_uid)
     except OSError:
         return True  # no site yet: running here says how to make one
 
 
 def _distrust_environment(prog: str) -> None:
     """On a multi-user site $HPCSCHED_USER names nobody: the command runs for the real user."""
+    import os
+
     from ..core.errors import ConfigError
     from ..store import site
     try:
@@ -290,11 +225,15 @@ def main(prog: str) -> int:
         status = forward(prog, sys.argv[1:])
         if status is not None:
             return status
+    if not _owns_site() and _runs_here(prog, sys.argv[1:]):
+        sys.stderr.write(f"{prog}: {'qsub -I' if prog == 'qsub' else prog} is not available on a multi-user site "
+                         "(it reads the store, which only the server may)\n")
+        return 1
     if not _owns_site():
-        sys.stderr.write(f"{prog}: cannot connect to the hpcsched server at {os.path.join(home(), SOCKET)} "
+        sys.stderr.write(f"{prog}: cannot connect to the hpcsched server at {home()}/{SOCKET} "
                          "(it is not running); on a multi-user site only the server reads the store\n")
         return 1
-    if os.environ.get("HPCSCHED_USER"):
+    if getenv("HPCSCHED_USER"):
         _distrust_environment(prog)
     return run_here(prog)
 

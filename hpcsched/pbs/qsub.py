@@ -22,7 +22,7 @@ from ..store import site as sitemod
 from ..store.journaled import Batch
 from ..store.layout import INTERACTIVE, WRAPPER
 from ..store.site import load_site, notify, whoami
-from . import accounting, common
+from . import accounting, common, forwarded
 from . import front as commands
 from .attributes import (ALL_INDICES, DependSpec, build_request, consumption, cput_of, directives, merge, parse_array,
                          parse_depend, parse_job_name, parse_join, parse_keep, parse_mail_points, parse_memory,
@@ -127,8 +127,8 @@ def submit_parsed(cmd: list[tuple[str, str]], rest: list[str], stdin=None, cwd: 
         raise common.CommandError("interactive jobs (-I) need a running server (hpcsched server)", common.SYSTEM)
     if interactive and not rest:
         script, script_name = "", ""  # the terminal is the session's, not a script
-    elif rest and commands.sent_script is not None:  # read by the client, with its rights
-        script, script_name = commands.sent_script.decode("utf-8", errors="replace"), rest[0]
+    elif rest and forwarded.sent_script is not None:  # read by the client, with its rights
+        script, script_name = forwarded.sent_script.decode("utf-8", errors="replace"), rest[0]
     elif rest and sitemod.caller is not None:  # the server opens no path for a user
         raise common.CommandError(f"script file cannot be loaded - not readable by {sitemod.caller}: {rest[0]}",
                                   common.SYSTEM)

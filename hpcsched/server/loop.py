@@ -39,7 +39,7 @@ from pathlib import Path
 from ..core.jobs import ACTIVE, EXITING, FINISHED, RUNNING, Job
 from ..drain.moablog import DailyWriter
 from ..drain.samples import Sampler
-from ..pbs import accounting, common, mail
+from ..pbs import accounting, common, forwarded, mail
 from ..pbs import front as commands
 from ..store.journal import StoreError, write_atomic
 from ..store.journaled import Batch
@@ -50,6 +50,7 @@ from . import privilege, tracking
 
 LOST = -1  # exit status of a job whose process vanished without one
 INTERACTIVE_WAIT = 60.0  # seconds a started interactive job waits for its qsub -I
+STEP_EVERY = 0.2  # seconds: under a stream of commands, a poke's step waits no longer
 COMMAND_TIMEOUT = 10.0  # seconds a client may take to send its request or read the reply
 
 
@@ -564,19 +565,19 @@ class Server:
         self.batch.keep()
         try:
             # Steps run at deadlines no command traffic moves: the interval after the last
-            # step, a running job's walltime, a SIGTERM's grace; and at once on a poke (a
-            # change, or a job's end).  Answering a read-only command (qstat) is no step.
-            due, deadline = True, 0.0
+            # step, a running job's walltime, a SIGTERM's grace; and on a poke (a change,
+            # or a job's end).  Commands come first: a poke's step waits until no command
+            # is waiting (or STEP_EVERY has passed under a steady stream of them), so a
+            # burst of qsubs costs one pass, not one each.  Answering qstat is no step.
+            due, deadline, last = True, 0.0, 0.0
             while not self.stopping and (until is None or time.time() < until):
-                if due or time.time() >= deadline:
-                    self.step()
-                    due, deadline = False, self._deadline(time.time())
-                timeout = max(0.0, deadline - time.time())
+                timeout = 0.0 if due else max(0.0, deadline - time.time())
                 if until is not None:
                     timeout = min(timeout, max(0.0, until - time.time()))
+                answered = False
                 for key, _ in sel.select(timeout):
                     if key.fileobj is listener:
-                        self._answer(listener)  # a change the command made pokes us too
+                        answered = self._answer_waiting(listener) or answered
                         continue
                     due = True
                     try:
@@ -584,6 +585,11 @@ class Server:
                             pass
                     except (BlockingIOError, InterruptedError):
                         pass
+                now = time.time()
+                if (due and (not answered or now - last >= STEP_EVERY)) or now >= deadline:
+                    self.step()
+                    due, last = False, now
+                    deadline = self._deadline(time.time())
         finally:
             try:
                 live = {(j.id, j.run_count) for j in self.batch.sched.jobs.values() if j.state in ACTIVE}
@@ -636,28 +642,36 @@ class Server:
         sock.setblocking(False)
         return sock
 
-    def _answer(self, listener: socket.socket) -> None:
+    def _answer_waiting(self, listener: socket.socket) -> bool:
+        """Answer every client already waiting; did any come?"""
+        answered = False
+        while self._answer(listener):
+            answered = True
+        return answered
+
+    def _answer(self, listener: socket.socket) -> bool:
         """Run one forwarded command for its caller, as the kernel names it, and send the
         result.  A single-user rig serves only its own user (who may name another with
         $HPCSCHED_USER) and root; a multi-user site serves everyone as themselves."""
         try:
             conn, _ = listener.accept()
         except (BlockingIOError, InterruptedError):
-            return
+            return False
         with conn:
             try:
                 conn.settimeout(COMMAND_TIMEOUT)
                 uid = privilege.peer(conn)[1]
                 if not self.multi and uid not in (os.getuid(), 0):
-                    conn.sendall(commands.encode_reply(common.UNAUTHORIZED, b"", b"hpcsched: not this server's user\n"))
-                    return
+                    conn.sendall(forwarded.encode_reply(common.UNAUTHORIZED, b"", b"hpcsched: not this server's user\n"))
+                    return True
                 caller = None if uid == os.getuid() and not self.multi else user_name(uid)
                 chunks = []
                 while chunk := conn.recv(1 << 16):
                     chunks.append(chunk)
-                conn.sendall(commands.run_for(b"".join(chunks), caller))
+                conn.sendall(forwarded.run_for(b"".join(chunks), caller))
             except OSError:
                 pass  # the client went away; what its command did (or not) is in the store
+        return True
 
     def _stop(self, *_):
         self.stopping = True

@@ -62,9 +62,10 @@ def default_home() -> Path:
 
 
 def write_atomic(path: Path, text: str) -> None:
-    """Replace `path` with `text` so that a crash leaves either the old or the new file."""
+    """Replace `path` with `text` so that a crash leaves either the old or the new file.
+    The file is its owner's alone (0600): the store holds scripts and environments."""
     tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
-    with open(tmp, "w", encoding="utf-8") as f:
+    with open(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), "w", encoding="utf-8") as f:
         f.write(text)
         f.flush()
         os.fsync(f.fileno())
@@ -87,7 +88,7 @@ class Store:
         """Hold the store's lock (exclusive for writers, shared for readers)."""
         try:
             self.home.mkdir(parents=True, exist_ok=True)
-            fd = os.open(self.home / LOCK, os.O_RDWR | os.O_CREAT, 0o644)
+            fd = os.open(self.home / LOCK, os.O_RDWR | os.O_CREAT, 0o600)
         except OSError as e:
             raise StoreError(f"{self.home}: cannot open the store: {e.strerror}") from None
         try:
@@ -282,7 +283,7 @@ class Store:
         self._drop_torn_tail(path)
         seq = self.last_seq() + 1
         line = sealed(json.dumps({"v": STORE_VERSION, "seq": seq, **record}, separators=(",", ":"))) + "\n"
-        fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
         try:
             os.write(fd, line.encode("utf-8"))
             os.fsync(fd)

@@ -1,23 +1,42 @@
 """A site's directory and the names inside it that the store, the commands and the server
 share (the job directory protocol).  The commands' front door imports this before anything
-else, so it imports nothing but `os`.
+else, so it imports nothing but `sys` (and `posix`, built in).
 
     $HPCSCHED_HOME/jobs/ID/runN/   one directory per run of a job: the server's wrapper
         started/                   made by the wrapper (mkdir is atomic: one launch runs)
         pid, status                the job's pid first, its exit status last, each atomic
         interactive.json           an interactive job's environment, for its `qsub -I`
 """
-import os
+import sys
 
 INTERACTIVE = "interactive.json"
 
 
+def getenv(name: str) -> str | None:
+    """An environment variable, without importing `os` (the interpreter starts without it
+    under -S, and importing it is a tenth of a forwarded command's cost): `os.environ`
+    once something imported it (it may have been changed since), else the start-up copy."""
+    os = sys.modules.get("os")
+    if os is not None:
+        return os.environ.get(name)
+    import posix
+    value = posix.environ.get(name.encode())
+    return None if value is None else value.decode(sys.getfilesystemencoding(), "surrogateescape")
+
+
 def home() -> str:
     """The site directory: $HPCSCHED_HOME, else a per-user directory that needs no root."""
-    if os.environ.get("HPCSCHED_HOME"):
-        return os.environ["HPCSCHED_HOME"]
-    data = os.environ.get("XDG_DATA_HOME") or os.path.join(os.path.expanduser("~"), ".local", "share")
-    return os.path.join(data, "hpcsched")
+    if getenv("HPCSCHED_HOME"):
+        return getenv("HPCSCHED_HOME")
+    data = getenv("XDG_DATA_HOME")
+    if not data:
+        user = getenv("HOME")
+        if not user:
+            import posix
+            import pwd
+            user = pwd.getpwuid(posix.getuid()).pw_dir
+        data = f"{user.rstrip('/')}/.local/share"
+    return f"{data.rstrip('/') or ''}/hpcsched"
 
 
 WRAPPER = (  # $1 job dir, $2 shell, $3 script: pid first, status last, both atomically

@@ -16,6 +16,7 @@ real user.
 """
 from __future__ import annotations
 
+import dataclasses
 import math
 import os
 import socket
@@ -137,10 +138,37 @@ def user_groups(user: str) -> set[str]:
     return names
 
 
+#: (home, $HPCSCHED_FLAVOR) -> (the files' stamp, the site loaded from them): the server
+#: runs every forwarded command in one process, and parsing and checking an unchanged
+#: configuration was a third of a qsub's cost there
+_loaded: dict[tuple[Path, str | None], tuple[tuple, Site]] = {}
+
+
+def _stamp(home: Path) -> tuple:
+    """What tells a changed configuration (a rewrite makes a new inode)."""
+    stamp = []
+    for name in (CONFIG, OVERLAY):
+        try:
+            st = os.stat(home / name)
+            stamp.append((st.st_mtime_ns, st.st_size, st.st_ino))
+        except OSError:
+            stamp.append(None)
+    return tuple(stamp)
+
+
 def load_site(home: str | os.PathLike | None = None) -> Site:
     """The site at `home` (default: the store directory); ConfigError if it is not set up."""
     # absolute: the server runs forwarded commands in their callers' directories
     home = (Path(home) if home is not None else default_home()).absolute()
+    key, stamp = (home, os.environ.get("HPCSCHED_FLAVOR")), _stamp(home)
+    if stamp[0] is not None and _loaded.get(key, (None,))[0] == stamp:
+        return dataclasses.replace(_loaded[key][1], _built=None)
+    site = _load_site(home)
+    _loaded[key] = (stamp, dataclasses.replace(site, _built=None))
+    return site
+
+
+def _load_site(home: Path) -> Site:
     path = home / CONFIG
     try:
         text = path.read_text(encoding="utf-8")

@@ -1,0 +1,86 @@
+"""The server's side of the front door (front.py): a forwarded command, run in the server's
+process as its client would have run it, for the caller the kernel named."""
+import io
+import os
+import sys
+
+from .front import COMMANDS, MAGIC, NOTHING, SCRIPT, STDIN, _runs_here, run_here
+
+
+def decode_request(data: bytes) -> tuple[str, list[str], str, dict[str, str], bytes | None, bytes]:
+    """(prog, argv, cwd, env, data, flag) from a request; ValueError if it is not one."""
+    magic, prog, cwd, rest = data.split(b"\0", 3)
+    if magic != MAGIC:
+        raise ValueError("not an hpcsched request")
+    n, rest = rest.split(b"\0", 1)
+    *argv, rest = rest.split(b"\0", int(n))
+    m, rest = rest.split(b"\0", 1)
+    *pairs, rest = rest.split(b"\0", int(m))
+    flag, stdin = rest.split(b"\0", 1)
+    if flag not in (NOTHING, STDIN, SCRIPT):
+        raise ValueError("not an hpcsched request")
+    env = dict(os.fsdecode(p).partition("=")[::2] for p in pairs)
+    return (os.fsdecode(prog), [os.fsdecode(a) for a in argv], os.fsdecode(cwd), env,
+            stdin if flag != NOTHING else None, flag)
+
+
+def encode_reply(status: int, out: bytes, err: bytes) -> bytes:
+    return b"%d\0%d\0" % (status, len(out)) + out + err
+
+
+#: the script a forwarded qsub's client read for it (None: qsub reads its operand itself)
+sent_script: bytes | None = None
+
+
+def run_for(request: bytes, caller: str | None = None) -> bytes:
+    """Run a forwarded command in this process (the server) as the client would have run
+    it: its arguments, directory, environment and standard input; the reply to send back.
+    `caller`: the user the kernel says sent it (None: the server's own user, who may name
+    another with $HPCSCHED_USER on a test rig).  The server is single-threaded, so
+    swapping the process's context is safe; it is restored whatever the command does."""
+    from ..store import site
+    global sent_script
+    try:
+        prog, argv, cwd, env, stdin, flag = decode_request(request)
+    except ValueError:
+        return encode_reply(1, b"", b"hpcsched: malformed request to the server\n")
+    if prog not in COMMANDS or _runs_here(prog, argv):
+        return encode_reply(1, b"", f"hpcsched: {prog!r} is not a command the server runs\n".encode())
+    saved_env, saved_io = dict(os.environ), (sys.stdin, sys.stdout, sys.stderr)
+    here = os.open(".", os.O_RDONLY)
+    out, err = io.StringIO(), io.StringIO()
+    if caller is not None and env.get("HPCSCHED_USER", caller) not in ("", caller):
+        err.write(f"{prog}: HPCSCHED_USER is ignored: the server knows you as {caller}\n")
+    try:
+        _become_environment(env)
+        site.caller = caller
+        sent_script = stdin if flag == SCRIPT else None
+        sys.stdin = io.TextIOWrapper(io.BytesIO(stdin if flag == STDIN else b""), encoding="utf-8",
+                                     errors="replace")
+        sys.stdout, sys.stderr = out, err
+        try:
+            os.chdir(cwd)
+            status = run_here(prog, argv)
+        except OSError as e:
+            err.write(f"{prog}: {cwd}: {e.strerror}\n")
+            status = 1
+        except Exception as e:  # a bug in one command must not take the server down
+            err.write(f"{prog}: internal error: {e!r}\n")
+            status = 1
+    finally:
+        site.caller, sent_script = None, None
+        os.fchdir(here)
+        os.close(here)
+        sys.stdin, sys.stdout, sys.stderr = saved_io
+        _become_environment(saved_env)
+    return encode_reply(status, out.getvalue().encode(errors="surrogateescape"),
+                        err.getvalue().encode(errors="surrogateescape"))
+
+
+def _become_environment(env: dict[str, str]) -> None:
+    """Make os.environ `env`, touching only what differs (each change is a putenv)."""
+    for key in [k for k in os.environ if k not in env]:
+        del os.environ[key]
+    for key, value in env.items():
+        if os.environ.get(key) != value:
+            os.environ[key] = value
