@@ -57,6 +57,8 @@ def run_as(user: str, home: Path, prog: str, argv: list[str], cwd: str | None = 
             os.dup2(pipes[0][0], 0)
             os.dup2(pipes[1][1], 1)
             os.dup2(pipes[2][1], 2)
+            for fd in {fd for pair in pipes for fd in pair}:  # (a write end kept open: no EOF)
+                os.close(fd)
             os.setgroups(os.getgrouplist(user, pw.pw_gid))
             os.setgid(pw.pw_gid)
             os.setuid(pw.pw_uid)

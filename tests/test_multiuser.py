@@ -114,6 +114,21 @@ def test_bob_gets_no_manager_powers_by_calling_himself_root(live):
     assert status == 159 and "may not change nodes" in err
     status, _, err = live.run(BOB, "qmgr", "-c", "set server scheduling = False", env={"HPCSCHED_USER": "root"})
     assert status != 0
+    pid = os.fork()
+    if pid == 0:  # `HPCSCHED_USER=root hpcsched nodes --set offline node01` as bob
+        status = 3
+        try:
+            os.setgid(pwd.getpwnam(BOB).pw_gid)
+            os.setuid(pwd.getpwnam(BOB).pw_uid)
+            os.environ.update(HPCSCHED_USER="root", HPCSCHED_HOME=str(live.home))
+            devnull = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(devnull, 2)
+            from hpcsched import cli
+            status = cli.main(["nodes", "--set", "offline", "node01"])
+        finally:
+            os._exit(status if isinstance(status, int) else 3)
+    _, ws = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(ws) == 1  # it cannot even read the site
     assert live.sched().topology.node("node01").state.value == "up"
     assert "scheduling" not in (live.home / "config.toml").read_text()
 
@@ -205,6 +220,8 @@ def test_the_server_reads_no_script_for_a_user(live):
 # --- a store only the server reads ----------------------------------------------------------
 
 def test_the_store_is_private_and_users_cannot_forge_records(live):
+    ran = submit(live, BOB, "true\n", name="ran.sh")
+    live.wait(ran)  # (so that jobs/ and jobs/1 exist)
     jid = submit(live, ALICE, "sleep 60\n", "-h", "-V")
     for path in live.home.iterdir():
         st = path.lstat()
@@ -212,13 +229,6 @@ def test_the_store_is_private_and_users_cannot_forge_records(live):
         if stat.S_ISREG(st.st_mode):
             assert stat.S_IMODE(st.st_mode) == 0o600, path
     assert stat.S_IMODE(live.home.stat().st_mode) == 0o711
-    probe = ("import sys\n"
-             "for path in sys.argv[1:]:\n"
-             "    try:\n"
-             "        open(path, 'a').write('{}')\n"
-             "        print('wrote', path)\n"
-             "    except OSError as e:\n"
-             "        print('refused', path, e.errno)\n")
     pid = os.fork()
     if pid == 0:  # as bob: try to read and append to the store's files
         try:
@@ -237,13 +247,19 @@ def test_the_store_is_private_and_users_cannot_forge_records(live):
                 results.append("listed")
             except OSError:
                 results.append("no list")
+            assert (live.home / "jobs" / "1").is_dir()
+            for name in ("jobs/9", "jobs/1/run2"):  # a directory or link for the server to use
+                try:
+                    os.symlink("/etc", live.home / name)
+                    results.append(f"wrote {name}")
+                except OSError:
+                    results.append(f"refused {name}")
             os._exit(0 if all(r.startswith(("refused", "no list")) for r in results) else 1)
         finally:
             os._exit(2)
     _, ws = os.waitpid(pid, 0)
     assert os.waitstatus_to_exitcode(ws) == 0
-    del probe
-    assert live.sched().jobs[jid].owner == ALICE and len(live.sched().jobs) == 1
+    assert live.sched().jobs[jid].owner == ALICE and len(live.sched().jobs) == 2
 
 
 def test_qstat_hides_an_environment_from_other_users(live):
@@ -434,3 +450,28 @@ def test_a_server_killed_mid_job_finds_its_owners_jobs_again(live, users):
     job = live.wait(jid, timeout=30)
     assert job.exit_status == 0
     assert Path(users[ALICE].pw_dir, f"job.sh.o{jid}").read_text().strip() == ALICE
+
+
+def test_an_interactive_job_runs_on_the_callers_terminal_as_the_caller(live):
+    status, out, err = live.run(ALICE, "qsub", "-I", "-l", "walltime=60", stdin=b"id -un\necho $PBS_ENVIRONMENT\n")
+    assert status == 0, err + live.server_log()
+    assert f"{ALICE}\nPBS_INTERACTIVE" in out and "qsub: job 1.vm completed" not in err
+    job = live.wait(1)
+    assert job.owner == ALICE and job.exit_status == 0
+    status, out, err = live.run(BOB, "pbsyod", "true", env={"PBS_JOBID": "1"})
+    assert status == 1 and "not available on a multi-user site" in err
+
+
+def test_a_session_that_rewrites_its_pid_file_cannot_aim_the_server_at_another_users_process(live):
+    victim = submit(live, ALICE, "sleep 3041\n")
+    wrapper = live.wait(victim, ("R",)).extra["pid"]
+    while "pid" not in live.sched().jobs[victim].extra:
+        time.sleep(0.1)
+    session = (f'd=$(dirname "$PBS_NODEFILE"); sleep 1.5\n'
+               f'echo {wrapper} > "$d/pid.tmp"; mv -f "$d/pid.tmp" "$d/pid"\nsleep 3042\n')
+    status, out, err = live.run(BOB, "qsub", "-I", "-l", "walltime=3", stdin=session.encode())
+    job = live.wait(2)
+    assert job.exit_status >= 256  # bob's session was the one killed at its walltime
+    assert live.sched().jobs[victim].state == "running" and processes("sleep 3041")
+    assert gone("sleep 3042")
+    live.run(ALICE, "qdel", str(victim))

@@ -28,10 +28,6 @@ def encode_reply(status: int, out: bytes, err: bytes) -> bytes:
     return b"%d\0%d\0" % (status, len(out)) + out + err
 
 
-#: the script a forwarded qsub's client read for it (None: qsub reads its operand itself)
-sent_script: bytes | None = None
-
-
 def run_for(request: bytes, caller: str | None = None) -> bytes:
     """Run a forwarded command in this process (the server) as the client would have run
     it: its arguments, directory, environment and standard input; the reply to send back.
@@ -39,12 +35,14 @@ def run_for(request: bytes, caller: str | None = None) -> bytes:
     another with $HPCSCHED_USER on a test rig).  The server is single-threaded, so
     swapping the process's context is safe; it is restored whatever the command does."""
     from ..store import site
-    global sent_script
+    from . import qsub
     try:
         prog, argv, cwd, env, stdin, flag = decode_request(request)
     except ValueError:
         return encode_reply(1, b"", b"hpcsched: malformed request to the server\n")
-    if prog not in COMMANDS or _runs_here(prog, argv):
+    # (qsub -I from a caller the kernel named: a multi-user site's client runs the session
+    # itself, the server only submits)
+    if prog not in COMMANDS or _runs_here(prog, argv) and not (prog == "qsub" and caller is not None):
         return encode_reply(1, b"", f"hpcsched: {prog!r} is not a command the server runs\n".encode())
     saved_env, saved_io = dict(os.environ), (sys.stdin, sys.stdout, sys.stderr)
     here = os.open(".", os.O_RDONLY)
@@ -54,7 +52,7 @@ def run_for(request: bytes, caller: str | None = None) -> bytes:
     try:
         _become_environment(env)
         site.caller = caller
-        sent_script = stdin if flag == SCRIPT else None
+        qsub.sent_script = stdin if flag == SCRIPT else None
         sys.stdin = io.TextIOWrapper(io.BytesIO(stdin if flag == STDIN else b""), encoding="utf-8",
                                      errors="replace")
         sys.stdout, sys.stderr = out, err
@@ -68,7 +66,7 @@ def run_for(request: bytes, caller: str | None = None) -> bytes:
             err.write(f"{prog}: internal error: {e!r}\n")
             status = 1
     finally:
-        site.caller, sent_script = None, None
+        site.caller, qsub.sent_script = None, None
         os.fchdir(here)
         os.close(here)
         sys.stdin, sys.stdout, sys.stderr = saved_io

@@ -137,8 +137,9 @@ def _script_operand(prog: str, argv: list[str], cwd: str) -> bytes | None:
         return None
 
 
-def forward(prog: str, argv: list[str]) -> int | None:
-    """Have the site's server run the command; its exit status, or None if no server answers."""
+def ask(prog: str, argv: list[str]) -> tuple[int, bytes, bytes] | None:
+    """Have the site's server run the command: (exit status, stdout, stderr), or None if no
+    server answers (errors talking to it are a status 1 and a line)."""
     import _socket
     try:
         cwd = posix.getcwd()
@@ -147,8 +148,7 @@ def forward(prog: str, argv: list[str]) -> int | None:
     try:
         sock = _connect()
     except Impostor as e:
-        sys.stderr.write(f"{prog}: {e}\n")
-        return 1
+        return 1, b"", _b(f"{prog}: {e}\n")
     if sock is None:
         return None  # no server (or a stale socket): run here
     chunks = []
@@ -165,9 +165,8 @@ def forward(prog: str, argv: list[str]) -> int | None:
         while chunk := sock.recv(1 << 16):
             chunks.append(chunk)
     except TimeoutError:
-        sys.stderr.write(f"{prog}: the hpcsched server did not answer within {CLIENT_TIMEOUT:g} s (busy or "
-                         f"stopped); what the command did, if anything, shows in qstat\n")
-        return 1
+        return 1, b"", _b(f"{prog}: the hpcsched server did not answer within {CLIENT_TIMEOUT:g} s (busy or "
+                          f"stopped); what the command did, if anything, shows in qstat\n")
     except OSError:
         pass  # the server went away mid-request: said below
     finally:
@@ -176,12 +175,21 @@ def forward(prog: str, argv: list[str]) -> int | None:
         status, size, body = b"".join(chunks).split(b"\0", 2)
         status, size = int(status), int(size)
     except ValueError:
-        sys.stderr.write(f"{prog}: the hpcsched server dropped the request (see qstat for its effect)\n")
-        return 1
+        return 1, b"", _b(f"{prog}: the hpcsched server dropped the request (see qstat for its effect)\n")
+    return status, body[:size], body[size:]
+
+
+def forward(prog: str, argv: list[str]) -> int | None:
+    """Have the site's server run the command, its output ours; its exit status, or None if
+    no server answers."""
+    answer = ask(prog, argv)
+    if answer is None:
+        return None
+    status, out, err = answer
     try:
-        sys.stdout.buffer.write(body[:size])
+        sys.stdout.buffer.write(out)
         sys.stdout.flush()
-        sys.stderr.buffer.write(body[size:])
+        sys.stderr.buffer.write(err)
         sys.stderr.flush()
     except BrokenPipeError:  # `qstat | head`: end quietly, as for any Unix tool
         posix._exit(status)
@@ -195,7 +203,7 @@ def run_here(prog: str, argv: list[str] | None = None) -> int:
     return getattr(import_module(f"hpcsched.pbs.{module}"), name)(argv)
 
 
-def _owns_site() -> bool:
+def owns_site() -> bool:
     """May this process read the store itself?  Only its owner (or root) may: on anyone
     else's site the server is the only door."""
     try:
@@ -225,11 +233,13 @@ def main(prog: str) -> int:
         status = forward(prog, sys.argv[1:])
         if status is not None:
             return status
-    if not _owns_site() and _runs_here(prog, sys.argv[1:]):
-        sys.stderr.write(f"{prog}: {'qsub -I' if prog == 'qsub' else prog} is not available on a multi-user site "
-                         "(it reads the store, which only the server may)\n")
+    if not owns_site() and prog == "qsub" and _runs_here(prog, sys.argv[1:]):
+        return run_here(prog)  # qsub -I: the server submits it, the session runs here
+    if not owns_site() and _runs_here(prog, sys.argv[1:]):
+        sys.stderr.write(f"{prog}: {prog} is not available on a multi-user site (it reads the store, which "
+                         "only the server may)\n")
         return 1
-    if not _owns_site():
+    if not owns_site():
         sys.stderr.write(f"{prog}: cannot connect to the hpcsched server at {home()}/{SOCKET} "
                          "(it is not running); on a multi-user site only the server reads the store\n")
         return 1

@@ -22,7 +22,7 @@ from ..store import site as sitemod
 from ..store.journaled import Batch
 from ..store.layout import INTERACTIVE, WRAPPER
 from ..store.site import load_site, notify, whoami
-from . import accounting, common, forwarded
+from . import accounting, common
 from . import front as commands
 from .attributes import (ALL_INDICES, DependSpec, build_request, consumption, cput_of, directives, merge, parse_array,
                          parse_depend, parse_job_name, parse_join, parse_keep, parse_mail_points, parse_memory,
@@ -107,6 +107,11 @@ def make_job(options: dict[str, str], resources: dict[str, str], script: str, sc
     return job, deps, befores
 
 
+#: the script a forwarded qsub's client read for it, with its own rights (set by the
+#: server around the command: forwarded.py); None: qsub reads its operand itself
+sent_script: bytes | None = None
+
+
 def submit(argv: list[str], stdin=None, cwd: str | None = None, env: dict | None = None,
            now: float | None = None) -> tuple[str, bool]:
     """Everything qsub does; returns (job id, -z given).  CommandError on any refusal."""
@@ -123,12 +128,12 @@ def submit_parsed(cmd: list[tuple[str, str]], rest: list[str], stdin=None, cwd: 
     if len(rest) > 1:
         raise UsageError(f"too many arguments: {' '.join(rest[1:])}")
     interactive = any(letter == "I" for letter, _ in cmd)
-    if interactive and not commands.server_answers():
+    if interactive and sitemod.caller is None and not commands.server_answers():
         raise common.CommandError("interactive jobs (-I) need a running server (hpcsched server)", common.SYSTEM)
     if interactive and not rest:
         script, script_name = "", ""  # the terminal is the session's, not a script
-    elif rest and forwarded.sent_script is not None:  # read by the client, with its rights
-        script, script_name = forwarded.sent_script.decode("utf-8", errors="replace"), rest[0]
+    elif rest and sent_script is not None:  # read by the client, with its rights
+        script, script_name = sent_script.decode("utf-8", errors="replace"), rest[0]
     elif rest and sitemod.caller is not None:  # the server opens no path for a user
         raise common.CommandError(f"script file cannot be loaded - not readable by {sitemod.caller}: {rest[0]}",
                                   common.SYSTEM)
@@ -281,34 +286,56 @@ def _waiters(batch: Batch, site, user: str, spec: DependSpec) -> list[Job]:
     return jobs
 
 
-def session(jid: str, poll: float = 0.2) -> int:
+def remote_session(argv: list[str]) -> int:
+    """`qsub -I` on a multi-user site: the server submits the job (the store is its alone),
+    then the session runs here, as for a single-user rig, asking the server what it needs."""
+    answer = commands.ask("qsub", argv)
+    if answer is None:
+        sys.stderr.write("qsub: interactive jobs (-I) need a running server (hpcsched server)\n")
+        return common.SYSTEM
+    status, out, err = answer
+    sys.stderr.write(err.decode(errors="replace"))
+    if status:
+        return status
+    return session(out.decode().strip(), remote=True)
+
+
+def session(jid: str, poll: float = 0.2, remote: bool = False) -> int:
     """`qsub -I`: wait for the job to start, then run its shell on this terminal under the
     server's job wrapper (so the server sees its pid, enforces its walltime, qdel ends it
-    and its exit status is recorded); returns that status."""
+    and its exit status is recorded); returns that status.  `remote`: the store is the
+    server's alone (a multi-user site): ask it, and find the run directory by its name
+    (an interactive job runs once: run1)."""
     import json
+    from pathlib import Path
 
-    site = load_site()
+    home = Path(commands.home()) if remote else load_site().home
     job_id = common.parse_ref(jid)[0]
     ready, checked = None, time.monotonic()
     try:  # (from the first line on: a ^C right after it is the user's answer to it)
         print(f"qsub: waiting for job {jid} to start", flush=True)
         while ready is None:
-            ready = next(site.home.glob(f"jobs/{job_id}/run*/{INTERACTIVE}"), None)
+            if remote:
+                path = home / "jobs" / str(job_id) / "run1" / INTERACTIVE
+                ready = path if path.exists() else None
+            else:
+                ready = next(home.glob(f"jobs/{job_id}/run*/{INTERACTIVE}"), None)
             if ready is None and time.monotonic() - checked > 2:  # deleted while waiting?
-                with Batch.of(site).open(write=False) as batch:
-                    job = batch.sched.jobs.get(job_id)
-                if job is None or job.end_time is not None:
+                if not _waiting(jid, job_id, remote):
                     print(f"qsub: job {jid} apparently deleted", flush=True)
                     return 1
                 checked = time.monotonic()
             if ready is None:
                 time.sleep(poll)
     except KeyboardInterrupt:  # ^C while waiting: the session is not wanted any more
-        with Batch.of(site).open() as batch:
-            job = batch.sched.jobs.get(job_id)
-            if job is not None and job.start_time is None and job.end_time is None:
-                batch.do("delete", time.time(), id=job_id)
-                accounting.dependency_deletions(batch, time.time())
+        if remote:
+            commands.ask("qdel", [jid])
+        else:
+            with Batch.of(load_site()).open() as batch:
+                job = batch.sched.jobs.get(job_id)
+                if job is not None and job.start_time is None and job.end_time is None:
+                    batch.do("delete", time.time(), id=job_id)
+                    accounting.dependency_deletions(batch, time.time())
         print(f"\nqsub: job {jid} deleted", flush=True)
         return 130
     info = json.loads(ready.read_text())
@@ -336,9 +363,26 @@ def session(jid: str, poll: float = 0.2) -> int:
     return status if status >= 0 else 128 - status
 
 
+def _waiting(jid: str, job_id: int, remote: bool) -> bool:
+    """Is the job still there and not ended (by the store, or by the server's qstat)?"""
+    if remote:
+        answer = commands.ask("qstat", ["-f", jid])
+        states = [line.split("=", 1)[1].strip() for line in (answer[1].decode(errors="replace").splitlines()
+                                                            if answer else []) if "job_state =" in line]
+        return answer is not None and answer[0] == 0 and states[:1] not in (["C"], ["F"])
+    with Batch.of(load_site()).open(write=False) as batch:
+        job = batch.sched.jobs.get(job_id)
+    return job is not None and job.end_time is None
+
+
 def qsub(opts: list[tuple[str, str]], operands: list[str], out, now: float) -> int:
     """Submit, print the id (not with -z); with -I, wait for the job and run its session."""
+    if ("I", "") in opts and sitemod.caller is None and not commands.owns_site():
+        return remote_session([part for letter, value in opts for part in (f"-{letter}", value) if part] + operands)
     jid, quiet = submit_parsed(opts, operands, now=now)
+    if ("I", "") in opts and sitemod.caller is not None:  # (the server, for remote_session)
+        out.write(f"{jid}\n")
+        return 0
     if ("I", "") in opts:
         notify(load_site().home)  # the server starts it as soon as it can
         return session(jid)

@@ -262,8 +262,18 @@ class Server:
             self.children[pid] = status
 
     def _pid(self, job: Job) -> int | None:
-        if self.multi:
-            return job.extra.get("pid") or self._read_int(self.jobdir(job) / "pid")
+        """The pid of the job's wrapper: from its pid file, or as noted at launch."""
+        if self.multi:  # a pid the owner wrote counts only for a process of the owner's
+            pid = job.extra.get("pid") or self._read_int(self.jobdir(job) / "pid")
+            if pid and "pid" not in job.extra and self.as_owners:
+                try:
+                    if os.stat(f"/proc/{pid}").st_uid != pwd.getpwnam(job.owner).pw_uid:
+                        return None  # someone else's: never signalled for this job
+                except KeyError:
+                    return None
+                except OSError:
+                    pass  # gone: the job's end
+            return pid
         return self._read_int(self.jobdir(job) / "pid") or job.extra.get("pid")
 
     def _watch(self, job: Job, now: float) -> None:
@@ -285,6 +295,10 @@ class Server:
             alive = start is not None and start == job.extra["pid_start"]
         else:
             alive = start is not None
+            if alive and self.multi and "pid" not in job.extra:
+                # a session's wrapper wrote its pid: kept from now on (the file is the
+                # owner's to rewrite; a later pid in it is not believed)
+                self._note(job, now, set={"pid": pid, "pid_start": start})
         if not alive:
             status = self._read_int(self.jobdir(job) / "status")
             sent = job.extra.get("signal") or self.sent.get(job.id, (None,))[0]
