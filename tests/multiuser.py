@@ -117,12 +117,15 @@ class MultiSite:
                 text = text[:at] + line + text[at:]
         path.write_text(text)
 
-    def start(self) -> None:
+    def start(self, user: str | None = None, python: str = sys.executable) -> None:
+        """Start the server (as root, or as `user`, a service account, with `python`)."""
         env = dict(os.environ, HPCSCHED_HOME=str(self.home), PYTHONPATH=str(ROOT))
         env.pop("HPCSCHED_USER", None)
         self.log = open(self.base / "server.log", "wb")
-        self.server = subprocess.Popen([sys.executable, "-m", "hpcsched", "server", "--interval", "0.2",
-                                        "--grace", "1"], env=env, cwd=self.base, stdout=self.log, stderr=self.log)
+        argv = [python, "-m", "hpcsched", "server", "--interval", "0.2", "--grace", "1"]
+        if user:
+            argv = ["setpriv", f"--reuid={user}", f"--regid={pwd.getpwnam(user).pw_gid}", "--init-groups", *argv]
+        self.server = subprocess.Popen(argv, env=env, cwd=self.base, stdout=self.log, stderr=self.log)
         deadline = time.time() + 20
         while not (self.home / "commands.sock").exists():
             assert self.server.poll() is None, self.server_log()

@@ -475,3 +475,28 @@ def test_a_session_that_rewrites_its_pid_file_cannot_aim_the_server_at_another_u
     assert live.sched().jobs[victim].state == "running" and processes("sleep 3041")
     assert gone("sleep 3042")
     live.run(ALICE, "qdel", str(victim))
+
+
+def test_a_service_account_server_runs_its_own_jobs_and_refuses_others(site, users):
+    python = shutil.which("python3", path="/usr/bin:/bin")
+    probe = subprocess.run(["setpriv", f"--reuid={ALICE}", f"--regid={users[ALICE].pw_gid}", "--init-groups",
+                            python or "/nonexistent", "-c",
+                            f"import sys; sys.path.insert(0, {str(ROOT)!r}); import hpcsched.server.loop"],
+                           capture_output=True)
+    if python is None or probe.returncode != 0:
+        pytest.skip("no interpreter and checkout that a service account may run")
+    for path in [site.home, *site.home.rglob("*")]:  # alice is the site's service account
+        os.chown(path, users[ALICE].pw_uid, users[ALICE].pw_gid)
+    site.start(user=ALICE, python=python)
+    status, _, err = site.run(BOB, "qsub", script(BOB, "job.sh", "id -un\n"))
+    assert status == 175 and "the server runs as hpcst_alice and cannot run jobs as hpcst_bob" in err
+    jid = submit(site, ALICE, "id -un\nsleep 60\n")
+    site.wait(jid, ("R",))
+    status, out, _ = site.run(BOB, "qstat", str(jid))  # bob sees it, as himself
+    assert status == 0 and f"{jid}." in out
+    status, _, err = site.run(BOB, "qdel", str(jid), env={"HPCSCHED_USER": ALICE})
+    assert status == 159
+    status, _, err = site.run(ALICE, "qdel", str(jid))
+    assert status == 0, err
+    assert site.wait(jid).owner == ALICE
+    assert Path(users[ALICE].pw_dir, f"job.sh.o{jid}").read_text().split()[0] == ALICE
