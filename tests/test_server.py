@@ -142,6 +142,32 @@ def test_walltime_kill_and_qdel_of_running_job(live):
     assert ended[over] in ("271", "265")
 
 
+def _alive(word: str) -> bool:
+    for pid in os.listdir("/proc"):
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                if word.encode() in f.read():
+                    with open(f"/proc/{pid}/stat") as g:
+                        if g.read().rsplit(")", 1)[1].split()[0] != "Z":
+                            return True
+        except OSError:
+            continue
+    return False
+
+
+def test_nothing_of_a_job_outlives_it_on_a_single_user_rig(live):
+    """What left the job's session (setsid) or was left running (&) ends with the job,
+    whether the server tracks it by a cgroup (root) or by its mark (any user)."""
+    env, home, work, start = live
+    start()
+    jid = cmd(env, work, "qsub", stdin="setsid sleep 3061 &\nsleep 3062 &\ntrue\n").stdout.strip()
+    assert wait_for(env, work, jid)["exit_status"] == "0"
+    deadline = time.time() + 10
+    while (_alive("sleep 3061") or _alive("sleep 3062")) and time.time() < deadline:
+        time.sleep(0.1)
+    assert not _alive("sleep 3061") and not _alive("sleep 3062")
+
+
 def test_a_job_past_its_cpu_time_is_killed_and_says_so(live):
     env, home, work, start = live
     start()

@@ -364,11 +364,15 @@ class Server:
             mail.send(self.site, job, mail.END, "Execution terminated")
         accounting.dependency_deletions(self.batch, now)
 
+    def _in_cgroup(self, job: Job) -> bool:
+        """Is every process of the job in its run's cgroup (no need to look for its mark)?"""
+        return bool(job.extra.get("cgroup")) or os.path.lexists(self.jobdir(job) / "cgroup")
+
     def _clean(self, job: Job) -> None:
         """Kill what is left of an ended job's processes, and say so (pbs_mom's cleanup)."""
         if "launched" not in job.extra or job.extra.get("interactive"):
             return
-        left = self.tracker.clean(job.id, job.run_count, scan=not job.extra.get("cgroup"))
+        left = self.tracker.clean(job.id, job.run_count, scan=not self._in_cgroup(job))
         if left:
             print(f"hpcsched server: job {job.id}: killed {len(left)} leftover process"
                   f"{'es' if len(left) > 1 else ''} after its end: {', '.join(left)}", file=sys.stderr)
@@ -385,7 +389,7 @@ class Server:
             pass
         except PermissionError:  # a pid that is no longer the job's wrapper
             pass
-        self.tracker.signal(job.id, job.run_count, sig, scan=not job.extra.get("cgroup"))
+        self.tracker.signal(job.id, job.run_count, sig, scan=not self._in_cgroup(job))
         self.sent[job.id] = (int(sig), now)
         if journal:
             self._note(job, now, set={"signal": int(sig), "signalled_at": now})
@@ -443,6 +447,8 @@ class Server:
             argv = [part.replace("{host}", job.nodes[0]).replace("{command}", line).replace("{user}", job.owner)
                     for part in self.launcher]
         cgroup = self.tracker.cgroup(job.id, job.run_count, create=True)
+        if cgroup:
+            env["HPCSCHED_CGROUP"] = cgroup  # (the wrapper joins it: layout.WRAPPER)
         # the job and its output files get its -W umask (077 by default, as PBS's): the
         # child inherits this process's umask, set just around its creation
         old_umask = os.umask(int(x.get("W", {}).get("umask", "077"), 8))
@@ -455,14 +461,14 @@ class Server:
             with stdout, stderr as stderr:
                 proc = subprocess.Popen(argv, cwd=None if owner else workdir, env=env, stdin=subprocess.DEVNULL,
                                         stdout=stdout, stderr=stderr, start_new_session=True,
-                                        preexec_fn=privilege.becoming(owner, workdir, cgroup)
-                                        if owner or cgroup else None)
+                                        preexec_fn=privilege.becoming(owner, workdir, cgroup) if owner else None)
         except (OSError, ValueError, subprocess.SubprocessError) as e:
             # a bad path is this job's failure, not the server's
             return self._not_started(job, now, getattr(e, "strerror", None) or str(e))
         finally:
             os.umask(old_umask)
-        joined = cgroup is not None and tracking.member(proc.pid, cgroup)
+        # (as the owner, the wrapper joined the cgroup while still root: privilege.becoming)
+        joined = cgroup is not None and owner is not None
         self._note(job, now, set={"launched": now, "pid": proc.pid, "pid_start": _wait_start(proc.pid),
                                   "session": proc.pid, **({"cgroup": cgroup} if joined else {})})
         accounting.write(self.home, "S", job, self.site.server, now)

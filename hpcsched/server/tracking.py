@@ -152,15 +152,6 @@ class Tracker:
                 pass
 
 
-def member(pid: int, cgroup: str) -> bool:
-    """Is `pid` in the cgroup at `cgroup`?"""
-    try:
-        with open(os.path.join(cgroup, "cgroup.procs")) as f:
-            return str(pid) in f.read().split()
-    except OSError:
-        return False
-
-
 def marked(mark: str) -> set[int]:
     """The processes whose environment carries HPCSCHED_JOB=`mark` (those this process may
     read: all, for root)."""

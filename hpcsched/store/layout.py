@@ -5,6 +5,7 @@ else, so it imports nothing but `sys` (and `posix`, built in).
     $HPCSCHED_HOME/jobs/ID/runN/   one directory per run of a job: the server's wrapper
         started/                   made by the wrapper (mkdir is atomic: one launch runs)
         pid, status                the job's pid first, its exit status last, each atomic
+        cgroup                     the wrapper joined the run's cgroup (server/tracking.py)
         interactive.json           an interactive job's environment, for its `qsub -I`
 """
 import sys
@@ -43,6 +44,10 @@ WRAPPER = (  # $1 job dir, $2 shell, $3 script: pid first, status last, both ato
     # mkdir is atomic: if a restarted server launches a job whose first launch it could
     # not see, only one of the two wrappers runs it
     'mkdir "$1/started" 2>/dev/null || exit 0\n'
+    # the run's cgroup, when the server made one: joined before anything of the job runs
+    # (the `cgroup` file says it was), its name not passed on to the job
+    '[ -z "$HPCSCHED_CGROUP" ] || { echo $$ > "$HPCSCHED_CGROUP/cgroup.procs" && : > "$1/cgroup"; } 2>/dev/null\n'
+    'unset HPCSCHED_CGROUP\n'
     'echo $$ > "$1/pid.tmp" && mv "$1/pid.tmp" "$1/pid" || exit 127\n'
     # signals sent to the job's group are for the job: the wrapper outlives them to record
     # its status (caught, not ignored, so the job still gets the default handling)
