@@ -193,6 +193,11 @@ def test_root_may_not_submit_unless_acl_roots_says_so(site):
     site.start()
     status, out, err = run_as("root", site.home, "qsub", [str(work)], cwd=str(site.base))
     assert status == 0, err
+    site.stop()  # with no server the site's owner works on the store, still as itself
+    status, out, err = run_as("root", site.home, "qsub", [str(work)], cwd=str(site.base),
+                              env={"HPCSCHED_USER": ALICE})
+    assert status == 0 and "HPCSCHED_USER is ignored on a multi-user site (you are root)" in err, err
+    assert site.sched().jobs[int(out.split(".")[0])].owner == "root"
 
 
 def test_an_output_path_the_owner_may_not_write_is_the_jobs_failure(live):

@@ -223,27 +223,28 @@ def _distrust_environment(prog: str) -> None:
     except ConfigError:
         return
     if multi:
-        site.caller = site.user_name(os.getuid())
-        sys.stderr.write(f"{prog}: HPCSCHED_USER is ignored on a multi-user site (you are {site.caller})\n")
+        del os.environ["HPCSCHED_USER"]
+        sys.stderr.write(f"{prog}: HPCSCHED_USER is ignored on a multi-user site (you are {site.whoami()})\n")
 
 
 def main(prog: str) -> int:
     """A command as the user runs it: answered by the server if one runs, else here."""
-    if not _runs_here(prog, sys.argv[1:]):
-        status = forward(prog, sys.argv[1:])
+    argv = sys.argv[1:]
+    here = _runs_here(prog, argv)
+    if not here:
+        status = forward(prog, argv)
         if status is not None:
             return status
-    if not owns_site() and prog == "qsub" and _runs_here(prog, sys.argv[1:]):
-        return run_here(prog)  # qsub -I: the server submits it, the session runs here
-    if not owns_site() and _runs_here(prog, sys.argv[1:]):
-        sys.stderr.write(f"{prog}: {prog} is not available on a multi-user site (it reads the store, which "
-                         "only the server may)\n")
-        return 1
-    if not owns_site():
-        sys.stderr.write(f"{prog}: cannot connect to the hpcsched server at {home()}/{SOCKET} "
-                         "(it is not running); on a multi-user site only the server reads the store\n")
-        return 1
-    if getenv("HPCSCHED_USER"):
+    if not owns_site():  # someone else's site: the server is the only door
+        if not here:
+            sys.stderr.write(f"{prog}: cannot connect to the hpcsched server at {home()}/{SOCKET} "
+                             "(it is not running); on a multi-user site only the server reads the store\n")
+            return 1
+        if prog != "qsub":  # (qsub -I has the server submit it, and runs the session here)
+            sys.stderr.write(f"{prog}: {prog} is not available on a multi-user site (it reads the store, "
+                             "which only the server may)\n")
+            return 1
+    elif getenv("HPCSCHED_USER"):
         _distrust_environment(prog)
     return run_here(prog)
 
