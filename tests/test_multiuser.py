@@ -460,11 +460,21 @@ def test_a_server_killed_mid_job_finds_its_owners_jobs_again(live, users):
 def test_an_interactive_job_runs_on_the_callers_terminal_as_the_caller(live):
     status, out, err = live.run(ALICE, "qsub", "-I", "-l", "walltime=60", stdin=b"id -un\necho $PBS_ENVIRONMENT\n")
     assert status == 0, err + live.server_log()
-    assert f"{ALICE}\nPBS_INTERACTIVE" in out and "qsub: job 1.vm completed" not in err
+    assert f"{ALICE}\nPBS_INTERACTIVE" in out and "completed" in out
     job = live.wait(1)
     assert job.owner == ALICE and job.exit_status == 0
-    status, out, err = live.run(BOB, "pbsyod", "true", env={"PBS_JOBID": "1"})
-    assert status == 1 and "not available on a multi-user site" in err
+
+
+def test_pbsyod_asks_the_server_and_runs_the_program_as_the_caller(live):
+    jid = submit(live, ALICE, "sleep 60\n")
+    live.wait(jid, ("R",))
+    status, out, err = live.run(ALICE, "pbsyod", "sh", "-c", 'id -un; echo "$YOD_NODES $YOD_NP"',
+                                env={"PBS_JOBID": str(jid)})
+    assert status == 0, err
+    assert out.split() == [ALICE, "node01", "1"]
+    status, out, err = live.run(BOB, "pbsyod", "true", env={"PBS_JOBID": str(jid)})
+    assert status == 159 and "Unauthorized" in err and out == ""
+    live.run(ALICE, "qdel", str(jid))
 
 
 def test_a_session_that_rewrites_its_pid_file_cannot_aim_the_server_at_another_users_process(live):

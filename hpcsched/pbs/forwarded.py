@@ -40,9 +40,9 @@ def run_for(request: bytes, caller: str | None = None) -> bytes:
         prog, argv, cwd, env, stdin, flag = decode_request(request)
     except ValueError:
         return encode_reply(1, b"", b"hpcsched: malformed request to the server\n")
-    # (qsub -I from a caller the kernel named: a multi-user site's client runs the session
-    # itself, the server only submits)
-    if prog not in COMMANDS or _runs_here(prog, argv) and not (prog == "qsub" and caller is not None):
+    # (qsub -I and pbsyod from a caller the kernel named: a multi-user site's client runs
+    # the session or the program itself; the server submits, or says what to run)
+    if prog not in COMMANDS or _runs_here(prog, argv) and caller is None:
         return encode_reply(1, b"", f"hpcsched: {prog!r} is not a command the server runs\n".encode())
     saved_env, saved_io = dict(os.environ), (sys.stdin, sys.stdout, sys.stderr)
     here = os.open(".", os.O_RDONLY)

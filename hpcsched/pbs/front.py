@@ -240,10 +240,8 @@ def main(prog: str) -> int:
             sys.stderr.write(f"{prog}: cannot connect to the hpcsched server at {home()}/{SOCKET} "
                              "(it is not running); on a multi-user site only the server reads the store\n")
             return 1
-        if prog != "qsub":  # (qsub -I has the server submit it, and runs the session here)
-            sys.stderr.write(f"{prog}: {prog} is not available on a multi-user site (it reads the store, "
-                             "which only the server may)\n")
-            return 1
+        # (qsub -I and pbsyod ask the server what they need, and run the session or the
+        # program here)
     elif getenv("HPCSCHED_USER"):
         _distrust_environment(prog)
     return run_here(prog)

@@ -10,6 +10,7 @@ YOD_NIDLIST, YOD_NP and the nodes' names (YOD_NODES) in its environment (a test 
 """
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 
@@ -18,7 +19,8 @@ from ..core.errors import ConfigError
 from ..core.jobs import ACTIVE
 from ..core.topology import NodeState
 from ..machines.bluegene import BlueGene
-from . import common
+from ..store import site as sitemod
+from . import common, front
 from .common import Command
 from .errors import UsageError
 from .maui import load
@@ -50,8 +52,36 @@ def shownids(opts: list[tuple[str, str]], operands: list[str], out, now: float) 
 
 
 def pbsyod(opts: list[tuple[str, str]], argv: list[str], out, now: float) -> int:
+    """Run the program on the job's nodes through the site's launcher, as this process's
+    child.  On a multi-user site the server, which alone reads the store, says what to run
+    (`planned`) and the job runs it."""
     if not argv:
         raise UsageError("give a program to run")
+    if sitemod.caller is None and not front.owns_site():
+        answer = front.ask("pbsyod", argv)
+        if answer is None:
+            raise common.CommandError("the hpcsched server is not running", common.SYSTEM)
+        status, text, err = answer
+        if status:
+            raise common.CommandError(err.decode(errors="replace").strip().removeprefix("pbsyod: "), status)
+        plan = json.loads(text)
+        command, env = plan["command"], dict(os.environ, **plan["env"])
+    else:
+        command, env = _plan(argv)
+        if sitemod.caller is not None:  # (the server, for a multi-user site's pbsyod)
+            out.write(json.dumps({"command": command, "env": {k: env[k] for k in YOD_KEYS}}))
+            return 0
+    try:
+        return subprocess.call(command, env=env)
+    except OSError as e:
+        raise common.CommandError(f"{command[0]}: {e.strerror}", 127) from None
+
+
+YOD_KEYS = ("YOD_NIDLIST", "YOD_NP", "YOD_NODES")
+
+
+def _plan(argv: list[str]) -> tuple[list[str], dict[str, str]]:
+    """What pbsyod runs for the job in $PBS_JOBID: the command and its environment."""
     jid_text = os.environ.get("PBS_JOBID")
     if not jid_text:
         raise common.CommandError("not inside a batch job (PBS_JOBID is not set)", common.USAGE)
@@ -60,6 +90,8 @@ def pbsyod(opts: list[tuple[str, str]], argv: list[str], out, now: float) -> int
     job = found[0] if len(found) == 1 else None
     if job is None or job.state not in ACTIVE:
         raise common.CommandError(f"job {jid_text} is not running", common.UNKNOWN_JOB)
+    if sitemod.caller is not None and not common.may_touch(site, sitemod.caller, job):
+        raise common.deny("pbsyod", job, site)
     topo = batch.sched.topology
     if isinstance(topo, BlueGene):
         raise common.CommandError(f"job {jid_text} runs on block {job.nodes[0]}: a Blue Gene's nodes have no "
@@ -79,11 +111,7 @@ def pbsyod(opts: list[tuple[str, str]], argv: list[str], out, now: float) -> int
                 command.append(item.replace("{nids}", nidlist).replace("{np}", str(np)))
     else:
         raise ConfigError("pbsyod_launcher: must be a list of strings")
-    env = dict(os.environ, YOD_NIDLIST=nidlist, YOD_NP=str(np), YOD_NODES=",".join(job.nodes))
-    try:
-        return subprocess.call(command, env=env)
-    except OSError as e:
-        raise common.CommandError(f"{command[0]}: {e.strerror}", 127) from None
+    return command, dict(os.environ, YOD_NIDLIST=nidlist, YOD_NP=str(np), YOD_NODES=",".join(job.nodes))
 
 
 SHOWNIDS = Command("shownids", "", "usage: shownids", shownids)
