@@ -4,6 +4,8 @@ import io
 import os
 import sys
 
+from ..store import site
+from . import qsub
 from .front import COMMANDS, MAGIC, NOTHING, SCRIPT, STDIN, _runs_here, run_here
 
 
@@ -34,8 +36,6 @@ def run_for(request: bytes, caller: str | None = None) -> bytes:
     `caller`: the user the kernel says sent it (None: the server's own user, who may name
     another with $HPCSCHED_USER on a test rig).  The server is single-threaded, so
     swapping the process's context is safe; it is restored whatever the command does."""
-    from ..store import site
-    from . import qsub
     try:
         prog, argv, cwd, env, stdin, flag = decode_request(request)
     except ValueError:

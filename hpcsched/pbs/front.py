@@ -28,7 +28,7 @@ never touch the store.
 import posix
 import sys
 
-from ..store.layout import getenv, home
+from ..store.layout import environ, getenv, home
 
 #: command name -> "module:NAME" of its Command (common.py), run in this process
 COMMANDS = {name: f"{module}:{name.upper()}" for module, names in (
@@ -158,9 +158,7 @@ def ask(prog: str, argv: list[str]) -> tuple[int, bytes, bytes] | None:
             flag = SCRIPT
         elif _reads_stdin(prog, argv) and sys.stdin is not None:
             flag, data = STDIN, sys.stdin.buffer.read()
-        os = sys.modules.get("os")  # (see layout.getenv)
-        env = dict(os.environ) if os is not None else posix.environ
-        sock.sendall(encode_request(prog, argv, cwd, env, data, flag))
+        sock.sendall(encode_request(prog, argv, cwd, dict(environ()), data, flag))
         sock.shutdown(_socket.SHUT_WR)
         while chunk := sock.recv(1 << 16):
             chunks.append(chunk)

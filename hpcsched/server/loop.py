@@ -45,7 +45,7 @@ from ..store.journal import StoreError, write_atomic
 from ..store.journaled import Batch
 from ..store.layout import INTERACTIVE, WRAPPER
 from ..core.errors import SchedulerError
-from ..store.site import CONFIG, OVERLAY, SOCKET, Site, load_site, user_name
+from ..store.site import SOCKET, Site, config_stamp, load_site, user_name
 from . import privilege, tracking
 
 LOST = -1  # exit status of a job whose process vanished without one
@@ -93,7 +93,7 @@ class Server:
         self.home = Path(site.home)
         self.batch = Batch(site)
         self._given = (interval, grace)
-        self._stamp = self._config_stamp()
+        self._stamp = config_stamp(self.home)
         self._configure(site)
         self.children: dict[int, int] = {}  # pid -> wait status, reaped
         self.sent: dict[int, tuple[int, float]] = {}  # job id -> (signal, when), as sent
@@ -126,21 +126,11 @@ class Server:
         log = cfg.get("node_log", False)
         self.node_log = (self.home / "nodelog" if log is True else Path(log) if log else None)
 
-    def _config_stamp(self) -> tuple:
-        stamp = []
-        for name in (CONFIG, OVERLAY):
-            try:
-                st = (self.home / name).stat()
-                stamp.append((st.st_mtime_ns, st.st_size, st.st_ino))
-            except OSError:
-                stamp.append(None)
-        return tuple(stamp)
-
     def _reload(self) -> None:
         """The site's configuration changed: rebuild the scheduler from the store under it,
         from this step on.  A configuration that does not load is reported and the old one
         kept (the server never stops over it)."""
-        stamp = self._config_stamp()
+        stamp = config_stamp(self.home)
         if stamp == self._stamp:
             return
         self._stamp = stamp
@@ -453,12 +443,12 @@ class Server:
         # child inherits this process's umask, set just around its creation
         old_umask = os.umask(int(x.get("W", {}).get("umask", "077"), 8))
         try:
-            with privilege.acting_as(owner) if owner else contextlib.nullcontext():
-                if owner and not (os.path.isdir(workdir) and os.access(workdir, os.X_OK, effective_ids=True)):
-                    raise NotADirectoryError(errno.ENOTDIR, f"cannot enter {workdir}")
-                stdout = open(out if join != "eo" else err, "ab")
-                stderr = open(err, "ab") if join == "n" else contextlib.nullcontext(subprocess.STDOUT)
-            with stdout, stderr as stderr:
+            with contextlib.ExitStack() as files:
+                with privilege.acting_as(owner) if owner else contextlib.nullcontext():
+                    if owner and not (os.path.isdir(workdir) and os.access(workdir, os.X_OK, effective_ids=True)):
+                        raise NotADirectoryError(errno.ENOTDIR, f"cannot enter {workdir}")
+                    stdout = files.enter_context(open(out if join != "eo" else err, "ab"))
+                    stderr = files.enter_context(open(err, "ab")) if join == "n" else subprocess.STDOUT
                 proc = subprocess.Popen(argv, cwd=None if owner else workdir, env=env, stdin=subprocess.DEVNULL,
                                         stdout=stdout, stderr=stderr, start_new_session=True,
                                         preexec_fn=privilege.becoming(owner, workdir, cgroup) if owner else None)
@@ -719,11 +709,10 @@ def _put(path: Path, text: str, owner: privilege.Owner | None, mode: int = 0o600
     """Write a file of the run directory afresh: never through a link or into a file that
     was already there (the directory may be the owner's), then give it to the owner."""
     tmp = path.with_name(f".{path.name}.new")
-    for old in (tmp,):
-        try:
-            os.unlink(old)
-        except FileNotFoundError:
-            pass
+    try:
+        os.unlink(tmp)
+    except FileNotFoundError:
+        pass
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, mode)
     try:
         os.write(fd, text.encode("utf-8", errors="surrogateescape"))

@@ -118,9 +118,8 @@ def systemd_unit(home: Path) -> str:
     its jobs' cgroups under its own."""
     import sys
     import hpcsched
-    package = Path(hpcsched.__file__).resolve().parent.parent
-    path = "" if any(Path(p).resolve() == package for p in sys.path[1:] if p and "site-packages" in p) \
-        else f"Environment=PYTHONPATH={package}\n"
+    package = Path(hpcsched.__file__).resolve().parent.parent  # (a checkout, or site-packages)
+    path = "" if package.name in ("site-packages", "dist-packages") else f"Environment=PYTHONPATH={package}\n"
     return f"""\
 [Unit]
 Description=hpcsched batch server ({home})

@@ -1,6 +1,6 @@
 """A site's directory and the names inside it that the store, the commands and the server
 share (the job directory protocol).  The commands' front door imports this before anything
-else, so it imports nothing but `sys` (and `posix`, built in).
+else, so it imports nothing but `sys` and `posix` (built in).
 
     $HPCSCHED_HOME/jobs/ID/runN/   one directory per run of a job: the server's wrapper
         started/                   made by the wrapper (mkdir is atomic: one launch runs)
@@ -8,20 +8,27 @@ else, so it imports nothing but `sys` (and `posix`, built in).
         cgroup                     the wrapper joined the run's cgroup (server/tracking.py)
         interactive.json           an interactive job's environment, for its `qsub -I`
 """
+import posix
 import sys
 
 INTERACTIVE = "interactive.json"
 
 
-def getenv(name: str) -> str | None:
-    """An environment variable, without importing `os` (the interpreter starts without it
+def environ():
+    """The process's environment without importing `os` (the interpreter starts without it
     under -S, and importing it is a tenth of a forwarded command's cost): `os.environ`
-    once something imported it (it may have been changed since), else the start-up copy."""
+    once something imported it (it may have been changed since), else the start-up copy,
+    bytes to bytes."""
     os = sys.modules.get("os")
-    if os is not None:
-        return os.environ.get(name)
-    import posix
-    value = posix.environ.get(name.encode())
+    return os.environ if os is not None else posix.environ
+
+
+def getenv(name: str) -> str | None:
+    """An environment variable (see `environ`)."""
+    env = environ()
+    if env is not posix.environ:
+        return env.get(name)
+    value = env.get(name.encode())
     return None if value is None else value.decode(sys.getfilesystemencoding(), "surrogateescape")
 
 
@@ -33,7 +40,6 @@ def home() -> str:
     if not data:
         user = getenv("HOME")
         if not user:
-            import posix
             import pwd
             user = pwd.getpwuid(posix.getuid()).pw_dir
         data = f"{user.rstrip('/')}/.local/share"

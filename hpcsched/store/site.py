@@ -144,8 +144,9 @@ def user_groups(user: str) -> set[str]:
 _loaded: dict[tuple[Path, str | None], tuple[tuple, Site]] = {}
 
 
-def _stamp(home: Path) -> tuple:
-    """What tells a changed configuration (a rewrite makes a new inode)."""
+def config_stamp(home: Path) -> tuple:
+    """What tells a changed configuration (config.toml and qmgr.json; a rewrite makes a
+    new inode)."""
     stamp = []
     for name in (CONFIG, OVERLAY):
         try:
@@ -160,7 +161,7 @@ def load_site(home: str | os.PathLike | None = None) -> Site:
     """The site at `home` (default: the store directory); ConfigError if it is not set up."""
     # absolute: the server runs forwarded commands in their callers' directories
     home = (Path(home) if home is not None else default_home()).absolute()
-    key, stamp = (home, os.environ.get("HPCSCHED_FLAVOR")), _stamp(home)
+    key, stamp = (home, os.environ.get("HPCSCHED_FLAVOR")), config_stamp(home)
     if stamp[0] is not None and _loaded.get(key, (None,))[0] == stamp:
         return dataclasses.replace(_loaded[key][1], _built=None)
     site = _load_site(home)
