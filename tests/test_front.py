@@ -103,6 +103,35 @@ def test_a_running_server_answers_without_the_client_loading_the_store(rig):
     assert not sock.exists()
 
 
+def test_a_forwarded_command_ends_at_once_with_all_its_output(rig):
+    """bin/ commands answered by the server end with _exit: what the server said, however
+    long (more than a pipe holds), is all written first, and the status is the server's."""
+    env = dict(os.environ, PYTHONPATH=ROOT, BIG="x" * 100_000, BIGGER="y" * 120_000)
+    env.pop("PYTHONUNBUFFERED", None)  # (as a user's shell has it: output buffered until flushed)
+    server = subprocess.Popen([sys.executable, "-m", "hpcsched", "server"], cwd=ROOT, env=env,
+                              stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    try:
+        for _ in range(200):
+            if commands.server_answers():
+                break
+            assert server.poll() is None, server.stderr.read()
+            time.sleep(0.05)
+        sub = subprocess.run([os.path.join(ROOT, "bin", "qsub"), "-h", "-V"], input="true\n", capture_output=True,
+                             text=True, env=env, cwd=rig, timeout=30)
+        assert sub.returncode == 0 and sub.stdout == "1.headnode\n"
+        full = subprocess.run([os.path.join(ROOT, "bin", "qstat"), "-f", "1"], capture_output=True, text=True,
+                              env=env, timeout=30)
+        assert full.returncode == 0 and len(full.stdout) > 220_000
+        assert "BIG=" + "x" * 100_000 in full.stdout.replace("\n\t", "")
+        assert full.stdout.rstrip("\n").splitlines()[-1].strip()  # (the last line is there)
+        gone = subprocess.run([os.path.join(ROOT, "bin", "qsig"), "-s", "TERM", "7"], capture_output=True,
+                              text=True, env=env, timeout=30)
+        assert gone.returncode == 153 and gone.stderr == "qsig: Unknown Job Id 7.headnode\n"
+    finally:
+        server.terminate()
+        server.wait(10)
+
+
 def test_a_kept_batch_catches_up_with_other_writers(rig, monkeypatch):
     from hpcsched.core.jobs import Job, Request
     from hpcsched.store import journaled as batch_module

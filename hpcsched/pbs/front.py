@@ -225,13 +225,17 @@ def _distrust_environment(prog: str) -> None:
         sys.stderr.write(f"{prog}: HPCSCHED_USER is ignored on a multi-user site (you are {site.whoami()})\n")
 
 
-def main(prog: str) -> int:
-    """A command as the user runs it: answered by the server if one runs, else here."""
+def main(prog: str, *, exit_when_answered: bool = False) -> int:
+    """A command as the user runs it: answered by the server if one runs, else here.
+    `exit_when_answered`: a command the server answered ends this process at once (the
+    entry points' choice, see `command`)."""
     argv = sys.argv[1:]
     here = _runs_here(prog, argv)
     if not here:
         status = forward(prog, argv)
         if status is not None:
+            if exit_when_answered:
+                posix._exit(status)
             return status
     if not owns_site():  # someone else's site: the server is the only door
         if not here:
@@ -245,6 +249,14 @@ def main(prog: str) -> int:
     return run_here(prog)
 
 
+def command(prog: str) -> int:
+    """The command as a program (bin/pbs-command and the console scripts).  A forwarded
+    command did nothing but talk to the server and has written out its answer (forward
+    flushes it), so it ends with `_exit`, skipping the interpreter's finalisation: a tenth
+    of the command's cost.  A command run here ends normally."""
+    return main(prog, exit_when_answered=True)
+
+
 # console-script entry points, one per command: hpcsched.pbs.front:qsub, ...
 for _prog in COMMANDS:
-    globals()[_prog] = lambda _p=_prog: main(_p)
+    globals()[_prog] = lambda _p=_prog: command(_p)
