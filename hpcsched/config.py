@@ -37,7 +37,7 @@ CORE_KEYS = frozenset({"server_name", "backfill", "interval", "overrun_grace", "
 DRIVER_KEYS = frozenset({"flavor", "operators", "managers", "keep_completed", "pbsyod_launcher",
                          "server_interval", "kill_grace", "prejob_check", "launcher", "job_history_duration",
                          "node_log", "scheduling", "mail_command", "submit_filter",
-                         "multi_user", "acl_roots"})
+                         "multi_user", "acl_roots", "deadline_users"})
 
 #: The embedded default: a small test rig with ALCF-style routing and EASY backfill.
 DEFAULT_TOML = """\

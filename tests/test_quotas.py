@@ -6,6 +6,7 @@ from helpers import job
 from hpcsched import config
 from hpcsched.core.errors import ConfigError, Rejected
 from hpcsched.core.jobs import Request
+from hpcsched.pbs.errors import UsageError
 
 SITE = """
 default_queue = "long"
@@ -126,6 +127,45 @@ def test_qsub_counts_software_against_a_consumable_and_shows_the_quota(rig, caps
         qsub_mod.submit(["-l", "software=idl"], stdin=__import__("io").StringIO("true\n"))
     with pytest.raises(CommandError, match="Unknown resource type licence"):
         qsub_mod.submit(["-l", "licence=2"], stdin=__import__("io").StringIO("true\n"))
+
+
+def test_deadline_jobs_for_deadline_users_only(rig, capsys):
+    """qsub/qalter -W deadline= (Grid Engine's -dl): refused (159, nothing stored) unless
+    the user is in deadline_users; shown by qstat -f, weighed by mdiag -p."""
+    import io
+
+    from test_commands import full, submit
+    from test_maui_psc import run
+
+    from hpcsched.pbs import qctl
+    from hpcsched.pbs import qsub as qsub_mod
+    from hpcsched.pbs.common import CommandError
+    from hpcsched.store.journal import Store
+    home = rig / "home"
+    text = (home / "config.toml").read_text()
+    (home / "config.toml").write_text(text.replace('policy = "', 'policy = "gridengine" #"', 1))
+    before = Store(home).last_seq()
+    with pytest.raises(CommandError, match="alice is not a deadline user") as refused:
+        qsub_mod.submit(["-W", "deadline=203001011200"], stdin=io.StringIO("true\n"))
+    assert refused.value.status == 159 and Store(home).last_seq() == before
+    jid = submit("-l", "walltime=00:10:00")
+    assert qctl.QALTER(["-W", "deadline=203001011200", jid], out=io.StringIO()) == 159
+    assert "deadline" not in full(jid)
+    (home / "config.toml").write_text('deadline_users = ["@nogroup", "alice"]\n'
+                                      + text.replace('policy = "', 'policy = "gridengine" #"', 1))
+    for bad in ("deadline=tomorrow", "deadline=20301301"):
+        with pytest.raises(UsageError, match="illegal -W deadline value"):
+            qsub_mod.submit(["-W", bad], stdin=io.StringIO("true\n"))
+    late = submit("-W", "deadline=203001011200", "-l", "walltime=00:10:00")
+    assert full(late)["deadline"] == "Tue Jan 01 12:00:00 2030"
+    assert qctl.QALTER(["-W", "deadline=202912311200", jid], out=io.StringIO()) == 0
+    assert full(jid)["deadline"] == "Mon Dec 31 12:00:00 2029"
+    status, out = run("mdiag", "-p")
+    assert status == 0 and "deadline" in out.splitlines()[2]
+    # the earlier deadline is the more urgent (both far off: a small difference, but one)
+    rows = {line.split()[0]: line.split() for line in out.splitlines()[4:] if line[:1].isdigit()}
+    column = out.splitlines()[2].split().index("deadline")
+    assert rows[jid.split(".")[0]][column].startswith("100.0(")
 
 
 # --- queues chosen from a job's requirements (CC-IN2P3's table) ----------------------------

@@ -258,6 +258,43 @@ def test_posix_priority_outweighs_tickets_and_the_full_path_agrees_with_the_lazy
     assert order[0] == 3 and sorted(order) == list(range(1, 8))
 
 
+def test_a_deadline_raises_urgency_as_grid_engine_computes_it():
+    """Urgency gains weight_deadline / max(seconds to the deadline, 1) (sge_urgency): with
+    the installed weights (urgency 0.1, tickets 0.01) a near deadline outranks tickets."""
+    s = site()
+    for k in range(3):
+        s.submit(job(1, 1000, owner="s0", group="small", deadline=100.0 if k == 2 else None), 0)
+    s.submit(job(1, 1000, owner="s0", group="small"), 0)  # (the 4th: the tree orders it last)
+    factors = s.policy.explain(s.context(0))
+    assert factors[3]["deadline"] == pytest.approx(3600000 / 100) and factors[1]["deadline"] == 0.0
+    assert factors[3]["urgency"] == pytest.approx(1000 + 36000) and factors[1]["urgency"] == 1000
+    # tickets: the k-th pending job of s0 gets stt / k, normalised over the four
+    tix = [factors[j]["tickets"] for j in (1, 2, 3, 4)]
+    assert tix[0] / tix[1] == pytest.approx(2) and tix[0] / tix[2] == pytest.approx(3)
+    for j in (1, 2, 3, 4):
+        nt = (tix[j - 1] - min(tix)) / (max(tix) - min(tix))
+        nu = 1.0 if j == 3 else 0.0
+        assert factors[j]["priority"] == pytest.approx(0.1 * nu + 0.01 * nt + 1.0 * 0.5)
+    assert [j.id for j in s.policy.ordered(s.context(0))] == [3, 1, 2, 4]
+    # past its deadline a job keeps the largest contribution, weight_deadline / 1
+    assert s.policy.explain(s.context(500))[3]["deadline"] == pytest.approx(3600000)
+    # once it runs, the rest are in the tree's own order again, and a deadline given by
+    # qalter counts at once
+    s.iterate(0)
+    assert sorted(j.id for j in s.running()) == [1, 2, 3, 4]
+    for k in range(3):
+        s.submit(job(1, 1000, owner="s0", group="small"), 1)
+    assert [j.id for j in s.policy.ordered(s.context(1))] == [5, 6, 7]
+    s.alter(7, 1, deadline=3601.0)
+    assert [j.id for j in s.policy.ordered(s.context(1))] == [7, 5, 6]
+    assert s.policy.explain(s.context(1))[7]["deadline"] == pytest.approx(1000)
+    # a site that gives deadlines no weight ([priority] weight_deadline = 0)
+    off = config.build(config.loads(SITE.replace('policy = "gridengine"', 'policy = "gridengine"\nweight_deadline = 0')))
+    for k in range(3):
+        off.submit(job(1, 1000, owner="s0", group="small", deadline=100.0 if k == 2 else None), 0)
+    assert [j.id for j in off.policy.ordered(off.context(0))] == [1, 2, 3]
+
+
 def test_multifactor_by_hand():
     text = SITE.replace('policy = "gridengine"', 'policy = "multifactor"\nweight_age = 0\nweight_queue = 0')
     s = config.build(config.loads(text))

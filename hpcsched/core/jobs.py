@@ -214,6 +214,7 @@ class Job:
     walltime: float = 3600.0
     submit_time: float = 0.0
     start_after: float | None = None
+    deadline: float | None = None  # Grid Engine's deadline initiation time (-W deadline): urgency grows as it nears
     holds: set[Hold] = field(default_factory=set)
     dependencies: list[Dependency] = field(default_factory=list)
     priority: int = 0  # the user's own priority (qsub -p)

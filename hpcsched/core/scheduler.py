@@ -42,7 +42,7 @@ _QUOTA_COMMENT = "Not Running: " + QUOTA_HOLD
 STANDBY = 1  # the tier of a job whose project is out of allocation under "standby"
 
 #: What `alter` may change on a job that waits, and on one that runs.
-ALTERABLE = frozenset({"name", "walltime", "request", "queue", "priority", "start_after", "account",
+ALTERABLE = frozenset({"name", "walltime", "request", "queue", "priority", "start_after", "deadline", "account",
                        "group", "dependencies", "comment", "extra", "score", "consumes", "cput", "disk"})
 ALTERABLE_RUNNING = frozenset({"name", "walltime", "comment", "extra"})
 

@@ -239,11 +239,12 @@ def nidmask(text: str, nodes) -> tuple[str, ...]:
     return names
 
 
-def parse_start_after(text: str, now: float) -> float:
-    """`-a [[[[CC]YY]MM]DD]hhmm[.SS]` in local time; a bare hhmm already past is tomorrow."""
+def parse_start_after(text: str, now: float, what: str = "-a") -> float:
+    """`-a [[[[CC]YY]MM]DD]hhmm[.SS]` in local time; a bare hhmm already past is tomorrow.
+    (`-W deadline=` takes the same form; `what` names the option in errors.)"""
     m = re.match(r"^(\d{4,12})(?:\.(\d{2}))?$", text)
     if not m or len(m.group(1)) % 2:
-        raise UsageError(f"illegal -a value {text!r}")
+        raise UsageError(f"illegal {what} value {text!r}")
     digits, secs = m.group(1), int(m.group(2) or 0)
     base = datetime.fromtimestamp(now)
     hh, mm = int(digits[-4:-2]), int(digits[-2:])
@@ -259,7 +260,7 @@ def parse_start_after(text: str, now: float) -> float:
             fields["year"] = int(yy) if len(yy) == 4 else 2000 + int(yy)
         when = base.replace(microsecond=0, **fields)
     except ValueError:
-        raise UsageError(f"illegal -a value {text!r}") from None
+        raise UsageError(f"illegal {what} value {text!r}") from None
     if not rest and when.timestamp() < now:
         when += timedelta(days=1)
     return when.timestamp()

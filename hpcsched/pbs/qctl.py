@@ -148,6 +148,8 @@ def alter_changes(job: Job, options: dict[str, str], resources: dict[str, str], 
         val = options["W"].partition("=")[2]
         parse_umask(val)
         extra["W"] = {**extra.get("W", {}), "umask": val}
+    elif "W" in options and options["W"].partition("=")[0].strip() == "deadline":
+        changes["deadline"] = parse_start_after(options["W"].partition("=")[2].strip(), now, "-W deadline")
     elif "W" in options:
         key, _, val = options["W"].partition("=")
         if key.strip() != "depend":
@@ -197,6 +199,9 @@ def qalter(opts: list[tuple[str, str]], ids: list[str], out, now: float) -> int:
                                        frozenset(batch.site.config.get("consumables", {})))
         if job.state in FINISHED:
             raise InvalidState("finished")
+        if "deadline" in changes and not batch.site.may_set_deadline(user):
+            raise common.CommandError(f"Unauthorized Request MSG={user} is not a deadline user (deadline_users)",
+                                      common.UNAUTHORIZED)
         if job.state not in PENDING:
             if set(changes) - {"walltime", "name", "extra"}:
                 raise InvalidState("running")

@@ -126,6 +126,8 @@ def attributes(job: Job, site: Site, now: float, jobs: dict | None = None, flavo
         a["depend"] = depend_text(job.dependencies, site.server, jobs or {})
     if job.start_after is not None:
         a["Execution_Time"] = ctime(job.start_after)
+    if job.deadline is not None:  # (Grid Engine's qstat -j shows it as "deadline")
+        a["deadline"] = ctime(job.deadline)
     a["euser"] = job.owner
     if job.group:
         a["egroup"] = job.group

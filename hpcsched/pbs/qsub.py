@@ -52,7 +52,7 @@ def make_job(options: dict[str, str], resources: dict[str, str], script: str, sc
     if dest_server and dest_server.split(".")[0] != server:
         raise common.CommandError(f"Unknown server {dest_server}", common.SYSTEM)
     priority = parse_priority(options["p"]) if "p" in options else 0
-    extra_w, deps, befores, group = {}, [], [], ""
+    extra_w, deps, befores, group, deadline = {}, [], [], "", None
     if "W" in options:
         for item in re.split(r",(?=\s*[a-z_]+=)", options["W"]):
             key, eq, val = item.strip().partition("=")
@@ -62,6 +62,8 @@ def make_job(options: dict[str, str], resources: dict[str, str], script: str, sc
                 deps, befores = parse_depend(val, flavor)
             elif key == "group_list":
                 group = parse_names(val, "-W group_list").split("@")[0]
+            elif key == "deadline":  # Grid Engine's qsub -dl: the deadline initiation time
+                deadline = parse_start_after(val.strip(), now, "-W deadline")
             elif key == "umask":
                 parse_umask(val)
                 extra_w[key] = val
@@ -96,7 +98,7 @@ def make_job(options: dict[str, str], resources: dict[str, str], script: str, sc
         variables[k] = v if eq else env.get(k, "")
     job = Job(name=name, owner=user, group=group, account=options.get("A", ""), queue=queue,
               request=request, walltime=walltime or 0.0, priority=priority,
-              start_after=parse_start_after(options["a"], now) if "a" in options else None,
+              start_after=parse_start_after(options["a"], now) if "a" in options else None, deadline=deadline,
               holds={Hold.USER} if "h" in options else set(), consumes=consumption(resources, consumables),
               cput=cput_of(resources), disk=parse_memory(resources["file"]) if "file" in resources else 0)
     job.extra = {"script": script, "workdir": workdir, "submit_dir": cwd, "join": join, "rerunnable": rerun == "y",
@@ -160,6 +162,9 @@ def submit_parsed(cmd: list[tuple[str, str]], rest: list[str], stdin=None, cwd: 
         _may_run_as(site, user)
     job, deps, befores = make_job(options, resources, script, script_name, cwd, env, user, site.server, now,
                                   site.flavor, frozenset(site.config.get("consumables", {})))
+    if job.deadline is not None and not site.may_set_deadline(user):
+        raise common.CommandError(f"Unauthorized Request MSG={user} is not a deadline user (deadline_users)",
+                                  common.UNAUTHORIZED)
     args = shlex.join(words)
     if args:
         job.extra["submit_args"] = args  # (qstat -f's submit_args, normalised: -l and its value apart)

@@ -4,14 +4,20 @@
              + weight_priority * norm(posix priority)
 
 norm(x) = (x - min) / (max - min) over the runnable jobs (0.5 when they are all equal).
-Urgency = slots_urgency * slots requested + weight_waiting_time * seconds since submission
-(Grid Engine's resource and waiting-time contributions; there is no deadline submission
-here, so no deadline term).  Tickets come from the share tree (sharetree.py), share_tickets
-of them handed out.  Defaults are Grid Engine's installed ones (algorithms.md section 5).
+Urgency is Grid Engine's three contributions (sge_urgency):
+
+    slots_urgency * slots requested                   resource
+    + weight_waiting_time * seconds since submission  waiting time
+    + weight_deadline / max(seconds to deadline, 1)   deadline (jobs with -W deadline only)
+
+so a deadline job's urgency climbs as its deadline initiation time nears, and stays at
+weight_deadline once it has passed.  Tickets come from the share tree (sharetree.py),
+share_tickets of them handed out.  Defaults are Grid Engine's installed ones
+(algorithms.md section 5; weight_deadline 3,600,000).
 
 Jobs of equal priority keep the share tree's order.  When every runnable job has the same
-POSIX priority and (if urgency weighs) slots, and waiting time weighs nothing, the priority
-falls as the tickets do, so the order is the share tree's own, read lazily; otherwise
+POSIX priority and (if urgency weighs) slots, and neither waiting time nor a deadline
+weighs, the priority falls as the tickets do, so the order is the share tree's own, read lazily; otherwise
 every job's priority is worked out and sorted.
 """
 from __future__ import annotations
@@ -35,6 +41,7 @@ class GridEngine(Policy):
     weight_urgency: float = 0.1
     weight_priority: float = 1.0
     weight_waiting_time: float = 0.0
+    weight_deadline: float = 3600000.0
     slots_urgency: float = 1000.0
     share_tickets: float = 10000.0
     tree: ShareTree | None = None  # (from the site's [sharetree]; None: no tickets)
@@ -46,6 +53,7 @@ class GridEngine(Policy):
     def __post_init__(self):
         self._classes: Counter = Counter()  # (posix priority, slots if they weigh) of the runnable jobs
         self._slots_weigh = bool(self.weight_urgency and self.slots_urgency)
+        self._deadlines = 0  # runnable jobs with a deadline
         self._explained: tuple | None = None
         if self.tree is None:
             self.tree = ShareTree({"Root": {}})
@@ -53,9 +61,11 @@ class GridEngine(Policy):
     def enqueue(self, job: Job, key) -> None:
         self.tree.add(job, key)
         self._classes[self._class(job)] += 1
+        self._deadlines += job.deadline is not None
 
     def dequeue(self, job: Job) -> None:
         self.tree.remove(job)
+        self._deadlines -= job.deadline is not None
         c = self._class(job)
         self._classes[c] -= 1
         if not self._classes[c]:
@@ -69,7 +79,8 @@ class GridEngine(Policy):
 
     def ordered(self, ctx: Context) -> Iterable[Job]:
         self._compute(ctx)
-        if len(self._classes) <= 1 and not (self.weight_waiting_time and self.weight_urgency):  # the tree's order
+        timed = self.weight_waiting_time or self._deadlines and self.weight_deadline  # (urgency that moves)
+        if len(self._classes) <= 1 and not (timed and self.weight_urgency):  # the tree's order
             return (job for _, _, job in self.tree.ranked(values=False))
         return [job for _, job in sorted(self._priorities(self.tree.ranked(), ctx), key=lambda p: -p[0][0])]
 
@@ -80,7 +91,7 @@ class GridEngine(Policy):
             return []
         tix = [t for t, _ in rows]
         urg = [self.slots_urgency * j.request.processors + self.weight_waiting_time * (ctx.now - j.submit_time)
-               for _, j in rows]
+               + self._deadline(j, ctx.now) for _, j in rows]
         pri = [j.priority for _, j in rows]
         tlo, thi, ulo, uhi, plo, phi = min(tix), max(tix), min(urg), max(urg), min(pri), max(pri)
         out = []
@@ -90,10 +101,15 @@ class GridEngine(Policy):
             out.append(((prio, t, u, p), job))
         return out
 
+    def _deadline(self, job: Job, now: float) -> float:
+        """The deadline contribution to `job`'s urgency (0 without a deadline)."""
+        return 0.0 if job.deadline is None else self.weight_deadline / max(job.deadline - now, 1.0)
+
     def explain(self, ctx: Context) -> dict[int, dict[str, float]]:
         """Every runnable job's factors (mdiag -p), worked out in full."""
         self._compute(ctx)
-        return {job.id: {"priority": prio, "tickets": t, "urgency": u, "posix_priority": float(p)}
+        return {job.id: {"priority": prio, "tickets": t, "urgency": u, "deadline": self._deadline(job, ctx.now),
+                         "posix_priority": float(p)}
                 for (prio, t, u, p), job in self._priorities(self.tree.ranked(), ctx)}
 
     def describe(self, job: Job, ctx: Context) -> dict[str, float]:

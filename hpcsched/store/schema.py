@@ -74,7 +74,8 @@ OPS = {
 JOB = {"id?": lambda v: isinstance(v, int) and not isinstance(v, bool) and v >= 0, "name?": _text,
        "owner?": _text, "group?": _text, "account?": _text, "queue?": _text, "walltime?": _number,
        "priority?": _status, "request?": _table, "extra?": _table,
-       "start_after?": lambda v: v is None or _number(v), "initial_score?": lambda v: v is None or _number(v)}
+       "start_after?": lambda v: v is None or _number(v), "deadline?": lambda v: v is None or _number(v),
+       "initial_score?": lambda v: v is None or _number(v)}
 
 
 def _compiled(kinds: dict) -> tuple:

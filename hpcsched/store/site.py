@@ -90,6 +90,7 @@ class Site:
     keep_completed: float
     multi_user: bool = False
     acl_roots: frozenset[str] = frozenset()  # users who may submit as root (Torque's acl_roots)
+    deadline_users: frozenset[str] = frozenset()  # who may give a job a deadline (Grid Engine's deadlineusers)
     _built: Scheduler | None = field(default=None, repr=False, compare=False)
 
     def scheduler(self) -> Scheduler:
@@ -104,6 +105,10 @@ class Site:
 
     def is_manager(self, user: str) -> bool:
         return user == "root" or _member(user, self.managers)
+
+    def may_set_deadline(self, user: str) -> bool:
+        """Grid Engine's rule: only deadline users (and here managers) give jobs a deadline."""
+        return self.is_manager(user) or _member(user, self.deadline_users)
 
 
 def _names(config: dict, key: str) -> frozenset[str]:
@@ -208,7 +213,8 @@ def _load_site(home: Path) -> Site:
     if not isinstance(config.get("multi_user", False), bool):
         raise ConfigError("multi_user: must be true or false")
     site = Site(home, config, server, flavor, _names(config, "operators"), _names(config, "managers"),
-                float(keep), config.get("multi_user", False), _names(config, "acl_roots"))
+                float(keep), config.get("multi_user", False), _names(config, "acl_roots"),
+                _names(config, "deadline_users"))
     site._built = site.scheduler()  # check the rest now (one line naming the key), and keep it
     return site
 
