@@ -12,7 +12,8 @@ Q single-core jobs of 1 to 24 hours are submitted round-robin over the 600 users
     after  a pass after one running job ends (it starts one job)
 
 are timed (after a gc.collect()), with the submissions' time for scale (--no-quotas: the
-share tree alone).  Targets (issue
+share tree alone; --per-node-cap N: a third quota set read node by node, `hosts = "{*}"`
+with N slots, which narrows every job's placement).  Targets (issue
 #16): first <= 2 s and after <= 100 ms at 1,000,000 queued.
 """
 from __future__ import annotations
@@ -31,7 +32,7 @@ from hpcsched import Job, Request, build  # noqa: E402
 GROUPS, USERS = 30, 20
 
 
-def site(quotas: bool = True) -> dict:
+def site(quotas: bool = True, cap: int = 0) -> dict:
     nodes = {"Root": {"children": [f"g{g}" for g in range(GROUPS)]}}
     for g in range(GROUPS):
         nodes[f"g{g}"] = {"shares": 1 + g, "children": [f"g{g}/default"]}
@@ -42,11 +43,12 @@ def site(quotas: bool = True) -> dict:
             "usage": {"metric": "slots", "half_life": 2160 * 3600.0, "window": 90 * 86400.0},
             "sharetree": {"compensation_factor": 2, "levels": ["group", "user"], "nodes": nodes},
             "quotas": [{"name": "groups", "rules": [{"groups": "{*}", "limit": {"slots": 1500}}]},
-                       {"name": "users", "rules": [{"users": "{*}", "limit": {"jobs": 200}}]}] if quotas else []}
+                       {"name": "users", "rules": [{"users": "{*}", "limit": {"jobs": 200}}]}] if quotas else []
+            + ([{"name": "per-node", "rules": [{"hosts": "{*}", "limit": {"slots": cap}}]}] if cap else [])}
 
 
-def case(queued: int, quotas: bool = True) -> tuple[float, float, float, int, int]:
-    sched = build(site(quotas))
+def case(queued: int, quotas: bool = True, cap: int = 0) -> tuple[float, float, float, int, int]:
+    sched = build(site(quotas, cap))
     rng = random.Random(queued)
     for g in range(GROUPS):
         for u in range(USERS):
@@ -75,10 +77,11 @@ def main(argv: list[str]) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--queued", default="10000,100000,1000000")
     ap.add_argument("--no-quotas", action="store_true", help="the share tree alone")
+    ap.add_argument("--per-node-cap", type=int, default=0, help="add a hosts {*} slot cap per node")
     args = ap.parse_args(argv)
     print(f"{'queued':>9} {'submit s':>9} {'first s':>8} {'started':>8} {'after ms':>9} {'started':>8}")
     for q in map(int, args.queued.split(",")):
-        submit, first, after, s1, s2 = case(q, not args.no_quotas)
+        submit, first, after, s1, s2 = case(q, not args.no_quotas, args.per_node_cap)
         print(f"{q:>9} {submit:>9.1f} {first:>8.3f} {s1:>8} {after * 1000:>9.1f} {s2:>8}", flush=True)
     return 0
 

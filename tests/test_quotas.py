@@ -82,6 +82,177 @@ def test_exclusions_queue_filters_and_a_global_consumable():
     assert plan.reason(7) == 'exceeds limit "consumables/total" (matlab: 3 in use + 1 > 3)'
 
 
+HOSTS = """
+default_queue = "long"
+[[nodes]]
+names = "n[01-02]"
+cores = 4
+shared = true
+features = ["gpu"]
+[[nodes]]
+names = "n[03-04]"
+cores = 4
+shared = true
+[queues.long]
+[[quotas]]
+name = "perhost"
+[[quotas.rules]]
+name = "slots"
+hosts = "{*}"
+limit = { slots = 3 }
+[[quotas]]
+name = "gpu"
+[[quotas.rules]]
+name = "alice-off-n01"
+users = "alice"
+hosts = "n01"
+limit = { slots = 0 }
+[[quotas.rules]]
+name = "gpu-users"
+users = "{*}"
+hosts = "@gpu"
+limit = { slots = 2 }
+"""
+
+
+def per_host(s):
+    """Each node's cores in use, per owner, from the running jobs' allocations."""
+    out = {}
+    for j in s.running():
+        for node, cores in zip(j.allocation.nodes, j.allocation.cores):
+            out.setdefault(node, {}).setdefault(j.owner, 0)
+            out[node][j.owner] += len(cores)
+    return out
+
+
+def test_host_filters_limit_each_node_and_narrow_where_a_job_goes():
+    """hosts {*}: a limit per node; hosts n01 / @gpu: the first rule matching job and node
+    counts there (alice may not use n01; on the gpu nodes together each user has 2
+    cores: `hosts = "@gpu"` is one count over them, `"{@gpu}"` would be one per node)."""
+    s = site(HOSTS)
+    for k in range(14):
+        s.submit(core(1, owner="alice" if k % 2 else "bob"), 0)
+    plan = s.iterate(0)
+    used = per_host(s)
+    assert sorted(used) == ["n01", "n02", "n03", "n04"]
+    assert all(sum(u.values()) <= 3 for u in used.values())  # perhost/slots
+    assert "alice" not in used["n01"]  # gpu/alice-off-n01
+    assert used["n01"] == {"bob": 2} and used["n02"] == {"alice": 2}
+    assert sum(sum(u.values()) for u in used.values()) == 10  # 2 + 2 + 3 + 3
+    held = [j for j in s.jobs.values() if j.state.value == "queued"]
+    assert len(held) == 4
+    assert all(plan.reason(j.id).startswith('exceeds limit "') and "on every node it may use" in plan.reason(j.id)
+               for j in held)
+    assert all(j.comment.startswith("Not Running: exceeds limit") for j in held)
+    # a job ending frees its node's count: the next job goes there
+    bob_n03 = next(j for j in s.running() if j.owner == "bob" and j.allocation.nodes == ("n03",))
+    s.job_ended(bob_n03.id, 10, 0)
+    s.iterate(10)
+    assert sum(per_host(s)["n03"].values()) == 3 and sum(j.state.value == "queued" for j in s.jobs.values()) == 3
+    # a restored scheduler counts the running jobs host by host as this one does
+    again = site(HOSTS).restore(s.to_dict())
+    for sched in (s, again):
+        for _ in range(4):
+            sched.submit(core(1, owner="carol"), 20)
+    started = [st.job_id for st in s.iterate(20).started]
+    assert len(started) == 2 and started == [st.job_id for st in again.iterate(20).started]
+    assert per_host(s) == per_host(again)
+    # one count per gpu node instead: bob gets 2 on each
+    s = site(HOSTS.replace('hosts = "@gpu"', 'hosts = "{@gpu}"'))
+    for k in range(14):
+        s.submit(core(1, owner="alice" if k % 2 else "bob"), 0)
+    s.iterate(0)
+    used = per_host(s)
+    assert used["n01"] == {"bob": 2} and used["n02"] == {"alice": 2, "bob": 1}
+
+
+def test_a_job_on_several_nodes_of_one_count_counts_once():
+    """An aggregate count (`hosts = "@gpu"`) holds a job spanning two of its nodes once in
+    `jobs` and all its cores in `slots`."""
+    text = """
+default_queue = "long"
+[[nodes]]
+names = "n[01-02]"
+cores = 4
+shared = true
+features = ["gpu"]
+[[nodes]]
+names = "n03"
+cores = 4
+shared = true
+[queues.long]
+[[quotas]]
+name = "gpu"
+[[quotas.rules]]
+name = "gpu-users"
+users = "{*}"
+hosts = "@gpu"
+limit = { jobs = 2, slots = 7 }
+"""
+    s = site(text)
+    s.submit(core(6, owner="bob"), 0)  # n01 and n02: one job, 6 slots
+    s.submit(core(4, owner="carol"), 0)  # n03
+    s.submit(core(1, owner="bob"), 0)  # only n02 has room: bob's second gpu job, his 7th slot
+    s.submit(core(1, owner="bob"), 0)  # a third job and an 8th slot: no
+    plan = s.iterate(0)
+    assert per_host(s) == {"n01": {"bob": 4}, "n02": {"bob": 3}, "n03": {"carol": 4}}
+    assert plan.reason(4).endswith("on n03")  # (its reservation: the gpu nodes are left out)
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_random_host_quotas_are_never_passed(seed):
+    """Whatever the jobs, their sizes and ends: after every pass, every host-read rule's
+    count, worked out afresh from the running jobs' allocations, is within its limit, and
+    a job waits only when some node's limit (or the machine) leaves it out."""
+    import random
+    rng = random.Random(seed)
+    limit = rng.choice([1, 2, 3])
+    text = HOSTS.replace('"{*}"\nlimit = { slots = 3 }', f'"{{*}}"\nlimit = {{ slots = {limit + 1} }}')
+    text = text.replace('"@gpu"\nlimit = { slots = 2 }', f'"@gpu"\nlimit = {{ slots = {limit} }}')
+    assert text.count("limit = {") == 3 and f"slots = {limit + 1} }}" in text
+    s = site(text)
+    now = 0.0
+    for _ in range(12):
+        for _ in range(rng.randint(0, 4)):
+            s.submit(core(rng.randint(1, 3), owner=rng.choice(["alice", "bob", "carol"]), wall=1000), now)
+        plan = s.iterate(now)
+        used = per_host(s)
+        for node, owners in used.items():
+            assert sum(owners.values()) <= limit + 1
+            if node in ("n01", "n02"):
+                assert all(v <= limit for v in owners.values())
+        assert "alice" not in used.get("n01", {})
+        gpu_use = {}
+        for node in ("n01", "n02"):
+            for owner, n in used.get(node, {}).items():
+                gpu_use[owner] = gpu_use.get(owner, 0) + n
+
+        def admits(node, j):  # the rules read by hand (counts only grow in a pass)
+            n = j.request.cores
+            if sum(used.get(node, {}).values()) + n > limit + 1:
+                return False
+            if node == "n01" and j.owner == "alice":
+                return False
+            return node not in ("n01", "n02") or gpu_use.get(j.owner, 0) + n <= limit
+        for j in (j for j in s.jobs.values() if j.state.value == "queued"):
+            if plan.reason(j.id).startswith("exceeds limit"):
+                assert not any(admits(node, j) for node in ("n01", "n02", "n03", "n04"))
+        running = list(s.running())
+        for j in rng.sample(running, k=min(len(running), rng.randint(0, 3))):
+            s.job_ended(j.id, now + 1, 0)
+        now += 10
+
+
+@pytest.mark.parametrize("rule,message", [
+    ('hosts = "n09"', "hosts names 'n09', which no node is"),
+    ('hosts = "{@fpga}"', "hosts names '@fpga', which no node has"),
+    ('hosts = 3', "hosts: must be a name list"),
+])
+def test_bad_host_filters_are_one_line(rule, message):
+    with pytest.raises(ConfigError, match=message):
+        site(HOSTS.replace('hosts = "n01"', rule))
+
+
 def test_jobs_that_can_never_run_are_refused():
     s = site()
     with pytest.raises(Rejected, match="unknown consumable 'idl'"):

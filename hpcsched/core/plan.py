@@ -83,11 +83,17 @@ class Plan:
 
 class Gate(Protocol):
     """The limits that may hold a runnable job back in this pass (queue and policy limits):
-    `gate(job)` gives the reason, or None; `started(job)` counts a start the walk made."""
+    `gate(job)` gives the reason, or None; where `narrows`, `narrow(job, request)` gives
+    the request within the nodes the job may use now, or the reason it may use none;
+    `started(job, allocation)` counts a start the walk made."""
+
+    narrows: bool
 
     def __call__(self, job: Job) -> str | None: ...
 
-    def started(self, job: Job) -> None: ...
+    def narrow(self, job: Job, request: Request) -> Request | str: ...
+
+    def started(self, job: Job, allocation: Allocation) -> None: ...
 
 
 class _Now:
@@ -233,6 +239,11 @@ class Walk:
                     plan.reasons[job.id] = why
                     continue
             request = job.request if self.placed is None else self.placed(job)
+            if gate is not None and gate.narrows:
+                request = gate.narrow(job, request)
+                if isinstance(request, str):
+                    plan.reasons[job.id] = request
+                    continue
             need = self.topology.need(request)
             if made >= depth and now_.hopeless(job, need):
                 waiting_ahead = True
@@ -243,7 +254,7 @@ class Walk:
                 prof.occupy(alloc.units, now, now + job.walltime)
                 plan.started.append(Start(job.id, alloc, waiting_ahead))
                 if gate is not None:
-                    gate.started(job)
+                    gate.started(job, alloc)
                 continue
             waiting_ahead = True
             if made < depth:  # reserve its earliest start

@@ -2,9 +2,19 @@
 
 Every rule set applies; within a set, a job is counted against the *first* rule whose
 filters it matches (a set none of whose rules match leaves it alone).  A filter names
-users, groups, projects or queues: `*` any, a list of names, `!name` all but that one;
-in braces (`{*}`, `{alice,bob}`) the limit holds for *each* such name separately, plain
-for all of them together.  A rule limits any of
+users, groups, projects, queues or hosts: `*` any, a list of names, `!name` all but that
+one, and for hosts `@feature` the nodes with that feature (Grid Engine's host groups); in
+braces (`{*}`, `{alice,bob}`) the limit holds for *each* such name separately, plain for
+all of them together.
+
+A set with a `hosts` filter in any of its rules is read host by host, as Grid Engine
+reads it: on each node the first rule matching the job and that node counts what the job
+places there (its cores on that node as slots, its memory per node, the job itself once
+per count), a rule without `hosts` matching every node.  Such a set narrows where a job
+may go: a node on which the job would pass a limit is left out of its placement, and a
+job no node can take is held back.  (Before placement the job is taken to put all its
+cores of one chunk on each node, and all of itself in an aggregate count: an upper
+bound, so a narrowed placement never passes a limit.)  A rule limits any of
 
     slots  processors the jobs ask for        jobs  running jobs
     mem    memory (MB) they ask for            NAME  a consumable the site declares
@@ -37,6 +47,14 @@ class Filter:
             return False
         return "*" in self.include or name in self.include or (not self.include and bool(self.exclude))
 
+    def covers(self, host: str, features: frozenset[str]) -> bool:
+        """Does this hosts filter match node `host` (by name, or `@feature`)?"""
+        def named(n: str) -> bool:
+            return n == host or n[:1] == "@" and n[1:] in features
+        if any(named(n) for n in self.exclude):
+            return False
+        return "*" in self.include or any(named(n) for n in self.include) or (not self.include and bool(self.exclude))
+
     @classmethod
     def parse(cls, value, where: str) -> "Filter":
         if isinstance(value, str):
@@ -58,6 +76,7 @@ class Rule:
     name: str
     filters: tuple[tuple[str, Filter], ...]  # (job attribute, filter)
     limits: tuple[tuple[str, float], ...]  # (resource, limit)
+    hosts: Filter | None = None  # the nodes it counts on (None: every node, or no host reading)
 
     def matches(self, job: Job) -> bool:
         return all(f.matches(getattr(job, attr)) for attr, f in self.filters)
@@ -71,6 +90,10 @@ class Rule:
 class RuleSet:
     name: str
     rules: tuple[Rule, ...]
+
+    @property
+    def by_host(self) -> bool:
+        return any(r.hosts is not None for r in self.rules)
 
     def rule_for(self, job: Job) -> int | None:
         return next((i for i, r in enumerate(self.rules) if r.matches(job)), None)
@@ -92,6 +115,29 @@ class Quotas:
         if self.consumables:  # the totals: one more set, one rule for everyone
             self.sets = self.sets + (RuleSet("consumables", (Rule("total", (), tuple(self.consumables.items())),)),)
         self._counted: dict[tuple, tuple] = {}  # a job's names -> the counts it goes in (see counts_for)
+        self.host_sets = tuple(si for si, s in enumerate(self.sets) if s.by_host)
+        self.hosts: tuple[str, ...] = ()  # the machine's nodes, in order (see `on_nodes`)
+        self._host_index: dict[str, int] = {}
+        self._covered: dict[tuple[int, int], frozenset[int]] = {}  # (set, rule) -> the hosts it covers
+        self._by_host: dict[tuple, tuple] = {}  # a job's names -> per host set, each host's rule (or None)
+
+    def on_nodes(self, nodes) -> None:
+        """Learn the machine's nodes (objects with `name` and `features`), which `hosts`
+        filters name; a name or feature no node has is a ConfigError."""
+        nodes = list(nodes)
+        self.hosts = tuple(n.name for n in nodes)
+        self._host_index = {name: h for h, name in enumerate(self.hosts)}
+        features = set().union(*(n.features for n in nodes)) if nodes else set()
+        for si in self.host_sets:
+            for ri, rule in enumerate(self.sets[si].rules):
+                if rule.hosts is None:
+                    continue
+                for name in rule.hosts.include | rule.hosts.exclude:
+                    if name != "*" and (name[1:] not in features if name[:1] == "@" else name not in self._host_index):
+                        raise ConfigError(f"quotas: {self.sets[si].name}/{rule.name}: hosts names {name!r}, "
+                                          f"which no node {'has' if name[:1] == '@' else 'is'}")
+                self._covered[si, ri] = frozenset(h for h, n in enumerate(nodes) if rule.hosts.covers(n.name, n.features))
+        self._by_host.clear()
 
     def counts_for(self, job: Job) -> tuple:
         """The counts a job goes in, one per set whose rules it matches: (tally key, rule
@@ -101,6 +147,8 @@ class Quotas:
         if out is None:
             out = []
             for si, s in enumerate(self.sets):
+                if s.by_host:
+                    continue  # (read host by host: see `narrow` and `count`)
                 i = s.rule_for(job)
                 if i is not None:
                     rule = s.rules[i]
@@ -131,7 +179,7 @@ class Quotas:
             parsed = []
             for k, r in enumerate(rules):
                 rw = f"{where}.rules[{k}]"
-                _table(r, rw, ("name", "limit", *DIMENSIONS))
+                _table(r, rw, ("name", "limit", "hosts", *DIMENSIONS))
                 limit = r.get("limit", {})
                 if not isinstance(limit, dict) or not limit:
                     raise ConfigError(f"{rw}.limit: names no resource (limit = {{ slots = N }}, say)")
@@ -142,7 +190,8 @@ class Quotas:
                         raise ConfigError(f"{rw}.limit.{res}: must be a non-negative number")
                 filters = tuple((DIMENSIONS[d], Filter.parse(r[d], f"{rw}.{d}")) for d in DIMENSIONS if d in r)
                 parsed.append(Rule(str(r.get("name", f"rule{k + 1}")), filters,
-                                   tuple((res, float(v)) for res, v in limit.items())))
+                                   tuple((res, float(v)) for res, v in limit.items()),
+                                   Filter.parse(r["hosts"], f"{rw}.hosts") if "hosts" in r else None))
             out.append(RuleSet(name, tuple(parsed)))
         return cls({k: float(v) for k, v in consumables.items()}, tuple(out))
 
@@ -162,8 +211,9 @@ class Quotas:
                     return f"asks for {need[res]:g} {res}, more than limit {s.name}/{rule.name} allows ({limit:g})"
         return None
 
-    def count(self, job: Job, tally: dict, sign: int = 1) -> None:
-        """Add (sign 1) or take away (-1) a running job's amounts in `tally`."""
+    def count(self, job: Job, tally: dict, sign: int = 1, allocation=None) -> None:
+        """Add (sign 1) or take away (-1) a running job's amounts in `tally` (host by host
+        on its `allocation`, by default the job's own)."""
         need = amounts(job)
         for key, limits, _, _ in self.counts_for(job):
             used = tally.get(key)
@@ -171,6 +221,80 @@ class Quotas:
                 used = tally[key] = {}
             for res, _ in limits:
                 used[res] = used.get(res, 0) + sign * need.get(res, 0)
+        alloc = allocation if allocation is not None else job.allocation
+        if not self.host_sets or alloc is None:
+            return
+        rows, seen = self._host_rules(job), set()
+        for i, node in enumerate(alloc.nodes):
+            h = self._host_index.get(node)
+            if h is None:
+                continue
+            here = {"slots": len(alloc.cores[i]) if i < len(alloc.cores) else job.request.ppn,
+                    "mem": job.request.mem}
+            for si, row in rows:
+                ri = row[h]
+                if ri is None:
+                    continue
+                key = self._key(job, si, ri, h)
+                used = tally.get(key)
+                if used is None:
+                    used = tally[key] = {}
+                first = key not in seen  # (the job itself, and its consumables, count once)
+                seen.add(key)
+                for res, _ in self.sets[si].rules[ri].limits:
+                    amount = here.get(res, 0) if res in here else (need.get(res, 0) if first else 0)
+                    used[res] = used.get(res, 0) + sign * amount
+
+    def _host_rules(self, job: Job) -> tuple:
+        """Per host set, each host's first rule matching `job` there (None: no rule)."""
+        names = (job.owner, job.group, job.account, job.queue)
+        rows = self._by_host.get(names)
+        if rows is None:
+            rows = []
+            for si in self.host_sets:
+                row: list[int | None] = [None] * len(self.hosts)
+                for ri, rule in enumerate(self.sets[si].rules):
+                    if not rule.matches(job):
+                        continue
+                    covered = self._covered.get((si, ri), range(len(self.hosts)))
+                    for h in covered:
+                        if row[h] is None:
+                            row[h] = ri
+                rows.append((si, tuple(row)))
+            rows = self._by_host[names] = tuple(rows)
+        return rows
+
+    def _key(self, job: Job, si: int, ri: int, h: int) -> tuple:
+        rule = self.sets[si].rules[ri]
+        each_host = rule.hosts is not None and rule.hosts.each
+        return (si, ri, rule.instance(job) + ((self.hosts[h],) if each_host else ()))
+
+    def narrow(self, job: Job, tally: dict) -> tuple[tuple[str, ...], str] | None:
+        """Where the host sets let `job` go now: None anywhere, else (the nodes that may
+        take it, the reason naming the first limit that left a node out)."""
+        rows = self._host_rules(job)
+        req, total = job.request, amounts(job)
+        here = {**total, "slots": req.cores or req.ppn, "mem": req.mem, "jobs": 1}  # (on one node: at most)
+        banned, why = set(), None
+        for si, row in rows:
+            s = self.sets[si]
+            for h, ri in enumerate(row):
+                if ri is None or h in banned:
+                    continue
+                rule = s.rules[ri]
+                key = self._key(job, si, ri, h)
+                need = here if rule.hosts is not None and rule.hosts.each else total
+                used = tally.get(key, _NONE)
+                for res, limit in rule.limits:
+                    have = used.get(res, 0)
+                    if have + need.get(res, 0) > limit:
+                        banned.add(h)
+                        why = why or (f'exceeds limit "{s.name}/{rule.name}" on every node it may use '
+                                      f"({res}: {have:g} in use + {need.get(res, 0):g} > {limit:g})")
+                        break
+        if not banned:
+            return None
+        return tuple(name for h, name in enumerate(self.hosts) if h not in banned), why
 
     def hold_back(self, job: Job, tally: dict) -> str | None:
         need = None

@@ -94,6 +94,8 @@ class Scheduler:
         self.last_pass: float | None = None
         self.usage = usage or Usage()
         self.quotas = quotas or Quotas()  # resource quota sets and consumables (none: no limits)
+        if self.quotas.host_sets:
+            self.quotas.on_nodes(topology.all_nodes())
         # indexes, rebuilt from `jobs` on restore
         self._queued: dict[int, Job] = {}
         self._active: dict[int, Job] = {}
@@ -255,8 +257,9 @@ class Scheduler:
         key = (job.queue, job.owner)
         self._pending_user[key] = self._pending_user.get(key, 0) + delta
 
-    def _count_running(self, tally: dict, job: Job, sign: int) -> None:
-        """Add (1) or take away (-1) a running job in the counts queue and quota limits read."""
+    def _count_running(self, tally: dict, job: Job, sign: int, allocation: Allocation | None = None) -> None:
+        """Add (1) or take away (-1) a running job in the counts queue and quota limits read
+        (`allocation`: where it starts, before the job holds it)."""
         q, qu = job.queue, (job.queue, job.owner)
         tally["q"][q] = tally["q"].get(q, 0) + sign
         tally["qu"][qu] = tally["qu"].get(qu, 0) + sign
@@ -265,7 +268,7 @@ class Scheduler:
         if job.array_id:
             tally["arr"][job.array_id] = tally["arr"].get(job.array_id, 0) + sign
         if self.quotas:
-            self.quotas.count(job, tally["rqs"], sign)
+            self.quotas.count(job, tally["rqs"], sign, allocation)
 
     def _settle(self, job: Job, now: float) -> None:
         self._move(job, job.pending_state(now), now)
@@ -1065,6 +1068,8 @@ class _Gate:
         # the running jobs' counts, kept by the scheduler as jobs start and end: a copy
         self.tally: dict = {k: ({key: dict(v) for key, v in t.items()} if k == "rqs" else dict(t))
                             for k, t in sched._tally.items()}
+        self.narrows = bool(sched.quotas.host_sets)  # the quotas narrow where a job may go
+        self._narrowed: dict[tuple, Request | str] = {}
 
     def __call__(self, job: Job) -> str | None:
         sched, tally = self.sched, self.tally
@@ -1087,7 +1092,27 @@ class _Gate:
                 return why
         return sched.policy.hold_back(job, self.ctx, tally)
 
-    def started(self, job: Job) -> None:
+    def narrow(self, job: Job, request: Request) -> Request | str:
+        """`request` within the nodes the quotas' host sets let `job` use now, or the
+        reason none may.  (Jobs alike, by names and request, share one answer until the
+        walk starts a job.)"""
+        key = (job.owner, job.group, job.account, job.queue, request, tuple(job.consumes.items()))
+        out = self._narrowed.get(key)
+        if out is None:
+            found = self.sched.quotas.narrow(job, self.tally["rqs"])
+            if found is None:
+                out = request
+            else:
+                hosts, why = found
+                if request.within:
+                    allowed = set(hosts)
+                    hosts = tuple(n for n in request.within if n in allowed)
+                out = replace(request, within=hosts) if hosts else why
+            self._narrowed[key] = out
+        return out
+
+    def started(self, job: Job, allocation: Allocation) -> None:
         self.running.append(job)
-        self.sched._count_running(self.tally, job, 1)
+        self._narrowed.clear()
+        self.sched._count_running(self.tally, job, 1, allocation)
         self.sched.policy.started(job, self.ctx, self.tally)
