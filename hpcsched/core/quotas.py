@@ -42,18 +42,13 @@ class Filter:
     exclude: frozenset[str] = frozenset()
     each: bool = False
 
-    def matches(self, name: str) -> bool:
-        if name in self.exclude:
+    def matches(self, name: str, features: frozenset[str] = frozenset()) -> bool:
+        """Does the filter match `name` (a node also by its `features`, as `@feature`)?"""
+        def named(names: frozenset[str]) -> bool:
+            return name in names or bool(features) and any(n[:1] == "@" and n[1:] in features for n in names)
+        if named(self.exclude):
             return False
-        return "*" in self.include or name in self.include or (not self.include and bool(self.exclude))
-
-    def covers(self, host: str, features: frozenset[str]) -> bool:
-        """Does this hosts filter match node `host` (by name, or `@feature`)?"""
-        def named(n: str) -> bool:
-            return n == host or n[:1] == "@" and n[1:] in features
-        if any(named(n) for n in self.exclude):
-            return False
-        return "*" in self.include or any(named(n) for n in self.include) or (not self.include and bool(self.exclude))
+        return "*" in self.include or named(self.include) or (not self.include and bool(self.exclude))
 
     @classmethod
     def parse(cls, value, where: str) -> "Filter":
@@ -136,7 +131,7 @@ class Quotas:
                     if name != "*" and (name[1:] not in features if name[:1] == "@" else name not in self._host_index):
                         raise ConfigError(f"quotas: {self.sets[si].name}/{rule.name}: hosts names {name!r}, "
                                           f"which no node {'has' if name[:1] == '@' else 'is'}")
-                self._covered[si, ri] = frozenset(h for h, n in enumerate(nodes) if rule.hosts.covers(n.name, n.features))
+                self._covered[si, ri] = frozenset(h for h, n in enumerate(nodes) if rule.hosts.matches(n.name, n.features))
         self._by_host.clear()
 
     def counts_for(self, job: Job) -> tuple:

@@ -116,6 +116,12 @@ def deny(prog: str, job: Job, site) -> CommandError:
     return CommandError(f"Unauthorized Request  {display_id(job, site.server)}", UNAUTHORIZED)
 
 
+def check_deadline(site, user: str) -> None:
+    """Only the site's deadline users (and managers) give a job a deadline (-W deadline)."""
+    if not site.may_set_deadline(user):
+        raise CommandError(f"Unauthorized Request MSG={user} is not a deadline user (deadline_users)", UNAUTHORIZED)
+
+
 def command_line() -> None:
     """A closed pipe (`qstat | head`) ends the command quietly, as for any Unix tool."""
     import signal

@@ -199,9 +199,8 @@ def qalter(opts: list[tuple[str, str]], ids: list[str], out, now: float) -> int:
                                        frozenset(batch.site.config.get("consumables", {})))
         if job.state in FINISHED:
             raise InvalidState("finished")
-        if "deadline" in changes and not batch.site.may_set_deadline(user):
-            raise common.CommandError(f"Unauthorized Request MSG={user} is not a deadline user (deadline_users)",
-                                      common.UNAUTHORIZED)
+        if "deadline" in changes:
+            common.check_deadline(batch.site, user)
         if job.state not in PENDING:
             if set(changes) - {"walltime", "name", "extra"}:
                 raise InvalidState("running")

@@ -162,9 +162,8 @@ def submit_parsed(cmd: list[tuple[str, str]], rest: list[str], stdin=None, cwd: 
         _may_run_as(site, user)
     job, deps, befores = make_job(options, resources, script, script_name, cwd, env, user, site.server, now,
                                   site.flavor, frozenset(site.config.get("consumables", {})))
-    if job.deadline is not None and not site.may_set_deadline(user):
-        raise common.CommandError(f"Unauthorized Request MSG={user} is not a deadline user (deadline_users)",
-                                  common.UNAUTHORIZED)
+    if job.deadline is not None:
+        common.check_deadline(site, user)
     args = shlex.join(words)
     if args:
         job.extra["submit_args"] = args  # (qstat -f's submit_args, normalised: -l and its value apart)

@@ -17,8 +17,8 @@ share_tickets of them handed out.  Defaults are Grid Engine's installed ones
 
 Jobs of equal priority keep the share tree's order.  When every runnable job has the same
 POSIX priority and (if urgency weighs) slots, and neither waiting time nor a deadline
-weighs, the priority falls as the tickets do, so the order is the share tree's own, read lazily; otherwise
-every job's priority is worked out and sorted.
+weighs, the priority falls as the tickets do, so the order is the share tree's own, read
+lazily; otherwise every job's priority is worked out and sorted.
 """
 from __future__ import annotations
 
