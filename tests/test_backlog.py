@@ -154,6 +154,49 @@ def test_profile_masks_match_a_naive_timeline(seed):
         assert q.mask(q.segment(when)) == naive_free(ops, available, max(when, 50.0))
 
 
+@pytest.mark.parametrize("seed", range(40))
+def test_a_held_count_stays_exactly_when_giving_it_back_finds_it_again(seed):
+    """`stays` (read from cached runs) against the definition: give the count back and ask
+    `earliest_count`; and `promise` against `room` then `hold`.  Counts are held at their
+    earliest, as a conservative pass holds them, then room is freed (early ends, counts
+    given back) and every count still held is asked, between and after further changes."""
+    rnd = random.Random(seed)
+    n = rnd.choice([4, 8, 16])
+    available = (1 << n) - 1
+    bits = list(range(n))
+    rnd.shuffle(bits)
+    running = [(float(rnd.randrange(1, 12) * 10), 1 << b) for b in bits[:rnd.randrange(n // 2, n)]]
+    p = Profile.from_running(0.0, available, running)
+    twin = Profile.from_running(0.0, available, running)  # holds made by `promise` instead
+    held = []  # (need, t0, walltime)
+    for _ in range(rnd.randrange(3, 15)):
+        need, wall = rnd.randrange(1, n + 1), float(rnd.randrange(1, 10) * 10)
+        t0 = p.earliest_count(wall, (), need, 0.0)
+        if t0 is None:
+            continue
+        assert p.room(t0, t0 + wall) >= need
+        p.hold(need, t0, t0 + wall)
+        assert twin.promise(need, t0, t0 + wall)
+        held.append((need, t0, wall))
+    assert [twin.room(t, t + 1) for t in p.times] == [p.room(t, t + 1) for t in p.times]
+    assert not twin.promise(n + 1, 0.0, 10.0)  # never room for more than the machine
+    for end, units in rnd.sample(running, rnd.randrange(0, len(running) + 1)):  # early ends
+        cut = rnd.choice([0.0, end / 2])
+        p.release(units, cut, end)
+    for _ in range(len(held)):
+        if rnd.random() < 0.3 and held:  # a count given back (deleted, or started)
+            need, t0, wall = held.pop(rnd.randrange(len(held)))
+            p.hold(-need, t0, t0 + wall)
+        for need, t0, wall in held:
+            if t0 <= p.now:
+                continue
+            p.hold(-need, t0, t0 + wall)
+            earliest = p.earliest_count(wall, (), need, 0.0)
+            p.hold(need, t0, t0 + wall)
+            assert earliest is not None and earliest <= t0
+            assert p.stays(need, t0, wall) == (earliest == t0), (seed, need, t0, wall, earliest)
+
+
 def test_altering_a_queued_jobs_walltime_lets_it_backfill():
     s = scheduler(4)
     s.submit(job(3, 100), 0)

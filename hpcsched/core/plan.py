@@ -220,31 +220,42 @@ class Walk:
                 waiting_ahead = True
             if made >= depth and not now_.upper and not kept:
                 break  # nothing is free now and no reservation is left to make
-            if kept and job.id in kept:  # its own reservation is given back for its turn
-                t0, units, count, alloc = kept.pop(job.id)
-                if not compress and t0 > now:
-                    plan.reserved[job.id] = (t0, alloc)
-                    if count:
-                        self.held[job.id] = count
-                    made += 1
-                    waiting_ahead = True
-                    continue
-                if count:
-                    prof.hold(-count, t0, t0 + job.walltime)
-                else:
-                    prof.release(units, t0, t0 + job.walltime)
+            mine = kept.pop(job.id, None) if kept else None  # last pass's reservation, if kept
+            if mine is not None and not compress and mine[0] > now:
+                # nothing freed since: its reservation stands as it is
+                plan.reserved[job.id] = (mine[0], mine[3])
+                if mine[2]:
+                    self.held[job.id] = mine[2]
+                made += 1
+                waiting_ahead = True
+                continue
             if gate is not None:
                 why = gate(job)
                 if why:
+                    self._give_back(job, mine)
                     plan.reasons[job.id] = why
                     continue
             request = job.request if self.placed is None else self.placed(job)
             if gate is not None and gate.narrows:
                 request = gate.narrow(job, request)
                 if isinstance(request, str):
+                    self._give_back(job, mine)
                     plan.reasons[job.id] = request
                     continue
             need = self.topology.need(request)
+            if mine is not None:
+                t0, _, count, _ = mine
+                acc = self.access(job)
+                if (count == need and t0 > now and made < depth and not acc and not prof.reservations
+                        and self.topology.interchangeable(request) and prof.stays(need, t0, job.walltime)):
+                    # A held count that cannot move earlier stays where it is, as the walk
+                    # would find it again: no start now, the same earliest start.
+                    plan.reserved[job.id] = (t0, self._shown(request, t0, acc))
+                    self.held[job.id] = count
+                    made += 1
+                    waiting_ahead = True
+                    continue
+                self._give_back(job, mine)  # given back for its turn: it can only move earlier
             if made >= depth and now_.hopeless(job, need):
                 waiting_ahead = True
                 continue
@@ -287,9 +298,23 @@ class Walk:
             return None
         prof.hold(need, t, t + job.walltime)
         self.held[job.id] = need
-        free, topology = prof.usable(prof.segment(t), access), self.topology
+        return t, self._shown(request, t, access)
 
-        def names() -> tuple[str, ...]:  # (listed only if someone looks)
+    def _shown(self, request: Request, t: float, access: AccessKey) -> Allocation:
+        """A held count's allocation: the nodes it could take at `t`, named for people
+        (listed only if someone looks), not booked."""
+        free, topology = self.profile.usable(self.profile.segment(t), access), self.topology
+
+        def names() -> tuple[str, ...]:
             shown = topology.choose(request, [free])
             return shown.nodes if shown else ()
-        return t, Allocation(0, names, ())
+        return Allocation(0, names, ())
+
+    def _give_back(self, job: Job, mine: tuple[float, int, int, Allocation] | None) -> None:
+        """Take a kept reservation out of the profile (held as a count or occupying units)."""
+        if mine is not None:
+            t0, units, count, _ = mine
+            if count:
+                self.profile.hold(-count, t0, t0 + job.walltime)
+            else:
+                self.profile.release(units, t0, t0 + job.walltime)

@@ -71,6 +71,7 @@ class Profile:
         # times after `now` at which units stop being free (bookings, reservations): the
         # only places a unit's free period can end, which is what `tiers` looks for
         self.takes: list[float] = []
+        self._runs_key, self._room, self._runs_by_need = None, [], {}  # (see _runs)
 
     @classmethod
     def from_running(cls, now: float, available: int, busy: list[tuple[float, int]]) -> "Profile":
@@ -205,6 +206,24 @@ class Profile:
         self.holding += 1 if count > 0 else -1
         self.changes += 1
 
+    def promise(self, count: int, t0: float, t1: float) -> bool:
+        """`hold(count, t0, t1)` if `count` units are free and unpromised throughout
+        [t0, t1) (now <= t0 < t1; no site reservations), else change nothing but
+        boundaries and say False: one read and one write of the segments spanned."""
+        if t1 <= t0:  # (nothing to hold, as `hold` says)
+            return self.room(t0, t1) >= count
+        span = self._span(t0, t1)
+        free, held = self.free, self.held
+        self.mask(span.stop - 1)
+        for k in span:
+            if free[k].bit_count() - held[k] < count:
+                return False
+        for k in span:
+            held[k] += count
+        self.holding += 1
+        self.changes += 1
+        return True
+
     def room(self, t0: float, t1: float, access: AccessKey = ()) -> int:
         """The fewest units usable and not promised at any time in [t0, t1)."""
         self.ensure(t1)
@@ -243,6 +262,29 @@ class Profile:
                 return t
             c = k = k + 1
         return None
+
+    def stays(self, need: int, t0: float, duration: float) -> bool:
+        """Is a count of `need` held over [t0, t0 + `duration`) (t0 after now; no site
+        reservations) the earliest it can be?  If the segment just before t0 had room for
+        it, a start there would overlap only its own promise later on, so it could move;
+        if not, only a window ending by that segment could be earlier: none is if no run
+        of segments with room before it lasts `duration`.  (The answer giving the count
+        back and asking `earliest_count` gives: see `_Runs`.)"""
+        k = bisect_left(self.times, t0) - 1
+        runs = self._runs(need)
+        return not runs.room[k] >= need and runs.longest(k) < duration
+
+    def _runs(self, need: int) -> "_Runs":
+        """The runs of segments with room for `need`, cached until the profile changes."""
+        key = (self.changes, len(self.times), self.now)
+        if self._runs_key != key:
+            self.mask(len(self.times) - 1)
+            self._room = [f.bit_count() - h for f, h in zip(self.free, self.held)]
+            self._runs_key, self._runs_by_need = key, {}
+        runs = self._runs_by_need.get(need)
+        if runs is None:
+            runs = self._runs_by_need[need] = _Runs(self, self._room, need)
+        return runs
 
     def windows(self, access: AccessKey = ()) -> list[tuple[float, int]]:
         """How long the units free now stay free: [(until, units)], soonest first, the last
@@ -408,3 +450,37 @@ class Profile:
                         return t, alloc
             c += 1
         return None
+
+
+class _Runs:
+    """For one count and one state of a profile: how long the longest run of segments
+    with room for it lasts before each segment, read as far as asked.  A conservative
+    pass asks `Profile.stays` of every reservation it keeps, most of them between two
+    changes of the profile and many of them for the same count, so each count's runs
+    are read once, not once a reservation.  (A performance trick of `stays`;
+    tests/test_backlog.py checks it against giving the count back and `earliest_count`.)"""
+
+    __slots__ = ("profile", "room", "need", "best", "start")
+
+    def __init__(self, profile: Profile, room: list[int], need: int):
+        self.profile, self.room, self.need = profile, room, need
+        self.best = [0.0]  # best[j]: the longest run within segments 0..j-1
+        self.start: float | None = None  # where the run reaching segment len(best)-1 began
+
+    def longest(self, k: int) -> float:
+        """The longest time a run of segments with room lasts within segments 0..k-1."""
+        best = self.best
+        if k >= len(best):
+            times, room, need, start = self.profile.times, self.room, self.need, self.start
+            top = best[-1]
+            for j in range(len(best) - 1, k):
+                if room[j] < need:
+                    start = None
+                else:
+                    if start is None:
+                        start = times[j] if j else self.profile.now
+                    if times[j + 1] - start > top:
+                        top = times[j + 1] - start
+                best.append(top)
+            self.start = start
+        return best[k]

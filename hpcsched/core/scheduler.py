@@ -967,8 +967,11 @@ class Scheduler:
                 continue
             t0, t1, access = max(t, now), max(t, now) + job.walltime, self._access(job)
             if count:
-                if profile.room(t0, t1, access) >= count:
+                if not access and not profile.reservations:
+                    kept_it = profile.promise(count, t0, t1)
+                elif kept_it := profile.room(t0, t1, access) >= count:
                     profile.hold(count, t0, t1)
+                if kept_it:
                     kept[jid] = (t0, 0, count, alloc)
                 continue
             units = alloc.units or self.topology.units_of(alloc.nodes, alloc.cores)

@@ -17,6 +17,7 @@ checks one against the other.
 from __future__ import annotations
 
 import math
+from typing import Iterator
 
 from ..core.plan import Plan
 from ..core.scheduler import Scheduler
@@ -56,8 +57,11 @@ class Sampler:
         self._site: dict[tuple[str, ...], int] = {}  # a site reservation's nodes -> units
 
     # --- the pieces ----------------------------------------------------------------------
-    def _reservations(self, plan: Plan, idle: int) -> list[tuple[float, str, int]]:
-        """(start, id, units) of every reservation, soonest first (ties by id)."""
+    def _reservations(self, plan: Plan, idle: int, new_only: bool = False) -> Iterator[tuple[float, str, int]]:
+        """(start, id, units) of every reservation, soonest first (ties by id).  With
+        `new_only`, those that cover no node an earlier one does not are left out: they
+        change neither a tally's picture nor whom it charges, and in a conservative pass
+        most of the queue is such (a held count's units are worked out only if needed)."""
         sched, topo, prof = self.sched, self.sched.topology, plan.profile
         out = []
         now = plan.now
@@ -68,21 +72,26 @@ class Sampler:
             units = self._site.get(res.nodes)  # (by nodes: a name may come back on others)
             if units is None:
                 units = self._site[res.nodes] = topo.units_of_nodes(res.nodes)
-            out.append((when[0], name, units))
+            out.append((when[0], name, units, 0))
         for jid, (t, alloc) in plan.reserved.items():
-            count = plan.held.get(jid)
+            out.append((t, str(jid), alloc.units, plan.held.get(jid)))
+        if len(out) > 1:  # (EASY has one)
+            out.sort(key=lambda r: (r[0], r[1]))
+        covered = 0
+        for t, rid, units, count in out:
             if count:
                 free = prof.usable(prof.segment(t))
                 busy_then = (free | idle) ^ idle
+                if new_only and busy_then | covered == covered and (
+                        busy_then.bit_count() >= count or (free & idle) | covered == covered):
+                    continue  # whichever it takes, they are covered already
                 units = lowest(busy_then, count)
                 if units.bit_count() < count:
                     units |= lowest(free & idle, count - units.bit_count())
-            else:
-                units = alloc.units
-            out.append((t, str(jid), units))
-        if len(out) > 1:  # (EASY has one)
-            out.sort(key=lambda r: (r[0], r[1]))
-        return out
+            elif new_only and units | covered == covered:
+                continue
+            covered |= units
+            yield t, rid, units
 
     def _jobs(self) -> int:
         """Units running jobs hold."""
@@ -114,7 +123,7 @@ class Sampler:
                 on.setdefault(u, []).append(str(job.id))
         avail = self.sched.topology.available()
         idle = avail ^ (avail & busy)
-        reservations = self._reservations(plan, idle)
+        reservations = list(self._reservations(plan, idle))
         out = []
         for node, m in zip(self.nodes, self.node_units):
             jobs: list[str] = []
@@ -139,10 +148,13 @@ class Sampler:
         else:
             down, offline = self._down()
         idle = avail ^ (avail & busy)
-        reservations = self._reservations(plan, idle) if (plan.reserved or sched.reservations) else ()
-        covered = 0
-        for _, _, units in reservations:
-            covered |= units
+        reservations, covered = [], 0
+        if plan.reserved or sched.reservations:
+            for r in self._reservations(plan, idle, new_only=True):
+                reservations.append(r)
+                covered |= r[2]
+                if self.simple and covered & self.every == self.every:
+                    break  # the later ones change neither the picture nor who is charged
         charges: dict[str, int] = {}
         if not self.simple:
             return self._tally_nodes(busy, down, offline, reservations, covered, charges), charges
