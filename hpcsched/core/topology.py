@@ -77,9 +77,13 @@ def lowest(mask: int, k: int) -> int:
 
 
 def mask_of(bits: list[int]) -> int:
-    """The int with exactly `bits` set; linear in the highest bit, not in len(bits)**2."""
-    if not bits:
-        return 0
+    """The int with exactly `bits` set; linear in the highest bit, not in len(bits)**2
+    (a few bits, as a small job takes on a large machine, are simply or-ed in)."""
+    if len(bits) <= 16:
+        m = 0
+        for b in bits:
+            m |= 1 << b
+        return m
     digits = bytearray(b"0" * (max(bits) + 1))
     for b in bits:
         digits[b] = 49  # ord("1")

@@ -241,6 +241,11 @@ class NodePool(Topology):
                     seen.add(i)
                     yield i
 
+    def _free_on(self, i: int, free: int) -> list[int]:
+        """The units of `free` on node i, lowest first (read from node i's bits alone)."""
+        off = self.offset[i]
+        return [off + u for u in set_bits((free >> off) & ((1 << self.width[i]) - 1))]
+
     def _choose_general(self, request: Request, tiers: list[int]) -> Allocation | None:
         """Shared nodes or core counts: walk nodes best tier first, then in order."""
         free = 0
@@ -264,7 +269,7 @@ class NodePool(Topology):
                     break
                 node = self.nodes[i]
                 if node.shared:
-                    units = [u for u in range(self.offset[i], self.offset[i] + self.width[i]) if free >> u & 1]
+                    units = self._free_on(i, free)
                     take = units[:remaining]
                     picked_units.extend(take)
                     picked_cores.append(tuple(u - self.offset[i] for u in take))
@@ -283,7 +288,7 @@ class NodePool(Topology):
                 node = self.nodes[i]
                 if node.shared:
                     k = self._chunk_units(node, request)
-                    units = [u for u in range(self.offset[i], self.offset[i] + self.width[i]) if free >> u & 1]
+                    units = self._free_on(i, free)
                     if len(units) < k:
                         continue
                     picked_units.extend(units[:k])
