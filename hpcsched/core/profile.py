@@ -129,6 +129,7 @@ class Profile:
         i = bisect_right(self.times, t) - 1
         if self.times[i] == t:
             return i
+        kept = self._rooms_valid()
         self.times.insert(i + 1, t)
         self.rel.insert(i + 1, 0)
         self.take.insert(i + 1, 0)
@@ -139,6 +140,9 @@ class Profile:
             self._known += 1
         else:
             self.free.insert(i + 1, None)
+        if kept:  # (the new segment has its neighbour's room)
+            self._room.insert(i + 1, self._room[i])
+            self._keep_rooms()
         return i + 1
 
     def _span(self, t0: float, t1: float) -> range:
@@ -201,10 +205,18 @@ class Profile:
         t0 = max(t0, self.now)
         if t1 <= t0:
             return
-        for k in self._span(t0, t1):
+        span = self._span(t0, t1)
+        for k in span:
             self.held[k] += count
+        kept = self._rooms_valid()
+        if kept:
+            room = self._room
+            for k in span:
+                room[k] -= count
         self.holding += 1 if count > 0 else -1
         self.changes += 1
+        if kept:
+            self._keep_rooms()
 
     def promise(self, count: int, t0: float, t1: float) -> bool:
         """`hold(count, t0, t1)` if `count` units are free and unpromised throughout
@@ -220,8 +232,15 @@ class Profile:
                 return False
         for k in span:
             held[k] += count
+        kept = self._rooms_valid()
+        if kept:
+            room = self._room
+            for k in span:
+                room[k] -= count
         self.holding += 1
         self.changes += 1
+        if kept:
+            self._keep_rooms()
         return True
 
     def room(self, t0: float, t1: float, access: AccessKey = ()) -> int:
@@ -240,7 +259,8 @@ class Profile:
         """The earliest start at or after `not_before` with `need` units unpromised for
         `duration` (counts only: a reservation `hold` keeps).  One scan: a segment without
         room rules out every start up to it."""
-        times, held, free = self.times, self.held, self.free
+        times, held = self.times, self.held
+        room = None if self.reservations else self._rooms()  # (the same, read from the list)
         c = self.segment(max(not_before, self.now))
         k = c  # segments c..k-1 are known to have room
         while c < len(times):
@@ -251,11 +271,10 @@ class Profile:
             if end > self.horizon:
                 self.ensure(end)
             while k < len(times) and times[k] < end:
-                if self.reservations:
-                    units = self.usable(k, access)
-                else:  # (the same, read directly)
-                    units = free[k] if k < self._known else self.mask(k)
-                if units.bit_count() - held[k] < need:
+                if room is None:
+                    if self.usable(k, access).bit_count() - held[k] < need:
+                        break
+                elif room[k] < need:
                     break
                 k += 1
             else:
@@ -276,15 +295,29 @@ class Profile:
 
     def _runs(self, need: int) -> "_Runs":
         """The runs of segments with room for `need`, cached until the profile changes."""
-        key = (self.changes, len(self.times), self.now)
-        if self._runs_key != key:
-            self.mask(len(self.times) - 1)
-            self._room = [f.bit_count() - h for f, h in zip(self.free, self.held)]
-            self._runs_key, self._runs_by_need = key, {}
+        room = self._rooms()
         runs = self._runs_by_need.get(need)
         if runs is None:
-            runs = self._runs_by_need[need] = _Runs(self, self._room, need)
+            runs = self._runs_by_need[need] = _Runs(self, room, need)
         return runs
+
+    # The units free and not promised per segment (no site reservations), as a list: built
+    # when first asked after a booking changed free units, then kept in step by promises
+    # and new boundaries, which change only counts.  (A performance trick of the count
+    # reads of conservative backfill: `earliest_count`, `stays`.)
+    def _rooms(self) -> list[int]:
+        if not self._rooms_valid():
+            self.mask(len(self.times) - 1)
+            self._room = [f.bit_count() - h for f, h in zip(self.free, self.held)]
+            self._keep_rooms()
+        return self._room
+
+    def _rooms_valid(self) -> bool:
+        return self._runs_key == (self.changes, len(self.times), self.now)
+
+    def _keep_rooms(self) -> None:
+        """The room list is up to date (and each count's runs are to be read again)."""
+        self._runs_key, self._runs_by_need = (self.changes, len(self.times), self.now), {}
 
     def windows(self, access: AccessKey = ()) -> list[tuple[float, int]]:
         """How long the units free now stay free: [(until, units)], soonest first, the last
