@@ -71,7 +71,7 @@ class Profile:
         # times after `now` at which units stop being free (bookings, reservations): the
         # only places a unit's free period can end, which is what `tiers` looks for
         self.takes: list[float] = []
-        self._runs_key, self._room, self._runs_by_need = None, [], {}  # (see _runs)
+        self._rooms_key, self._room, self._runs_by_need = None, [], {}  # (see _rooms)
 
     @classmethod
     def from_running(cls, now: float, available: int, busy: list[tuple[float, int]]) -> "Profile":
@@ -205,9 +205,13 @@ class Profile:
         t0 = max(t0, self.now)
         if t1 <= t0:
             return
-        span = self._span(t0, t1)
+        self._promised(self._span(t0, t1), count)
+
+    def _promised(self, span: range, count: int) -> None:
+        """Add `count` to the units promised over `span` (and to the room list, if kept)."""
+        held = self.held
         for k in span:
-            self.held[k] += count
+            held[k] += count
         kept = self._rooms_valid()
         if kept:
             room = self._room
@@ -221,7 +225,7 @@ class Profile:
     def promise(self, count: int, t0: float, t1: float) -> bool:
         """`hold(count, t0, t1)` if `count` units are free and unpromised throughout
         [t0, t1) (now <= t0 < t1; no site reservations), else change nothing but
-        boundaries and say False: one read and one write of the segments spanned."""
+        boundaries and say False."""
         if t1 <= t0:  # (nothing to hold, as `hold` says)
             return self.room(t0, t1) >= count
         span = self._span(t0, t1)
@@ -230,17 +234,7 @@ class Profile:
         for k in span:
             if free[k].bit_count() - held[k] < count:
                 return False
-        for k in span:
-            held[k] += count
-        kept = self._rooms_valid()
-        if kept:
-            room = self._room
-            for k in span:
-                room[k] -= count
-        self.holding += 1
-        self.changes += 1
-        if kept:
-            self._keep_rooms()
+        self._promised(span, count)
         return True
 
     def room(self, t0: float, t1: float, access: AccessKey = ()) -> int:
@@ -291,7 +285,7 @@ class Profile:
         back and asking `earliest_count` gives: see `_Runs`.)"""
         k = bisect_left(self.times, t0) - 1
         runs = self._runs(need)
-        return not runs.room[k] >= need and runs.longest(k) < duration
+        return runs.room[k] < need and runs.longest(k) < duration
 
     def _runs(self, need: int) -> "_Runs":
         """The runs of segments with room for `need`, cached until the profile changes."""
@@ -313,11 +307,11 @@ class Profile:
         return self._room
 
     def _rooms_valid(self) -> bool:
-        return self._runs_key == (self.changes, len(self.times), self.now)
+        return self._rooms_key == (self.changes, len(self.times), self.now)
 
     def _keep_rooms(self) -> None:
         """The room list is up to date (and each count's runs are to be read again)."""
-        self._runs_key, self._runs_by_need = (self.changes, len(self.times), self.now), {}
+        self._rooms_key, self._runs_by_need = (self.changes, len(self.times), self.now), {}
 
     def windows(self, access: AccessKey = ()) -> list[tuple[float, int]]:
         """How long the units free now stay free: [(until, units)], soonest first, the last

@@ -968,9 +968,11 @@ class Scheduler:
             t0, t1, access = max(t, now), max(t, now) + job.walltime, self._access(job)
             if count:
                 if not access and not profile.reservations:
-                    kept_it = profile.promise(count, t0, t1)
-                elif kept_it := profile.room(t0, t1, access) >= count:
-                    profile.hold(count, t0, t1)
+                    kept_it = profile.promise(count, t0, t1)  # (the same, in one read)
+                else:
+                    kept_it = profile.room(t0, t1, access) >= count
+                    if kept_it:
+                        profile.hold(count, t0, t1)
                 if kept_it:
                     kept[jid] = (t0, 0, count, alloc)
                 continue
