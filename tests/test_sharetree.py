@@ -8,6 +8,7 @@ from helpers import job
 from hpcsched import config
 from hpcsched.core.errors import ConfigError
 from hpcsched.core.jobs import Job
+from hpcsched.core.backlog import Sieved
 from hpcsched.core.usage import Usage
 from hpcsched.policies.sharetree import ShareTree
 
@@ -62,8 +63,9 @@ def reference(nodes, cf, usage, running, finished, pending):
     return fig, [(j, v) for v, j in ranked(root)]
 
 
-def build(nodes, cf, usage, running, finished, pending):
-    """The same situation in a ShareTree (leaves are users u-<id>, under groups and projects)."""
+def build(nodes, cf, usage, running, finished, pending, make=lambda jid: (Job(id=jid), 1)):
+    """The same situation in a ShareTree (leaves are users u-<id>, under groups and projects);
+    `make(job id)` gives each pending job and its need."""
     tree = ShareTree({k: {"shares": v["shares"], "children": v.get("children", [])} for k, v in nodes.items()}, cf)
     keys = {}
     for leaf in nodes:
@@ -75,7 +77,7 @@ def build(nodes, cf, usage, running, finished, pending):
         keys[leaf] = (names.get("user", ""), names.get("group", ""), names.get("project", ""))
     for leaf, ids in pending.items():
         for jid in ids:
-            tree.add(Job(id=jid), keys[leaf])
+            tree.add(*make(jid)[:1], keys[leaf], make(jid)[1])
     ledger = Usage("nodes")  # each leaf's usage and finished jobs, as charged at 0; its running jobs
     for n in nodes:
         if n != "Root" and (usage.get(n) or finished.get(n) or running.get(n)):
@@ -166,6 +168,68 @@ def test_random_trees_equal_the_reference(seed):
         if node.parent is not None and (node.running or node.pending):
             oltt, stt, ostt = fig[node.name]
             assert (node.oltt, node.stt, node.ostt) == pytest.approx((oltt, stt, ostt), rel=1e-9)
+
+
+def hopeless(sieve, job, need):
+    """plan.Walk's bound test, which a sieve stands for."""
+    upper, horizon, lasting = sieve
+    return need > (lasting if job.walltime > horizon else upper)
+
+
+@pytest.mark.parametrize("seed", range(400))
+def test_the_sieved_order_yields_the_plain_order_less_only_what_its_sieve_rules_out(seed):
+    # Random trees (own jobs on inner nodes, many siblings alike so that values tie), random
+    # needs and walltimes, and a sieve that tightens as the order is read, as a walk's does.
+    rng = random.Random(seed)
+    nodes, leaves = random_tree(rng)
+    for n in nodes:
+        if n != "Root" and rng.random() < 0.5:
+            nodes[n]["shares"] = max(nodes[n]["shares"], 1)  # (0 shares: the plain merge, below)
+    alike = rng.random() < 0.5  # no usage, nothing run: siblings' values tie
+    usage = {} if alike else {n: rng.choice([0.0, 5.0, 1000.0]) for n in leaves}
+    running = {} if alike else {n: rng.choice([0, 0, 1, 3]) for n in leaves}
+    finished = {} if alike else {n: rng.choice([0.0, 0.5, 2.0]) for n in leaves}
+    pending, jid = {}, 1
+    owners = leaves + [n for n in nodes if n != "Root" and n not in leaves and rng.random() < 0.3]
+    for n in owners:
+        for _ in range(rng.choice([0, 1, 3, 40, 150])):
+            pending.setdefault(n, []).append(jid)
+            jid += rng.randint(1, 3)
+    spec = {j: (Job(id=j, walltime=rng.choice([60.0, 600.0, 3600.0])), rng.choice([1, 1, 2, 4, 8, 16]))
+            for ids in pending.values() for j in ids}
+    tree = build(nodes, rng.choice([0, 2.0]), usage, running, finished, pending, make=spec.__getitem__)
+    plain = [job for _, _, job in tree.ranked(values=False)]
+    order = tree.order()
+    if not isinstance(order, Sieved):  # a node with 0 shares: values could repeat
+        assert list(order) == plain
+        return
+    sieve, got, asked = None, [], []
+    it = iter(order)
+    while True:
+        if rng.random() < 0.3:  # tighten (or set) the sieve
+            upper = rng.randint(0, 16) if sieve is None else rng.randint(0, sieve[0])
+            lasting = rng.randint(0, upper) if sieve is None else rng.randint(0, min(upper, sieve[2]))
+            horizon = rng.choice([60.0, 600.0, 3600.0]) if sieve is None else sieve[1]
+            sieve = order.sieve = (upper, horizon, lasting)
+        job = next(it, None)
+        if job is None:
+            break
+        got.append(job)
+        asked.append(sieve)
+    yielded = {j.id for j in got}
+    assert [j for j in plain if j.id in yielded] == got  # the plain order, less some jobs
+    passed = [j for j in plain if j.id not in yielded]
+    assert order.passed == len(passed)
+    # each job passed over fails the bound test under the sieve of the next read after it
+    nxt = {}
+    k = len(got)
+    for j in reversed(plain):
+        if j.id in yielded:
+            k -= 1
+        else:
+            nxt[j.id] = asked[k] if k < len(got) else sieve
+    for j in passed:
+        assert nxt[j.id] is not None and hopeless(nxt[j.id], j, spec[j.id][1])
 
 
 # --- configuration -------------------------------------------------------------------------

@@ -13,7 +13,8 @@ Invariants (tests/test_backlog.py checks them against a sorted list read job by 
     the blocks' keys, concatenated, are sorted and unique; no block is empty and none
     holds more than 2 * BLOCK entries; _maxes[i] is block i's last key
     a block's summary, once built (walls is not None), equals summarise() of its jobs now
-    a cursor yields exactly the jobs, in order, that pass its sieve when they are read
+    a reading (`read`, a Cursor) yields exactly the jobs, in order, that pass its sieve when
+    they are read, each with its position
 """
 from __future__ import annotations
 
@@ -86,36 +87,53 @@ class _Block:
                 least[:] = accumulate(self.by_wall, min)
 
 
-class Cursor:
-    """One reading of a backlog in order.  While `sieve` is (upper, horizon, lasting), it
-    passes over the jobs that need more than `upper` units, or more than `lasting` when
-    they run longer than `horizon` (whole blocks at a time), counting them in `passed`."""
+class Sieved:
+    """An order a walk narrows as it reads (plan.Walk): while `sieve` is (upper, horizon,
+    lasting), the order may pass over the jobs that need more than `upper` units, or more
+    than `lasting` when they run longer than `horizon` (the jobs the walk's bound test
+    would pass over), counting them in `passed`; it yields the others in order."""
+
+    sieve: tuple[int, float, int] | None = None
+    passed = 0
+
+
+def read(blocks: list[_Block], holder: Sieved) -> Iterator[tuple[int, Job]]:
+    """(position from 1, job) of the blocks' jobs in order, passing over what `holder`'s
+    sieve rules out when they are read (whole blocks at a time)."""
+    k = 0
+    for block in blocks:
+        sieve = holder.sieve
+        if sieve is not None:
+            # might one of its jobs pass?  (exact, from the block's summary)
+            upper, horizon, lasting = sieve
+            walls = block.walls or block.summarise()
+            least = block.least
+            if least[-1] > lasting:
+                i = bisect_right(walls, horizon)
+                if not i or least[i - 1] > upper:
+                    holder.passed += len(block.jobs)
+                    k += len(block.jobs)
+                    continue
+        needs = block.needs
+        for i, job in enumerate(block.jobs):
+            sieve = holder.sieve
+            if sieve is not None and needs[i] > (sieve[2] if job.walltime > sieve[1] else sieve[0]):
+                holder.passed += 1
+                continue
+            yield k + i + 1, job
+        k += len(block.jobs)
+
+
+class Cursor(Sieved):
+    """One reading of a backlog in order, narrowed by its sieve (see Sieved)."""
 
     def __init__(self, blocks: list[_Block]):
         self._blocks = blocks
-        self.sieve: tuple[int, float, int] | None = None
+        self.sieve = None
         self.passed = 0
 
     def __iter__(self) -> Iterator[Job]:
-        for block in self._blocks:
-            sieve = self.sieve
-            if sieve is not None:
-                # might one of its jobs pass?  (exact, from the block's summary)
-                upper, horizon, lasting = sieve
-                walls = block.walls or block.summarise()
-                least = block.least
-                if least[-1] > lasting:
-                    i = bisect_right(walls, horizon)
-                    if not i or least[i - 1] > upper:
-                        self.passed += len(block.jobs)
-                        continue
-            needs = block.needs
-            for i, job in enumerate(block.jobs):
-                sieve = self.sieve
-                if sieve is not None and needs[i] > (sieve[2] if job.walltime > sieve[1] else sieve[0]):
-                    self.passed += 1
-                    continue
-                yield job
+        return map(_SECOND, read(self._blocks, self))
 
 
 class Backlog:
@@ -139,6 +157,28 @@ class Backlog:
 
     def cursor(self) -> Cursor:
         return Cursor(self._blocks)
+
+    def read(self, holder: Sieved) -> Iterator[tuple[int, Job]]:
+        """(position from 1, job) in order, narrowed by `holder`'s sieve."""
+        return read(self._blocks, holder)
+
+    def __iter__(self) -> Iterator[Job]:
+        for block in self._blocks:
+            yield from block.jobs
+
+    def at(self, k: int) -> Job:
+        """The job at position `k` (from 1)."""
+        for block in self._blocks:
+            if k <= len(block.jobs):
+                return block.jobs[k - 1]
+            k -= len(block.jobs)
+        raise IndexError(k)
+
+    def below(self, key) -> int:
+        """How many keys sort before `key`."""
+        i = bisect_left(self._maxes, key)
+        return sum(len(b.keys) for b in self._blocks[:i]) + (bisect_left(self._blocks[i].keys, key)
+                                                            if i < len(self._blocks) else 0)
 
     def add(self, key, job: Job, need: int) -> None:
         if not self._blocks:

@@ -25,7 +25,7 @@ from bisect import bisect_right
 from dataclasses import dataclass, field
 from typing import Callable, Iterable, NamedTuple, Protocol
 
-from .backlog import Cursor
+from .backlog import Sieved
 from .jobs import Allocation, Job, Request
 from .profile import AccessKey, Profile
 from .timefmt import hms
@@ -208,9 +208,10 @@ class Walk:
         kept = dict(kept) if kept else None  # (the caller's dict is left alone)
         made, waiting_ahead = self.made, self.waiting_ahead
         now_ = _Now(self, now)
-        # A backlog's cursor passes over whole blocks of jobs the bound test would pass
-        # over one by one: the walk tells it the bounds while nothing else decides.
-        cursor = jobs if isinstance(jobs, Cursor) else None
+        # A sieved order (a backlog's cursor, the share tree's) passes over whole blocks of
+        # jobs the bound test would pass over one by one: the walk tells it the bounds while
+        # nothing else decides.
+        cursor = jobs if isinstance(jobs, Sieved) else None
         for job in jobs:
             if now_.current() and cursor is not None:
                 sift = made >= depth and self.backfill and gate is None and not kept

@@ -56,9 +56,9 @@ class Policy:
     def on_dependencies_met(self, job: Job, parents: list[Job]) -> None:
         """Every dependency of `job` is satisfied."""
 
-    def enqueue(self, job: Job, key: tuple[str, str, str]) -> None:
-        """`job` (whose usage is `key`) becomes runnable: a policy that keeps its own index
-        of the runnable jobs (see `ordered`) adds it."""
+    def enqueue(self, job: Job, key: tuple[str, str, str], need: int) -> None:
+        """`job` (whose usage is `key`, taking `need` units) becomes runnable: a policy that
+        keeps its own index of the runnable jobs (see `ordered`) adds it."""
 
     def dequeue(self, job: Job) -> None:
         """`job` is no longer runnable (it starts, is held, deleted or altered)."""

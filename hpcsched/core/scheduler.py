@@ -231,10 +231,10 @@ class Scheduler:
         rank = self._rank(job)
         if rank != _UNRANKED:
             self._ranks += 1
-        self.policy.enqueue(job, self.usage_key(job))
+        need = self.topology.need(self.placed(job))
+        self.policy.enqueue(job, self.usage_key(job), need)
         if self._order is not None:
-            self._order.add((job.tier, rank, self.policy.key(job, None), job.id), job,
-                            self.topology.need(self.placed(job)))
+            self._order.add((job.tier, rank, self.policy.key(job, None), job.id), job, need)
 
     def _unorder(self, job: Job) -> None:
         rank = self._rank(job)
@@ -1033,12 +1033,13 @@ class Scheduler:
             for job in self.jobs.values():  # after all jobs: an array's tally counts its subjobs
                 if job.dependencies and job.state in PENDING:
                     self._deps.register(job, self.jobs)
+            needs = {j.id: self.topology.need(self.placed(j)) for j in self._queued.values()}
             for job in sorted(self._queued.values(), key=attrgetter("id")):
-                self.policy.enqueue(job, self.usage_key(job))
+                self.policy.enqueue(job, self.usage_key(job), needs[job.id])
                 self._ranks += self._rank(job) != _UNRANKED
             if self._order is not None:  # one sort, not an insertion per job
                 self._order = Backlog(sorted(((j.tier, self._rank(j), self.policy.key(j, None), j.id), j,
-                                              self.topology.need(self.placed(j))) for j in self._queued.values()))
+                                              needs[j.id]) for j in self._queued.values()))
             self.next_id = int(state.get("next_id", max(self.jobs, default=0) + 1))
             self.last_pass = state.get("last_pass")
             self._booked = {int(b[0]): (float(b[1]), Allocation(0, tuple(b[2]), tuple(tuple(c) for c in b[3])),

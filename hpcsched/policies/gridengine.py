@@ -58,8 +58,8 @@ class GridEngine(Policy):
         if self.tree is None:
             self.tree = ShareTree({"Root": {}})
 
-    def enqueue(self, job: Job, key) -> None:
-        self.tree.add(job, key)
+    def enqueue(self, job: Job, key, need: int) -> None:
+        self.tree.add(job, key, need)
         self._classes[self._class(job)] += 1
         self._deadlines += job.deadline is not None
 
@@ -81,7 +81,7 @@ class GridEngine(Policy):
         self._compute(ctx)
         timed = self.weight_waiting_time or self._deadlines and self.weight_deadline  # (urgency that moves)
         if len(self._classes) <= 1 and not (timed and self.weight_urgency):  # the tree's order
-            return (job for _, _, job in self.tree.ranked(values=False))
+            return self.tree.order()
         return [job for _, job in sorted(self._priorities(self.tree.ranked(), ctx), key=lambda p: -p[0][0])]
 
     def _priorities(self, ranked: Iterator, ctx: Context) -> list[tuple[tuple, Job]]:

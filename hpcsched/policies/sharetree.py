@@ -30,12 +30,15 @@ from __future__ import annotations
 import heapq
 import math
 from itertools import count as _count
-from typing import Iterator
+from operator import itemgetter
+from typing import Iterable, Iterator
 
+from ..core.backlog import Backlog, Sieved
 from ..core.errors import ConfigError
 from ..core.jobs import Job
 from ..core.usage import Key, Usage
 
+_SECOND = itemgetter(1)
 LEVELS = ("group", "project", "user")
 _ATTR = {"user": 0, "group": 1, "project": 2}  # kind -> index in a usage key (user, group, project)
 
@@ -58,7 +61,7 @@ class Node:
         self.name, self.kind, self.shares, self.parent = name, kind, shares, parent
         self.children: dict[tuple[str, str], Node] = {}  # (kind, name) -> child
         self.templates: dict[str, dict] = {}  # kind -> the `default` child's config, copied per name
-        self.jobs: dict[int, Job] = {}  # pending jobs ranked at this node, by job id
+        self.jobs = Backlog()  # pending jobs ranked at this node, by job id (with their needs)
         self.keys: list[Key] = []  # the usage keys whose jobs are ranked here
         self.pending = 0  # pending jobs under it (kept as they come and go)
         self.clear()
@@ -94,7 +97,6 @@ class ShareTree:
         self._build(self.root, nodes.get("Root", {}), 0)
         self._where: dict[Key, Node] = {}  # usage key -> the node its jobs are ranked at
         self._of: dict[int, Node] = {}  # pending job id -> its node
-        self._unsorted: set[Node] = set()  # nodes whose jobs came out of id order
         self._holding: set[Node] = set()  # nodes with pending jobs of their own
         self._kids: dict[Node, list[Node]] = {}  # this pass's active nodes' active children
         self._touched: set[Node] = set()  # nodes the last pass gave figures (cleared by the next)
@@ -198,12 +200,11 @@ class ShareTree:
         node.keys.append(key)
         return node
 
-    def add(self, job: Job, key: Key) -> None:
-        """A job becomes pending-and-runnable: rank it at its node."""
+    def add(self, job: Job, key: Key, need: int) -> None:
+        """A job becomes pending-and-runnable: rank it at its node (`need`: the units it
+        takes, which a walk's sieve reads; see Order)."""
         node = self.node_of(key)
-        if node.jobs and job.id < next(reversed(node.jobs)):
-            self._unsorted.add(node)
-        node.jobs[job.id] = job
+        node.jobs.add(job.id, job, need)
         self._of[job.id] = node
         self._holding.add(node)
         while node is not None:
@@ -213,7 +214,7 @@ class ShareTree:
     def remove(self, job: Job) -> None:
         node = self._of.pop(job.id, None)
         if node is not None:
-            del node.jobs[job.id]
+            node.jobs.remove(job.id)
             if not node.jobs:
                 self._holding.discard(node)
             while node is not None:
@@ -227,9 +228,6 @@ class ShareTree:
         part of the tree, not the whole."""
         for node in self._touched:
             node.clear()
-        for node in self._unsorted:
-            node.jobs = dict(sorted(node.jobs.items()))
-        self._unsorted.clear()
         root = self.root
         active = {root}
         for key, rec in usage.records.items():
@@ -311,11 +309,7 @@ class ShareTree:
         share-tree tickets.  Lazy: call `compute` first, and read only as far as needed.
         With `values` False only the order is right: the root's figures, which every job
         shares and which take a sum over every record, are left out."""
-        root = self.root
-        if not root.jobs:  # Grid Engine starts below a root whose pending jobs are all under one child
-            under = [c for c in root.children.values() if c.pending]
-            if len(under) == 1:
-                root = under[0]
+        root = self._top()
         if root is self.root and values:  # the root's usage: everyone's
             usage, t = self._usage, self._t
             root.usage = root.finished = 0.0
@@ -324,11 +318,159 @@ class ShareTree:
                 root.usage, root.finished = root.usage + u, root.finished + f
         return self._ranked(root)
 
+    def order(self) -> Iterable[Job]:
+        """Every pending job in `ranked`'s order, read lazily (call `compute` first): an
+        Order, which a walk's sieve narrows, unless some node's values could repeat."""
+        top = self._top()
+        for node in self._touched:
+            if node.pending and node is not top and not (
+                    node.stt >= _TINY and node.running + node.finished + node.pending < _EXACT):
+                return (job for _, _, job in self._ranked(top))
+        return Order(self, top)
+
+    def _top(self) -> Node:
+        """The node the order starts from: Grid Engine starts below a root whose pending
+        jobs are all under one child."""
+        root = self.root
+        if not root.jobs:
+            under = [c for c in root.children.values() if c.pending]
+            if len(under) == 1:
+                root = under[0]
+        return root
+
     def _ranked(self, node: Node) -> Iterator[tuple[float, int, Job]]:
         streams = [self._ranked(c) for c in node.children.values() if c.pending]
         if node.jobs:  # its own jobs carry no value from below: after its children's, by id
-            streams.append((0.0, jid, job) for jid, job in node.jobs.items())
+            streams.append((0.0, job.id, job) for job in node.jobs)
         merged = streams[0] if len(streams) == 1 else heapq.merge(*streams)
         stt, base = node.stt, node.running + node.finished
         for k, (_, jid, job) in zip(_count(1), merged):
             yield -stt / (base + k), jid, job
+
+
+# Values stt / (base + k) of one node are distinct for k = 1, 2, ... while stt is a normal
+# float and base + k is exact: `order` then needs no job to tell two of a node's apart.
+_TINY, _EXACT = 1e-290, 2.0 ** 50
+
+
+class Order(Sieved):
+    """One pass's pending jobs in the share tree's order (`ShareTree.ranked`'s), passing
+    over the jobs the walk's sieve rules out without reading them one by one.
+
+    A node's k-th job has the value stt / (base + k) whichever job it is.  So a leaf passes
+    over whole blocks of its id-ordered backlog and still knows the rank of the next job
+    it yields, and a node merging its sources counts, for each job it yields, every
+    source's jobs that sort before it, those passed over included, from the value formula
+    alone.  Only a tie on value, broken by job id, needs a job passed over: a leaf finds it
+    by position, a node by reading its plain order (`_ranked`).  Every stream is sorted by
+    (-value, job id), so the order of the jobs yielded is the plain merge's.
+    tests/test_sharetree.py checks it against `ranked` under random sieves."""
+
+    def __init__(self, tree: ShareTree, top: Node):
+        self.tree, self.top = tree, top
+        self.sieve, self.passed = None, 0
+        self._ids: dict[Node, list[int]] = {}  # node -> its jobs' ids in its order (ties)
+
+    def __iter__(self) -> Iterator[Job]:
+        return map(_SECOND, self._stream(self.top, False))
+
+    def _stream(self, node: Node, ranks: bool) -> Iterator[tuple[int, Job]]:
+        """(rank at `node`, job) of its pending jobs in order, narrowed by the sieve; the
+        ranks count the jobs passed over (worked out only if `ranks`)."""
+        kids = [c for c in node.children.values() if c.pending]
+        if not kids:  # a leaf: its jobs by id, ranked by position
+            return node.jobs.read(self)
+        return self._merge(node, kids, ranks)
+
+    def _merge(self, node: Node, kids: list[Node], ranks: bool) -> Iterator[tuple[int, Job]]:
+        # sources: each child's stream, keyed -stt / (base + rank) as `_ranked` keys it,
+        # and the node's own jobs, keyed -0.0 (== 0.0: after its children's)
+        streams = [self._stream(c, True) for c in kids]
+        stts = [c.stt for c in kids]
+        bases = [c.running + c.finished for c in kids]
+        totals = [c.pending for c in kids]
+        own = len(kids) if node.jobs else -1
+        if node.jobs:
+            streams.append(node.jobs.read(self))
+            stts.append(0.0)
+            bases.append(1.0)
+            totals.append(len(node.jobs))
+        heap = []
+        limit = [0] * len(streams)  # a source's rank before its head (its total once it ends)
+        for i, stream in enumerate(streams):
+            first = next(stream, None)
+            if first is None:
+                limit[i] = totals[i]
+            else:
+                r, job = first
+                limit[i] = r - 1
+                heap.append((-stts[i] / (bases[i] + r), job.id, i, r, job))
+        heapq.heapify(heap)
+        pop, replace = heapq.heappop, heapq.heapreplace
+        if not ranks:  # the top: only the order counts
+            while heap:
+                i, job = heap[0][2], heap[0][4]
+                yield 0, job
+                nxt = next(streams[i], None)
+                if nxt is None:
+                    pop(heap)
+                else:
+                    r, job = nxt
+                    replace(heap, (-stts[i] / (bases[i] + r), job.id, i, r, job))
+            return
+        counted = [0] * len(streams)  # each source's jobs counted into the rank so far
+        lagging = {i for i in range(len(streams)) if limit[i] > 0}  # sources with jobs passed over, uncounted
+        rank = 0
+        while heap:
+            x, jid, i, r, job = heap[0]
+            if lagging:
+                for j in [j for j in lagging if j != i]:  # their jobs passed over that sort before this one
+                    n = self._before(kids[j] if j != own else node, j == own, stts[j], bases[j],
+                                     counted[j], limit[j], x, jid)
+                    counted[j] += n
+                    rank += n
+                    if counted[j] == limit[j]:
+                        lagging.discard(j)
+                lagging.discard(i)
+            rank += r - counted[i]  # its own source's, up to it
+            counted[i] = r
+            yield rank, job
+            nxt = next(streams[i], None)
+            if nxt is None:
+                pop(heap)
+                limit[i] = totals[i]
+            else:
+                r, job = nxt
+                limit[i] = r - 1
+                replace(heap, (-stts[i] / (bases[i] + r), job.id, i, r, job))
+            if limit[i] > counted[i]:
+                lagging.add(i)
+
+    def _before(self, node: Node, own: bool, stt: float, base: float, lo: int, hi: int, x: float, jid: int) -> int:
+        """How many of a source's jobs ranked lo+1..hi sort before key (x, jid): `node`'s
+        own jobs (key 0.0) if `own`, else its whole stream."""
+        if own:
+            if x != 0.0:
+                return 0 if x < 0.0 else hi - lo
+            return min(max(node.jobs.below(jid), lo), hi) - lo
+        if x >= 0.0:
+            return hi - lo
+        # -stt / (base + r) < x rises with r: guess the last such r from the formula, then check it
+        q = stt / -x - base
+        a = hi if q >= hi else lo if q <= lo else int(q)
+        while a > lo and not -stt / (base + a) < x:
+            a -= 1
+        while a < hi and -stt / (base + a + 1) < x:
+            a += 1
+        if a < hi and -stt / (base + a + 1) == x and self._id_at(node, a + 1) < jid:
+            a += 1  # a tie on value: the lower job id first
+        return a - lo
+
+    def _id_at(self, node: Node, k: int) -> int:
+        """The id of `node`'s k-th job in its order."""
+        if not any(c.pending for c in node.children.values()):
+            return node.jobs.at(k).id
+        ids = self._ids.get(node)
+        if ids is None:
+            ids = self._ids[node] = [jid for _, jid, _ in self.tree._ranked(node)]
+        return ids[k - 1]
