@@ -6,7 +6,8 @@ For each trace: the time to merely parse it (read every record); the time to par
 map every record onto the machine and build its Job object, which any replay through the
 scheduling core does before it schedules anything; and the time to simulate it under FIFO
 without backfill, with EASY and with conservative backfill (on RICC, conservative and EASY
-also on its first 50,000 jobs, as a full conservative replay there is long).  Each runs in
+also on its first 50,000 jobs, as a full conservative replay there is long), and under
+CC-IN2P3's fair share (examples/ccin2p3.toml: Grid Engine's share tree, EASY backfill).  Each runs in
 a fresh child process so
 that its peak resident memory is its own.  The figures the general core reaches here are
 the accepted reference (about 3 s for KTH-SP2 and 80-90 s for RICC-2010 under EASY; the
@@ -30,10 +31,11 @@ TRACES = {"KTH": "KTH-SP2-1996-2.1-cln.swf.gz", "LUBLIN": "lublin_256.swf.gz", "
 #: trace -> the replays timed: (what the child runs, label); "N:mode" replays the first N jobs
 RUNS = {
     "KTH": [("parse", "parse only"), ("floor", "parse+map+jobs"), ("none", "FIFO"), ("easy", "FIFO + EASY"),
-            ("conservative", "FIFO + conserv.")],
+            ("conservative", "FIFO + conserv."), ("sharetree", "share tree+EASY")],
     "LUBLIN": [("easy", "FIFO + EASY"), ("conservative", "FIFO + conserv.")],
     "RICC": [("parse", "parse only"), ("floor", "parse+map+jobs"), ("none", "FIFO"), ("easy", "FIFO + EASY"),
-             ("50000:easy", "50k + EASY"), ("50000:conservative", "50k + conserv.")],
+             ("50000:easy", "50k + EASY"), ("50000:conservative", "50k + conserv."),
+             ("sharetree", "share tree+EASY")],
 }
 MEMORY_MB = 1024
 
@@ -43,6 +45,11 @@ sys.path.insert(0, {root!r})
 from hpcsched.sim import swf
 from hpcsched.sim.simulate import simulate
 path, what = {path!r}, {what!r}
+config = None
+if what.endswith("sharetree"):
+    import tomllib
+    with open({root!r} + "/examples/ccin2p3.toml", "rb") as f:
+        config = tomllib.load(f)
 t = time.perf_counter()
 if what == "parse":
     n = sum(1 for _ in swf.read(path))
@@ -78,7 +85,13 @@ elif ":" in what:  # the first N jobs
         if len(records) == int(first):
             break
         records.append(rec)
-    r = simulate(records, policy="fifo", backfill=mode, nodes=swf.header(path).max_procs)
+    if config:
+        r = simulate(records, config=config, nodes=swf.header(path).max_procs)
+    else:
+        r = simulate(records, policy="fifo", backfill=mode, nodes=swf.header(path).max_procs)
+    n = r.metrics.jobs
+elif config:
+    r = simulate(path, config=config)
     n = r.metrics.jobs
 else:
     r = simulate(path, policy="fifo", backfill=what)

@@ -19,7 +19,9 @@ R being the jobs running under the node and F its decayed count of finished jobs
 root's value times the tickets to hand out is a job's tickets.  The merge is lazy (each
 node a generator over its children's), so a pass that walks a few jobs of a million
 pending pays for those few and for the tree, not for the million; tests/test_sharetree.py
-checks it against a plain reference that ranks every job.
+checks it against a plain reference that ranks every job.  A walk that only backfills
+reads the order through `Order`, which passes over whole blocks of jobs that cannot start
+now, as the static policies' backlog does (core/backlog.py), keeping every rank exact.
 
 A child named `default` stands for every user (project, group) its siblings do not name:
 each gets its own copy, with the default's shares (Grid Engine's `default` leaf).  A job
