@@ -174,12 +174,6 @@ class Backlog:
             k -= len(block.jobs)
         raise IndexError(k)
 
-    def below(self, key) -> int:
-        """How many keys sort before `key`."""
-        i = bisect_left(self._maxes, key)
-        return sum(len(b.keys) for b in self._blocks[:i]) + (bisect_left(self._blocks[i].keys, key)
-                                                            if i < len(self._blocks) else 0)
-
     def add(self, key, job: Job, need: int) -> None:
         if not self._blocks:
             self._blocks.append(_Block([key], [job], [need]))

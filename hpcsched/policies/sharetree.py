@@ -391,7 +391,6 @@ class Order(Sieved):
         stts = [c.stt for c in kids]
         bases = [c.running + c.finished for c in kids]
         totals = [c.pending for c in kids]
-        own = len(kids) if node.jobs else -1
         if node.jobs:
             streams.append(node.jobs.read(self))
             stts.append(0.0)
@@ -421,14 +420,15 @@ class Order(Sieved):
                     replace(heap, (-stts[i] / (bases[i] + r), job.id, i, r, job))
             return
         counted = [0] * len(streams)  # each source's jobs counted into the rank so far
-        lagging = {i for i in range(len(streams)) if limit[i] > 0}  # sources with jobs passed over, uncounted
+        # children with jobs passed over, not yet counted (the node's own jobs passed over
+        # sort after every child's: they count only towards its own jobs, below)
+        lagging = {i for i in range(len(kids)) if limit[i] > 0}
         rank = 0
         while heap:
             x, jid, i, r, job = heap[0]
             if lagging:
                 for j in [j for j in lagging if j != i]:  # their jobs passed over that sort before this one
-                    n = self._before(kids[j] if j != own else node, j == own, stts[j], bases[j],
-                                     counted[j], limit[j], x, jid)
+                    n = self._before(kids[j], counted[j], limit[j], x, jid)
                     counted[j] += n
                     rank += n
                     if counted[j] == limit[j]:
@@ -445,17 +445,13 @@ class Order(Sieved):
                 r, job = nxt
                 limit[i] = r - 1
                 replace(heap, (-stts[i] / (bases[i] + r), job.id, i, r, job))
-            if limit[i] > counted[i]:
+            if limit[i] > counted[i] and i < len(kids):
                 lagging.add(i)
 
-    def _before(self, node: Node, own: bool, stt: float, base: float, lo: int, hi: int, x: float, jid: int) -> int:
-        """How many of a source's jobs ranked lo+1..hi sort before key (x, jid): `node`'s
-        own jobs (key 0.0) if `own`, else its whole stream."""
-        if own:
-            if x != 0.0:
-                return 0 if x < 0.0 else hi - lo
-            return min(max(node.jobs.below(jid), lo), hi) - lo
-        if x >= 0.0:
+    def _before(self, node: Node, lo: int, hi: int, x: float, jid: int) -> int:
+        """How many of `node`'s jobs ranked lo+1..hi sort before key (x, jid)."""
+        stt, base = node.stt, node.running + node.finished
+        if x >= 0.0:  # (a job of the parent's own)
             return hi - lo
         # -stt / (base + r) < x rises with r: guess the last such r from the formula, then check it
         q = stt / -x - base
