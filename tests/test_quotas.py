@@ -1,5 +1,7 @@
 """Resource quota sets and consumables (core/quotas.py): Grid Engine's semantics, through a
 configured scheduler and through qsub, qstat and checkjob."""
+import random
+
 import pytest
 from helpers import job
 
@@ -80,6 +82,147 @@ def test_exclusions_queue_filters_and_a_global_consumable():
     assert plan.reason(2).startswith('exceeds limit "users/bob" (jobs: 1 in use')
     assert 3 in {j.id for j in s.running()}
     assert plan.reason(7) == 'exceeds limit "consumables/total" (matlab: 3 in use + 1 > 3)'
+
+
+FAIR = """
+default_queue = "long"
+[[nodes]]
+names = "n[01-02]"
+cores = 4
+shared = true
+[queues.long]
+[priority]
+policy = "gridengine"
+[sharetree]
+levels = ["group", "user"]
+[sharetree.nodes.Root]
+children = ["g0", "g1", "g2"]
+[sharetree.nodes.g0]
+shares = 3
+children = ["g0/default"]
+[sharetree.nodes.g1]
+shares = 2
+children = ["g1/default"]
+[sharetree.nodes.g2]
+children = ["g2/default"]
+[sharetree.nodes."g0/default"]
+[sharetree.nodes."g1/default"]
+[sharetree.nodes."g2/default"]
+[[quotas]]
+name = "groups"
+[[quotas.rules]]
+name = "g0"
+groups = "g0"
+limit = { slots = 3 }
+[[quotas.rules]]
+name = "each"
+groups = "{*}"
+limit = { slots = 5 }
+[[quotas]]
+name = "users"
+[[quotas.rules]]
+name = "vip"
+users = "u0"
+limit = { jobs = 100 }
+[[quotas.rules]]
+name = "each"
+users = "{*}"
+limit = { jobs = 2 }
+[[quotas]]
+name = "g2"
+[[quotas.rules]]
+name = "g2"
+groups = "g2"
+limit = { jobs = 3 }
+[[quotas.rules]]
+name = "each"
+users = "{*}"
+limit = { jobs = 2 }
+"""
+
+
+def test_a_full_count_closes_the_names_it_counts():
+    s = site(FAIR)
+    for k in range(6):
+        s.submit(core(1, owner="u1", group=f"g{k % 3}"), 0)
+    s.submit(core(1, owner="u0", group="g0"), 0)
+    s.iterate(0)
+    gate = s._walk.gate
+    u1 = next(j for j in s.jobs.values() if j.owner == "u1" and j.state.value == "queued")
+    assert gate.closes(u1) == {"owner"}  # users/each: u1 runs 2 jobs, first rule for every u1 job
+    s2 = site(FAIR)
+    for k in range(5):
+        s2.submit(core(1, owner=f"v{k}", group="g0"), 0)
+    s2.submit(core(1, owner="u0", group="g1"), 0)
+    s2.iterate(0)
+    g0 = next(j for j in s2.jobs.values() if j.group == "g0" and j.state.value == "queued")
+    assert s2._walk.gate.closes(g0) == {"group"}  # groups/g0 (3 slots) is full
+    # g2/each holds u1 (2 jobs) but is not the first rule of g2 for u1's jobs in g2: no close
+    s3 = site(FAIR)
+    held = s3.submit(core(1, owner="u1", group="g0"), 0)
+    assert s3.quotas.closes(held, {(2, 1, ("u1",)): {"jobs": 2}}) == frozenset()
+    assert s3.quotas.closes(held, {(1, 1, ("u1",)): {"jobs": 2}}) == {"owner"}  # (users/each is)
+    # users/bob counts bob's jobs in short only: full, it closes neither bob nor short
+    s4 = site()
+    bob = s4.submit(core(1, owner="bob", group="g1", queue="short"), 0)
+    assert s4.quotas.closes(bob, {(1, 1, ()): {"jobs": 1}}) == frozenset()
+    # u0's first rule of "users" is vip: "users/each" could never close u0's jobs
+    assert s2.quotas.closes(s2.jobs[6], {(1, 1, ("u0",)): {"jobs": 2}}) == frozenset()
+    # groups/each is full for g1 at 5, and g1's first rule: "g0" names another group
+    assert s2.quotas.closes(s2.jobs[6], {(0, 1, ("g1",)): {"slots": 5}}) == {"group"}
+    # ...not full for a job of one slot at 4
+    assert s2.quotas.closes(s2.jobs[6], {(0, 1, ("g1",)): {"slots": 4}}) == frozenset()
+
+
+@pytest.mark.parametrize("seed", range(25))
+def test_passing_over_a_closed_subtree_decides_as_reading_it(seed, monkeypatch):
+    # Two schedulers on the same stream, one whose share-tree order passes over a group or a
+    # user a quota holds back whole, one reading every job: the same starts and reservations
+    # every pass; every job walked has the same reason, every job passed over a quota's.
+    from hpcsched.policies.sharetree import Order
+    rng = random.Random(seed)
+    a, b = site(FAIR), site(FAIR)
+    t, passed_over = 0.0, 0
+    for step in range(30):
+        for _ in range(rng.randint(0, 12)):
+            owner, group = f"u{rng.randint(0, 5)}", f"g{rng.randint(0, 2)}"
+            wall = rng.choice([100.0, 300.0, 900.0])  # (one slot each: the tree's own order)
+            for s in (a, b):
+                s.submit(core(1, owner=owner, group=group, wall=wall), t)
+        plans = []
+        for s, closable in ((a, True), (b, False)):
+            monkeypatch.setattr(Order, "closable", closable)
+            plans.append(s.iterate(t))
+        pa, pb = plans
+        assert [(x.job_id, x.allocation.units) for x in pa.started] == [(x.job_id, x.allocation.units)
+                                                                         for x in pb.started]
+        assert pa.reserved.keys() == pb.reserved.keys()
+        assert pb.passed_reason is None
+        for jid, job in a.jobs.items():
+            if job.state.value != "queued":
+                continue
+            if jid in pa.reasons:  # walked by both (the walks stop at the same job)
+                assert pa.reasons[jid] == pb.reasons[jid]
+            elif pa.held_reason(jid):  # passed over: a quota holds it back (the other walk may not have got to it)
+                passed_over += 1
+                assert pa.reason(jid).startswith("exceeds limit")
+                assert pb.reason(jid).startswith("exceeds limit") or jid not in pb.reasons
+                assert a.comment(job) == "Not Running: " + pa.reason(jid)
+            else:
+                assert pa.reason(jid) == pb.reason(jid)
+        t += rng.choice([50.0, 100.0, 200.0])
+        for s in (a, b):
+            for j in [j for j in s.running() if j.start_time + j.walltime <= t]:
+                s.job_ended(j.id, t, 0)
+    assert passed_over > 0
+    # a job submitted since the pass is not one it passed over, whoever's it is
+    over = [j for j in a.jobs.values() if a._plan.held_reason(j.id)]
+    if over:
+        late = a.submit(core(1, owner=over[0].owner, group=over[0].group), t)
+        assert a._plan.held_reason(late.id) is None and a.comment(late) == ""
+    # comments passed over are saved as shown
+    again = site(FAIR).restore(a.to_dict())
+    assert {j.id: again.jobs[j.id].comment for j in a.jobs.values()} == {j.id: a.comment(j) for j in a.jobs.values()}
 
 
 MACHINE = """
@@ -291,6 +434,35 @@ def test_qsub_counts_software_against_a_consumable_and_shows_the_quota(rig, caps
         qsub_mod.submit(["-l", "software=idl"], stdin=__import__("io").StringIO("true\n"))
     with pytest.raises(CommandError, match="Unknown resource type licence"):
         qsub_mod.submit(["-l", "licence=2"], stdin=__import__("io").StringIO("true\n"))
+
+
+def test_qstat_and_checkjob_show_the_quota_of_a_job_passed_over_with_its_user(rig, capsys):
+    # alice's node of the share tree is closed once a quota holds back one of her jobs: the
+    # jobs after it are passed over unread, and still say which quota holds them
+    from test_commands import full, submit
+    from test_maui_psc import run, server_pass
+    home = rig / "home"
+    text = (home / "config.toml").read_text().replace('policy = "fifo"', 'policy = "gridengine"')
+    (home / "config.toml").write_text(text + """
+[sharetree]
+levels = ["user"]
+[sharetree.nodes.Root]
+children = ["default"]
+[sharetree.nodes.default]
+[[quotas]]
+name = "users"
+[[quotas.rules]]
+name = "each"
+users = "{*}"
+limit = { jobs = 1 }
+""")
+    for _ in range(4):
+        submit("-l", "nodes=1,walltime=01:00:00")
+    server_pass()
+    why = 'exceeds limit "users/each" (jobs: 1 in use + 1 > 1)'
+    assert [full(str(j))["comment"] for j in (2, 3, 4)] == ["Not Running: " + why] * 3
+    status, out = run("checkjob", "4")
+    assert status == 0 and why in out
 
 
 def test_deadline_jobs_for_deadline_users_only(rig, capsys):

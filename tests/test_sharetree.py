@@ -232,6 +232,71 @@ def test_the_sieved_order_yields_the_plain_order_less_only_what_its_sieve_rules_
         assert nxt[j.id] is not None and hopeless(nxt[j.id], j, spec[j.id][1])
 
 
+CLOSES = [frozenset({"owner"}), frozenset({"group"}), frozenset({"account"}), frozenset({"owner", "group"}),
+          frozenset({"owner", "group", "account", "queue"})]
+
+
+def closed_node(tree, job, attrs, top):
+    """The node `close` must pass over: `job`'s highest (up to the top) of a kind in `attrs`."""
+    kinds = {"owner": "user", "group": "group", "account": "project"}
+    found, node = None, tree._of[job.id]
+    while node is not None:
+        if node.kind in {kinds.get(a) for a in attrs}:
+            found = node
+        if node is top:
+            break
+        node = node.parent
+    return found
+
+
+@pytest.mark.parametrize("seed", range(300))
+def test_a_closed_order_yields_the_plain_order_less_the_closed_subtrees_from_then_on(seed):
+    # As a walk closes a subtree a quota holds back whole (plan.Walk): random trees, own jobs
+    # on inner nodes, siblings alike (ties) in half the seeds, closes at random moments.
+    rng = random.Random(seed)
+    nodes, leaves = random_tree(rng)
+    for n in nodes:
+        if n != "Root":
+            nodes[n]["shares"] = max(nodes[n]["shares"], 1)
+    alike = rng.random() < 0.5
+    usage = {} if alike else {n: rng.choice([0.0, 5.0, 1000.0]) for n in leaves}
+    running = {} if alike else {n: rng.choice([0, 0, 1, 3]) for n in leaves}
+    pending, jid = {}, 1
+    owners = leaves + [n for n in nodes if n != "Root" and n not in leaves and rng.random() < 0.3]
+    for n in owners:
+        for _ in range(rng.choice([0, 1, 3, 40])):
+            pending.setdefault(n, []).append(jid)
+            jid += rng.randint(1, 3)
+    tree = build(nodes, rng.choice([0, 2.0]), usage, running, {}, pending)
+    plain = [job for _, _, job in tree.ranked(values=False)]
+    order = tree.order()
+    assert isinstance(order, Sieved) and order.closable
+    got, closes = [], {}  # index in got -> attrs closed after it
+    for job in order:
+        got.append(job)
+        if rng.random() < 0.08:
+            closes[len(got) - 1] = rng.choice(CLOSES)
+            order.close(job, closes[len(got) - 1])
+    # the model: the plain order, each job dropped once a node above it is closed
+    def above(job):
+        node, path = tree._of[job.id], set()
+        while node is not None:
+            path.add(node)
+            node = node.parent
+        return path
+    closed, want = set(), []
+    for job in plain:
+        if above(job) & closed:
+            continue
+        want.append(job)
+        if len(want) - 1 in closes:
+            found = closed_node(tree, job, closes[len(want) - 1], order.top)
+            if found is not None:
+                closed.add(found)
+    assert got == want and order.passed == 0
+    assert [order.covers(j) for j in plain] == [bool(above(j) & closed) for j in plain]
+
+
 # --- configuration -------------------------------------------------------------------------
 SITE = """
 default_queue = "batch"

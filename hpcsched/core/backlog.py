@@ -95,6 +95,19 @@ class Sieved:
 
     sieve: tuple[int, float, int] | None = None
     passed = 0
+    #: Can it pass over, from now on, every job sharing an attribute value with one the
+    #: walk's gate held back (`close`)?  Those jobs are not counted in `passed`: they are
+    #: held back, not waiting for resources.
+    closable = False
+
+    def close(self, job: Job, attrs: frozenset[str]) -> None:
+        """Pass over, from now on, the jobs whose value of one of `attrs` is `job`'s (as
+        many of them as the order can tell apart; jobs it cannot are yielded as before)."""
+        raise NotImplementedError
+
+    def covers(self, job: Job) -> bool:
+        """Is `job` among the jobs `close` passes over?"""
+        return False
 
 
 def read(blocks: list[_Block], holder: Sieved) -> Iterator[tuple[int, Job]]:

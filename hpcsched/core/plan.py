@@ -56,6 +56,9 @@ class Plan:
     reasons: dict[int, str] = field(default_factory=dict)
     default_reason: str = RESOURCES
     profile: Profile | None = None  # the pass's final plan (valid until the next pass)
+    # the reason of a job the walk passed over unread, with a whole subtree the gate held
+    # back (see Walk.closer): worked out when asked, against the pass's final counts
+    passed_reason: Callable[[int], str | None] | None = None
     _estimate: Callable[[int], float | None] | None = None
     _estimates: dict[int, float | None] = field(default_factory=dict)
 
@@ -66,7 +69,13 @@ class Plan:
             t, alloc = self.reserved[job_id]
             where = alloc.nodes[0] if len(alloc.nodes) == 1 else f"{len(alloc.nodes)} nodes"  # (or a block)
             return f"reserved: starts at {t:g} (in {hms(t - self.now)}) on {where}"
-        return self.reasons.get(job_id, self.default_reason)
+        return self.reasons.get(job_id) or self.held_reason(job_id) or self.default_reason
+
+    def held_reason(self, job_id: int) -> str | None:
+        """Why the gate holds back a job the walk passed over unread (None: not such a job)."""
+        if self.passed_reason is None or job_id in self.reasons:
+            return None
+        return self.passed_reason(job_id)
 
     def estimate(self, job_id: int) -> float | None:
         """Estimated start: now if started, the reservation if one was made, else the
@@ -94,6 +103,10 @@ class Gate(Protocol):
     def narrow(self, job: Job, request: Request) -> Request | str: ...
 
     def started(self, job: Job, allocation: Allocation) -> None: ...
+
+    def closes(self, job: Job) -> frozenset[str]:
+        """After `job` was held back: the attributes (owner, group, account, queue) whose
+        value, as `job` has it, holds back every job sharing it until the pass ends."""
 
 
 class _Now:
@@ -169,6 +182,10 @@ class Walk:
         start it if it fits now (in every window a reservation leaves free);
         else reserve its earliest start while the depth allows more reservations;
         else, without backfill, stop: nothing may pass it.
+
+    A job the gate holds back is passed; if the gate says every job sharing its group (user,
+    project) is held back too, an order that can (`Sieved.closable`) passes over them all,
+    and their reasons are worked out when asked (`Plan.passed_reason`).
     """
 
     def __init__(self, topology: Topology, profile: Profile, depth: float,
@@ -186,6 +203,7 @@ class Walk:
         self.made = 0  # reservations made
         self.waiting_ahead = False  # a job walked so far waits for resources
         self.last = None  # the last job walked
+        self.closer: Sieved | None = None  # the order, once it has passed over a subtree the gate held back
 
     def run(self, now: float, jobs: Iterable[Job], plan: Plan,
             kept: dict[int, tuple[float, int, int, Allocation]] | None = None, last: Job | None = None,
@@ -212,6 +230,9 @@ class Walk:
         # jobs the bound test would pass over one by one: the walk tells it the bounds while
         # nothing else decides.
         cursor = jobs if isinstance(jobs, Sieved) else None
+        # An order that can (the share tree's) passes over every job of a subtree the gate
+        # holds back whole, such as a group at its quota, once it has held back one.
+        closer = cursor if cursor is not None and cursor.closable and gate is not None else None
         for job in jobs:
             if now_.current() and cursor is not None:
                 sift = made >= depth and self.backfill and gate is None and not kept
@@ -235,6 +256,8 @@ class Walk:
                 if why:
                     self._give_back(job, mine)
                     plan.reasons[job.id] = why
+                    if closer is not None and not kept:  # (a kept reservation must be given back)
+                        self._close(closer, job)
                     continue
             request = job.request if self.placed is None else self.placed(job)
             if gate is not None and gate.narrows:
@@ -242,6 +265,8 @@ class Walk:
                 if isinstance(request, str):
                     self._give_back(job, mine)
                     plan.reasons[job.id] = request
+                    if closer is not None and not kept:
+                        self._close(closer, job)
                     continue
             need = self.topology.need(request)
             if mine is not None:
@@ -288,6 +313,12 @@ class Walk:
         if cursor is not None and cursor.passed:
             waiting_ahead = True
         self.made, self.waiting_ahead = made, waiting_ahead
+
+    def _close(self, order: Sieved, job: Job) -> None:
+        attrs = self.gate.closes(job)
+        if attrs:
+            order.close(job, attrs)
+            self.closer = order
 
     def _hold(self, job: Job, request: Request, need: int, access: AccessKey,
               now: float) -> tuple[float, Allocation] | None:

@@ -21,7 +21,10 @@ bound, so a narrowed placement never passes a limit.)  A rule limits any of
 
 and a consumable's total (`[consumables] matlab = 10`) is one more limit on everyone.  A
 job that would pass a limit it is counted against is held back with the rule's name;
-the counts are the running jobs', plus those the pass has started so far.
+the counts are the running jobs', plus those the pass has started so far.  They only grow
+during a pass, so a count of jobs or slots full even for a one-slot job holds back every
+job it counts until the pass ends: `closes` names the group, user, project or queue whose
+jobs that is, and a walk passes over them whole (a share-tree node's subtree).
 """
 from __future__ import annotations
 
@@ -41,6 +44,11 @@ class Filter:
     include: frozenset[str] = frozenset({"*"})
     exclude: frozenset[str] = frozenset()
     each: bool = False
+
+    @property
+    def all(self) -> bool:
+        """Every name, in one count (`*`, not `{*}`)."""
+        return "*" in self.include and not self.exclude and not self.each
 
     def matches(self, name: str, features: frozenset[str] = frozenset()) -> bool:
         """Does the filter match `name` (a node also by its `features`, as `@feature`)?"""
@@ -291,6 +299,29 @@ class Quotas:
             return None
         return tuple(name for h, name in enumerate(self.hosts) if h not in banned), why
 
+    def closes(self, job: Job, tally: dict) -> frozenset[str]:
+        """The attributes of `job` (of owner, group, account, queue) whose value alone now
+        holds back every job that shares it: some set counts every such job in one count of
+        jobs or slots that is full even for a job of one slot.  Counts only grow during a
+        pass, so they stay closed until it ends (a walk passes over them whole)."""
+        for key, limits, s, rule in self.counts_for(job):
+            used = tally.get(key)
+            if used is None or not any(res in _AT_LEAST_ONE and used.get(res, 0) + 1 > limit for res, limit in limits):
+                continue
+            bound = [(attr, f) for attr, f in rule.filters if not f.all]  # (a filter of every name, summed)
+            if not bound:  # a rule for everyone: the first of its set counts every job here
+                if s.rules[0] is rule:
+                    return _EVERY
+                continue
+            if len(bound) > 1:
+                continue
+            attr = bound[0][0]
+            value = getattr(job, attr)
+            earlier = s.rules[:s.rules.index(rule)]  # none of them may match a job with this value first
+            if all(any(a == attr and not f.matches(value) for a, f in r.filters) for r in earlier):
+                return frozenset((attr,))
+        return frozenset()
+
     def hold_back(self, job: Job, tally: dict) -> str | None:
         need = None
         for key, limits, s, rule in self.counts_for(job):
@@ -306,6 +337,8 @@ class Quotas:
 
 
 _NONE: dict = {}
+_AT_LEAST_ONE = ("jobs", "slots")  # every job counts at least 1 of these (mem and consumables may be 0)
+_EVERY = frozenset(DIMENSIONS.values())
 
 
 def _table(d, where: str, allowed) -> None:

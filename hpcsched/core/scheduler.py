@@ -437,6 +437,15 @@ class Scheduler:
                                      self.settings.backfill, counts=self.settings.depth > 1 and not self.reservations,
                                      placed=self.placed if self._bound else None)
             walk.run(now, order, plan, self._keep(walk.profile, now), last, compress)
+            if walk.closer is not None:  # jobs passed over with a subtree the gate held back whole
+                closer, jobs, new = walk.closer, self.jobs, self.next_id  # (jobs submitted since: not this pass's)
+
+                def held(job_id: int) -> str | None:
+                    job = jobs.get(job_id)
+                    if job is None or job_id >= new or job.state != QUEUED or not closer.covers(job):
+                        return None
+                    return gate(job)
+                plan.passed_reason = held
         for start in plan.started:
             self._apply(self._queued[start.job_id], start, now)
         if self.quotas:  # a job a quota holds back says which (qstat -f's comment), as PBS's scheduler does
@@ -465,6 +474,16 @@ class Scheduler:
         if self._walk is not None and self._walk.held:
             plan.held = {jid: n for jid, n in self._walk.held.items() if jid in plan.reserved}
         return plan
+
+    def comment(self, job: Job) -> str:
+        """The job's comment as qstat shows it: why a quota holds it back, if the last pass
+        passed over it with others a quota holds (worked out when asked), else its own."""
+        plan = self._plan
+        if plan is not None and plan.passed_reason is not None and job.state == QUEUED:
+            why = plan.held_reason(job.id)
+            if why and why.startswith(QUOTA_HOLD):
+                return "Not Running: " + why
+        return job.comment
 
     def _quota_comments(self, plan: Plan) -> None:
         """Comment the jobs a quota held back in this pass; clear the comment of those it no longer holds."""
@@ -990,9 +1009,17 @@ class Scheduler:
                             if (a := r.access(job)) is not Access.BLOCKED))
 
     # --- state as plain dicts ----------------------------------------------------------
+    def _job_dict(self, job: Job) -> dict:
+        d = job.to_dict()
+        if self._plan is not None and self._plan.passed_reason is not None:  # (comments worked out when asked: saved)
+            shown = self.comment(job)
+            if shown != job.comment:
+                d["comment"] = shown
+        return d
+
     def to_dict(self) -> dict:
         return {"version": STATE_VERSION, "next_id": self.next_id, "last_pass": self.last_pass,
-                "jobs": [j.to_dict() for j in self.jobs.values()],
+                "jobs": [self._job_dict(j) for j in self.jobs.values()],
                 "reservations": [r.to_dict() for r in self.reservations.values()
                                  if r.name not in self._calendar_names],  # (those come from the site's calendar)
                 "nodes": self.topology.node_states(), "node_notes": dict(self.node_notes),
@@ -1076,6 +1103,7 @@ class _Gate:
                             for k, t in sched._tally.items()}
         self.narrows = bool(sched.quotas.host_sets)  # the quotas narrow where a job may go
         self._narrowed: dict[tuple, Request | str] = {}
+        self._closes: dict[tuple, frozenset[str]] = {}
 
     def __call__(self, job: Job) -> str | None:
         sched, tally = self.sched, self.tally
@@ -1117,8 +1145,21 @@ class _Gate:
             self._narrowed[key] = out
         return out
 
+    def closes(self, job: Job) -> frozenset[str]:
+        """After `job` was held back: its attributes whose value alone holds back every job
+        sharing it for the rest of the pass (see Quotas.closes).  (Jobs alike by names
+        share one answer until the walk starts a job.)"""
+        if not self.sched.quotas:
+            return frozenset()
+        key = (job.owner, job.group, job.account, job.queue)
+        out = self._closes.get(key)
+        if out is None:
+            out = self._closes[key] = self.sched.quotas.closes(job, self.tally["rqs"])
+        return out
+
     def started(self, job: Job, allocation: Allocation) -> None:
         self.running.append(job)
         self._narrowed.clear()
+        self._closes.clear()
         self.sched._count_running(self.tally, job, 1, allocation)
         self.sched.policy.started(job, self.ctx, self.tally)

@@ -70,14 +70,15 @@ def resource_list(job: Job) -> dict:
 
 
 def attributes(job: Job, site: Site, now: float, jobs: dict | None = None, flavor: str = "",
-               topology=None, priority=None, viewer: str | None = None) -> dict:
+               topology=None, priority=None, viewer: str | None = None, comment: str | None = None) -> dict:
     """The job's attributes in qstat -f order, values typed, in the flavor's vocabulary
     (`flavor` overrides the site's: JSON is always OpenPBS's).  On a Cray `topology`, a
     placed job's `nid_list` too (PSC's attribute: the node ids it runs on); on a Blue
     Gene its block size.  `priority(job)`: a waiting job's priority under the site's
     policy, shown as `sched_priority` (None: the policy has no number to show).  A
     `viewer` who is neither the owner nor an operator sees no environment (Variable_List)
-    and no command line, as PBS hides them."""
+    and no command line, as PBS hides them.  `comment`: the comment to show (by default
+    the job's own; the scheduler's `comment` adds the quota holds it works out when asked)."""
     flavor = flavor or site.flavor
     private = viewer is not None and viewer != job.owner and not site.is_operator(viewer)
     torque = flavor == "torque"
@@ -141,8 +142,9 @@ def attributes(job: Job, site: Site, now: float, jobs: dict | None = None, flavo
         a["exit_status" if torque else "Exit_status"] = status
         if not torque:
             a["obittime"] = ctime(job.end_time)
-    if job.comment or not torque:
-        a["comment"] = job.comment or _comment(job)
+    comment = job.comment if comment is None else comment
+    if comment or not torque:
+        a["comment"] = comment or _comment(job)
     if "submit_args" in x and not private:
         a["submit_args" if torque else "Submit_arguments"] = x["submit_args"]
     return a
@@ -359,7 +361,8 @@ def qstat(opts: list[tuple[str, str]], ids: list[str], out, now: float) -> int:
             return factors.get("priority", factors.get("score"))
         viewer = whoami()
         items = [(common.display_id(j, site.server), attributes(j, site, now, sched.jobs, vocabulary,
-                                                                   sched.topology, priority, viewer)) for j in jobs]
+                                                                   sched.topology, priority, viewer,
+                                                                   sched.comment(j))) for j in jobs]
         if o["F"] == "json":
             doc = {"timestamp": int(now), "pbs_version": common.VERSION, "pbs_server": site.server}
             if items:

@@ -21,7 +21,9 @@ node a generator over its children's), so a pass that walks a few jobs of a mill
 pending pays for those few and for the tree, not for the million; tests/test_sharetree.py
 checks it against a plain reference that ranks every job.  A walk that only backfills
 reads the order through `Order`, which passes over whole blocks of jobs that cannot start
-now, as the static policies' backlog does (core/backlog.py), keeping every rank exact.
+now, as the static policies' backlog does (core/backlog.py), keeping every rank exact; and
+a walk whose quotas hold back a whole group or user (Quotas.closes) has it pass over that
+node's subtree from then on.
 
 A child named `default` stands for every user (project, group) its siblings do not name:
 each gets its own copy, with the default's shares (Grid Engine's `default` leaf).  A job
@@ -43,6 +45,7 @@ from ..core.usage import Key, Usage
 _SECOND = itemgetter(1)
 LEVELS = ("group", "project", "user")
 _ATTR = {"user": 0, "group": 1, "project": 2}  # kind -> index in a usage key (user, group, project)
+_KIND_ATTR = {"user": "owner", "group": "group", "project": "account"}  # kind -> the job's attribute
 
 
 def _by_name(node: "Node") -> tuple[str, str]:
@@ -366,15 +369,53 @@ class Order(Sieved):
     alone.  Only a tie on value, broken by job id, needs a job passed over: a leaf finds it
     by position, a node by reading its plain order (`_ranked`).  Every stream is sorted by
     (-value, job id), so the order of the jobs yielded is the plain merge's.
-    tests/test_sharetree.py checks it against `ranked` under random sieves."""
+
+    `close` shuts a node's stream for the rest of the pass: its parent treats it as ended,
+    so its remaining jobs count into the ranks as jobs passed over, and the order of the
+    other jobs is unchanged.  tests/test_sharetree.py checks both against `ranked`, under
+    random sieves and random closes."""
+
+    closable = True
 
     def __init__(self, tree: ShareTree, top: Node):
         self.tree, self.top = tree, top
         self.sieve, self.passed = None, 0
+        self.closed: set[Node] = set()  # subtrees passed over from now on (see close)
         self._ids: dict[Node, list[int]] = {}  # node -> its jobs' ids in its order (ties)
 
     def __iter__(self) -> Iterator[Job]:
-        return map(_SECOND, self._stream(self.top, False))
+        if any(c.pending for c in self.top.children.values()):
+            return map(_SECOND, self._stream(self.top, False))
+        return self._leaf()
+
+    def _leaf(self) -> Iterator[Job]:
+        for _, job in self._stream(self.top, False):
+            yield job
+            if self.closed:
+                return
+
+    def close(self, job: Job, attrs: frozenset[str]) -> None:
+        """Pass over, from now on, the subtree of `job`'s highest node (up to the top)
+        whose kind is one of `attrs`: every job under it has the node's name as that
+        attribute.  Its parent counts its jobs into the ranks as jobs passed over."""
+        node, found = self.tree._of.get(job.id), None
+        while node is not None:
+            if _KIND_ATTR.get(node.kind) in attrs:
+                found = node
+            if node is self.top:
+                break
+            node = node.parent
+        if found is not None:
+            self.closed.add(found)
+
+    def covers(self, job: Job) -> bool:
+        """Is `job` in a subtree passed over?"""
+        node, closed = self.tree._of.get(job.id), self.closed
+        while node is not None:
+            if node in closed:
+                return True
+            node = node.parent
+        return False
 
     def _stream(self, node: Node, ranks: bool) -> Iterator[tuple[int, Job]]:
         """(rank at `node`, job) of its pending jobs in order, narrowed by the sieve; the
@@ -408,11 +449,14 @@ class Order(Sieved):
                 heap.append((-stts[i] / (bases[i] + r), job.id, i, r, job))
         heapq.heapify(heap)
         pop, replace = heapq.heappop, heapq.heapreplace
+        closed, nk = self.closed, len(kids)  # (a closed child's stream is never read again)
         if not ranks:  # the top: only the order counts
             while heap:
+                if closed and node in closed:
+                    return
                 i, job = heap[0][2], heap[0][4]
                 yield 0, job
-                nxt = next(streams[i], None)
+                nxt = None if closed and i < nk and kids[i] in closed else next(streams[i], None)
                 if nxt is None:
                     pop(heap)
                 else:
@@ -437,7 +481,7 @@ class Order(Sieved):
             rank += r - counted[i]  # its own source's, up to it
             counted[i] = r
             yield rank, job
-            nxt = next(streams[i], None)
+            nxt = None if closed and i < nk and kids[i] in closed else next(streams[i], None)
             if nxt is None:
                 pop(heap)
                 limit[i] = totals[i]
@@ -445,7 +489,7 @@ class Order(Sieved):
                 r, job = nxt
                 limit[i] = r - 1
                 replace(heap, (-stts[i] / (bases[i] + r), job.id, i, r, job))
-            if limit[i] > counted[i] and i < len(kids):
+            if limit[i] > counted[i] and i < nk:
                 lagging.add(i)
 
     def _before(self, node: Node, lo: int, hi: int, x: float, jid: int) -> int:
