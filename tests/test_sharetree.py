@@ -275,8 +275,8 @@ def test_a_closed_order_yields_the_plain_order_less_the_closed_subtrees_from_the
     for job in order:
         got.append(job)
         if rng.random() < 0.08:
-            closes[len(got) - 1] = rng.choice(CLOSES)
-            order.close(job, closes[len(got) - 1])
+            attrs = closes[len(got) - 1] = rng.choice(CLOSES)
+            assert order.close(job, attrs) == (closed_node(tree, job, attrs, order.top) is not None)
     # the model: the plain order, each job dropped once a node above it is closed
     def above(job):
         node, path = tree._of[job.id], set()

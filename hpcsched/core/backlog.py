@@ -100,9 +100,10 @@ class Sieved:
     #: held back, not waiting for resources.
     closable = False
 
-    def close(self, job: Job, attrs: frozenset[str]) -> None:
+    def close(self, job: Job, attrs: frozenset[str]) -> bool:
         """Pass over, from now on, the jobs whose value of one of `attrs` is `job`'s (as
-        many of them as the order can tell apart; jobs it cannot are yielded as before)."""
+        many of them as the order can tell apart; jobs it cannot are yielded as before).
+        False if it can tell none apart."""
         raise NotImplementedError
 
     def covers(self, job: Job) -> bool:

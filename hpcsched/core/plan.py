@@ -316,8 +316,7 @@ class Walk:
 
     def _close(self, order: Sieved, job: Job) -> None:
         attrs = self.gate.closes(job)
-        if attrs:
-            order.close(job, attrs)
+        if attrs and order.close(job, attrs):
             self.closer = order
 
     def _hold(self, job: Job, request: Request, need: int, access: AccessKey,

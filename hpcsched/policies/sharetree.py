@@ -394,7 +394,7 @@ class Order(Sieved):
             if self.closed:
                 return
 
-    def close(self, job: Job, attrs: frozenset[str]) -> None:
+    def close(self, job: Job, attrs: frozenset[str]) -> bool:
         """Pass over, from now on, the subtree of `job`'s highest node (up to the top)
         whose kind is one of `attrs`: every job under it has the node's name as that
         attribute.  Its parent counts its jobs into the ranks as jobs passed over."""
@@ -405,8 +405,10 @@ class Order(Sieved):
             if node is self.top:
                 break
             node = node.parent
-        if found is not None:
-            self.closed.add(found)
+        if found is None:
+            return False
+        self.closed.add(found)
+        return True
 
     def covers(self, job: Job) -> bool:
         """Is `job` in a subtree passed over?"""
