@@ -254,19 +254,13 @@ class Walk:
             if gate is not None:
                 why = gate(job)
                 if why:
-                    self._give_back(job, mine)
-                    plan.reasons[job.id] = why
-                    if closer is not None and not kept:  # (a kept reservation must be given back)
-                        self._close(closer, job)
+                    self._held_back(plan, job, mine, why, None if kept else closer)
                     continue
             request = job.request if self.placed is None else self.placed(job)
             if gate is not None and gate.narrows:
                 request = gate.narrow(job, request)
                 if isinstance(request, str):
-                    self._give_back(job, mine)
-                    plan.reasons[job.id] = request
-                    if closer is not None and not kept:
-                        self._close(closer, job)
+                    self._held_back(plan, job, mine, request, None if kept else closer)
                     continue
             need = self.topology.need(request)
             if mine is not None:
@@ -314,10 +308,16 @@ class Walk:
             waiting_ahead = True
         self.made, self.waiting_ahead = made, waiting_ahead
 
-    def _close(self, order: Sieved, job: Job) -> None:
-        attrs = self.gate.closes(job)
-        if attrs and order.close(job, attrs):
-            self.closer = order
+    def _held_back(self, plan: Plan, job: Job, mine, why: str, closer: Sieved | None) -> None:
+        """The gate holds `job` back: its kept reservation goes, its reason is noted, and
+        `closer` (None while kept reservations must still be given back one by one)
+        passes over the jobs the gate says it holds back with it."""
+        self._give_back(job, mine)
+        plan.reasons[job.id] = why
+        if closer is not None:
+            attrs = self.gate.closes(job)
+            if attrs and closer.close(job, attrs):
+                self.closer = closer
 
     def _hold(self, job: Job, request: Request, need: int, access: AccessKey,
               now: float) -> tuple[float, Allocation] | None:

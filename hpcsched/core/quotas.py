@@ -310,14 +310,14 @@ class Quotas:
                 continue
             bound = [(attr, f) for attr, f in rule.filters if not f.all]  # (a filter of every name, summed)
             if not bound:  # a rule for everyone: the first of its set counts every job here
-                if s.rules[0] is rule:
+                if key[1] == 0:
                     return _EVERY
                 continue
             if len(bound) > 1:
                 continue
             attr = bound[0][0]
             value = getattr(job, attr)
-            earlier = s.rules[:s.rules.index(rule)]  # none of them may match a job with this value first
+            earlier = s.rules[:key[1]]  # (key: set, rule, names) none of them may match a job with this value first
             if all(any(a == attr and not f.matches(value) for a, f in r.filters) for r in earlier):
                 return frozenset((attr,))
         return frozenset()
