@@ -2,7 +2,7 @@
 import random
 
 import pytest
-from helpers import scheduler
+from helpers import job, scheduler
 from oracle import naive_conservative, naive_easy
 
 from hpcsched import ALL, Job, Request
@@ -145,3 +145,61 @@ def test_conservative_refuses_no_count_feasible_backfill():
             (3.0, 1, 50.0, 50.0)]
     assert naive_conservative(jobs, 8) == {0: 0.0, 1: 0.0, 2: 100.0, 3: 10.0, 4: 3.0}
     assert replay(scheduler(8, depth=ALL), jobs) == naive_conservative(jobs, 8)
+
+
+@pytest.mark.parametrize("depth", [ALL, 3])
+@pytest.mark.parametrize("seed", range(40))
+def test_counts_kept_in_place_decide_as_each_tried_in_turn(seed, depth):
+    """A pass starts with last pass's counts in place (Scheduler._keep) only where trying
+    each in turn would keep them all: against a scheduler that always tries each in turn,
+    under overruns, nodes going down and up, walltimes altered, deletions and holds."""
+    from hpcsched import NodeState
+    rng = random.Random(seed)
+    machine = rng.choice([8, 16, 33])
+    fast = scheduler(machine, depth=depth, overrun_grace=rng.choice([30, 300]))
+    turn = scheduler(machine, depth=depth, overrun_grace=fast.settings.overrun_grace)
+    turn._hold_in_base = lambda now: None  # no counts in place: each tried in turn
+    now, ends, in_place = 0.0, {}, 0
+    for step in range(150):
+        now += rng.choice([0, 1, 5, 30, 120])
+        what = rng.random()
+        queued = sorted(j.id for j in fast.jobs.values() if j.state.value == "Q")
+        if what < 0.45:
+            event = ("submit", rng.choice([1, 1, 2, 3, machine // 4 or 1, machine // 2, machine]),
+                     float(rng.choice([10, 60, 300, 1000])))
+        elif what < 0.7 and ends:
+            event = ("end", min(ends, key=lambda j: (ends[j], j)))  # (maybe past its walltime: an overrun)
+        elif what < 0.78:
+            name = f"n{rng.randrange(machine):02d}"
+            busy = any(name in j.nodes for j in fast.running())
+            event = None if busy else ("node", name, rng.choice([NodeState.DOWN, NodeState.UP, NodeState.UP]))
+        elif what < 0.9 and queued:
+            jid, act = queued[rng.randrange(len(queued))], rng.random()
+            event = (("alter", jid, float(rng.choice([10, 60, 300, 1000]))) if act < 0.4 else
+                     ("delete", jid) if act < 0.7 else ("hold", jid))
+        else:
+            event = None
+        for s in (fast, turn):
+            if event is None:
+                pass
+            elif event[0] == "submit":
+                s.submit(job(event[1], event[2]), now)
+            elif event[0] == "end":
+                s.job_ended(event[1], now, 0)
+            elif event[0] == "node":
+                s.set_node_state(event[1], event[2])
+            elif event[0] == "alter":
+                s.alter(event[1], now, walltime=event[2])
+            else:
+                getattr(s, event[0])(event[1], now)
+        a, b = fast.iterate(now), turn.iterate(now)
+        in_place += bool(fast._base_holds)
+        assert [(x.job_id, x.allocation.nodes) for x in a.started] == \
+               [(x.job_id, x.allocation.nodes) for x in b.started], (seed, step)
+        assert {j: t for j, (t, _) in a.reserved.items()} == {j: t for j, (t, _) in b.reserved.items()}, (seed, step)
+        assert a.held == b.held, (seed, step)
+        for x in a.started:
+            ends[x.job_id] = now + rng.choice([0.5, 1.0, 1.5]) * fast.job(x.job_id).walltime
+        for j in [j for j in ends if fast.job(j).state.value not in ("R", "E")]:
+            del ends[j]
+    assert in_place  # (the path under test was taken)

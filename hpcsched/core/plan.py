@@ -269,8 +269,9 @@ class Walk:
                 if (count == need and t0 > now and made < depth and not acc and not prof.reservations
                         and self.topology.interchangeable(request) and prof.stays(need, t0, job.walltime)):
                     # A held count that cannot move earlier stays where it is, as the walk
-                    # would find it again: no start now, the same earliest start.
-                    plan.reserved[job.id] = (t0, self._shown(request, t0, acc))
+                    # would find it again: no start now, the same earliest start (and the
+                    # same nodes named for it).
+                    plan.reserved[job.id] = (t0, mine[3])
                     self.held[job.id] = count
                     made += 1
                     waiting_ahead = True

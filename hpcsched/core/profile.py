@@ -98,7 +98,7 @@ class Profile:
         self.drop_before(now)
         p = Profile(now, 0, reservations, slop)
         p.times, p.free, p.rel, p.take = self.times[:], self.free[:], self.rel[:], self.take[:]
-        p.resv, p.held, p._known = self.resv[:], self.held[:], self._known
+        p.resv, p.held, p._known, p.holding = self.resv[:], self.held[:], self._known, self.holding
         p.ensure(now + LAID_OUT)
         return p
 
@@ -186,15 +186,23 @@ class Profile:
     def release(self, units: int, t0: float, t1: float) -> None:
         """Give `units` back to the free set over [t0, t1) (undo an `occupy`)."""
         span = self._change(units, t0, t1, False)
-        if span is None:
-            return
-        # a boundary that no longer changes anything goes, so profiles do not silt up
+        if span is not None:
+            self._unsplit(span)
+
+    def _unsplit(self, span: range) -> None:
+        """A boundary at either end of `span` that no longer changes anything goes, so
+        profiles do not silt up (given-back promises and bookings leave none behind)."""
+        kept = self._rooms_valid()
         for k in (span.stop, span.start):
             if (0 < k < len(self.times) and not self.rel[k] and not self.take[k]
                     and self.resv[k] == self.resv[k - 1] and self.held[k] == self.held[k - 1]):
                 del self.times[k], self.free[k], self.rel[k], self.take[k], self.resv[k], self.held[k]
                 if k < self._known:
                     self._known -= 1
+                if kept:
+                    del self._room[k]
+        if kept:
+            self._keep_rooms()
 
     def hold(self, count: int, t0: float, t1: float) -> None:
         """Promise `count` units, on no unit in particular, over [t0, t1) (a negative count
@@ -202,10 +210,14 @@ class Profile:
         time stay free until a booking takes them, so jobs started in time order can
         always be given units when, at every time, the promised counts fit (an interval
         graph is coloured greedily in start order)."""
-        t0 = max(t0, self.now)
-        if t1 <= t0:
+        if t1 <= max(t0, self.now):
+            if count < 0 and t0 < t1:  # a promise whose time went by: it holds nothing now
+                self.holding -= 1
             return
-        self._promised(self._span(t0, t1), count)
+        span = self._span(max(t0, self.now), t1)
+        self._promised(span, count)
+        if count < 0:
+            self._unsplit(span)
 
     def _promised(self, span: range, count: int) -> None:
         """Add `count` to the units promised over `span` (and to the room list, if kept)."""
@@ -236,6 +248,10 @@ class Profile:
                 return False
         self._promised(span, count)
         return True
+
+    def overpromised(self) -> bool:
+        """Is some segment promised more units than it has free (no site reservations)?"""
+        return bool(self.holding) and min(self._rooms()) < 0
 
     def room(self, t0: float, t1: float, access: AccessKey = ()) -> int:
         """The fewest units usable and not promised at any time in [t0, t1)."""
@@ -282,18 +298,24 @@ class Profile:
         it, a start there would overlap only its own promise later on, so it could move;
         if not, only a window ending by that segment could be earlier: none is if no run
         of segments with room before it lasts `duration`.  (The answer giving the count
-        back and asking `earliest_count` gives: see `_Runs`.)"""
-        k = bisect_left(self.times, t0) - 1
-        runs = self._runs(need)
-        return runs.room[k] < need and runs.longest(k) < duration
+        back and asking `earliest_count` gives: see `_Runs`.)
 
-    def _runs(self, need: int) -> "_Runs":
-        """The runs of segments with room for `need`, cached until the profile changes."""
+        Runs with room for fewer units last at least as long, so one for 1 unit, then for
+        the power of two at or below `need`, settle most answers before `need`'s own: a
+        pass reads a few counts' runs, not one per distinct count it keeps."""
+        k = bisect_left(self.times, t0) - 1
         room = self._rooms()
-        runs = self._runs_by_need.get(need)
-        if runs is None:
-            runs = self._runs_by_need[need] = _Runs(self, room, need)
-        return runs
+        if room[k] >= need:
+            return False
+        by_need = self._runs_by_need
+        for n in (1, 1 << max(need.bit_length() - 1, 0), need):
+            if n <= need:
+                runs = by_need.get(n)
+                if runs is None:
+                    runs = by_need[n] = _Runs(self, room, n)
+                if runs.longest(k) < duration:
+                    return True
+        return False
 
     # The units free and not promised per segment (no site reservations), as a list: built
     # when first asked after a booking changed free units, then kept in step by promises
@@ -497,17 +519,18 @@ class _Runs:
     def longest(self, k: int) -> float:
         """The longest time a run of segments with room lasts within segments 0..k-1."""
         best = self.best
-        if k >= len(best):
-            times, room, need, start = self.profile.times, self.room, self.need, self.start
-            top = best[-1]
-            for j in range(len(best) - 1, k):
-                if room[j] < need:
-                    start = None
-                else:
-                    if start is None:
-                        start = times[j] if j else self.profile.now
-                    if times[j + 1] - start > top:
-                        top = times[j + 1] - start
-                best.append(top)
-            self.start = start
-        return best[k]
+        if k < len(best):
+            return best[k]
+        times, room, need, start = self.profile.times, self.room, self.need, self.start
+        top = best[-1]
+        for j in range(len(best) - 1, k):
+            if room[j] < need:
+                start = None
+            else:
+                if start is None:
+                    start = times[j] if j else self.profile.now
+                if times[j + 1] - start > top:
+                    top = times[j + 1] - start
+            best.append(top)
+        self.start = start
+        return top

@@ -122,6 +122,11 @@ class Scheduler:
         self._dirty = True
         # running jobs' units over time, kept up to date as jobs start and end (see _profile)
         self._base: Profile | None = None
+        # the counts last pass's plan holds, kept in `_base` too so that the next pass
+        # starts with them in place (see _keep): job id -> (start, end, units); only
+        # while `_base` is the profile `_holds_in` names
+        self._base_holds: dict[int, tuple[float, float, int]] = {}
+        self._holds_in: Profile | None = None
         self._ends: list[tuple[float, int]] = []  # (start + walltime, job id) of running jobs
         self._overrun: set[int] = set()  # running past their walltime
         # for a static policy, the runnable jobs kept in priority order between passes, so
@@ -433,7 +438,7 @@ class Scheduler:
             gate = _Gate(self, now) if self._gated() else None
             order, last = self._prioritise(now, gate.ctx if gate else None)
             plan = Plan(now)
-            walk = self._walk = Walk(self.topology, self._profile(now), depth, self._access, gate,
+            walk = self._walk = Walk(self.topology, self._profile(now, holds=self.settings.depth > 1), depth, self._access, gate,
                                      self.settings.backfill, counts=self.settings.depth > 1 and not self.reservations,
                                      placed=self.placed if self._bound else None)
             walk.run(now, order, plan, self._keep(walk.profile, now), last, compress)
@@ -952,16 +957,22 @@ class Scheduler:
         overruns and reservations; no waiting job placed yet)."""
         return self._profile(now)
 
-    def _profile(self, now: float) -> Profile:
-        """This pass's profile: running jobs (kept between passes), reservations, overruns."""
+    def _profile(self, now: float, holds: bool = False) -> Profile:
+        """This pass's profile: running jobs (kept between passes), reservations, overruns;
+        with `holds`, also the counts last pass's plan held (see _keep)."""
         base = self._base
         if base is None:
             base = self._base = Profile.from_running(now, self.topology.available(), [
                 (j.start_time + j.walltime, self._units[j.id]) for j in self._active.values()])
             self._ends = [(j.start_time + j.walltime, j.id) for j in self._active.values()]
             heapq.heapify(self._ends)
+        if holds:
+            self._hold_in_base(now)
         resv = [(r, self._res_units[r.name]) for r in self.reservations.values()]
         profile = base.derive(now, resv, self.settings.reservation_slop)
+        if not holds:
+            for t0, t1, count in self._holds().values():
+                profile.hold(-count, t0, t1)
         # a job past its walltime is still there: expect it to end `overrun_grace` from now
         while self._ends and self._ends[0][0] <= now:
             end, jid = heapq.heappop(self._ends)
@@ -974,12 +985,53 @@ class Scheduler:
                 profile.occupy(self._units[jid], now, now + grace)
         return profile
 
+    def _holds(self) -> dict[int, tuple[float, float, int]]:
+        """The counts `_base` holds (none once it was built again)."""
+        if self._holds_in is not self._base:
+            self._base_holds, self._holds_in = {}, self._base
+        return self._base_holds
+
+    def _hold_in_base(self, now: float) -> None:
+        """Make the counts `_base` holds last pass's, as this pass at `now` keeps them:
+        those of jobs gone given back, those whose time came moved to now (none if any of
+        its reservations is on units, or with site reservations).  Only those that
+        change move, so a pass starts with its counts in place (see _keep)."""
+        held, want = self._holds(), {}
+        for jid, (t, _, count) in self._booked.items():
+            job = self._queued.get(jid)
+            if job is None:
+                continue
+            if not count or self.reservations:
+                want = {}  # (kept in turn, by _keep)
+                break
+            t0 = max(t, now)
+            want[jid] = (t0, t0 + job.walltime, count)
+        base = self._base
+        for jid, span in held.items():
+            if want.get(jid) != span:
+                base.hold(-span[2], span[0], span[1])
+        for jid, span in want.items():
+            if held.get(jid) != span:
+                base.hold(span[2], span[0], span[1])
+        self._base_holds = want
+
     def _keep(self, profile: Profile, now: float) -> dict[int, tuple[float, int, int, Allocation]]:
         """Last pass's reservations that still hold, occupied (or held as counts) in
-        `profile` (depth > 1): job id -> (start, units, count, allocation)."""
+        `profile` (depth > 1): job id -> (start, units, count, allocation).
+
+        `profile` comes with last pass's counts in place, as this pass keeps them
+        (`_profile(holds=True)`).  If no segment is promised more units than it has free,
+        each would have been promised in turn (Profile.promise), so all of them stand;
+        else they are given back, and each is tried in turn."""
         kept = {}
         if self.settings.depth <= 1:
             return kept
+        held = self._holds()
+        if held:
+            if not profile.overpromised():
+                return {jid: (t0, 0, count, self._booked[jid][1]) for jid, (t0, _, count) in held.items()}
+            for t0, t1, count in held.values():
+                profile.hold(-count, t0, t1)
         for jid, (t, alloc, count) in self._booked.items():
             job = self._queued.get(jid)
             if job is None:

@@ -17,6 +17,7 @@ checks one against the other.
 from __future__ import annotations
 
 import math
+from operator import itemgetter
 from typing import Iterator
 
 from ..core.plan import Plan
@@ -28,6 +29,7 @@ DOWN, BUSY, RUNNING, DRAINED, DRAINING = (STATES.index(s) for s in ("Down", "Bus
                                                                    "Draining"))
 _DRAIN, _UNALLOCATED = combo(IDLE, True, False), combo(IDLE, False, False)
 _BUSY_RSV, _BUSY = combo(BUSY, True, True), combo(BUSY, False, True)
+_START_ID = itemgetter(0, 1)  # a reservation's (start, id): the order tallies read them in
 
 
 def _state(m: int, used: int, down: int, offline: int) -> int:
@@ -76,7 +78,7 @@ class Sampler:
         for jid, (t, alloc) in plan.reserved.items():
             out.append((t, str(jid), alloc.units, plan.held.get(jid)))
         if len(out) > 1:  # (EASY has one)
-            out.sort(key=lambda r: (r[0], r[1]))
+            out.sort(key=_START_ID)
         covered = 0
         for t, rid, units, count in out:
             if count:
