@@ -84,6 +84,8 @@ def build(nodes, cf, usage, running, finished, pending, make=lambda jid: (Job(id
             rec = ledger.record(keys[n])
             rec.buckets[0] = [usage.get(n, 0.0), finished.get(n, 0.0)]
             rec.running = running.get(n, 0)
+            if rec.running:
+                ledger.running[keys[n]] = rec
     tree.compute(ledger, 0.0)
     return tree
 

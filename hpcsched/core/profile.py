@@ -221,14 +221,11 @@ class Profile:
 
     def _promised(self, span: range, count: int) -> None:
         """Add `count` to the units promised over `span` (and to the room list, if kept)."""
-        held = self.held
-        for k in span:
-            held[k] += count
+        a, b = span.start, span.stop
+        self.held[a:b] = [h + count for h in self.held[a:b]]
         kept = self._rooms_valid()
         if kept:
-            room = self._room
-            for k in span:
-                room[k] -= count
+            self._room[a:b] = [r - count for r in self._room[a:b]]
         self.holding += 1 if count > 0 else -1
         self.changes += 1
         if kept:

@@ -61,6 +61,7 @@ class Usage:
         self.width = window / BUCKETS if window else 0.0
         self.epoch = 0.0
         self.records: dict[Key, Record] = {}
+        self.running: dict[Key, Record] = {}  # the records with jobs running (what accrues)
         self.version = 0  # bumped by every charge: readers cache what they derive from it
 
     # --- charging ------------------------------------------------------------------------
@@ -112,6 +113,7 @@ class Usage:
         self._accrue(rec, t)
         rec.rate += rate
         rec.running += 1
+        self.running[key] = rec
 
     def ended(self, key: Key, rate: float, t: float, cpu: float = 0.0) -> None:
         """A job of `key` that accrued `rate` ends at `t` (having used `cpu` CPU-seconds)."""
@@ -119,13 +121,14 @@ class Usage:
         self._accrue(rec, t)
         rec.rate = max(rec.rate - rate, 0.0) if rec.running > 1 else 0.0  # (no drift when none runs)
         rec.running -= 1
+        if rec.running <= 0:
+            self.running.pop(key, None)
         self._add(rec, t, cpu if self.metric == "cpu" else 0.0, 1.0)
 
     def accrue(self, t: float) -> None:
         """Charge every running record up to `t` (each pass)."""
-        for rec in self.records.values():
-            if rec.running:
-                self._accrue(rec, t)
+        for rec in self.running.values():
+            self._accrue(rec, t)
 
     def charge(self, key: Key, amount: float, t: float) -> None:
         """An operator's adjustment (or a driver's charge): `amount` at `t`, decayed from then."""
@@ -190,7 +193,7 @@ class Usage:
     def restore(self, d: dict, running: list[tuple[Key, float]]) -> None:
         """Load `to_dict`'s output; `running` gives each running job's (key, rate)."""
         self.epoch = float(d.get("epoch", 0.0))
-        self.records = {}
+        self.records, self.running = {}, {}
         for user, group, project, since, buckets in d.get("records", []):
             rec = self.record((str(user), str(group), str(project)))
             rec.since = float(since)
@@ -199,4 +202,5 @@ class Usage:
             rec = self.record(key)
             rec.rate += rate
             rec.running += 1
+            self.running[key] = rec
         self.version += 1

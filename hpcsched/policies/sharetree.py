@@ -233,15 +233,20 @@ class ShareTree:
         part of the tree, not the whole."""
         for node in self._touched:
             node.clear()
+        if len(usage.records) != self._resolved:  # new records: their usage counts on their nodes
+            for key in usage.records:
+                if key not in self._where:
+                    self.node_of(key)
+            self._resolved = len(usage.records)
         root = self.root
         active = {root}
-        for key, rec in usage.records.items():
-            if rec.running:
-                node = self.node_of(key)
-                while node is not None:
-                    node.running += rec.running
-                    active.add(node)
-                    node = node.parent
+        where = self._where
+        for key, rec in usage.running.items():
+            node = where[key]
+            while node is not None:
+                node.running += rec.running
+                active.add(node)
+                node = node.parent
         for node in self._holding:
             while node is not None and node not in active:
                 active.add(node)
@@ -253,11 +258,6 @@ class ShareTree:
                 kids.setdefault(node.parent, []).append(node)
         self._kids = kids
         root.ltt = root.oltt = root.stt = root.ostt = 1.0
-        if len(usage.records) != self._resolved:  # new records: their usage counts on their nodes
-            for key in usage.records:
-                if key not in self._where:
-                    self.node_of(key)
-            self._resolved = len(usage.records)
         self._usage, self._t = usage, t
         self._targets(root, usage, t)
 
