@@ -255,6 +255,8 @@ class Profile:
         self.ensure(t1)
         times, n = self.times, len(self.times)
         k = self.segment(t0)
+        if not access and not self.reservations:  # (read from the room list)
+            return min(self._rooms()[k:bisect_left(times, t1, k + 1)])
         least = self.usable(k, access).bit_count() - self.held[k]
         k += 1
         while k < n and times[k] < t1:
@@ -267,9 +269,28 @@ class Profile:
         `duration` (counts only: a reservation `hold` keeps).  One scan: a segment without
         room rules out every start up to it."""
         times, held = self.times, self.held
-        room = None if self.reservations else self._rooms()  # (the same, read from the list)
         c = self.segment(max(not_before, self.now))
         k = c  # segments c..k-1 are known to have room
+        if not self.reservations:  # the same, read from the room list (no segment comes or goes)
+            room, n, limit = self._rooms(), len(times), self.limit
+            while c < n:
+                if room[c] < need:  # (no start in a segment without room)
+                    c += 1
+                    continue
+                t = times[c] if times[c] > not_before else not_before
+                end = t + duration
+                if end > limit:
+                    return None
+                if k <= c:
+                    k = c + 1
+                while k < n and times[k] < end:
+                    if room[k] < need:
+                        break
+                    k += 1
+                else:
+                    return t
+                c = k = k + 1
+            return None
         while c < len(times):
             t = times[c] if times[c] > not_before else not_before
             end = t + duration
@@ -278,10 +299,7 @@ class Profile:
             if end > self.horizon:
                 self.ensure(end)
             while k < len(times) and times[k] < end:
-                if room is None:
-                    if self.usable(k, access).bit_count() - held[k] < need:
-                        break
-                elif room[k] < need:
+                if self.usable(k, access).bit_count() - held[k] < need:
                     break
                 k += 1
             else:
