@@ -1006,13 +1006,14 @@ class Scheduler:
                 break
             t0 = max(t, now)
             want[jid] = (t0, t0 + job.walltime, count)
-        base = self._base
-        for jid, span in held.items():
-            if want.get(jid) != span:
-                base.hold(-span[2], span[0], span[1])
-        for jid, span in want.items():
-            if held.get(jid) != span:
-                base.hold(span[2], span[0], span[1])
+        if want != held:
+            base = self._base
+            for jid, span in held.items():
+                if want.get(jid) != span:
+                    base.hold(-span[2], span[0], span[1])
+            for jid, span in want.items():
+                if held.get(jid) != span:
+                    base.hold(span[2], span[0], span[1])
         self._base_holds = want
 
     def _keep(self, profile: Profile, now: float) -> dict[int, tuple[float, int, int, Allocation]]:
