@@ -438,7 +438,8 @@ class Scheduler:
             gate = _Gate(self, now) if self._gated() else None
             order, last = self._prioritise(now, gate.ctx if gate else None)
             plan = Plan(now)
-            walk = self._walk = Walk(self.topology, self._profile(now, holds=self.settings.depth > 1), depth, self._access, gate,
+            profile = self._profile(now, holds=self.settings.depth > 1)
+            walk = self._walk = Walk(self.topology, profile, depth, self._access, gate,
                                      self.settings.backfill, counts=self.settings.depth > 1 and not self.reservations,
                                      placed=self.placed if self._bound else None)
             walk.run(now, order, plan, self._keep(walk.profile, now), last, compress)
