@@ -154,6 +154,31 @@ def test_profile_masks_match_a_naive_timeline(seed):
         assert q.mask(q.segment(when)) == naive_free(ops, available, max(when, 50.0))
 
 
+def naive_room(p, t0, t1):
+    """The fewest units free and not promised in [t0, t1), segment by segment from the masks."""
+    ks = [k for k in range(len(p.times)) if p.times[k] < t1 and (k + 1 == len(p.times) or p.times[k + 1] > t0)]
+    return min(p.mask(k).bit_count() - p.held[k] for k in ks)
+
+
+def naive_earliest_count(p, wall, need, not_before):
+    """The first of not_before and the later boundaries where `need` units have room for `wall`."""
+    for t in [not_before] + [t for t in p.times if t > not_before]:
+        if t + wall > p.limit:
+            return None
+        if naive_room(p, t, t + wall) >= need:
+            return t
+    return None
+
+
+def checked_earliest_count(p, wall, need, not_before=0.0):
+    """`earliest_count` (read from the room list) and `room`, against the naive reads."""
+    t0 = p.earliest_count(wall, (), need, not_before)
+    assert t0 == naive_earliest_count(p, wall, need, not_before)
+    if t0 is not None:
+        assert p.room(t0, t0 + wall) == naive_room(p, t0, t0 + wall)
+    return t0
+
+
 @pytest.mark.parametrize("seed", range(40))
 def test_a_held_count_stays_exactly_when_giving_it_back_finds_it_again(seed):
     """`stays` (read from cached runs) against the definition: give the count back and ask
@@ -171,7 +196,7 @@ def test_a_held_count_stays_exactly_when_giving_it_back_finds_it_again(seed):
     held = []  # (need, t0, walltime)
     for _ in range(rnd.randrange(3, 15)):
         need, wall = rnd.randrange(1, n + 1), float(rnd.randrange(1, 10) * 10)
-        t0 = p.earliest_count(wall, (), need, 0.0)
+        t0 = checked_earliest_count(p, wall, need, rnd.choice([0.0, 0.0, float(rnd.randrange(0, 100))]))
         if t0 is None:
             continue
         assert p.room(t0, t0 + wall) >= need
@@ -191,7 +216,7 @@ def test_a_held_count_stays_exactly_when_giving_it_back_finds_it_again(seed):
             if t0 <= p.now:
                 continue
             p.hold(-need, t0, t0 + wall)
-            earliest = p.earliest_count(wall, (), need, 0.0)
+            earliest = checked_earliest_count(p, wall, need)
             p.hold(need, t0, t0 + wall)
             assert earliest is not None and earliest <= t0
             assert p.stays(need, t0, wall) == (earliest == t0), (seed, need, t0, wall, earliest)
