@@ -80,16 +80,21 @@ class Sampler:
         if len(out) > 1:  # (EASY has one)
             out.sort(key=_START_ID)
         covered = 0
+        at: dict[float, tuple[int, int, int]] = {}  # start -> (units busy now, free then; their number; idle ones)
         for t, rid, units, count in out:
             if count:
-                free = prof.usable(prof.segment(t))
-                busy_then = (free | idle) ^ idle
-                if new_only and busy_then | covered == covered and (
-                        busy_then.bit_count() >= count or (free & idle) | covered == covered):
+                then = at.get(t)
+                if then is None:
+                    free = prof.usable(prof.segment(t))
+                    busy_then = (free | idle) ^ idle
+                    then = at[t] = (busy_then, busy_then.bit_count(), free & idle)
+                busy_then, n, idle_then = then
+                if new_only and busy_then | covered == covered and (n >= count or idle_then | covered == covered):
                     continue  # whichever it takes, they are covered already
-                units = lowest(busy_then, count)
-                if units.bit_count() < count:
-                    units |= lowest(free & idle, count - units.bit_count())
+                if n > count:
+                    units = lowest(busy_then, count)
+                else:
+                    units = busy_then | lowest(idle_then, count - n)
             elif new_only and units | covered == covered:
                 continue
             covered |= units
