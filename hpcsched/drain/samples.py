@@ -63,7 +63,9 @@ class Sampler:
         """(start, id, units) of every reservation, soonest first (ties by id).  With
         `new_only`, those that cover no node an earlier one does not are left out: they
         change neither a tally's picture nor whom it charges, and in a conservative pass
-        most of the queue is such (a held count's units are worked out only if needed)."""
+        most of the queue is such (a held count's units are worked out only if needed);
+        and held counts that take only units busy now, which no drained node is charged
+        to, come last, one per start."""
         sched, topo, prof = self.sched, self.sched.topology, plan.profile
         out = []
         now = plan.now
@@ -81,6 +83,9 @@ class Sampler:
             out.sort(key=_START_ID)
         covered = 0
         at: dict[float, tuple[int, int, int]] = {}  # start -> (units busy now, free then; their number; idle ones)
+        # With `new_only`, a count that takes only units busy now is charged no drained
+        # node: those of one start are worked out once, for its largest count, at the end.
+        busy_only: dict[float, tuple[int, str]] = {}  # start -> (largest such count, its id)
         for t, rid, units, count in out:
             if count:
                 then = at.get(t)
@@ -92,6 +97,10 @@ class Sampler:
                 if new_only and busy_then | covered == covered and (n >= count or idle_then | covered == covered):
                     continue  # whichever it takes, they are covered already
                 if n > count:
+                    if new_only:
+                        if count > busy_only.get(t, (0, ""))[0]:
+                            busy_only[t] = (count, rid)
+                        continue
                     units = lowest(busy_then, count)
                 else:
                     units = busy_then | lowest(idle_then, count - n)
@@ -99,6 +108,11 @@ class Sampler:
                 continue
             covered |= units
             yield t, rid, units
+        for t, (count, rid) in busy_only.items():
+            units = lowest(at[t][0], count)
+            if units | covered != covered:
+                covered |= units
+                yield t, rid, units
 
     def _jobs(self) -> int:
         """Units running jobs hold."""
