@@ -66,6 +66,7 @@ class NodePool(Topology):
         self.by_nid = {n.nid: i for i, n in enumerate(nodes)}
         self.names = [n.name for n in nodes]
         self._eligible: dict[tuple, int] = {}
+        self._interchangeable: dict[tuple, bool] = {}
         self._node_cores: dict[tuple, int] = {}  # shape -> cores of the nodes it may get
         self._cores: dict[tuple[int, int], tuple] = {}  # (ppn, nodes) -> a whole-node allocation's cores
         self._available: int | None = None
@@ -115,8 +116,12 @@ class NodePool(Topology):
 
     def interchangeable(self, request: Request) -> bool:
         # whole nodes, and every node serves the request: any `need` of them will do
-        return (self.exclusive and self.placement == "first-fit"
-                and self.eligible(request) == (1 << len(self.unit_node)) - 1)
+        key = self.shape(request)
+        ok = self._interchangeable.get(key)
+        if ok is None:  # (asked for every held count of every pass: kept per shape, as `eligible`)
+            ok = self._interchangeable[key] = (self.exclusive and self.placement == "first-fit"
+                                               and self.eligible(request) == (1 << len(self.unit_node)) - 1)
+        return ok
 
     def processors(self, units: int) -> int:
         nodes, unit_node = self.nodes, self.unit_node
