@@ -48,6 +48,8 @@ def check_profile_invariants(p):
         else:
             assert p.free[i] is None
     assert p.takes == sorted(p.takes) and all(t > p.now for t in p.takes)
+    if p._rooms_valid():  # the room list, kept in step by changes, is what building it gives
+        assert p._room == [p.mask(k).bit_count() - p.held[k] for k in range(n)]
 
 
 @pytest.mark.parametrize("seed", range(6))
@@ -141,6 +143,8 @@ def test_profile_masks_match_a_naive_timeline(seed):
             p.release(u, cut, t1)
             ops.append(("release", u, cut, t1))
         check_profile_invariants(p)
+        if rnd.random() < 0.5:  # the room list built, so that later changes keep it in step
+            p._rooms()
         probes = p.times + [rnd.uniform(0, 500) for _ in range(5)]
         for when in probes:  # worked out from the changes alone
             q = unlearned(p)

@@ -168,14 +168,28 @@ class Profile:
             return None
         else:
             span = self._span(t0, t1)
+        kept = self._rooms_valid()
+        if kept:  # the room list follows the spanned segments' counts (their masks known first)
+            self.mask(span.stop - 1)
         if span.start:
             self._edge(span.start, units, busy)
         if span.stop < len(self.times):
             self._edge(span.stop, units, not busy)
         free = self.free
-        for k in range(span.start, min(span.stop, self._known)):
-            free[k] = (free[k] | units) ^ units if busy else free[k] | units
+        if kept:
+            room = self._room
+            for k in span:
+                m = free[k]
+                moved = m & units if busy else units ^ (units & m)
+                if moved:
+                    room[k] += -moved.bit_count() if busy else moved.bit_count()
+                    free[k] = m ^ moved
+        else:
+            for k in range(span.start, min(span.stop, self._known)):
+                free[k] = (free[k] | units) ^ units if busy else free[k] | units
         self.changes += 1
+        if kept:
+            self._keep_rooms()
         return span
 
     def occupy(self, units: int, t0: float, t1: float) -> None:
@@ -336,8 +350,9 @@ class Profile:
         return False
 
     # The units free and not promised per segment (no site reservations), as a list: built
-    # when first asked after a booking changed free units, then kept in step by promises
-    # and new boundaries, which change only counts.  (A performance trick of the count
+    # when first asked (each pass's profile is a new one), then kept in step by bookings,
+    # promises and new boundaries: a booking counts only what it changes in the segments
+    # it spans, where building again would count every segment's units.  (A performance trick of the count
     # reads of conservative backfill: `earliest_count`, `stays`.)
     def _rooms(self) -> list[int]:
         if not self._rooms_valid():
