@@ -50,6 +50,8 @@ def check_profile_invariants(p):
     assert p.takes == sorted(p.takes) and all(t > p.now for t in p.takes)
     if p._rooms_valid():  # the room list, kept in step by changes, is what building it gives
         assert p._room == [p.mask(k).bit_count() - p.held[k] for k in range(n)]
+    if p._counts is not None:  # and so are the free counts a base profile keeps
+        assert p._counts == [p.mask(k).bit_count() for k in range(n)]
 
 
 @pytest.mark.parametrize("seed", range(6))
@@ -145,6 +147,9 @@ def test_profile_masks_match_a_naive_timeline(seed):
         check_profile_invariants(p)
         if rnd.random() < 0.5:  # the room list built, so that later changes keep it in step
             p._rooms()
+        if rnd.random() < 0.2:  # and the free counts a copy's room list is worked out from
+            q = p.derive(p.now, rooms=True)
+            assert q._room == [q.mask(k).bit_count() - q.held[k] for k in range(len(q.times))]
         probes = p.times + [rnd.uniform(0, 500) for _ in range(5)]
         for when in probes:  # worked out from the changes alone
             q = unlearned(p)

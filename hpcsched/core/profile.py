@@ -72,6 +72,7 @@ class Profile:
         # only places a unit's free period can end, which is what `tiers` looks for
         self.takes: list[float] = []
         self._rooms_key, self._room, self._runs_by_need = None, [], {}  # (see _rooms)
+        self._counts: list[int] | None = None  # free units per segment, where kept (see derive)
 
     @classmethod
     def from_running(cls, now: float, available: int, busy: list[tuple[float, int]]) -> "Profile":
@@ -92,13 +93,21 @@ class Profile:
             p.resv, p.held = [()] * n, [0] * n
         return p
 
-    def derive(self, now: float, reservations=(), slop: float = 0.0) -> "Profile":
+    def derive(self, now: float, reservations=(), slop: float = 0.0, rooms: bool = False) -> "Profile":
         """A copy from `now` on, with reservations laid out, for one pass to plan in
-        (this profile, of running jobs only, is kept up to date between passes)."""
+        (this profile, of running jobs only, is kept up to date between passes).  With
+        `rooms`, the copy's room list is worked out from this profile's free counts, kept
+        here from then on by its bookings (conservative passes read the list)."""
         self.drop_before(now)
         p = Profile(now, 0, reservations, slop)
         p.times, p.free, p.rel, p.take = self.times[:], self.free[:], self.rel[:], self.take[:]
         p.resv, p.held, p._known, p.holding = self.resv[:], self.held[:], self._known, self.holding
+        if rooms:
+            if self._counts is None:
+                self.mask(len(self.times) - 1)
+                self._counts = [f.bit_count() for f in self.free]
+            p._room = [c - h for c, h in zip(self._counts, self.held)]
+            p._keep_rooms()
         p.ensure(now + LAID_OUT)
         return p
 
@@ -110,6 +119,8 @@ class Profile:
             del self.times[:k], self.free[:k], self.rel[:k], self.take[:k], self.resv[:k], self.held[:k]
             self._known -= k
             self.rel[0] = self.take[0] = 0
+            if self._counts is not None:
+                del self._counts[:k]
         self.times[0] = self.now = now
 
     # --- structure -------------------------------------------------------------------
@@ -143,6 +154,8 @@ class Profile:
         if kept:  # (the new segment has its neighbour's room)
             self._room.insert(i + 1, self._room[i])
             self._keep_rooms()
+        if self._counts is not None:
+            self._counts.insert(i + 1, self._counts[i])
         return i + 1
 
     def _span(self, t0: float, t1: float) -> range:
@@ -168,21 +181,25 @@ class Profile:
             return None
         else:
             span = self._span(t0, t1)
-        kept = self._rooms_valid()
-        if kept:  # the room list follows the spanned segments' counts (their masks known first)
+        kept, counts = self._rooms_valid(), self._counts
+        if kept or counts is not None:  # kept lists follow the spanned segments' counts
             self.mask(span.stop - 1)
         if span.start:
             self._edge(span.start, units, busy)
         if span.stop < len(self.times):
             self._edge(span.stop, units, not busy)
         free = self.free
-        if kept:
+        if kept or counts is not None:
             room = self._room
             for k in span:
                 m = free[k]
                 moved = m & units if busy else units ^ (units & m)
                 if moved:
-                    room[k] += -moved.bit_count() if busy else moved.bit_count()
+                    n = -moved.bit_count() if busy else moved.bit_count()
+                    if kept:
+                        room[k] += n
+                    if counts is not None:
+                        counts[k] += n
                     free[k] = m ^ moved
         else:
             for k in range(span.start, min(span.stop, self._known)):
@@ -215,6 +232,8 @@ class Profile:
                     self._known -= 1
                 if kept:
                     del self._room[k]
+                if self._counts is not None:
+                    del self._counts[k]
         if kept:
             self._keep_rooms()
 

@@ -970,7 +970,7 @@ class Scheduler:
         if holds:
             self._hold_in_base(now)
         resv = [(r, self._res_units[r.name]) for r in self.reservations.values()]
-        profile = base.derive(now, resv, self.settings.reservation_slop)
+        profile = base.derive(now, resv, self.settings.reservation_slop, rooms=holds and not resv)
         if not holds:
             for t0, t1, count in self._holds().values():
                 profile.hold(-count, t0, t1)
