@@ -1,6 +1,6 @@
 """Parse and simulate real traces: seconds, jobs per second, peak memory.
 
-    python3 benchmarks/simulate.py [--traces DIR] [--only KTH|LUBLIN|RICC] [--timeout S] [--breakdown]
+    python3 benchmarks/simulate.py [--traces DIR] [--only KTH|LUBLIN|RICC] [--timeout S] [--breakdown] [--units]
 
 For each trace: the time to merely parse it (read every record); the time to parse it,
 map every record onto the machine and build its Job object, which any replay through the
@@ -18,6 +18,11 @@ memory stays under 1 GB.
 where a replay's time goes per job: accepting jobs (`submit`), ending them (`job_ended`
 and `forget`), scheduling passes (`iterate`), and the rest (reading and mapping the trace,
 the event loop, the metrics).  The timers add about half a microsecond per call.
+
+--units replays one job stream, lublin_256's first 4,000 jobs with every size scaled from
+its 256 processors, on pools of 1,000, 10,000 and 100,000 units, under EASY and under
+conservative backfill: how each grows with the machine (issue #23 asks that conservative
+grow no worse than EASY).
 """
 from __future__ import annotations
 
@@ -78,6 +83,17 @@ elif what == "breakdown":
     r = simulate(path, policy="fifo", backfill="easy")
     n = r.metrics.jobs
     print(*spent.values(), r.metrics.passes, end=" ")
+elif what.startswith("units:"):  # the first N jobs, sizes scaled onto U units
+    import math
+    _, first, units, mode = what.split(":")
+    f, records = int(units) / (swf.header(path).max_procs or 256), []
+    for rec in swf.read(path):
+        if len(records) == int(first):
+            break
+        records.append(rec._replace(procs=max(1, math.ceil(rec.procs * f)) if rec.procs > 0 else rec.procs,
+                                    req_procs=max(1, math.ceil(rec.req_procs * f)) if rec.req_procs > 0 else 0))
+    r = simulate(records, policy="fifo", backfill=mode, nodes=int(units))
+    n = r.metrics.jobs
 elif ":" in what:  # the first N jobs
     first, mode = what.split(":")
     records = []
@@ -124,13 +140,36 @@ def breakdown(name: str, n: int, dt: float, parts: list[float]) -> None:
         print(f"{'':<6}  {label:<18}{sec:>8.2f} s {1e6 * sec / n:>8.1f} us/job{each}")
 
 
+def units(path: str, timeout: float, first: int = 4000) -> int:
+    """The same job stream on machines of 1k, 10k and 100k units, EASY and conservative."""
+    if not os.path.exists(path):
+        print(f"skipped: {path} not found")
+        return 0
+    print(f"lublin_256, first {first} jobs, sizes scaled to the machine")
+    print(f"{'units':>8}{'EASY s':>9}{'conserv. s':>12}{'ratio':>8}")
+    seconds = {}
+    for size in (1000, 10000, 100000):
+        row = []
+        for mode in ("easy", "conservative"):
+            m = measure(path, f"units:{first}:{size}:{mode}", timeout)
+            row.append(m[1] if m else float("nan"))
+        seconds[size] = row
+        print(f"{size:>8}{row[0]:>9.2f}{row[1]:>12.2f}{row[1] / row[0]:>7.1f}x")
+    (e0, c0), (e1, c1) = seconds[1000], seconds[100000]
+    print(f"growth from 1k to 100k units: EASY {e1 / e0:.1f}x, conservative {c1 / c0:.1f}x")
+    return 0
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--traces", default=os.path.join(ROOT, "..", "shared", "traces"))
     ap.add_argument("--only", choices=sorted(TRACES))
     ap.add_argument("--timeout", type=float, default=1800.0, help="give up on one run after S seconds")
     ap.add_argument("--breakdown", action="store_true", help="also time each kind of call into the core")
+    ap.add_argument("--units", action="store_true", help="only: one job stream on 1k, 10k and 100k units")
     args = ap.parse_args(argv)
+    if args.units:
+        return units(os.path.join(args.traces, TRACES["LUBLIN"]), args.timeout)
     print(f"{'trace':<6}{'run':<16}{'jobs':>8}{'seconds':>10}{'jobs/s':>10}{'x parse':>9}{'peak MB':>9}")
     for name, file in TRACES.items():
         if args.only and name != args.only:
