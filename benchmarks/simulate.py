@@ -90,8 +90,8 @@ elif what.startswith("units:"):  # the first N jobs, sizes scaled onto U units
     for rec in swf.read(path):
         if len(records) == int(first):
             break
-        records.append(rec._replace(procs=max(1, math.ceil(rec.procs * f)) if rec.procs > 0 else rec.procs,
-                                    req_procs=max(1, math.ceil(rec.req_procs * f)) if rec.req_procs > 0 else 0))
+        records.append(rec._replace(procs=math.ceil(rec.procs * f) if rec.procs > 0 else rec.procs,
+                                    req_procs=math.ceil(rec.req_procs * f) if rec.req_procs > 0 else rec.req_procs))
     r = simulate(records, policy="fifo", backfill=mode, nodes=int(units))
     n = r.metrics.jobs
 elif ":" in what:  # the first N jobs

@@ -369,10 +369,10 @@ class Profile:
         return False
 
     # The units free and not promised per segment (no site reservations), as a list: built
-    # when first asked (each pass's profile is a new one), then kept in step by bookings,
-    # promises and new boundaries: a booking counts only what it changes in the segments
-    # it spans, where building again would count every segment's units.  (A performance trick of the count
-    # reads of conservative backfill: `earliest_count`, `stays`.)
+    # when first asked (or worked out from the base's counts: see derive), then kept in
+    # step by bookings, promises and new boundaries; a booking counts only what it changes
+    # in the segments it spans.  (A performance trick of the count reads of conservative
+    # backfill: `earliest_count`, `stays`.)
     def _rooms(self) -> list[int]:
         if not self._rooms_valid():
             self.mask(len(self.times) - 1)
