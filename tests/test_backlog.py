@@ -52,6 +52,8 @@ def check_profile_invariants(p):
         assert p._room == [p.mask(k).bit_count() - p.held[k] for k in range(n)]
     if p._counts is not None:  # and so are the free counts a base profile keeps
         assert p._counts == [p.mask(k).bit_count() for k in range(n)]
+    if p._ends:  # bookings from now waiting for their ends: only segment 0 is known
+        assert not p.takes and p._known == 1 and p._counts is None and not p._rooms_valid()
 
 
 @pytest.mark.parametrize("seed", range(6))
@@ -161,6 +163,51 @@ def test_profile_masks_match_a_naive_timeline(seed):
     q = p.derive(50.0)
     for when in q.times + [60.0, 250.0]:
         assert q.mask(q.segment(when)) == naive_free(ops, available, max(when, 50.0))
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_bookings_from_now_wait_for_one_merge_and_fit_the_same(seed):
+    """Bookings from now on a profile with no take after now change segment 0 alone (their
+    ends wait in `_ends`): every fit from now in between, and every mask once they are
+    merged (a few one by one, many in one merge), agree with the naive timeline."""
+    from hpcsched.machines.nodepool import NodePool
+    from hpcsched.core.topology import Node
+    from hpcsched import Request
+    rnd = random.Random(seed)
+    pool = NodePool([Node(f"n{i}", cores=8, shared=True) for i in range(rnd.choice([4, 30]))])
+    n = len(pool.unit_node)
+    available = (1 << n) - 1
+    busy = rnd.sample(range(n), n // 4)
+    running = [(float(rnd.randrange(1, 40) * 10), 1 << u) for u in busy]
+    p = Profile.from_running(0.0, available, running)
+    ops = [("occupy", u, -INF, e) for e, u in running]
+    p.hold(3, 55.0, 305.0)  # a promise, which new segments inside it carry on
+    for _ in range(rnd.choice([10, n])):
+        req = Request(nodes=0, ppn=0, cores=rnd.choice([1, 1, 1, 2, 5]))
+        wall = float(rnd.randrange(1, 60) * 10) if rnd.random() < 0.5 else rnd.uniform(1, 600)
+        need = pool.need(req)
+        alloc = p.fit(pool, req, 0.0, wall, (), need)
+        # the reference: a settled copy (every booking's end a boundary) read the same way
+        q = p.derive(0.0) if not p._ends else None
+        if q is None:
+            q = Profile(0.0, available)
+            q.times, q.free, q.rel, q.take = p.times[:], p.free[:], p.rel[:], p.take[:]
+            q.resv, q.held, q.holding, q._ends = p.resv[:], p.held[:], p.holding, list(p._ends)
+            q.settle()
+        want = q.fit(pool, req, 0.0, wall, (), need)
+        assert (alloc and (alloc.units, alloc.nodes)) == (want and (want.units, want.nodes))
+        if alloc is None:
+            continue
+        p.occupy(alloc.units, 0.0, wall)
+        ops.append(("occupy", alloc.units, 0.0, wall))
+        check_profile_invariants(p)
+        assert p.free[0] == naive_free(ops, available, 0.0)
+    assert p._ends or len(ops) == len(running)  # (bookings waited)
+    p.settle()
+    check_profile_invariants(p)
+    for when in p.times + [rnd.uniform(0, 700) for _ in range(5)]:
+        assert p.mask(p.segment(when)) == naive_free(ops, available, when), (seed, when)
+        assert p.held[p.segment(when)] == (3 if 55.0 <= when < 305.0 else 0)
 
 
 def naive_room(p, t0, t1):

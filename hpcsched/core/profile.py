@@ -16,6 +16,8 @@ free units at t are the available ones less every occupy and release replayed at
         free[i] == (free[i-1] | rel[i] | take[i]) ^ take[i];  free[i] is None from _known on
     resv[i] lists the reservation occurrences covering segment i (name, units, real)
     takes holds, sorted, every time after now where some unit stops being free
+    _ends holds bookings from now whose end is not yet a boundary (see occupy); while it is
+        not empty, takes is empty, _known == 1 and only segment 0 is exact
 """
 from __future__ import annotations
 
@@ -73,6 +75,7 @@ class Profile:
         self.takes: list[float] = []
         self._rooms_key, self._room, self._runs_by_need = None, [], {}  # (see _rooms)
         self._counts: list[int] | None = None  # free units per segment, where kept (see derive)
+        self._ends: list[tuple[float, int]] = []  # bookings from now not yet ended in the lists
 
     @classmethod
     def from_running(cls, now: float, available: int, busy: list[tuple[float, int]]) -> "Profile":
@@ -98,7 +101,7 @@ class Profile:
         (this profile, of running jobs only, is kept up to date between passes).  With
         `rooms`, the copy's room list is worked out from this profile's free counts, kept
         here from then on by its bookings (conservative passes read the list)."""
-        self.drop_before(now)
+        self.drop_before(now)  # (which records pending ends)
         p = Profile(now, 0, reservations, slop)
         p.times, p.free, p.rel, p.take = self.times[:], self.free[:], self.rel[:], self.take[:]
         p.resv, p.held, p._known, p.holding = self.resv[:], self.held[:], self._known, self.holding
@@ -113,6 +116,8 @@ class Profile:
 
     def drop_before(self, now: float) -> None:
         """Forget the segments that ended by `now`; the profile starts at `now`."""
+        if self._ends:
+            self.settle()
         k = bisect_right(self.times, now) - 1
         if k > 0:
             self.mask(k)
@@ -127,6 +132,8 @@ class Profile:
     def mask(self, k: int) -> int:
         """The units free in segment k."""
         if k >= self._known:
+            if self._ends:
+                raise AssertionError("a segment after now read with bookings pending")
             free, rel, take = self.free, self.rel, self.take
             m = free[self._known - 1]
             for i in range(self._known, k + 1):
@@ -211,11 +218,65 @@ class Profile:
 
     def occupy(self, units: int, t0: float, t1: float) -> None:
         """Take `units` out of the free set over [t0, t1)."""
+        if t0 <= self.now < t1 and not self.takes and self._counts is None and not self._rooms_valid():
+            # A booking from now while no unit stops being free after now (a pass filling
+            # an idle machine): a start now reads segment 0 alone (`fit`), so only segment 0
+            # changes; its end joins the others' in one merge when something reads further
+            # (`settle`), not one insertion into every list per booking.
+            self.free[0] = (self.free[0] | units) ^ units
+            if self._known > 1:
+                self.free[1:self._known] = [None] * (self._known - 1)
+                self._known = 1
+            self._ends.append((t1, units))
+            self.changes += 1
+            return
+        if self._ends:
+            self.settle()
         if self._change(units, t0, t1, True) is not None and t0 > self.now:
             insort(self.takes, t0)
 
+    def settle(self) -> None:
+        """Make the pending bookings' ends boundaries (see `occupy`): few one by one, many
+        in one merge of the lists."""
+        if not self._ends:
+            return
+        ends, self._ends = self._ends, []
+        times, n = self.times, len(self.times)
+        fresh = sorted({t for t, _ in ends if t < INF and ((i := bisect_left(times, t)) == n or times[i] != t)})
+        if len(fresh) < 64:
+            for t in fresh:
+                self._split(t)
+        else:
+            # new segment j goes after old segment at[j] - 1, whose reservations and
+            # promises it has; it changes nothing at its start (bookings' ends come next)
+            at = [bisect_right(times, t) for t in fresh]
+
+            def widen(old: list, fill=None) -> list:
+                out, prev = [], 0
+                for p in at:
+                    out += old[prev:p]
+                    out.append(old[p - 1] if fill is None else fill)
+                    prev = p
+                out += old[prev:]
+                return out
+            self.resv[:], self.held[:] = widen(self.resv), widen(self.held)
+            self.rel[:], self.take[:] = widen(self.rel, 0), widen(self.take, 0)
+            times += fresh
+            times.sort()
+            self.free[:] = [self.free[0]] + [None] * (len(times) - 1)  # (_known is 1)
+        rel, take = self.rel, self.take
+        for t, units in ends:
+            if t < INF:
+                i = bisect_left(times, t)
+                if take[i]:
+                    self._edge(i, units, False)
+                else:
+                    rel[i] = rel[i] | units if rel[i] else units  # (no copy of a booking's units)
+
     def release(self, units: int, t0: float, t1: float) -> None:
         """Give `units` back to the free set over [t0, t1) (undo an `occupy`)."""
+        if self._ends:
+            self.settle()
         span = self._change(units, t0, t1, False)
         if span is not None:
             self._unsplit(span)
@@ -243,6 +304,8 @@ class Profile:
         time stay free until a booking takes them, so jobs started in time order can
         always be given units when, at every time, the promised counts fit (an interval
         graph is coloured greedily in start order)."""
+        if self._ends:
+            self.settle()
         if t1 <= max(t0, self.now):
             if count < 0 and t0 < t1:  # a promise whose time went by: it holds nothing now
                 self.holding -= 1
@@ -268,6 +331,8 @@ class Profile:
         """`hold(count, t0, t1)` if `count` units are free and unpromised throughout
         [t0, t1) (now <= t0 < t1; no site reservations), else change nothing but
         boundaries and say False."""
+        if self._ends:
+            self.settle()
         if t1 <= t0:  # (nothing to hold, as `hold` says)
             return self.room(t0, t1) >= count
         span = self._span(t0, t1)
@@ -285,6 +350,8 @@ class Profile:
 
     def room(self, t0: float, t1: float, access: AccessKey = ()) -> int:
         """The fewest units usable and not promised at any time in [t0, t1)."""
+        if self._ends:
+            self.settle()
         self.ensure(t1)
         times, n = self.times, len(self.times)
         k = self.segment(t0)
@@ -301,6 +368,8 @@ class Profile:
         """The earliest start at or after `not_before` with `need` units unpromised for
         `duration` (counts only: a reservation `hold` keeps).  One scan: a segment without
         room rules out every start up to it."""
+        if self._ends:
+            self.settle()
         times, held = self.times, self.held
         c = self.segment(max(not_before, self.now))
         k = c  # segments c..k-1 are known to have room
@@ -354,6 +423,8 @@ class Profile:
         Runs with room for fewer units last at least as long, so one for 1 unit, then for
         the power of two at or below `need`, settle most answers before `need`'s own: a
         pass reads a few counts' runs, not one per distinct count it keeps."""
+        if self._ends:
+            self.settle()
         k = bisect_left(self.times, t0) - 1
         room = self._rooms()
         if room[k] >= need:
@@ -374,6 +445,8 @@ class Profile:
     # in the segments it spans.  (A performance trick of the count reads of conservative
     # backfill: `earliest_count`, `stays`.)
     def _rooms(self) -> list[int]:
+        if self._ends:
+            self.settle()
         if not self._rooms_valid():
             self.mask(len(self.times) - 1)
             self._room = [f.bit_count() - h for f, h in zip(self.free, self.held)]
@@ -390,6 +463,8 @@ class Profile:
     def windows(self, access: AccessKey = ()) -> list[tuple[float, int]]:
         """How long the units free now stay free: [(until, units)], soonest first, the last
         entry's `until` being infinity (free for good, as far as the plan knows)."""
+        if self._ends:
+            self.settle()
         out, remaining = [], self.usable(0, access)
         for t in self.takes:
             gone = remaining ^ (remaining & self.usable(self.segment(t), access))
@@ -403,6 +478,8 @@ class Profile:
     def advance(self, now: float) -> bool:
         """Move the profile's start to `now` if nothing changes in between (no segment
         boundary in (self.now, now]); False if it cannot."""
+        if self._ends:
+            self.settle()
         if len(self.times) > 1 and self.times[1] <= now:
             return False
         self.times[0] = self.now = now
@@ -432,6 +509,8 @@ class Profile:
     def _mark(self, name: str, units: int, t0: float, t1: float, real: bool) -> None:
         if t1 <= self.now:
             return
+        if self._ends:  # (takes come: see occupy)
+            self.settle()
         entry = ((name, units, real),)
         for k in self._span(t0, t1):
             self.resv[k] = self.resv[k] + entry
@@ -467,6 +546,8 @@ class Profile:
 
     def window(self, t0: float, t1: float, access: AccessKey, mask: int, need: int) -> int:
         """Units of `mask` usable over all of [t0, t1); 0 as soon as fewer than `need` remain."""
+        if self._ends and (t0 > self.now or self.takes):
+            self.settle()
         k = self.segment(t0)
         m = mask & self.usable(k, access)
         if k == 0:
@@ -490,10 +571,12 @@ class Profile:
                 elif take[k]:
                     m = (m | take[k]) ^ take[k]
                 k += 1
-        return m if m.bit_count() >= need else 0
+        return m if (m and need == 1) or m.bit_count() >= need else 0  # (one unit: no count)
 
     def tiers(self, m: int, t0: float, t1: float, access: AccessKey) -> list[int]:
         """Split free units `m` of window [t0, t1) into preference tiers, tightest first."""
+        if self._ends and (t0 > self.now or self.takes):
+            self.settle()
         after, rem = [], m
         for t in self.takes[bisect_left(self.takes, t1):]:
             gone = rem ^ (rem & self.usable(self.segment(t), access))
@@ -532,6 +615,8 @@ class Profile:
     def earliest(self, topology: Topology, request: Request, duration: float, access: AccessKey,
                  need: int, not_before: float) -> tuple[float, Allocation] | None:
         """The earliest start at or after `not_before` with an allocation free for `duration`."""
+        if self._ends:
+            self.settle()
         eligible = topology.eligible(request)
         times = self.times  # (segments may be added as it goes)
         c = self.segment(max(not_before, self.now))

@@ -454,6 +454,8 @@ class Scheduler:
                 plan.passed_reason = held
         for start in plan.started:
             self._apply(self._queued[start.job_id], start, now)
+        if self._base is not None:
+            self._base.settle()  # (the starts' ends, recorded in one merge: see Profile.occupy)
         if self.quotas:  # a job a quota holds back says which (qstat -f's comment), as PBS's scheduler does
             self._quota_comments(plan)
         self.last_pass = now
