@@ -1,3 +1,5 @@
+import random
+
 import pytest
 
 from hpcsched import ConfigError, Node, NodePool, NodeState, Request
@@ -48,6 +50,23 @@ def test_shared_nodes_allocate_cores():
     assert c.cores == ((0, 1, 2),)
     assert p.units_of(a.nodes, a.cores) == a.units
     assert p.choose(Request(nodes=1, ppn=2), [free]) is None
+
+
+def test_one_core_fast_path_chooses_as_the_general_walk():
+    """`_choose_core` (one core, no memory) against `_choose_general`, its reference, on
+    mixed pools of shared and exclusive nodes and random tiers of free units."""
+    rnd = random.Random(7)
+    for _ in range(300):
+        p = NodePool([Node(f"n{i}", cores=rnd.choice([1, 2, 4, 8]), shared=rnd.random() < 0.7)
+                      for i in range(rnd.randrange(1, 12))])
+        every = p.available()
+        tiers = [mask_of([u for u in set_bits(every) if rnd.random() < 0.3]) for _ in range(rnd.randrange(1, 4))]
+        one = Request(nodes=0, ppn=0, cores=1)
+        want = p._choose_general(one, tiers)
+        got = p.choose(one, tiers)
+        assert (got is None) == (want is None)
+        if want is not None:
+            assert (got.units, got.nodes, got.cores) == (want.units, want.nodes, want.cores)
 
 
 def test_from_config_and_errors():
