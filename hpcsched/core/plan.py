@@ -123,15 +123,18 @@ class _Now:
     free      (shape, access) -> eligible units free now
     failed    (shape, access) -> (amount, walltime) pairs that did not fit: a job of that
               shape asking as much or more, for as long or longer, cannot fit either
+    whole     shape -> may it use every unit up (then its free units now are `upper`, with
+              no access and no reservation now; kept through changes)
     """
 
-    __slots__ = ("walk", "now", "seen", "upper", "horizon", "lasting", "free", "failed")
+    __slots__ = ("walk", "now", "seen", "upper", "horizon", "lasting", "free", "failed", "whole")
 
     def __init__(self, walk: "Walk", now: float):
         self.walk, self.now, self.seen = walk, now, -1
         self.upper, self.horizon, self.lasting = 0, INF, 0
         self.free: dict[tuple, int] = {}
         self.failed: dict[tuple, list[tuple[int, float]]] = {}
+        self.whole: dict[tuple, bool] = {}
 
     def current(self) -> bool:
         """Bring the caches up to date with the profile; True if it had changed."""
@@ -161,7 +164,15 @@ class _Now:
         shape = (topo.shape(req), access)
         count = self.free.get(shape)
         if count is None:
-            count = self.free[shape] = (self.walk.profile.usable(0, access) & topo.eligible(req)).bit_count()
+            whole = self.whole.get(shape[0])
+            if whole is None:
+                eligible = topo.eligible(req)
+                whole = self.whole[shape[0]] = eligible | topo.available() == eligible
+            prof = self.walk.profile
+            if whole and not access and not prof.resv[0]:
+                count = self.free[shape] = self.upper
+            else:
+                count = self.free[shape] = (prof.usable(0, access) & topo.eligible(req)).bit_count()
         if count < need:
             return None
         amount, fails = req.cores or req.nodes, self.failed.get(shape, ())

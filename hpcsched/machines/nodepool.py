@@ -208,8 +208,10 @@ class NodePool(Topology):
         chooses, the node of the best tier's lowest unit and that node's lowest free unit
         in any tier, in a few mask operations instead of a walk over nodes.  (Checked
         against `_choose_general` in tests/test_topology.py.)"""
-        best = next((t for t in tiers if t), 0)
-        if not best:
+        for best in tiers:
+            if best:
+                break
+        else:
             return None
         u = (best & -best).bit_length() - 1
         i = self.unit_node[u]
