@@ -169,8 +169,8 @@ class _Now:
                 eligible = topo.eligible(req)
                 whole = self.whole[shape[0]] = eligible | topo.available() == eligible
             prof = self.walk.profile
-            if whole and not access and not prof.resv[0]:
-                count = self.free[shape] = self.upper
+            if whole and not access and not prof.resv[0]:  # (a reservation given back since `current` adds units)
+                count = self.free[shape] = self.upper if prof.changes == self.seen else prof.free[0].bit_count()
             else:
                 count = self.free[shape] = (prof.usable(0, access) & topo.eligible(req)).bit_count()
         if count < need:
