@@ -132,7 +132,7 @@ class Profile:
     def mask(self, k: int) -> int:
         """The units free in segment k."""
         if k >= self._known:
-            if self._ends:
+            if self._ends:  # (every reader past segment 0 settles first: a bug if not)
                 raise AssertionError("a segment after now read with bookings pending")
             free, rel, take = self.free, self.rel, self.take
             m = free[self._known - 1]
