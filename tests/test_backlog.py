@@ -4,9 +4,12 @@ import random
 import pytest
 from helpers import job, scheduler
 
+from hpcsched import Request
 from hpcsched.core import backlog
 from hpcsched.core.backlog import Backlog
 from hpcsched.core.profile import INF, Profile
+from hpcsched.core.topology import Node
+from hpcsched.machines.nodepool import NodePool
 
 
 def passes(need, wall, upper, horizon, lasting):
@@ -170,9 +173,6 @@ def test_bookings_from_now_wait_for_one_merge_and_fit_the_same(seed):
     """Bookings from now on a profile with no take after now change segment 0 alone (their
     ends wait in `_ends`): every fit from now in between, and every mask once they are
     merged (a few one by one, many in one merge), agree with the naive timeline."""
-    from hpcsched.machines.nodepool import NodePool
-    from hpcsched.core.topology import Node
-    from hpcsched import Request
     rnd = random.Random(seed)
     pool = NodePool([Node(f"n{i}", cores=8, shared=True) for i in range(rnd.choice([4, 30]))])
     n = len(pool.unit_node)

@@ -116,8 +116,7 @@ class Profile:
 
     def drop_before(self, now: float) -> None:
         """Forget the segments that ended by `now`; the profile starts at `now`."""
-        if self._ends:
-            self.settle()
+        self.settle()
         k = bisect_right(self.times, now) - 1
         if k > 0:
             self.mask(k)
@@ -230,8 +229,7 @@ class Profile:
             self._ends.append((t1, units))
             self.changes += 1
             return
-        if self._ends:
-            self.settle()
+        self.settle()
         if self._change(units, t0, t1, True) is not None and t0 > self.now:
             insort(self.takes, t0)
 
@@ -275,8 +273,7 @@ class Profile:
 
     def release(self, units: int, t0: float, t1: float) -> None:
         """Give `units` back to the free set over [t0, t1) (undo an `occupy`)."""
-        if self._ends:
-            self.settle()
+        self.settle()
         span = self._change(units, t0, t1, False)
         if span is not None:
             self._unsplit(span)
@@ -304,8 +301,7 @@ class Profile:
         time stay free until a booking takes them, so jobs started in time order can
         always be given units when, at every time, the promised counts fit (an interval
         graph is coloured greedily in start order)."""
-        if self._ends:
-            self.settle()
+        self.settle()
         if t1 <= max(t0, self.now):
             if count < 0 and t0 < t1:  # a promise whose time went by: it holds nothing now
                 self.holding -= 1
@@ -331,8 +327,7 @@ class Profile:
         """`hold(count, t0, t1)` if `count` units are free and unpromised throughout
         [t0, t1) (now <= t0 < t1; no site reservations), else change nothing but
         boundaries and say False."""
-        if self._ends:
-            self.settle()
+        self.settle()
         if t1 <= t0:  # (nothing to hold, as `hold` says)
             return self.room(t0, t1) >= count
         span = self._span(t0, t1)
@@ -350,8 +345,7 @@ class Profile:
 
     def room(self, t0: float, t1: float, access: AccessKey = ()) -> int:
         """The fewest units usable and not promised at any time in [t0, t1)."""
-        if self._ends:
-            self.settle()
+        self.settle()
         self.ensure(t1)
         times, n = self.times, len(self.times)
         k = self.segment(t0)
@@ -368,8 +362,7 @@ class Profile:
         """The earliest start at or after `not_before` with `need` units unpromised for
         `duration` (counts only: a reservation `hold` keeps).  One scan: a segment without
         room rules out every start up to it."""
-        if self._ends:
-            self.settle()
+        self.settle()
         times, held = self.times, self.held
         c = self.segment(max(not_before, self.now))
         k = c  # segments c..k-1 are known to have room
@@ -423,8 +416,7 @@ class Profile:
         Runs with room for fewer units last at least as long, so one for 1 unit, then for
         the power of two at or below `need`, settle most answers before `need`'s own: a
         pass reads a few counts' runs, not one per distinct count it keeps."""
-        if self._ends:
-            self.settle()
+        self.settle()
         k = bisect_left(self.times, t0) - 1
         room = self._rooms()
         if room[k] >= need:
@@ -445,8 +437,7 @@ class Profile:
     # in the segments it spans.  (A performance trick of the count reads of conservative
     # backfill: `earliest_count`, `stays`.)
     def _rooms(self) -> list[int]:
-        if self._ends:
-            self.settle()
+        self.settle()
         if not self._rooms_valid():
             self.mask(len(self.times) - 1)
             self._room = [f.bit_count() - h for f, h in zip(self.free, self.held)]
@@ -463,8 +454,7 @@ class Profile:
     def windows(self, access: AccessKey = ()) -> list[tuple[float, int]]:
         """How long the units free now stay free: [(until, units)], soonest first, the last
         entry's `until` being infinity (free for good, as far as the plan knows)."""
-        if self._ends:
-            self.settle()
+        self.settle()
         out, remaining = [], self.usable(0, access)
         for t in self.takes:
             gone = remaining ^ (remaining & self.usable(self.segment(t), access))
@@ -478,8 +468,7 @@ class Profile:
     def advance(self, now: float) -> bool:
         """Move the profile's start to `now` if nothing changes in between (no segment
         boundary in (self.now, now]); False if it cannot."""
-        if self._ends:
-            self.settle()
+        self.settle()
         if len(self.times) > 1 and self.times[1] <= now:
             return False
         self.times[0] = self.now = now
@@ -509,8 +498,7 @@ class Profile:
     def _mark(self, name: str, units: int, t0: float, t1: float, real: bool) -> None:
         if t1 <= self.now:
             return
-        if self._ends:  # (takes come: see occupy)
-            self.settle()
+        self.settle()  # (takes come: see occupy)
         entry = ((name, units, real),)
         for k in self._span(t0, t1):
             self.resv[k] = self.resv[k] + entry
@@ -615,8 +603,7 @@ class Profile:
     def earliest(self, topology: Topology, request: Request, duration: float, access: AccessKey,
                  need: int, not_before: float) -> tuple[float, Allocation] | None:
         """The earliest start at or after `not_before` with an allocation free for `duration`."""
-        if self._ends:
-            self.settle()
+        self.settle()
         eligible = topology.eligible(request)
         times = self.times  # (segments may be added as it goes)
         c = self.segment(max(not_before, self.now))

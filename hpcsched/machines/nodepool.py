@@ -135,7 +135,7 @@ class NodePool(Topology):
     def available(self) -> int:
         if self._available is None:
             if all(n.state == NodeState.UP for n in self.nodes):
-                self._available = (1 << len(self.unit_node)) - 1
+                self._available = self._every
             else:
                 self._available = mask_of([u for u, i in enumerate(self.unit_node)
                                            if self.nodes[i].state == NodeState.UP])
