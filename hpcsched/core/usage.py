@@ -12,6 +12,8 @@ window is kept in `BUCKETS` buckets: a charge leaves with its bucket, when the b
 is a window old, so the window is exact to one bucket's width.  Each bucket holds its
 charges scaled to a common epoch (amount * 2 ** ((c - epoch) / half_life)), so reading a
 record is one sum and one power; the epoch moves forward before the scale could overflow.
+Usage notes the keys whose sums change (`take_changed`), so that a reader keeping sums of
+its own (the share tree's, per node) adds up again only what changed.
 
 Records also count finished jobs, decayed alike (Grid Engine's `finished_jobs`, which the
 share tree divides a node's entitlement by).  The metric is the site's choice:
@@ -45,6 +47,7 @@ class Record:
     # the sums of every bucket but the newest, and the newest's key: kept until a bucket
     # comes or goes (charges go to the newest, so most change nothing here)
     sums: tuple[float, float, int] | None = None
+    key: Key = ("", "", "")
 
 
 class Usage:
@@ -63,6 +66,9 @@ class Usage:
         self.records: dict[Key, Record] = {}
         self.running: dict[Key, Record] = {}  # the records with jobs running (what accrues)
         self.version = 0  # bumped by every charge: readers cache what they derive from it
+        self.changed: set[Key] = set()  # keys whose sums changed since take_changed last took them
+        self.generation = 0  # bumped when any record may have changed without being noted
+        self._first: int | None = None  # the window's first bucket when every record was last trimmed
 
     # --- charging ------------------------------------------------------------------------
     def _scale(self, t: float) -> float:
@@ -84,6 +90,7 @@ class Usage:
         else:
             b[0] += amount * s
             b[1] += finished * s
+        self.changed.add(rec.key)
         self.version += 1
 
     def _rebase(self, t: float) -> None:
@@ -95,11 +102,12 @@ class Usage:
                 b[0] *= f
                 b[1] *= f
         self.epoch = t
+        self.generation += 1
 
     def record(self, key: Key) -> Record:
         rec = self.records.get(key)
         if rec is None:
-            rec = self.records[key] = Record()
+            rec = self.records[key] = Record(key=key)
         return rec
 
     def _accrue(self, rec: Record, t: float) -> None:
@@ -144,18 +152,44 @@ class Usage:
                 rec.since = max(rec.since, float(t))
                 n += 1
         self.version += 1
+        self.generation += 1
         return n
 
     # --- reading -------------------------------------------------------------------------
-    def _sums(self, rec: Record, t: float) -> tuple[float, float]:
-        """The sums of the buckets still inside the window at `t` (dropping those that left
-        it): worked out again only when a bucket came, went or changed."""
-        if self.width and rec.buckets:
-            first = self._bucket(t - self.window)  # a bucket counts until its end is a window old
-            if next(iter(rec.buckets)) < first:  # (buckets are made in time order)
-                for k in [k for k in rec.buckets if k < first]:
-                    del rec.buckets[k]
-                rec.sums = None
+    def _trim(self, rec: Record, first: int) -> None:
+        """Drop `rec`'s buckets before bucket `first` (a bucket counts until its end is a
+        window old)."""
+        if rec.buckets and next(iter(rec.buckets)) < first:  # (buckets are made in time order)
+            for k in [k for k in rec.buckets if k < first]:
+                del rec.buckets[k]
+            rec.sums = None
+            self.changed.add(rec.key)
+
+    def take_changed(self, t: float) -> set[Key]:
+        """The keys whose sums changed since the last call, buckets that left the window by
+        `t` included (every record is trimmed once per bucket width); forgets them."""
+        if self.width:
+            first = self._bucket(t - self.window)
+            if self._first is None or first > self._first:
+                for rec in self.records.values():
+                    self._trim(rec, first)
+                self._first = first
+        changed, self.changed = self.changed, set()
+        return changed
+
+    def decay(self, t: float) -> float:
+        """What an undecayed sum is multiplied by to read it at `t`."""
+        return 2.0 ** (-(t - self.epoch) / self.half_life) if self.half_life else 1.0
+
+    def accrued(self, rec: Record, t: float) -> float:
+        """What `rec`'s running jobs have used since its last charge, up to `t`."""
+        return rec.rate * (t - rec.since) if rec.running and t > rec.since else 0.0
+
+    def undecayed(self, rec: Record, t: float) -> tuple[float, float]:
+        """`rec`'s (usage, finished jobs) still inside the window at `t`, undecayed: at
+        `t`, usage is undecayed * decay(t) + accrued."""
+        if self.width:
+            self._trim(rec, self._bucket(t - self.window))
         if not rec.buckets:
             return 0.0, 0.0
         if rec.sums is None:
@@ -167,10 +201,9 @@ class Usage:
 
     def value(self, rec: Record, t: float) -> tuple[float, float]:
         """(usage, finished jobs) of `rec` at `t`, decayed, its running jobs charged up to `t`."""
-        u, f = self._sums(rec, t)
-        d = 2.0 ** (-(t - self.epoch) / self.half_life) if self.half_life else 1.0
-        pending = rec.rate * (t - rec.since) if rec.running and t > rec.since else 0.0
-        return u * d + pending, f * d
+        u, f = self.undecayed(rec, t)
+        d = self.decay(t)
+        return u * d + self.accrued(rec, t), f * d
 
     def totals(self, t: float) -> dict[Key, tuple[float, float]]:
         """Every record's (usage, finished jobs) at `t`."""
@@ -204,3 +237,4 @@ class Usage:
             rec.running += 1
             self.running[key] = rec
         self.version += 1
+        self.generation += 1

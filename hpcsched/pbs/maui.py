@@ -246,7 +246,7 @@ def _fairshare(sched, ctx, out) -> int:
     tree = getattr(sched.policy, "tree", None)
     if tree is None or not (tree.root.children or tree.root.templates):
         return 0
-    tree.compute(u, ctx.now)
+    tree.compute(u, ctx.now, every=True)
     w(f"\nshare tree (compensation factor {tree.compensation_factor:g})\n")
     w(f"{'Node':<32} {'shares':>7} {'usage':>12} {'ltt':>7} {'oltt':>7} {'stt':>7} {'ostt':>7} "
       f"{'run':>5} {'pend':>6}\n")

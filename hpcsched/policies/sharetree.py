@@ -12,6 +12,14 @@ and with a compensation factor CF > 0, a node with ostt > CF * oltt gets
 shr = shares ** 2 / (max(U, oltt) * ostt / (CF * oltt)), its siblings' stt renormalised
 (reference/algorithms.md section 5; Grid Engine's sgeee.c, sge_calc_node_targets).
 
+A node's usage U is its keys' and its children's, decayed alike: every node keeps the
+undecayed sum (Usage.undecayed) of everything under it, and U = sum * decay(t).  A pass
+adds up again only the nodes above the keys charged since the last (Usage.take_changed),
+and only when it reads them; each node adds its keys and children up in (kind, name)
+order, so its figures depend on the records alone, not on the order nodes were made in or
+on what was charged when (tests/test_sharetree.py checks them, bit for bit, against a tree
+adding everything up afresh).
+
 Pending jobs are ranked bottom-up as Grid Engine's sge_sort_pending_job_nodes ranks them:
 a leaf's jobs in job-id order; at every node the jobs of its children are merged by the
 value their child gave them (ties: lower job id), and the k-th gets stt / (R + F + k),
@@ -33,8 +41,9 @@ from __future__ import annotations
 
 import heapq
 import math
+from bisect import insort
 from itertools import count as _count
-from operator import itemgetter
+from operator import attrgetter, itemgetter
 from typing import Iterable, Iterator
 
 from ..core.backlog import Backlog, Sieved
@@ -43,13 +52,10 @@ from ..core.jobs import Job
 from ..core.usage import Key, Usage
 
 _SECOND = itemgetter(1)
+_BY_NAME = attrgetter("by_name")
 LEVELS = ("group", "project", "user")
 _ATTR = {"user": 0, "group": 1, "project": 2}  # kind -> index in a usage key (user, group, project)
 _KIND_ATTR = {"user": "owner", "group": "group", "project": "account"}  # kind -> the job's attribute
-
-
-def _by_name(node: "Node") -> tuple[str, str]:
-    return node.kind, node.name
 
 
 def _number(v) -> bool:
@@ -59,16 +65,25 @@ def _number(v) -> bool:
 class Node:
     """One node of the tree (a default's copy is a node of its own), with this pass's figures."""
 
-    __slots__ = ("name", "kind", "shares", "children", "templates", "parent", "jobs", "keys", "pending",
-                 "usage", "finished", "running", "ltt", "oltt", "shr", "stt", "ostt")
+    __slots__ = ("name", "kind", "shares", "children", "templates", "parent", "depth", "ordered", "jobs", "keys", "pending", "busy",
+                 "square", "by_name", "held", "held_finished", "stale", "usage", "finished", "running", "ltt", "oltt", "shr", "stt", "ostt")
 
     def __init__(self, name: str, kind: str, shares: float, parent: "Node | None" = None):
         self.name, self.kind, self.shares, self.parent = name, kind, shares, parent
+        self.depth = 0 if parent is None else parent.depth + 1
+        self.square = shares * shares  # (shr's numerator)
+        self.by_name = (kind, name)  # (the order siblings' figures are added up in)
         self.children: dict[tuple[str, str], Node] = {}  # (kind, name) -> child
+        self.ordered: list[Node] = []  # its children by (kind, name): the order sums are added up in
         self.templates: dict[str, dict] = {}  # kind -> the `default` child's config, copied per name
         self.jobs = Backlog()  # pending jobs ranked at this node, by job id (with their needs)
-        self.keys: list[Key] = []  # the usage keys whose jobs are ranked here
+        self.keys: list[Key] = []  # the usage keys whose jobs are ranked here, sorted
         self.pending = 0  # pending jobs under it (kept as they come and go)
+        self.busy: dict[Node, None] = {}  # its children with pending jobs (kept alike)
+        # the undecayed usage and finished jobs of every key under it (Usage.undecayed),
+        # added up again when read after a charge under it (`stale`: ShareTree._fresh)
+        self.held = self.held_finished = 0.0
+        self.stale = False  # (then so are its ancestors)
         self.clear()
 
     def clear(self) -> None:
@@ -76,6 +91,11 @@ class Node:
         self.usage = self.finished = 0.0
         self.running = 0
         self.ltt = self.oltt = self.shr = self.stt = self.ostt = 0.0
+
+    def adopt(self, child: "Node") -> "Node":
+        self.children[child.by_name] = child
+        insort(self.ordered, child, key=_BY_NAME)
+        return child
 
     @property
     def path(self) -> str:
@@ -106,8 +126,10 @@ class ShareTree:
         self._kids: dict[Node, list[Node]] = {}  # this pass's active nodes' active children
         self._touched: set[Node] = set()  # nodes the last pass gave figures (cleared by the next)
         self._resolved = 0  # usage records whose keys have been given a node
-        self._usage: Usage | None = None
-        self._t = 0.0
+        self._held: dict[Key, tuple[float, float]] = {}  # key -> Usage.undecayed, as last read
+        self._ledger: tuple[Usage, int] | None = None  # the usage (and its generation) _held reads
+        self._decay, self._t = 1.0, 0.0  # the last pass's decay and time
+        self._accruing: list = []  # the last pass's (key, record) still accruing
 
     @classmethod
     def from_config(cls, d: dict) -> "ShareTree":
@@ -170,14 +192,8 @@ class ShareTree:
             if name == "default":
                 node.templates[kind] = cc
                 continue
-            child = node.children[(kind, name)] = Node(name, kind, float(cc.get("shares", 1)), node)
+            child = node.adopt(Node(name, kind, float(cc.get("shares", 1)), node))
             self._build(child, cc, depth + 1)
-
-    def _depth(self, node: Node) -> int:
-        d = 0
-        while node.parent is not None:
-            node, d = node.parent, d + 1
-        return d
 
     # --- where a job is ranked ----------------------------------------------------------
     def node_of(self, key: Key) -> Node:
@@ -194,15 +210,15 @@ class ShareTree:
                 nxt = node.children.get((kind, name))
                 if nxt is None and kind in node.templates and name:
                     cc = node.templates[kind]
-                    nxt = node.children[(kind, name)] = Node(name, kind, float(cc.get("shares", 1)), node)
-                    self._build(nxt, cc, self._depth(nxt))
+                    nxt = node.adopt(Node(name, kind, float(cc.get("shares", 1)), node))
+                    self._build(nxt, cc, nxt.depth)
                 if nxt is not None:
                     break
             if nxt is None:
                 break
             node = nxt
         self._where[key] = node
-        node.keys.append(key)
+        insort(node.keys, key)
         return node
 
     def add(self, job: Job, key: Key, need: int) -> None:
@@ -214,6 +230,8 @@ class ShareTree:
         self._holding.add(node)
         while node is not None:
             node.pending += 1
+            if node.pending == 1 and node.parent is not None:
+                node.parent.busy[node] = None
             node = node.parent
 
     def remove(self, job: Job) -> None:
@@ -224,23 +242,25 @@ class ShareTree:
                 self._holding.discard(node)
             while node is not None:
                 node.pending -= 1
+                if not node.pending and node.parent is not None:
+                    del node.parent.busy[node]
                 node = node.parent
 
     # --- each pass -----------------------------------------------------------------------
-    def compute(self, usage: Usage, t: float) -> None:
-        """This pass's usage, counts and targets on the active nodes (and the usage of
-        everything under them), from the usage records at `t`.  A pass costs the active
-        part of the tree, not the whole."""
+    def compute(self, usage: Usage, t: float, every: bool = False) -> None:
+        """This pass's usage, counts and targets on the active nodes, from the usage records
+        at `t` (on every node if `every`: mdiag -f).  A pass costs the active part of the
+        tree and the keys charged since the last, not the whole."""
         for node in self._touched:
-            node.clear()
+            node.running = 0
         if len(usage.records) != self._resolved:  # new records: their usage counts on their nodes
             for key in usage.records:
                 if key not in self._where:
                     self.node_of(key)
             self._resolved = len(usage.records)
-        root = self.root
+        self._charge(usage, t)
+        root, where = self.root, self._where
         active = {root}
-        where = self._where
         for key, rec in usage.running.items():
             node = where[key]
             while node is not None:
@@ -251,77 +271,116 @@ class ShareTree:
             while node is not None and node not in active:
                 active.add(node)
                 node = node.parent
-        self._touched = active
         kids: dict[Node, list[Node]] = {}  # each active node's active children
         for node in active:
             if node.parent is not None:
                 kids.setdefault(node.parent, []).append(node)
         self._kids = kids
+        if every:
+            active.update(root.walk())
+        for node in self._touched - active:  # (no longer active: no figures)
+            node.clear()
+        self._touched = active
+        d, self._decay, self._t = usage.decay(t), usage.decay(t), t
+        fresh = self._fresh
+        for node in active:
+            if node is not root or every:  # (the root's: only for tickets, see ranked)
+                if node.stale:
+                    fresh(node)
+                node.usage, node.finished = node.held * d, node.held_finished * d
+        # charges still accruing (none after a pass's own accrual), in key order
+        self._accruing = sorted((k, r) for k, r in usage.running.items() if r.since < t)
+        for key, rec in self._accruing:
+            a, node = usage.accrued(rec, t), where[key]
+            while node is not None:
+                node.usage += a
+                node = node.parent
         root.ltt = root.oltt = root.stt = root.ostt = 1.0
-        self._usage, self._t = usage, t
-        self._targets(root, usage, t)
+        if root in kids:
+            self._targets(root)
 
-    def _subtree_usage(self, node: Node, usage: Usage, t: float) -> None:
-        """A node's usage and finished jobs: its own keys' and its children's, all of them."""
+    def _charge(self, usage: Usage, t: float) -> None:
+        """Mark stale the nodes above the keys charged since the last pass (every node, for
+        a new usage or one whose generation moved), with the keys' sums read again."""
+        changed = usage.take_changed(t)
+        if self._ledger != (usage, usage.generation):
+            self._ledger = (usage, usage.generation)
+            self._held = {}
+            changed = set(usage.records) | set(self._where)
+            for node in self.root.walk():
+                node.stale = True
+        held, records = self._held, usage.records
+        for key in changed:
+            rec = records.get(key)
+            held[key] = usage.undecayed(rec, t) if rec is not None else _NONE
+            node = self.node_of(key)
+            while node is not None and not node.stale:
+                node.stale = True
+                node = node.parent
+
+    def _fresh(self, node: Node) -> None:
+        """Add up `node`'s undecayed sums again if stale: its keys' sums, then its children's,
+        in one fixed order, so that they depend on the records alone, not on history."""
+        if not node.stale:
+            return
+        held, fresh = self._held, self._fresh
         u = f = 0.0
         for key in node.keys:
-            rec = usage.records.get(key)
-            if rec is not None:
-                ru, rf = usage.value(rec, t)
-                u, f = u + ru, f + rf
-        for child in node.children.values():
-            self._subtree_usage(child, usage, t)
-            u, f = u + child.usage, f + child.finished
-        node.usage, node.finished = u, f
-        self._touched.add(node)
+            ku, kf = held.get(key, _NONE)
+            u, f = u + ku, f + kf
+        for child in node.ordered:
+            if child.stale:
+                fresh(child)
+            u, f = u + child.held, f + child.held_finished
+        node.held, node.held_finished, node.stale = u, f, False
 
-    def _targets(self, node: Node, usage: Usage, t: float) -> None:
-        """Grid Engine's sge_calc_node_targets on `node`'s active children, then theirs."""
-        active = sorted(self._kids.get(node, ()), key=_by_name)  # (one order, however the copies were made)
-        if not active:
-            return
-        if node.parent is None:  # the root's children's usage, and everything under them
+    def _targets(self, root: Node) -> None:
+        """Grid Engine's sge_calc_node_targets, top down: each active node's targets shared
+        among its active children (their ltt and oltt, then their stt and ostt from shr,
+        then again for those past cf times their oltt, if any)."""
+        kids, cf = self._kids, self.compensation_factor
+        todo = [root]
+        while todo:
+            node = todo.pop()
+            active = kids[node]
+            if len(active) == 1:  # an only child: the general case's figures, x / x being 1
+                c = active[0]
+                c.ltt = c.stt = 1.0 if c.shares > 0 else 0.0
+                c.oltt = oltt = node.oltt * c.ltt
+                c.shr = c.square / max(c.usage, oltt) if oltt > 0 else 0.0
+                if not c.shr > 0:
+                    c.stt = 0.0
+                c.ostt = node.ostt * c.stt
+                if cf and c.ostt > cf * oltt:  # (compensated, it is still the only one)
+                    c.shr = c.square / (max(c.usage, oltt) * (c.ostt / (cf * oltt)))
+                if c in kids:
+                    todo.append(c)
+                continue
+            active.sort(key=_BY_NAME)  # (one order, however the copies were made)
+            total, oltt_p = sum([c.shares for c in active]), node.oltt
             for c in active:
-                self._subtree_usage(c, usage, t)
-        total = sum(c.shares for c in active)
-        for c in active:
-            c.ltt = c.shares / total if total > 0 else 0.0
-            c.oltt = node.oltt * c.ltt
-            c.shr = c.shares * c.shares / max(c.usage, c.oltt) if c.oltt > 0 else 0.0
-        self._normalise(node, active)
-        cf = self.compensation_factor
-        if cf:
-            compensated = False
-            for c in active:
-                if c.ostt > cf * c.oltt:
-                    c.shr = c.shares * c.shares / (max(c.usage, c.oltt) * (c.ostt / (cf * c.oltt)))
-                    compensated = True
-            if compensated:
-                self._normalise(node, active)
-        for c in active:
-            self._targets(c, usage, t)
-
-    @staticmethod
-    def _normalise(node: Node, active: list[Node]) -> None:
-        total = sum(c.shr for c in active)
-        for c in active:
-            c.stt = c.shr / total if total > 0 else 0.0
-            c.ostt = node.ostt * c.stt
+                c.ltt = ltt = c.shares / total if total > 0 else 0.0
+                c.oltt = oltt = oltt_p * ltt
+                c.shr = c.square / max(c.usage, oltt) if oltt > 0 else 0.0
+            _normalise(node, active)
+            if cf:
+                over = [c for c in active if c.ostt > cf * c.oltt]
+                if over:
+                    for c in over:
+                        c.shr = c.square / (max(c.usage, c.oltt) * (c.ostt / (cf * c.oltt)))
+                    _normalise(node, active)
+            todo += [c for c in active if c in kids]
 
     # --- the pending order ---------------------------------------------------------------
-    def ranked(self, values: bool = True) -> Iterator[tuple[float, int, Job]]:
+    def ranked(self) -> Iterator[tuple[float, int, Job]]:
         """Every pending job, best first, as (-value, job id, job): value * tickets is its
-        share-tree tickets.  Lazy: call `compute` first, and read only as far as needed.
-        With `values` False only the order is right: the root's figures, which every job
-        shares and which take a sum over every record, are left out."""
-        root = self._top()
-        if root is self.root and values:  # the root's usage: everyone's
-            usage, t = self._usage, self._t
-            root.usage = root.finished = 0.0
-            for rec in usage.records.values():
-                u, f = usage.value(rec, t)
-                root.usage, root.finished = root.usage + u, root.finished + f
-        return self._ranked(root)
+        share-tree tickets.  Lazy: call `compute` first, and read only as far as needed."""
+        root = self.root  # its figures, which only the values need (a sum over every key)
+        self._fresh(root)
+        root.usage, root.finished = root.held * self._decay, root.held_finished * self._decay
+        for key, rec in self._accruing:
+            root.usage += self._ledger[0].accrued(rec, self._t)
+        return self._ranked(self._top())
 
     def order(self) -> Iterable[Job]:
         """Every pending job in `ranked`'s order, read lazily (call `compute` first): an
@@ -338,13 +397,13 @@ class ShareTree:
         jobs are all under one child."""
         root = self.root
         if not root.jobs:
-            under = [c for c in root.children.values() if c.pending]
+            under = list(root.busy)
             if len(under) == 1:
                 root = under[0]
         return root
 
     def _ranked(self, node: Node) -> Iterator[tuple[float, int, Job]]:
-        streams = [self._ranked(c) for c in node.children.values() if c.pending]
+        streams = [self._ranked(c) for c in node.busy]
         if node.jobs:  # its own jobs carry no value from below: after its children's, by id
             streams.append((0.0, job.id, job) for job in node.jobs)
         merged = streams[0] if len(streams) == 1 else heapq.merge(*streams)
@@ -356,6 +415,17 @@ class ShareTree:
 # Values stt / (base + k) of one node are distinct for k = 1, 2, ... while stt is a normal
 # float and base + k is exact: `order` then needs no job to tell two of a node's apart.
 _TINY, _EXACT = 1e-290, 2.0 ** 50
+
+
+def _normalise(node: Node, active: list[Node]) -> None:
+    """The active children's short-term targets, from their shr."""
+    total = sum([c.shr for c in active])
+    ostt = node.ostt
+    for c in active:
+        c.stt = stt = c.shr / total if total > 0 else 0.0
+        c.ostt = ostt * stt
+
+_NONE = (0.0, 0.0)
 
 
 class Order(Sieved):
@@ -384,7 +454,7 @@ class Order(Sieved):
         self._ids: dict[Node, list[int]] = {}  # node -> its jobs' ids in its order (ties)
 
     def __iter__(self) -> Iterator[Job]:
-        if any(c.pending for c in self.top.children.values()):
+        if self.top.busy:
             return map(_SECOND, self._stream(self.top, False))
         return self._leaf()
 
@@ -422,7 +492,7 @@ class Order(Sieved):
     def _stream(self, node: Node, ranks: bool) -> Iterator[tuple[int, Job]]:
         """(rank at `node`, job) of its pending jobs in order, narrowed by the sieve; the
         ranks count the jobs passed over (worked out only if `ranks`)."""
-        kids = [c for c in node.children.values() if c.pending]
+        kids = list(node.busy)
         if not kids:  # a leaf: its jobs by id, ranked by position
             return node.jobs.read(self)
         return self._merge(node, kids, ranks)
@@ -512,7 +582,7 @@ class Order(Sieved):
 
     def _id_at(self, node: Node, k: int) -> int:
         """The id of `node`'s k-th job in its order."""
-        if not any(c.pending for c in node.children.values()):
+        if not node.busy:
             return node.jobs.at(k).id
         ids = self._ids.get(node)
         if ids is None:
