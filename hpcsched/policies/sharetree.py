@@ -65,8 +65,9 @@ def _number(v) -> bool:
 class Node:
     """One node of the tree (a default's copy is a node of its own), with this pass's figures."""
 
-    __slots__ = ("name", "kind", "shares", "children", "templates", "parent", "depth", "ordered", "jobs", "keys", "pending", "busy",
-                 "square", "by_name", "held", "held_finished", "stale", "usage", "finished", "running", "ltt", "oltt", "shr", "stt", "ostt")
+    __slots__ = ("name", "kind", "shares", "square", "by_name", "children", "ordered", "templates", "parent",
+                 "depth", "jobs", "keys", "pending", "busy", "held", "held_finished", "stale",
+                 "usage", "finished", "running", "ltt", "oltt", "shr", "stt", "ostt")
 
     def __init__(self, name: str, kind: str, shares: float, parent: "Node | None" = None):
         self.name, self.kind, self.shares, self.parent = name, kind, shares, parent
@@ -250,7 +251,8 @@ class ShareTree:
     def compute(self, usage: Usage, t: float, every: bool = False) -> None:
         """This pass's usage, counts and targets on the active nodes, from the usage records
         at `t` (on every node if `every`: mdiag -f).  A pass costs the active part of the
-        tree and the keys charged since the last, not the whole."""
+        tree, each active node above a key charged since the last adding up its keys' and
+        children's kept sums, not the whole."""
         for node in self._touched:
             node.running = 0
         if len(usage.records) != self._resolved:  # new records: their usage counts on their nodes
@@ -281,7 +283,8 @@ class ShareTree:
         for node in self._touched - active:  # (no longer active: no figures)
             node.clear()
         self._touched = active
-        d, self._decay, self._t = usage.decay(t), usage.decay(t), t
+        d = self._decay = usage.decay(t)
+        self._t = t
         fresh = self._fresh
         for node in active:
             if node is not root or every:  # (the root's: only for tickets, see ranked)
