@@ -95,7 +95,7 @@ class Usage:
 
     def _rebase(self, t: float) -> None:
         """Move the epoch to `t`: every bucket scaled down alike (reading gives the same)."""
-        f = 2.0 ** (-(t - self.epoch) / self.half_life)
+        f = self.decay(t)
         for rec in self.records.values():
             rec.sums = None
             for b in rec.buckets.values():
