@@ -278,6 +278,56 @@ def test_a_held_count_stays_exactly_when_giving_it_back_finds_it_again(seed):
             assert p.stays(need, t0, wall) == (earliest == t0), (seed, need, t0, wall, earliest)
 
 
+@pytest.mark.parametrize("seed", range(40))
+def test_a_count_no_run_through_the_freed_spans_serves_stays_where_it_is(seed):
+    """plan._Freed against `stays`: counts found unable to move, then room freed in logged
+    spans (early ends, counts given back; new counts taken too), some of them read before
+    later spans are added: a count `may` rules out still stays."""
+    assert sum(freed_spans_trial(random.Random(seed * 8 + trial)) for trial in range(8))  # (some ruled out)
+
+
+def freed_spans_trial(rnd) -> int:
+    """One trial; how many counts `may` ruled out."""
+    from hpcsched.core.plan import _Freed
+    n = rnd.choice([4, 8, 16])
+    bits = list(range(n))
+    rnd.shuffle(bits)
+    running = [(float(rnd.randrange(1, 12) * 10), 1 << b) for b in bits[:rnd.randrange(n // 2, n)]]
+    p = Profile.from_running(0.0, (1 << n) - 1, running)
+    held = []
+    for _ in range(rnd.randrange(3, 20)):
+        need, wall = rnd.randrange(1, n + 1), float(rnd.randrange(1, 10) * 10)
+        t0 = p.earliest_count(wall, (), need, rnd.choice([0.0, float(rnd.randrange(0, 100))]))
+        if t0 is not None:
+            p.hold(need, t0, t0 + wall)
+            held.append((need, t0, wall))
+    settled = [h for h in held if h[1] > 0 and p.stays(*h)]
+    spans = []
+    for end, units in rnd.sample(running, rnd.randrange(0, len(running) + 1)):  # early ends
+        cut = rnd.choice([0.0, end / 2, float(rnd.randrange(0, int(end)))])
+        p.release(units, cut, end)
+        spans.append((cut, end))
+    freed, ruled_out = _Freed(p, spans), 0
+    for _ in range(rnd.randrange(1, 6)):
+        for need, t0, wall in settled:
+            if not freed.may(need, t0, wall):
+                ruled_out += 1
+                assert p.stays(need, t0, wall), (need, t0, wall, freed.spans)
+        others = [h for h in held if h not in settled]
+        if others and rnd.random() < 0.6:  # a count given back: room grows there
+            need, t0, wall = others[rnd.randrange(len(others))]
+            held.remove((need, t0, wall))
+            p.hold(-need, t0, t0 + wall)
+            freed.spans.append((t0, t0 + wall))
+        else:  # a new count taken: room shrinks, no span
+            need, wall = rnd.randrange(1, n + 1), float(rnd.randrange(1, 10) * 10)
+            t0 = p.earliest_count(wall, (), need, 0.0)
+            if t0 is not None:
+                p.hold(need, t0, t0 + wall)
+                held.append((need, t0, wall))
+    return ruled_out
+
+
 def test_altering_a_queued_jobs_walltime_lets_it_backfill():
     s = scheduler(4)
     s.submit(job(3, 100), 0)

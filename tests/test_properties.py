@@ -151,19 +151,33 @@ def test_conservative_refuses_no_count_feasible_backfill():
 @pytest.mark.parametrize("seed", range(40))
 def test_counts_kept_in_place_decide_as_each_tried_in_turn(seed, depth):
     """A pass starts with last pass's counts in place (Scheduler._keep) only where trying
-    each in turn would keep them all: against a scheduler that always tries each in turn,
-    under overruns, nodes going down and up, walltimes altered, deletions and holds."""
+    each in turn would keep them all, and asks `stays` only of the counts a run through
+    where room grew could serve (plan._Freed): against a scheduler that always tries each
+    in turn and asks each, under overruns, nodes going down and up, walltimes altered,
+    deletions and holds."""
+    in_place, _ = kept_against_each_in_turn(seed, depth)
+    assert in_place  # (the path under test was taken)
+
+
+def test_passes_that_ask_only_where_room_grew_were_checked():
+    assert sum(kept_against_each_in_turn(seed, ALL)[1] for seed in range(4))
+
+
+def kept_against_each_in_turn(seed: int, depth: float) -> tuple[int, int]:
+    """One random run of test_counts_kept_in_place_decide_as_each_tried_in_turn: how many
+    passes started with counts in place, and how many asked only where room grew."""
     from hpcsched import NodeState
+    from hpcsched.core.jobs import State
     rng = random.Random(seed)
     machine = rng.choice([8, 16, 33])
     fast = scheduler(machine, depth=depth, overrun_grace=rng.choice([30, 300]))
     turn = scheduler(machine, depth=depth, overrun_grace=fast.settings.overrun_grace)
     turn._hold_in_base = lambda now: None  # no counts in place: each tried in turn
-    now, ends, in_place = 0.0, {}, 0
+    now, ends, in_place, filtered = 0.0, {}, 0, 0
     for step in range(150):
         now += rng.choice([0, 1, 5, 30, 120])
         what = rng.random()
-        queued = sorted(j.id for j in fast.jobs.values() if j.state.value == "Q")
+        queued = sorted(j.id for j in fast.jobs.values() if j.state == State.QUEUED)
         if what < 0.45:
             event = ("submit", rng.choice([1, 1, 2, 3, machine // 4 or 1, machine // 2, machine]),
                      float(rng.choice([10, 60, 300, 1000])))
@@ -194,12 +208,14 @@ def test_counts_kept_in_place_decide_as_each_tried_in_turn(seed, depth):
                 getattr(s, event[0])(event[1], now)
         a, b = fast.iterate(now), turn.iterate(now)
         in_place += bool(fast._base_holds)
+        filtered += fast._walk is not None and fast._walk._freed is not None
+        assert turn._walk is None or turn._walk._freed is None
         assert [(x.job_id, x.allocation.nodes) for x in a.started] == \
                [(x.job_id, x.allocation.nodes) for x in b.started], (seed, step)
         assert {j: t for j, (t, _) in a.reserved.items()} == {j: t for j, (t, _) in b.reserved.items()}, (seed, step)
         assert a.held == b.held, (seed, step)
         for x in a.started:
             ends[x.job_id] = now + rng.choice([0.5, 1.0, 1.5]) * fast.job(x.job_id).walltime
-        for j in [j for j in ends if fast.job(j).state.value not in ("R", "E")]:
+        for j in [j for j in ends if fast.job(j).state not in (State.RUNNING, State.EXITING)]:
             del ends[j]
-    assert in_place  # (the path under test was taken)
+    return in_place, filtered

@@ -187,6 +187,48 @@ class _Now:
         return alloc
 
 
+SPANS = 8  # a compressing pass reads the runs through at most this many spans (_Freed)
+
+
+class _Freed:
+    """Where the room grew since every kept count was last found unable to move earlier
+    (jobs ended early, reservations given back), for a compressing pass.  A count can then
+    move only through a window that meets one of these spans: a window that meets none had
+    room before, when the count could not use it.  The window lies in a run of segments with
+    room for the count that meets the span, as that run was read at any time after the span
+    was added (room there can have grown since only where a later span says).  So a count
+    no such run could serve stays where it is without asking `Profile.stays` (`may`)."""
+
+    __slots__ = ("profile", "spans", "runs")
+
+    def __init__(self, profile: Profile, spans: Iterable[tuple[float, float]]):
+        self.profile, self.spans = profile, list(spans)
+        # need -> (spans read, the runs through them, the earliest start, the latest end,
+        # the longest run): the bounds settle most counts without reading the runs
+        self.runs: dict[int, tuple] = {}
+
+    def may(self, need: int, t0: float, duration: float) -> bool:
+        """Might a count of `need` held from t0 for `duration` move earlier?  (Past SPANS
+        spans, always: reading the runs through them would cost more than `stays`.)"""
+        spans = self.spans
+        read = self.runs.get(need)
+        if read is None or read[0] < len(spans):
+            if len(spans) > SPANS:
+                return True
+            _, runs, first, last, longest = read or (0, (), INF, -INF, -INF)
+            new = [r for a, b in spans[read[0] if read else 0:] for r in self.profile.runs(need, a, b)]
+            if new:
+                runs = [*runs, *new]
+                first, last = min(first, min(s for s, _ in new)), max(last, max(e for _, e in new))
+                longest = max(longest, max(e - s for s, e in new))
+            read = self.runs[need] = (len(spans), runs, first, last, longest)
+        _, runs, first, last, longest = read
+        if t0 <= first or (t0 > last and duration > longest):
+            return False
+        # (a run reaching t0 has room just before it; one ending earlier must last `duration`)
+        return any(s < t0 and (e >= t0 or e - s >= duration) for s, e in runs)
+
+
 class Walk:
     """The planning walk over the ordered runnable jobs.  For each job in priority order:
 
@@ -215,10 +257,13 @@ class Walk:
         self.waiting_ahead = False  # a job walked so far waits for resources
         self.last = None  # the last job walked
         self.closer: Sieved | None = None  # the order, once it has passed over a subtree the gate held back
+        self._freed: _Freed | None = None  # (see run)
+        self._log: list[tuple[float, float]] | None = None
 
     def run(self, now: float, jobs: Iterable[Job], plan: Plan,
             kept: dict[int, tuple[float, int, int, Allocation]] | None = None, last: Job | None = None,
-            compress: bool = True) -> None:
+            compress: bool = True, freed: list[tuple[float, float]] | None = None,
+            log: list[tuple[float, float]] | None = None) -> None:
         """Walk `jobs` in order, carrying on from where an earlier `run` stopped, adding the
         starts, reservations and reasons it decides to `plan` (it changes no job: the
         scheduler applies the starts after the walk).
@@ -228,7 +273,12 @@ class Walk:
         ended, or anything else freed resources, since the last pass) each job's own is
         given back just before its turn, so that it can only move earlier and no job ahead
         can take it (conservative backfill's guarantee that no reservation is ever
-        delayed); without it, a reservation whose time has not come stands as it is."""
+        delayed); without it, a reservation whose time has not come stands as it is.
+
+        `freed` (with `compress`, counts held and no gate) lists the spans where room grew
+        since each kept count was last found unable to move: a count no run through them
+        could serve stands as it is (see _Freed).  The spans of reservations this walk gives
+        back are added to it, and to `log`, the spans the next compressing pass reads."""
         if last is not None:
             self.last = last  # every job up to it has had its turn, walked or cut short
         if self.blocked:
@@ -236,6 +286,9 @@ class Walk:
         prof, depth, gate = self.profile, self.depth, self.gate
         kept = dict(kept) if kept else None  # (the caller's dict is left alone)
         made, waiting_ahead = self.made, self.waiting_ahead
+        self._log = log
+        settled = self._freed = (_Freed(prof, freed) if compress and kept and freed is not None and gate is None
+                                 and self.counts else None)
         now_ = _Now(self, now)
         # A sieved order (a backlog's cursor, the share tree's) passes over whole blocks of
         # jobs the bound test would pass over one by one: the walk tells it the bounds while
@@ -254,8 +307,10 @@ class Walk:
             if made >= depth and not now_.upper and not kept:
                 break  # nothing is free now and no reservation is left to make
             mine = kept.pop(job.id, None) if kept else None  # last pass's reservation, if kept
-            if mine is not None and not compress and mine[0] > now:
-                # nothing freed since: its reservation stands as it is
+            if mine is not None and mine[0] > now and (not compress or (
+                    settled is not None and mine[2] and made < depth
+                    and not settled.may(mine[2], mine[0], job.walltime))):
+                # nothing freed since, or nothing where it could use: its reservation stands
                 plan.reserved[job.id] = (mine[0], mine[3])
                 if mine[2]:
                     self.held[job.id] = mine[2]
@@ -288,6 +343,9 @@ class Walk:
                     waiting_ahead = True
                     continue
                 self._give_back(job, mine)  # given back for its turn: it can only move earlier
+                moved = True
+            else:
+                moved = False
             if made >= depth and now_.hopeless(job, need):
                 waiting_ahead = True
                 continue
@@ -295,6 +353,8 @@ class Walk:
             alloc = now_.fit(job, request, need, acc)
             if alloc is not None:  # it fits now: start it
                 prof.occupy(alloc.units, now, now + job.walltime)
+                if moved:
+                    self._retook(now + job.walltime)
                 plan.started.append(Start(job.id, alloc, waiting_ahead))
                 if gate is not None:
                     gate.started(job, alloc)
@@ -312,6 +372,8 @@ class Walk:
                 else:
                     plan.reserved[job.id] = found
                     made += 1
+                    if moved:
+                        self._retook(found[0] + job.walltime)
             if not self.backfill:  # nothing may pass it
                 self.blocked = True
                 plan.default_reason = f"waiting behind job {job.id} (no backfill)"
@@ -358,6 +420,23 @@ class Walk:
         if mine is not None:
             t0, units, count, _ = mine
             if count:
+                self.held.pop(job.id, None)
                 self.profile.hold(-count, t0, t0 + job.walltime)
             else:
                 self.profile.release(units, t0, t0 + job.walltime)
+            span = (t0, t0 + job.walltime)  # where room grew (see _retook)
+            if self._freed is not None:
+                self._freed.spans.append(span)
+            if self._log is not None:
+                self._log.append(span)
+
+    def _retook(self, end: float) -> None:
+        """The job whose reservation was given back last took it again, earlier, until
+        `end`: room grew only after that (the same units, for the same walltime)."""
+        for spans in (self._freed.spans if self._freed is not None else None, self._log):
+            if spans:
+                t0, t1 = spans[-1]
+                if end < t1:
+                    spans[-1] = (max(t0, end), t1)
+                else:
+                    del spans[-1]

@@ -113,13 +113,18 @@ class Scheduler:
         self._fits: dict[Request, bool] = {}
         self._placed: dict[tuple[Request, str], Request] = {}
         self._bound = any(q.nodes for q in router.queues.values())  # some queue is bound to nodes
-        # last pass's reservations: job id -> (start, allocation, units held as a count)
-        self._booked: dict[int, tuple[float, Allocation, int]] = {}
+        # last pass's reservations: job id -> (start, allocation), and the units of those
+        # held as a count (the plan's own dicts: `reserved`, `held`)
+        self._booked: dict[int, tuple[float, Allocation]] = {}
+        self._booked_counts: dict[int, int] = {}
         # the last pass, carried on while only new jobs arrive (see iterate)
         self._walk: Walk | None = None
         self._plan: Plan | None = None
         self._fresh: list[Job] = []
         self._dirty = True
+        # where room grew since the last compressing pass began (see plan._Freed); None
+        # when something changed that this cannot name: then every kept count is asked
+        self._freed: list[tuple[float, float]] | None = None
         # running jobs' units over time, kept up to date as jobs start and end (see _profile)
         self._base: Profile | None = None
         # the counts last pass's plan holds, kept in `_base` too so that the next pass
@@ -205,9 +210,13 @@ class Scheduler:
         job.move_to(new, now)
         self._dirty = True
         jid = job.id
+        freed = self._freed
         if old == QUEUED:
             del self._queued[jid]
             self._unorder(job)
+            booked = self._booked.get(jid)
+            if booked is not None and new != RUNNING and freed is not None:  # (a pass's starts: its walk logged them)
+                freed.append((booked[0], booked[0] + job.walltime))  # its reservation is given back
         elif old == WAITING:
             self._waiting.discard(jid)
         elif old in ACTIVE and new not in ACTIVE:
@@ -220,6 +229,11 @@ class Scheduler:
                 self.busy ^= units
             if self._base is not None and units:
                 self._base.release(units, now, job.start_time + job.walltime)
+            if freed is not None:  # its units are free from now, not from its expected end
+                end = job.start_time + job.walltime
+                if jid in self._overrun:
+                    end = max(end, now + max(self.settings.overrun_grace, 1.0))
+                freed.append((now, end))
             self._overrun.discard(jid)
         if new == QUEUED:
             self._queued[jid] = job
@@ -231,6 +245,11 @@ class Scheduler:
             self._count_running(self._tally, job, 1)
         if (old in PENDING) != (new in PENDING):
             self._count(job, 1 if new in PENDING else -1)
+
+    def _changed(self) -> None:
+        """Something the last plan counted on changed (a limit, a node, a walltime, a
+        reservation): the next pass compresses and asks every kept count whether it moves."""
+        self._dirty, self._freed = True, None
 
     def _enorder(self, job: Job) -> None:
         rank = self._rank(job)
@@ -442,7 +461,13 @@ class Scheduler:
             walk = self._walk = Walk(self.topology, profile, depth, self._access, gate,
                                      self.settings.backfill, counts=self.settings.depth > 1 and not self.reservations,
                                      placed=self.placed if self._bound else None)
-            walk.run(now, order, plan, self._keep(walk.profile, now), last, compress)
+            kept, in_place = self._keep(walk.profile, now)
+            if not in_place:
+                self._freed = None  # (counts not kept were given back: room grew, unlogged)
+            freed = self._freed
+            if compress:  # every kept count is settled by this walk: spans from here on are the next one's
+                self._freed = []
+            walk.run(now, order, plan, kept, last, compress, freed, self._freed)
             if walk.closer is not None:  # jobs passed over with a subtree the gate held back whole
                 closer, jobs, new = walk.closer, self.jobs, self.next_id  # (jobs submitted since: not this pass's)
 
@@ -462,9 +487,10 @@ class Scheduler:
         self._plan = plan
         self._dirty = False
         profiles = [self._walk.profile] if self._walk else []
+        if self._walk is not None and self._walk.held:
+            plan.held = dict(self._walk.held)  # (the walk holds counts only for reservations it made or kept)
         if self.settings.depth > 1:
-            held = self._walk.held if self._walk else {}
-            self._booked = {jid: (t, a, held.get(jid, 0)) for jid, (t, a) in plan.reserved.items()}
+            self._booked, self._booked_counts = plan.reserved, plan.held
 
         def estimate(job_id: int) -> float | None:
             job = self.jobs.get(job_id)
@@ -479,8 +505,6 @@ class Scheduler:
 
         plan._estimate = estimate
         plan.profile = profiles[0] if profiles else None
-        if self._walk is not None and self._walk.held:
-            plan.held = {jid: n for jid, n in self._walk.held.items() if jid in plan.reserved}
         return plan
 
     def comment(self, job: Job) -> str:
@@ -580,7 +604,7 @@ class Scheduler:
             raise Rejected(f"job {job.id}: not enough free resources to run it now")
         start = Start(job.id, alloc, False)
         self._apply(job, start, now)
-        self._dirty = True
+        self._changed()
         return start
 
     def job_ended(self, job_id: int, now: float, exit_status: int) -> Job:
@@ -705,7 +729,7 @@ class Scheduler:
             self._settle(job, now)
         elif "walltime" in changes:
             self._base = None  # a running job's expected end moved: rebuild the profile
-        self._dirty = True
+        self._changed()
         return job
 
     def set_usage(self, kind: str, name: str | None, now: float, amount: float | None = None) -> int:
@@ -723,7 +747,7 @@ class Scheduler:
             mine = sorted(k for k in self.usage.records if k[i] == name)
             key = mine[0] if mine else tuple(name if k == i else "" for k in range(3))
             self.usage.charge(key, amount, now)
-        self._dirty = True
+        self._changed()
         return n
 
     def forget(self, job_id: int) -> Job:
@@ -830,7 +854,7 @@ class Scheduler:
                 self._standing[project] = standing
         if not changed:
             return
-        self._dirty = True
+        self._changed()
         for project in changed:
             if bank.action(project) != "standby":
                 continue
@@ -847,7 +871,7 @@ class Scheduler:
         self._tiered = self._tiered or tier != 0
         if queued:
             self._enorder(job)
-        self._dirty = True
+        self._changed()
 
     def _site_hold(self, job: Job) -> str | None:
         """Why the site's rules keep a runnable `job` from starting in this pass."""
@@ -901,7 +925,7 @@ class Scheduler:
         top = max((j.score for j in waiting), default=0.0)
         for rank, job in enumerate(chosen):
             job.score = top + len(chosen) - rank
-        self._dirty = True
+        self._changed()
         return chosen
 
     # --- reservations and nodes --------------------------------------------------------
@@ -927,7 +951,7 @@ class Scheduler:
             res.count = 0
         self.reservations[res.name] = res
         self._res_units[res.name] = units
-        self._dirty = True
+        self._changed()
         return res
 
     def remove_reservation(self, name: str, now: float | None = None) -> Reservation:
@@ -935,7 +959,7 @@ class Scheduler:
         if name not in self.reservations:
             raise InvalidRequest(f"unknown reservation {name!r}")
         self._res_units.pop(name)
-        self._dirty = True
+        self._changed()
         res = self.reservations.pop(name)
         if now is not None and self._billed(res):
             self._bill(res, now)
@@ -951,7 +975,7 @@ class Scheduler:
 
     def set_node_state(self, name: str, state: NodeState) -> None:
         self.topology.set_state(name, NodeState(state))
-        self._dirty = True
+        self._changed()
         self._base = None  # the schedulable units changed
 
     # --- planning helpers ------------------------------------------------------------
@@ -1000,14 +1024,16 @@ class Scheduler:
         its reservations is on units, or with site reservations).  Only those that
         change move, so a pass starts with its counts in place (see _keep)."""
         held, want = self._holds(), {}
-        for jid, (t, _, count) in self._booked.items():
-            job = self._queued.get(jid)
+        queued, counts = self._queued, self._booked_counts
+        for jid, (t, _) in self._booked.items() if not self.reservations else ():
+            job = queued.get(jid)
             if job is None:
                 continue
-            if not count or self.reservations:
+            count = counts.get(jid)
+            if not count:
                 want = {}  # (kept in turn, by _keep)
                 break
-            t0 = max(t, now)
+            t0 = t if t > now else now
             want[jid] = (t0, t0 + job.walltime, count)
         if want != held:
             base = self._base
@@ -1019,27 +1045,31 @@ class Scheduler:
                     base.hold(span[2], span[0], span[1])
         self._base_holds = want
 
-    def _keep(self, profile: Profile, now: float) -> dict[int, tuple[float, int, int, Allocation]]:
+    def _keep(self, profile: Profile, now: float) -> tuple[dict[int, tuple[float, int, int, Allocation]], bool]:
         """Last pass's reservations that still hold, occupied (or held as counts) in
-        `profile` (depth > 1): job id -> (start, units, count, allocation).
+        `profile` (depth > 1): job id -> (start, units, count, allocation); and whether
+        every one still queued was kept (False: some were given back).
 
         `profile` comes with last pass's counts in place, as this pass keeps them
         (`_profile(holds=True)`).  If no segment is promised more units than it has free,
         each would have been promised in turn (Profile.promise), so all of them stand;
         else they are given back, and each is tried in turn."""
-        kept = {}
+        kept, lost = {}, False
         if self.settings.depth <= 1:
-            return kept
+            return kept, True
         held = self._holds()
         if held:
             if not profile.overpromised():
-                return {jid: (t0, 0, count, self._booked[jid][1]) for jid, (t0, _, count) in held.items()}
+                booked = self._booked
+                return {jid: (t0, 0, count, booked[jid][1]) for jid, (t0, _, count) in held.items()}, True
             for t0, t1, count in held.values():
                 profile.hold(-count, t0, t1)
-        for jid, (t, alloc, count) in self._booked.items():
+        for jid, (t, alloc) in self._booked.items():
+            count = self._booked_counts.get(jid, 0)
             job = self._queued.get(jid)
             if job is None:
                 continue
+            lost = True  # (kept here in turn, or given back)
             t0, t1, access = max(t, now), max(t, now) + job.walltime, self._access(job)
             if count:
                 if not access and not profile.reservations:
@@ -1056,7 +1086,7 @@ class Scheduler:
                                                          profile.room(t0, t1, access) >= units.bit_count()):
                 profile.occupy(units, t0, t1)
                 kept[jid] = (t0, units, 0, alloc)
-        return kept
+        return kept, not lost
 
     def _access(self, job: Job) -> tuple:
         if not self.reservations:
@@ -1081,8 +1111,8 @@ class Scheduler:
                 "nodes": self.topology.node_states(), "node_notes": dict(self.node_notes),
                 "usage": self.usage.to_dict(),
                 **({"bank": self.bank.to_dict()} if self.bank is not None else {}),
-                "booked": [[jid, t, list(a.nodes), [list(c) for c in a.cores], count]
-                           for jid, (t, a, count) in self._booked.items()]}
+                "booked": [[jid, t, list(a.nodes), [list(c) for c in a.cores], self._booked_counts.get(jid, 0)]
+                           for jid, (t, a) in self._booked.items()]}
 
     def restore(self, state: dict) -> "Scheduler":
         """Load a state saved by `to_dict` into this (freshly configured) scheduler."""
@@ -1125,10 +1155,12 @@ class Scheduler:
                                               needs[j.id]) for j in self._queued.values()))
             self.next_id = int(state.get("next_id", max(self.jobs, default=0) + 1))
             self.last_pass = state.get("last_pass")
-            self._booked = {int(b[0]): (float(b[1]), Allocation(0, tuple(b[2]), tuple(tuple(c) for c in b[3])),
-                                        int(b[4]) if len(b) > 4 else 0)  # (states saved before counts: 0)
-                            for b in state.get("booked", [])}
-            self._dirty = True
+            booked = state.get("booked", [])
+            self._booked = {int(b[0]): (float(b[1]), Allocation(0, tuple(b[2]), tuple(tuple(c) for c in b[3])))
+                            for b in booked}
+            self._booked_counts = {int(b[0]): int(b[4]) for b in booked
+                                   if len(b) > 4 and int(b[4])}  # (states saved before counts: none)
+            self._changed()
             self._base = None
             if self.bank is not None:
                 self.bank.restore(state.get("bank", {}))
