@@ -216,6 +216,12 @@ def naive_room(p, t0, t1):
     return min(p.mask(k).bit_count() - p.held[k] for k in ks)
 
 
+def naive_most(p, t0, t1):
+    """The most units free and not promised in [t0, t1) from now on (-1: none of it left)."""
+    ks = [k for k in range(len(p.times)) if p.times[k] < t1 and (k + 1 == len(p.times) or p.times[k + 1] > t0)]
+    return max((p.mask(k).bit_count() - p.held[k] for k in ks), default=-1) if t1 > p.now else -1
+
+
 def naive_earliest_count(p, wall, need, not_before):
     """The first of not_before and the later boundaries where `need` units have room for `wall`."""
     for t in [not_before] + [t for t in p.times if t > not_before]:
@@ -282,7 +288,8 @@ def test_a_held_count_stays_exactly_when_giving_it_back_finds_it_again(seed):
 def test_a_count_no_run_through_the_freed_spans_serves_stays_where_it_is(seed):
     """plan._Freed against `stays`: counts found unable to move, then room freed in logged
     spans (early ends, counts given back; new counts taken too), some of them read before
-    later spans are added: a count `may` rules out still stays."""
+    later spans are added: a count `may` rules out still stays.  And `Profile.most`
+    against the room read segment by segment."""
     assert sum(freed_spans_trial(random.Random(seed * 8 + trial)) for trial in range(8))  # (some ruled out)
 
 
@@ -310,7 +317,9 @@ def freed_spans_trial(rnd) -> int:
     freed, ruled_out = _Freed(p, spans), 0
     for _ in range(rnd.randrange(1, 6)):
         for need, t0, wall in settled:
-            if not freed.may(need, t0, wall):
+            for a, b in freed.spans:
+                assert p.most(a, b) == naive_most(p, a, b)
+            if not freed.may(need):
                 ruled_out += 1
                 assert p.stays(need, t0, wall), (need, t0, wall, freed.spans)
         others = [h for h in held if h not in settled]

@@ -56,6 +56,10 @@ class Plan:
     reasons: dict[int, str] = field(default_factory=dict)
     default_reason: str = RESOURCES
     profile: Profile | None = None  # the pass's final plan (valid until the next pass)
+    # `since`: an earlier plan's reservations this one's are, but for the jobs in `moved`
+    # (reserved anew) and those gone: what a reader of every pass updates (drain/samples.py)
+    since: dict[int, tuple[float, Allocation]] | None = None
+    moved: set[int] = field(default_factory=set)
     # the reason of a job the walk passed over unread, with a whole subtree the gate held
     # back (see Walk.closer): worked out when asked, against the pass's final counts
     passed_reason: Callable[[int], str | None] | None = None
@@ -187,46 +191,27 @@ class _Now:
         return alloc
 
 
-SPANS = 8  # a compressing pass reads the runs through at most this many spans (_Freed)
-
-
 class _Freed:
     """Where the room grew since every kept count was last found unable to move earlier
     (jobs ended early, reservations given back), for a compressing pass.  A count can then
-    move only through a window that meets one of these spans: a window that meets none had
-    room before, when the count could not use it.  The window lies in a run of segments with
-    room for the count that meets the span, as that run was read at any time after the span
-    was added (room there can have grown since only where a later span says).  So a count
-    no such run could serve stays where it is without asking `Profile.stays` (`may`)."""
+    move only through a window that meets one of these spans at a time with room for it: a
+    window that meets none had room before, when the count could not use it.  Room at a
+    time in a span, read at any time after the span was added, is at least what it is now
+    (it can have grown since only where a later span says).  So a count needing more than
+    the most room read in every span stays where it is, without asking `Profile.stays`."""
 
-    __slots__ = ("profile", "spans", "runs")
+    __slots__ = ("profile", "spans", "read", "most")
 
     def __init__(self, profile: Profile, spans: Iterable[tuple[float, float]]):
         self.profile, self.spans = profile, list(spans)
-        # need -> (spans read, the runs through them, the earliest start, the latest end,
-        # the longest run): the bounds settle most counts without reading the runs
-        self.runs: dict[int, tuple] = {}
+        self.read, self.most = 0, -1  # spans read so far, the most room in them
 
-    def may(self, need: int, t0: float, duration: float) -> bool:
-        """Might a count of `need` held from t0 for `duration` move earlier?  (Past SPANS
-        spans, always: reading the runs through them would cost more than `stays`.)"""
-        spans = self.spans
-        read = self.runs.get(need)
-        if read is None or read[0] < len(spans):
-            if len(spans) > SPANS:
-                return True
-            _, runs, first, last, longest = read or (0, (), INF, -INF, -INF)
-            new = [r for a, b in spans[read[0] if read else 0:] for r in self.profile.runs(need, a, b)]
-            if new:
-                runs = [*runs, *new]
-                first, last = min(first, min(s for s, _ in new)), max(last, max(e for _, e in new))
-                longest = max(longest, max(e - s for s, e in new))
-            read = self.runs[need] = (len(spans), runs, first, last, longest)
-        _, runs, first, last, longest = read
-        if t0 <= first or (t0 > last and duration > longest):
-            return False
-        # (a run reaching t0 has room just before it; one ending earlier must last `duration`)
-        return any(s < t0 and (e >= t0 or e - s >= duration) for s, e in runs)
+    def may(self, need: int) -> bool:
+        """Might a count of `need` move earlier?"""
+        if self.read < len(self.spans):
+            most = max(self.profile.most(a, b) for a, b in self.spans[self.read:])
+            self.most, self.read = max(self.most, most), len(self.spans)
+        return need <= self.most
 
 
 class Walk:
@@ -252,6 +237,8 @@ class Walk:
         # pins no node that a later job could use first (conservative and depth-N)
         self.counts = counts
         self.held: dict[int, int] = {}  # job id -> units held as a count
+        self.moved: set[int] = set()  # jobs given a reservation here, not kept as it stood
+        self.booked: dict | None = None  # the plan's reservations, once the scheduler took them
         self.blocked = False  # strict order (no backfill) and a job could not start
         self.made = 0  # reservations made
         self.waiting_ahead = False  # a job walked so far waits for resources
@@ -261,15 +248,17 @@ class Walk:
         self._log: list[tuple[float, float]] | None = None
 
     def run(self, now: float, jobs: Iterable[Job], plan: Plan,
-            kept: dict[int, tuple[float, int, int, Allocation]] | None = None, last: Job | None = None,
+            kept: dict[int, tuple[float, float | int, int]] | None = None, last: Job | None = None,
             compress: bool = True, freed: list[tuple[float, float]] | None = None,
-            log: list[tuple[float, float]] | None = None) -> None:
+            log: list[tuple[float, float]] | None = None,
+            shown: dict[int, tuple[float, Allocation]] | None = None) -> None:
         """Walk `jobs` in order, carrying on from where an earlier `run` stopped, adding the
         starts, reservations and reasons it decides to `plan` (it changes no job: the
         scheduler applies the starts after the walk).
 
         `kept` holds last pass's reservations still valid, already occupied (or held) in
-        the profile: job id -> (start, units, count, allocation).  With `compress` (a job
+        the profile: job id -> (start, end, count) held as a count, (start, units, 0) on
+        units; `shown` has last pass's (start, allocation) of each.  With `compress` (a job
         ended, or anything else freed resources, since the last pass) each job's own is
         given back just before its turn, so that it can only move earlier and no job ahead
         can take it (conservative backfill's guarantee that no reservation is ever
@@ -309,9 +298,9 @@ class Walk:
             mine = kept.pop(job.id, None) if kept else None  # last pass's reservation, if kept
             if mine is not None and mine[0] > now and (not compress or (
                     settled is not None and mine[2] and made < depth
-                    and not settled.may(mine[2], mine[0], job.walltime))):
+                    and not settled.may(mine[2]))):
                 # nothing freed since, or nothing where it could use: its reservation stands
-                plan.reserved[job.id] = (mine[0], mine[3])
+                plan.reserved[job.id] = shown[job.id]  # (its start has not come: the same)
                 if mine[2]:
                     self.held[job.id] = mine[2]
                 made += 1
@@ -330,14 +319,14 @@ class Walk:
                     continue
             need = self.topology.need(request)
             if mine is not None:
-                t0, _, count, _ = mine
+                t0, _, count = mine
                 acc = self.access(job)
                 if (count == need and t0 > now and made < depth and not acc and not prof.reservations
                         and self.topology.interchangeable(request) and prof.stays(need, t0, job.walltime)):
                     # A held count that cannot move earlier stays where it is, as the walk
                     # would find it again: no start now, the same earliest start (and the
                     # same nodes named for it).
-                    plan.reserved[job.id] = (t0, mine[3])
+                    plan.reserved[job.id] = shown[job.id]
                     self.held[job.id] = count
                     made += 1
                     waiting_ahead = True
@@ -371,6 +360,8 @@ class Walk:
                     plan.reasons[job.id] = "no start found within the planning horizon with the nodes now up"
                 else:
                     plan.reserved[job.id] = found
+                    self.moved.add(job.id)
+                    plan.moved.add(job.id)
                     made += 1
                     if moved:
                         self._retook(found[0] + job.walltime)
@@ -415,10 +406,10 @@ class Walk:
             return shown.nodes if shown else ()
         return Allocation(0, names, ())
 
-    def _give_back(self, job: Job, mine: tuple[float, int, int, Allocation] | None) -> None:
+    def _give_back(self, job: Job, mine: tuple[float, float | int, int] | None) -> None:
         """Take a kept reservation out of the profile (held as a count or occupying units)."""
         if mine is not None:
-            t0, units, count, _ = mine
+            t0, units, count = mine
             if count:
                 self.held.pop(job.id, None)
                 self.profile.hold(-count, t0, t0 + job.walltime)

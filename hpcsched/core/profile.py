@@ -431,28 +431,14 @@ class Profile:
                     return True
         return False
 
-    def runs(self, need: int, t0: float, t1: float) -> list[tuple[float, float]]:
-        """The maximal runs of segments with room for `need` units (no site reservations)
-        that meet [t0, t1), as (start, end) times; the last segment's end is infinity."""
-        self.settle()
-        room, times, n = self._rooms(), self.times, len(self.times)
+    def most(self, t0: float, t1: float) -> int:
+        """The most units free and not promised at any time in [t0, t1) (no site
+        reservations; -1 if the span is over)."""
+        if t1 <= self.now:
+            return -1
+        room, times = self._rooms(), self.times
         i = max(bisect_right(times, t0) - 1, 0)
-        j = bisect_left(times, t1, i + 1)  # segments i..j-1 meet [t0, t1)
-        out = []
-        if t1 <= self.now or max(room[i:j]) < need:
-            return out
-        while i < j:
-            if room[i] < need:
-                i += 1
-                continue
-            s, e = i, i + 1
-            while s and room[s - 1] >= need:
-                s -= 1
-            while e < n and room[e] >= need:
-                e += 1
-            out.append((times[s], times[e] if e < n else INF))
-            i = e
-        return out
+        return max(room[i:bisect_left(times, t1, i + 1)])
 
     # The units free and not promised per segment (no site reservations), as a list: built
     # when first asked (or worked out from the base's counts: see derive), then kept in

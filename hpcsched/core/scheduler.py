@@ -450,13 +450,14 @@ class Scheduler:
             # nothing in the plan changed in between: the walk over the earlier jobs would
             # come out the same, so carry it on with the new ones.
             plan = Plan(now, reserved=dict(self._plan.reserved), reasons=dict(self._plan.reasons),
-                        default_reason=self._plan.default_reason)
+                        default_reason=self._plan.default_reason, since=self._plan.reserved)
             fresh = self.policy.order(fresh, None)  # a static order needs no context
             walk.run(now, fresh, plan, last=fresh[-1] if fresh else None)
         else:
             gate = _Gate(self, now) if self._gated() else None
             order, last = self._prioritise(now, gate.ctx if gate else None)
-            plan = Plan(now)
+            # (a kept reservation stands as the same (start, allocation): see Walk.run)
+            plan = Plan(now, since=self._booked if self.settings.depth > 1 else None)
             profile = self._profile(now, holds=self.settings.depth > 1)
             walk = self._walk = Walk(self.topology, profile, depth, self._access, gate,
                                      self.settings.backfill, counts=self.settings.depth > 1 and not self.reservations,
@@ -467,7 +468,7 @@ class Scheduler:
             freed = self._freed
             if compress:  # every kept count is settled by this walk: spans from here on are the next one's
                 self._freed = []
-            walk.run(now, order, plan, kept, last, compress, freed, self._freed)
+            walk.run(now, order, plan, kept, last, compress, freed, self._freed, self._booked)
             if walk.closer is not None:  # jobs passed over with a subtree the gate held back whole
                 closer, jobs, new = walk.closer, self.jobs, self.next_id  # (jobs submitted since: not this pass's)
 
@@ -491,6 +492,8 @@ class Scheduler:
             plan.held = dict(self._walk.held)  # (the walk holds counts only for reservations it made or kept)
         if self.settings.depth > 1:
             self._booked, self._booked_counts = plan.reserved, plan.held
+            if self._walk is not None:
+                self._walk.booked = plan.reserved  # (what its `moved` is relative to: see _hold_in_base)
 
         def estimate(job_id: int) -> float | None:
             job = self.jobs.get(job_id)
@@ -1022,33 +1025,54 @@ class Scheduler:
         """Make the counts `_base` holds last pass's, as this pass at `now` keeps them:
         those of jobs gone given back, those whose time came moved to now (none if any of
         its reservations is on units, or with site reservations).  Only those that
-        change move, so a pass starts with its counts in place (see _keep)."""
-        held, want = self._holds(), {}
-        queued, counts = self._queued, self._booked_counts
-        for jid, (t, _) in self._booked.items() if not self.reservations else ():
-            job = queued.get(jid)
-            if job is None:
-                continue
-            count = counts.get(jid)
-            if not count:
-                want = {}  # (kept in turn, by _keep)
-                break
-            t0 = t if t > now else now
-            want[jid] = (t0, t0 + job.walltime, count)
-        if want != held:
+        change move, so a pass starts with its counts in place (see _keep).  Where `_base`
+        already holds last pass's counts but for what its walk changed, only those are
+        read: the jobs the walk gave a new reservation, those gone, those whose time came."""
+        held, booked, counts, queued = self._holds(), self._booked, self._booked_counts, self._queued
+        if self.reservations:
+            want = {}  # (kept in turn, by _keep)
+        elif (held and self._freed is not None and len(counts) == len(booked)  # (None: a walltime may have moved)
+              and self._walk is not None and self._walk.booked is booked):
+            look = self._walk.moved | (held.keys() - booked.keys()) | (held.keys() - queued.keys())
+            look.update(jid for jid, span in held.items() if span[0] < now)
+            for jid in sorted(look):
+                old, new, job = held.get(jid), None, queued.get(jid)
+                if job is not None and jid in booked:
+                    t0 = max(booked[jid][0], now)
+                    new = (t0, t0 + job.walltime, counts[jid])
+                if old != new:
+                    if old is not None:
+                        self._base.hold(-old[2], old[0], old[1])
+                        del held[jid]
+                    if new is not None:
+                        self._base.hold(new[2], new[0], new[1])
+                        held[jid] = new
+            return
+        else:
+            want = {}
+            for jid, (t, _) in booked.items():
+                job = queued.get(jid)
+                if job is None:
+                    continue
+                count = counts.get(jid)
+                if not count:
+                    want = {}  # (a reservation on units: all are kept in turn, by _keep)
+                    break
+                t0 = t if t > now else now
+                want[jid] = (t0, t0 + job.walltime, count)
+        if want != held:  # (the spans that differ, found as sets: most stand from pass to pass)
             base = self._base
-            for jid, span in held.items():
-                if want.get(jid) != span:
-                    base.hold(-span[2], span[0], span[1])
-            for jid, span in want.items():
-                if held.get(jid) != span:
-                    base.hold(span[2], span[0], span[1])
+            for _, (t0, t1, count) in held.items() - want.items():
+                base.hold(-count, t0, t1)
+            for _, (t0, t1, count) in want.items() - held.items():
+                base.hold(count, t0, t1)
         self._base_holds = want
 
-    def _keep(self, profile: Profile, now: float) -> tuple[dict[int, tuple[float, int, int, Allocation]], bool]:
+    def _keep(self, profile: Profile, now: float) -> tuple[dict[int, tuple[float, float | int, int]], bool]:
         """Last pass's reservations that still hold, occupied (or held as counts) in
-        `profile` (depth > 1): job id -> (start, units, count, allocation); and whether
-        every one still queued was kept (False: some were given back).
+        `profile` (depth > 1): job id -> (start, end, count) for a count, (start, units, 0)
+        on units (as Walk.run takes them); and whether every one still queued was kept
+        (False: some were given back).
 
         `profile` comes with last pass's counts in place, as this pass keeps them
         (`_profile(holds=True)`).  If no segment is promised more units than it has free,
@@ -1060,8 +1084,7 @@ class Scheduler:
         held = self._holds()
         if held:
             if not profile.overpromised():
-                booked = self._booked
-                return {jid: (t0, 0, count, booked[jid][1]) for jid, (t0, _, count) in held.items()}, True
+                return held, True  # (the walk reads a copy)
             for t0, t1, count in held.values():
                 profile.hold(-count, t0, t1)
         for jid, (t, alloc) in self._booked.items():
@@ -1079,13 +1102,13 @@ class Scheduler:
                     if kept_it:
                         profile.hold(count, t0, t1)
                 if kept_it:
-                    kept[jid] = (t0, 0, count, alloc)
+                    kept[jid] = (t0, t1, count)
                 continue
             units = alloc.units or self.topology.units_of(alloc.nodes, alloc.cores)
             if profile.holds(units, t0, t1, access) and (not profile.holding or
                                                          profile.room(t0, t1, access) >= units.bit_count()):
                 profile.occupy(units, t0, t1)
-                kept[jid] = (t0, units, 0, alloc)
+                kept[jid] = (t0, units, 0)
         return kept, not lost
 
     def _access(self, job: Job) -> tuple:

@@ -17,6 +17,7 @@ checks one against the other.
 from __future__ import annotations
 
 import math
+from bisect import bisect_left, insort
 from operator import itemgetter
 from typing import Iterator
 
@@ -57,6 +58,11 @@ class Sampler:
         # machine nodes a listed node stands for (a Blue Gene lists boards of 32)
         self.weight = topo.measure(self.node_units[0]) if self.simple and self.nodes else 1
         self._site: dict[tuple[str, ...], int] = {}  # a site reservation's nodes -> units
+        # the job reservations of the last plan read, as (start, id, job id) in that order,
+        # brought up to date from plan to plan by what each changed (Plan.since, .moved):
+        # a conservative pass keeps most of a long queue's reservations as they stood
+        self._seen: dict | None = None
+        self._order: list[tuple[float, str, int]] = []
 
     # --- the pieces ----------------------------------------------------------------------
     def _reservations(self, plan: Plan, idle: int, new_only: bool = False) -> Iterator[tuple[float, str, int]]:
@@ -77,10 +83,12 @@ class Sampler:
             if units is None:
                 units = self._site[res.nodes] = topo.units_of_nodes(res.nodes)
             out.append((when[0], name, units, 0))
-        for jid, (t, alloc) in plan.reserved.items():
-            out.append((t, str(jid), alloc.units, plan.held.get(jid)))
-        if len(out) > 1:  # (EASY has one)
+        reserved, held = plan.reserved, plan.held
+        if out:
+            out += [(t, str(jid), alloc.units, held.get(jid)) for jid, (t, alloc) in reserved.items()]
             out.sort(key=_START_ID)
+        else:  # (job reservations alone: read in the kept order, as far as the caller reads)
+            out = ((t, rid, reserved[jid][1].units, held.get(jid)) for t, rid, jid in self._ordered(plan))
         covered = 0
         at: dict[float, tuple[int, int, int]] = {}  # start -> (units busy now, free then; their number; idle ones)
         # With `new_only`, a count that takes only units busy now is charged no drained
@@ -113,6 +121,19 @@ class Sampler:
             if units | covered != covered:
                 covered |= units
                 yield t, rid, units
+
+    def _ordered(self, plan: Plan) -> list[tuple[float, str, int]]:
+        """(start, id, job id) of `plan`'s reservations, soonest first (ties by id)."""
+        reserved, order, seen = plan.reserved, self._order, self._seen
+        if plan.since is None or plan.since is not seen:
+            order[:] = sorted((t, str(jid), jid) for jid, (t, _) in reserved.items())
+        elif reserved is not seen:
+            for jid in (seen.keys() - reserved.keys()) | (plan.moved & seen.keys()):
+                del order[bisect_left(order, (seen[jid][0], str(jid)))]
+            for jid in plan.moved:
+                insort(order, (reserved[jid][0], str(jid), jid))
+        self._seen = reserved
+        return order
 
     def _jobs(self) -> int:
         """Units running jobs hold."""
