@@ -258,15 +258,15 @@ class Walk:
 
         `kept` holds last pass's reservations still valid, already occupied (or held) in
         the profile: job id -> (start, end, count) held as a count, (start, units, 0) on
-        units; `shown` has last pass's (start, allocation) of each.  With `compress` (a job
+        units; `shown` (given with `kept`) has last pass's (start, allocation) of each.  With `compress` (a job
         ended, or anything else freed resources, since the last pass) each job's own is
         given back just before its turn, so that it can only move earlier and no job ahead
         can take it (conservative backfill's guarantee that no reservation is ever
         delayed); without it, a reservation whose time has not come stands as it is.
 
         `freed` (with `compress`, counts held and no gate) lists the spans where room grew
-        since each kept count was last found unable to move: a count no run through them
-        could serve stands as it is (see _Freed).  The spans of reservations this walk gives
+        since each kept count was last found unable to move: a count needing more units
+        than any of them has room for stands as it is (see _Freed).  The spans of reservations this walk gives
         back are added to it, and to `log`, the spans the next compressing pass reads."""
         if last is not None:
             self.last = last  # every job up to it has had its turn, walked or cut short
@@ -332,9 +332,7 @@ class Walk:
                     waiting_ahead = True
                     continue
                 self._give_back(job, mine)  # given back for its turn: it can only move earlier
-                moved = True
-            else:
-                moved = False
+            given_back = mine is not None
             if made >= depth and now_.hopeless(job, need):
                 waiting_ahead = True
                 continue
@@ -342,7 +340,7 @@ class Walk:
             alloc = now_.fit(job, request, need, acc)
             if alloc is not None:  # it fits now: start it
                 prof.occupy(alloc.units, now, now + job.walltime)
-                if moved:
+                if given_back:
                     self._retook(now + job.walltime)
                 plan.started.append(Start(job.id, alloc, waiting_ahead))
                 if gate is not None:
@@ -363,7 +361,7 @@ class Walk:
                     self.moved.add(job.id)
                     plan.moved.add(job.id)
                     made += 1
-                    if moved:
+                    if given_back:
                         self._retook(found[0] + job.walltime)
             if not self.backfill:  # nothing may pass it
                 self.blocked = True
