@@ -284,6 +284,39 @@ def test_a_held_count_stays_exactly_when_giving_it_back_finds_it_again(seed):
             assert p.stays(need, t0, wall) == (earliest == t0), (seed, need, t0, wall, earliest)
 
 
+@pytest.mark.parametrize("seed", range(20))
+def test_a_profile_moved_to_a_later_now_keeps_its_room_list(seed):
+    """`advance` (a pass carried on with new jobs only) keeps the room list, which is what
+    building it again gives, and what is read from it (counts, room, whether a count
+    stays: runs cached before it moved are read again) is a fresh copy's."""
+    rnd = random.Random(seed)
+    n = rnd.choice([4, 8, 16])
+    bits = list(range(n))
+    rnd.shuffle(bits)
+    running = [(float(rnd.randrange(1, 12) * 10), 1 << b) for b in bits[:rnd.randrange(1, n)]]
+    p = Profile.from_running(0.0, (1 << n) - 1, running)
+    held = []
+    for _ in range(rnd.randrange(1, 10)):
+        need, wall = rnd.randrange(1, n + 1), float(rnd.randrange(1, 10) * 10)
+        t0 = p.earliest_count(wall, (), need, float(rnd.randrange(0, 50)))
+        if t0 is not None:
+            p.hold(need, t0, t0 + wall)
+            held.append((need, t0, wall))
+    asked = [(need, t0, wall, p.stays(need, t0, wall)) for need, t0, wall in held if t0 > 0]  # (runs cached)
+    later = rnd.uniform(0.0, p.times[1] if len(p.times) > 1 else 100.0)
+    p._rooms()
+    assert p.advance(later) and p._rooms_valid()
+    check_profile_invariants(p)
+    fresh = p.derive(later, rooms=True)
+    for need in range(1, n + 1):
+        for wall in (5.0, 30.0, 200.0):
+            assert p.earliest_count(wall, (), need, later) == fresh.earliest_count(wall, (), need, later)
+            assert p.room(later, later + wall) == fresh.room(later, later + wall)
+    for need, t0, wall, _ in asked:
+        if t0 > later:
+            assert p.stays(need, t0, wall) == fresh.stays(need, t0, wall)
+
+
 @pytest.mark.parametrize("seed", range(40))
 def test_a_count_no_run_through_the_freed_spans_serves_stays_where_it_is(seed):
     """plan._Freed against `stays`: counts found unable to move, then room freed in logged

@@ -480,7 +480,10 @@ class Profile:
         self.settle()
         if len(self.times) > 1 and self.times[1] <= now:
             return False
+        kept = self._rooms_valid()
         self.times[0] = self.now = now
+        if kept:  # (segment 0 starts later: its room is the same)
+            self._keep_rooms()
         return True
 
     def holds(self, units: int, t0: float, t1: float, access: AccessKey) -> bool:
