@@ -31,6 +31,7 @@ DOWN, BUSY, RUNNING, DRAINED, DRAINING = (STATES.index(s) for s in ("Down", "Bus
 _DRAIN, _UNALLOCATED = combo(IDLE, True, False), combo(IDLE, False, False)
 _BUSY_RSV, _BUSY = combo(BUSY, True, True), combo(BUSY, False, True)
 _START_ID = itemgetter(0, 1)  # a reservation's (start, id): the order tallies read them in
+RESORT = 64  # past this many changes, the sampler sorts a plan's reservations afresh (see _ordered)
 
 
 def _state(m: int, used: int, down: int, offline: int) -> int:
@@ -125,10 +126,13 @@ class Sampler:
     def _ordered(self, plan: Plan) -> list[tuple[float, str, int]]:
         """(start, id, job id) of `plan`'s reservations, soonest first (ties by id)."""
         reserved, order, seen = plan.reserved, self._order, self._seen
-        if plan.since is None or plan.since is not seen:
+        if reserved is seen:  # (the same plan read again)
+            return order
+        gone = () if plan.since is None or plan.since is not seen else seen.keys() - reserved.keys()
+        if plan.since is None or plan.since is not seen or len(gone) + len(plan.moved) > RESORT:
             order[:] = sorted((t, str(jid), jid) for jid, (t, _) in reserved.items())
-        elif reserved is not seen:
-            for jid in (seen.keys() - reserved.keys()) | (plan.moved & seen.keys()):
+        else:
+            for jid in gone | (plan.moved & seen.keys()):
                 del order[bisect_left(order, (seen[jid][0], str(jid)))]
             for jid in plan.moved:
                 insort(order, (reserved[jid][0], str(jid), jid))
