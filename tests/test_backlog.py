@@ -318,7 +318,7 @@ def test_a_profile_moved_to_a_later_now_keeps_its_room_list(seed):
 
 
 @pytest.mark.parametrize("seed", range(40))
-def test_a_count_no_run_through_the_freed_spans_serves_stays_where_it_is(seed):
+def test_a_count_needing_more_room_than_the_freed_spans_have_stays_where_it_is(seed):
     """plan._Freed against `stays`: counts found unable to move, then room freed in logged
     spans (early ends, counts given back; new counts taken too), some of them read before
     later spans are added: a count `may` rules out still stays.  And `Profile.most`
