@@ -237,8 +237,6 @@ class Walk:
         # pins no node that a later job could use first (conservative and depth-N)
         self.counts = counts
         self.held: dict[int, int] = {}  # job id -> units held as a count
-        self.moved: set[int] = set()  # jobs given a reservation here, not kept as it stood
-        self.booked: dict | None = None  # the plan's reservations, once the scheduler took them
         self.blocked = False  # strict order (no backfill) and a job could not start
         self.made = 0  # reservations made
         self.waiting_ahead = False  # a job walked so far waits for resources
@@ -358,7 +356,6 @@ class Walk:
                     plan.reasons[job.id] = "no start found within the planning horizon with the nodes now up"
                 else:
                     plan.reserved[job.id] = found
-                    self.moved.add(job.id)
                     plan.moved.add(job.id)
                     made += 1
                     if given_back:

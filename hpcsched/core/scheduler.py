@@ -117,6 +117,7 @@ class Scheduler:
         # held as a count (the plan's own dicts: `reserved`, `held`)
         self._booked: dict[int, tuple[float, Allocation]] = {}
         self._booked_counts: dict[int, int] = {}
+        self._moved: set[int] = set()  # jobs reserved anew since `_hold_in_base` last ran
         # the last pass, carried on while only new jobs arrive (see iterate)
         self._walk: Walk | None = None
         self._plan: Plan | None = None
@@ -492,8 +493,7 @@ class Scheduler:
             plan.held = dict(self._walk.held)  # (the walk holds counts only for reservations it made or kept)
         if self.settings.depth > 1:
             self._booked, self._booked_counts = plan.reserved, plan.held
-            if self._walk is not None:
-                self._walk.booked = plan.reserved  # (what its `moved` is relative to: see _hold_in_base)
+            self._moved |= plan.moved
 
         def estimate(job_id: int) -> float | None:
             job = self.jobs.get(job_id)
@@ -1027,13 +1027,13 @@ class Scheduler:
         its reservations is on units, or with site reservations).  Only those that
         change move, so a pass starts with its counts in place (see _keep).  Where `_base`
         already holds last pass's counts but for what its walk changed, only those are
-        read: the jobs the walk gave a new reservation, those gone, those whose time came."""
+        read: the jobs reserved anew since (`Plan.moved`), those gone, those whose time came."""
         held, booked, counts, queued = self._holds(), self._booked, self._booked_counts, self._queued
+        moved, self._moved = self._moved, set()
         if self.reservations:
             want = {}  # (kept in turn, by _keep)
-        elif (held and self._freed is not None and len(counts) == len(booked)  # (None: a walltime may have moved)
-              and self._walk is not None and self._walk.booked is booked):
-            look = self._walk.moved | (held.keys() - booked.keys()) | (held.keys() - queued.keys())
+        elif held and self._freed is not None and len(counts) == len(booked):  # (None: a walltime may have moved)
+            look = moved | (held.keys() - booked.keys()) | (held.keys() - queued.keys())
             look.update(jid for jid, span in held.items() if span[0] < now)
             for jid in sorted(look):
                 old, new, job = held.get(jid), None, queued.get(jid)
