@@ -242,6 +242,10 @@ class Walk:
         self.waiting_ahead = False  # a job walked so far waits for resources
         self.last = None  # the last job walked
         self.closer: Sieved | None = None  # the order, once it has passed over a subtree the gate held back
+        # jobs read, and started, by every run so far; `late`: a job started after one that
+        # did not, so with a gate the counts that job was judged by have grown since
+        self.read = self.begun = 0
+        self.late = False
         self._freed: _Freed | None = None  # (see run)
         self._log: list[tuple[float, float]] | None = None
 
@@ -285,6 +289,7 @@ class Walk:
         # holds back whole, such as a group at its quota, once it has held back one.
         closer = cursor if cursor is not None and cursor.closable and gate is not None else None
         for job in jobs:
+            self.read += 1
             if now_.current() and cursor is not None:
                 sift = made >= depth and self.backfill and gate is None and not kept
                 # (no units: no job passes, as `hopeless` says)
@@ -341,6 +346,8 @@ class Walk:
                 if given_back:
                     self._retook(now + job.walltime)
                 plan.started.append(Start(job.id, alloc, waiting_ahead))
+                self.begun += 1
+                self.late = self.late or self.begun < self.read
                 if gate is not None:
                     gate.started(job, alloc)
                 continue

@@ -14,6 +14,7 @@ from __future__ import annotations
 import heapq
 import math
 from dataclasses import dataclass, replace
+from itertools import chain, islice
 from operator import attrgetter
 from typing import Iterable
 
@@ -442,43 +443,54 @@ class Scheduler:
         compress = self._dirty  # (arrivals leave it clean: see submit)
         fresh, self._fresh = self._fresh, []
         walk = self._walk
+        # Nothing the last plan counted on changed since, only new jobs came: the walk over
+        # the earlier jobs would come out the same in an order that changes none of its
+        # decisions, so it is carried on with the new jobs (see _carry_on).  Not while a job
+        # runs past its walltime (a pass expects it to end a grace period from its own now),
+        # nor, with limits, once a job started after one the walk passed (see Walk.late).
+        clean = (walk is not None and not self._dirty and not self._overrun
+                 and not (walk.gate is not None and walk.late) and walk.profile.advance(now))
         if not self._queued:
             # nothing to start or reserve: the plan is empty (estimates are still there)
             plan, self._walk = Plan(now), None
-        elif (walk is not None and not self._dirty and self.policy.static and walk.profile.advance(now)
-                and self._sorts_after(fresh, walk.last)):
-            # Only new jobs since the last pass, all sorting after every job it walked, and
-            # nothing in the plan changed in between: the walk over the earlier jobs would
-            # come out the same, so carry it on with the new ones.
-            plan = Plan(now, reserved=dict(self._plan.reserved), reasons=dict(self._plan.reasons),
-                        default_reason=self._plan.default_reason, since=self._plan.reserved)
-            fresh = self.policy.order(fresh, None)  # a static order needs no context
-            walk.run(now, fresh, plan, last=fresh[-1] if fresh else None)
+        elif clean and self.policy.static and self._sorts_after(fresh, walk.last):
+            # a static order: every new job sorts after every job the last pass walked
+            fresh = self.policy.order(fresh, None)  # (a static order needs no context)
+            plan = self._carry_on(walk, now, fresh, last=fresh[-1] if fresh else None)
         else:
             gate = _Gate(self, now) if self._gated() else None
             order, last = self._prioritise(now, gate.ctx if gate else None)
-            # (a kept reservation stands as the same (start, allocation): see Walk.run)
-            plan = Plan(now, since=self._booked if self.settings.depth > 1 else None)
-            profile = self._profile(now, holds=self.settings.depth > 1)
-            walk = self._walk = Walk(self.topology, profile, depth, self._access, gate,
-                                     self.settings.backfill, counts=self.settings.depth > 1 and not self.reservations,
-                                     placed=self.placed if self._bound else None)
-            kept, in_place = self._keep(walk.profile, now)
-            if not in_place:
-                self._freed = None  # (counts not kept were given back: room grew, unlogged)
-            freed = self._freed
-            if compress:  # every kept count is settled by this walk: spans from here on are the next one's
-                self._freed = []
-            walk.run(now, order, plan, kept, last, compress, freed, self._freed, self._booked)
-            if walk.closer is not None:  # jobs passed over with a subtree the gate held back whole
-                closer, jobs, new = walk.closer, self.jobs, self.next_id  # (jobs submitted since: not this pass's)
+            leads = False
+            if clean and not self.policy.static and len(fresh) <= 1:
+                order, leads = self._still_lead(order, walk)
+            if leads:
+                # an order that moves: the jobs the last walk reserved for still lead it, in
+                # the same order, and the one new job (if any) comes after them
+                plan = self._carry_on(walk, now, fresh)
+                plan.passed_reason = self._plan.passed_reason  # (its gate is the walk's own)
+            else:
+                # (a kept reservation stands as the same (start, allocation): see Walk.run)
+                plan = Plan(now, since=self._booked if self.settings.depth > 1 else None)
+                profile = self._profile(now, holds=self.settings.depth > 1)
+                walk = self._walk = Walk(self.topology, profile, depth, self._access, gate, self.settings.backfill,
+                                         counts=self.settings.depth > 1 and not self.reservations,
+                                         placed=self.placed if self._bound else None)
+                kept, in_place = self._keep(walk.profile, now)
+                if not in_place:
+                    self._freed = None  # (counts not kept were given back: room grew, unlogged)
+                freed = self._freed
+                if compress:  # every kept count is settled by this walk: spans from here on are the next one's
+                    self._freed = []
+                walk.run(now, order, plan, kept, last, compress, freed, self._freed, self._booked)
+                if walk.closer is not None:  # jobs passed over with a subtree the gate held back whole
+                    closer, jobs, new = walk.closer, self.jobs, self.next_id  # (jobs submitted since: not this pass's)
 
-                def held(job_id: int) -> str | None:
-                    job = jobs.get(job_id)
-                    if job is None or job_id >= new or job.state != QUEUED or not closer.covers(job):
-                        return None
-                    return gate(job)
-                plan.passed_reason = held
+                    def held(job_id: int) -> str | None:
+                        job = jobs.get(job_id)
+                        if job is None or job_id >= new or job.state != QUEUED or not closer.covers(job):
+                            return None
+                        return gate(job)
+                    plan.passed_reason = held
         for start in plan.started:
             self._apply(self._queued[start.job_id], start, now)
         if self._base is not None:
@@ -563,6 +575,30 @@ class Scheduler:
         heapq.heappush(self._ends, (now + job.walltime, job.id))
         if self._deps:
             self._dependants(job, self._deps.started(job), False, now)
+
+    def _carry_on(self, walk: Walk, now: float, fresh: list[Job], last: Job | None = None) -> Plan:
+        """The last pass's walk carried on with the new jobs `fresh`, in their order: the
+        earlier jobs' decisions stand (a job that could not start then cannot now, with as
+        few units free and as many reserved), and the walk keeps its profile and its gate."""
+        plan = Plan(now, reserved=dict(self._plan.reserved), reasons=dict(self._plan.reasons),
+                    default_reason=self._plan.default_reason, since=self._plan.reserved)
+        walk.run(now, fresh, plan, last=last)
+        return plan
+
+    def _still_lead(self, order: Iterable[Job], walk: Walk) -> tuple[Iterable[Job], bool]:
+        """Do the jobs the last walk reserved for (at least one) still come first in
+        `order`, in the order it reserved them?  Then each job it passed over fails in the
+        same place (behind the same reservations) wherever the new order puts it.  Returns
+        `order` to walk (an iterator read here is rebuilt) and the answer."""
+        reserved = self._plan.reserved  # (in the order the walk reserved them)
+        m = walk.made
+        if not m or len(reserved) != m:
+            return order, False
+        it = iter(order)
+        head = list(islice(it, m))
+        if it is order:  # (a plain iterator: what was read goes back in front)
+            order = chain(head, it)
+        return order, [j.id for j in head] == list(reserved)
 
     def _sorts_after(self, fresh: list[Job], last: Job | None) -> bool:
         """Do all new jobs sort after `last`?  (Static policies only: keys need no context.)"""
