@@ -19,7 +19,7 @@ Invariants (tests/test_backlog.py checks them against a sorted list read job by 
 from __future__ import annotations
 
 from bisect import bisect_left, bisect_right
-from itertools import accumulate
+from itertools import accumulate, chain, islice
 from operator import attrgetter, itemgetter
 from typing import Iterator
 
@@ -99,6 +99,20 @@ class Sieved:
     #: walk's gate held back (`close`)?  Those jobs are not counted in `passed`: they are
     #: held back, not waiting for resources.
     closable = False
+    _ahead: Iterator[Job] | None = None  # a reading begun by `lead`, which the next one resumes
+
+    def lead(self, m: int) -> list[Job]:
+        """The first `m` jobs, read now (no sieve yet); the next reading yields them again
+        and carries on with the same reading, so a pass that looks at its head first
+        still reads the order once."""
+        it = iter(self)
+        head = list(islice(it, m))
+        self._ahead = chain(head, it)
+        return head
+
+    def _resume(self) -> Iterator[Job] | None:
+        ahead, self._ahead = self._ahead, None
+        return ahead
 
     def close(self, job: Job, attrs: frozenset[str]) -> bool:
         """Pass over, from now on, the jobs whose value of one of `attrs` is `job`'s (as
@@ -147,7 +161,7 @@ class Cursor(Sieved):
         self.passed = 0
 
     def __iter__(self) -> Iterator[Job]:
-        return map(_SECOND, read(self._blocks, self))
+        return self._resume() or map(_SECOND, read(self._blocks, self))
 
 
 class Backlog:

@@ -18,7 +18,7 @@ from itertools import chain, islice
 from operator import attrgetter
 from typing import Iterable
 
-from .backlog import Backlog
+from .backlog import Backlog, Sieved
 from .bank import Bank
 from .calendar import Entry
 from .depends import Registry
@@ -594,10 +594,13 @@ class Scheduler:
         m = walk.made
         if not m or len(reserved) != m:
             return order, False
-        it = iter(order)
-        head = list(islice(it, m))
-        if it is order:  # (a plain iterator: what was read goes back in front)
-            order = chain(head, it)
+        if isinstance(order, Sieved):
+            head = order.lead(m)  # (the walk resumes this reading)
+        else:
+            it = iter(order)
+            head = list(islice(it, m))
+            if it is order:  # (a plain iterator: what was read goes back in front)
+                order = chain(head, it)
         return order, [j.id for j in head] == list(reserved)
 
     def _sorts_after(self, fresh: list[Job], last: Job | None) -> bool:

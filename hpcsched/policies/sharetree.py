@@ -457,6 +457,9 @@ class Order(Sieved):
         self._ids: dict[Node, list[int]] = {}  # node -> its jobs' ids in its order (ties)
 
     def __iter__(self) -> Iterator[Job]:
+        ahead = self._resume()
+        if ahead is not None:
+            return ahead
         if self.top.busy:
             return map(_SECOND, self._stream(self.top, False))
         return self._leaf()
