@@ -545,3 +545,39 @@ def test_sums_kept_from_pass_to_pass_equal_a_tree_adding_up_afresh(seed):
         under = [k for k in usage.records if tree.node_of(k).path.startswith(node.path.rstrip("/") + "/")
                  or tree.node_of(k) is node]
         assert node.usage == pytest.approx(sum(usage.value(usage.records[k], t)[0] for k in under), rel=1e-9)
+
+
+def test_a_pass_that_carries_its_walk_on_leaves_no_order_in_a_cycle():
+    # A replay pauses the cycle collector (sim/simulate.py), so an order left in a
+    # reference cycle (a reading begun by `lead` and never taken back) would pile up.
+    import gc
+
+    from hpcsched.core.scheduler import Scheduler
+    from hpcsched.policies.sharetree import Order
+    from hpcsched.sim.simulate import record, simulate
+    rng = random.Random(7)
+    work, t = [], 0.0
+    for k in range(1, 300):
+        t += rng.expovariate(1 / 60)
+        work.append(record(k, t, rng.choice([1, 2, 4, 8]), rng.uniform(60, 3600), 3600, user=rng.randint(1, 6),
+                           group=rng.randint(1, 3)))
+    tree = {"Root": {"children": ["g"]}, "g": {"name": "default", "children": ["u"]}, "u": {"name": "default"}}
+    cfg = {"priority": {"policy": "gridengine", "slots_urgency": 0},  # (the tree's own order: an Order)
+           "sharetree": {"levels": ["group", "user"], "nodes": tree}}
+    leads, original = [], Scheduler._still_lead
+
+    def counted(self, order, walk):
+        order, lead = original(self, order, walk)
+        leads.append(lead)
+        return order, lead
+    gc.collect()
+    gc.disable()
+    try:
+        Scheduler._still_lead = counted
+        simulate(work, config=cfg, nodes=16)
+        left = sum(isinstance(x, Order) for x in gc.get_objects())  # (before any collection)
+    finally:
+        Scheduler._still_lead = original
+        gc.enable()
+    assert sum(leads) > 20  # (passes carried on after reading the order's head)
+    assert left == 0

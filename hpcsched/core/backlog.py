@@ -104,13 +104,15 @@ class Sieved:
     def lead(self, m: int) -> list[Job]:
         """The first `m` jobs, read now (no sieve yet); the next reading yields them again
         and carries on with the same reading, so a pass that looks at its head first
-        still reads the order once."""
+        still reads the order once.  A reading begun holds its order (a cycle, which
+        only the cycle collector frees): take it back with `resume` if none follows."""
         it = iter(self)
         head = list(islice(it, m))
         self._ahead = chain(head, it)
         return head
 
-    def _resume(self) -> Iterator[Job] | None:
+    def resume(self) -> Iterator[Job] | None:
+        """The reading `lead` began, taken back (None if none is)."""
         ahead, self._ahead = self._ahead, None
         return ahead
 
@@ -161,7 +163,7 @@ class Cursor(Sieved):
         self.passed = 0
 
     def __iter__(self) -> Iterator[Job]:
-        return self._resume() or map(_SECOND, read(self._blocks, self))
+        return self.resume() or map(_SECOND, read(self._blocks, self))
 
 
 class Backlog:

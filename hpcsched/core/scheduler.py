@@ -595,13 +595,16 @@ class Scheduler:
         if not m or len(reserved) != m:
             return order, False
         if isinstance(order, Sieved):
-            head = order.lead(m)  # (the walk resumes this reading)
+            head = order.lead(m)  # (a walk afresh resumes this reading)
         else:
             it = iter(order)
             head = list(islice(it, m))
             if it is order:  # (a plain iterator: what was read goes back in front)
                 order = chain(head, it)
-        return order, [j.id for j in head] == list(reserved)
+        leads = [j.id for j in head] == list(reserved)
+        if leads and isinstance(order, Sieved):
+            order.resume()  # (no walk reads it: the reading begun goes)
+        return order, leads
 
     def _sorts_after(self, fresh: list[Job], last: Job | None) -> bool:
         """Do all new jobs sort after `last`?  (Static policies only: keys need no context.)"""

@@ -457,7 +457,7 @@ class Order(Sieved):
         self._ids: dict[Node, list[int]] = {}  # node -> its jobs' ids in its order (ties)
 
     def __iter__(self) -> Iterator[Job]:
-        ahead = self._resume()
+        ahead = self.resume()
         if ahead is not None:
             return ahead
         if self.top.busy:
