@@ -143,6 +143,23 @@ def test_simon_two_bins_round_robin_and_large_limit():
     assert 2 not in plan.reserved
 
 
+def test_simon_puts_an_altered_job_in_the_bin_of_its_new_size():
+    # (Simon works a queued job's bin out once: qalter takes the job out of the order)
+    pol = Simon(large=8, max_large_running=2)
+    s = scheduler(64, policy=pol)
+    wide = s.submit(job(16, 100, owner="a"), 0)
+    s.submit(job(4, 100, owner="b"), 1)
+    s.submit(job(2, 100, owner="c"), 2)
+
+    def order(now):
+        return [j.id for j in pol.order(list(s._queued.values()), s.context(now))]
+    assert order(3) == [1, 2, 3]  # the upper bin first
+    s.alter(wide.id, 4, request=Request(nodes=1))
+    assert order(4) == [2, 3, 1]  # now small: the lower bin, by size
+    s.alter(wide.id, 5, request=Request(nodes=8))
+    assert order(5) == [1, 2, 3]
+
+
 def test_policy_describe_lists_factors():
     s = scheduler(4, policy=Cobalt())
     j = s.submit(job(2, 600), 0)

@@ -2,9 +2,17 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from operator import attrgetter
 
 from ..core.jobs import Job
 from ..core.policy import Context, Policy, tie_break
+
+
+_ID, _SUBMIT = attrgetter("id"), attrgetter("submit_time")
+
+
+def _most_processors_first(job: Job) -> int:
+    return -job.request.processors
 
 
 @dataclass
@@ -26,11 +34,29 @@ class Simon(Policy):
     static = False
     limits = True
 
+    def __post_init__(self):
+        # queued job id -> its bin (is it large?), worked out once: a queued job's request
+        # changes only while it is out of the order (see Policy.dequeue)
+        self._bins: dict[int, bool] = {}
+
     def is_large(self, job: Job, ctx: Context) -> bool:
         return ctx.processors(job) >= self.large
 
+    def _queued_large(self, job: Job, ctx: Context) -> bool:
+        large = self._bins.get(job.id)
+        if large is None:
+            large = self._bins[job.id] = self.is_large(job, ctx)
+        return large
+
+    def dequeue(self, job: Job) -> None:
+        self._bins.pop(job.id, None)
+
     def order(self, jobs: list[Job], ctx: Context) -> list[Job]:
-        upper = sorted((j for j in jobs if self.is_large(j, ctx)), key=tie_break)
+        upper: list[Job] = []
+        lower: list[Job] = []
+        for j in jobs:
+            (upper if self._queued_large(j, ctx) else lower).append(j)
+        upper.sort(key=tie_break)
         turn: dict[str, int] = {}
         ranked = []
         for j in upper:
@@ -38,12 +64,15 @@ class Simon(Policy):
             turn[j.owner] = k + 1
             ranked.append(((0, k) + tie_break(j), j))
         ranked.sort(key=lambda p: p[0])
-        lower = sorted((j for j in jobs if not self.is_large(j, ctx)),
-                       key=lambda j: (-j.request.processors,) + tie_break(j))
+        # by decreasing processors, then the tie-break: stable sorts on plain keys, least
+        # significant first (no key tuples on a long queue)
+        lower.sort(key=_ID)
+        lower.sort(key=_SUBMIT)
+        lower.sort(key=_most_processors_first)
         return [j for _, j in ranked] + lower
 
     def hold_back(self, job: Job, ctx: Context, running: dict) -> str | None:
-        if not self.is_large(job, ctx):
+        if not self._queued_large(job, ctx):
             return None
         if "simon_large" not in running:
             running["simon_large"] = sum(1 for j in ctx.running if self.is_large(j, ctx))
@@ -52,7 +81,7 @@ class Simon(Policy):
         return None
 
     def started(self, job: Job, ctx: Context, running: dict) -> None:
-        if self.is_large(job, ctx) and "simon_large" in running:
+        if self._queued_large(job, ctx) and "simon_large" in running:
             running["simon_large"] += 1
 
     def describe(self, job: Job, ctx: Context) -> dict[str, float]:
