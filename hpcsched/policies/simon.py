@@ -48,6 +48,9 @@ class Simon(Policy):
             large = self._bins[job.id] = self.is_large(job, ctx)
         return large
 
+    def enqueue(self, job: Job, key, need: int) -> None:
+        self._bins.pop(job.id, None)  # (worked out afresh once it is in the order)
+
     def dequeue(self, job: Job) -> None:
         self._bins.pop(job.id, None)
 
