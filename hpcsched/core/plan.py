@@ -288,8 +288,9 @@ class Walk:
         # An order that can (the share tree's) passes over every job of a subtree the gate
         # holds back whole, such as a group at its quota, once it has held back one.
         closer = cursor if cursor is not None and cursor.closable and gate is not None else None
+        read = self.read
         for job in jobs:
-            self.read += 1
+            read += 1
             if now_.current() and cursor is not None:
                 sift = made >= depth and self.backfill and gate is None and not kept
                 # (no units: no job passes, as `hopeless` says)
@@ -347,7 +348,8 @@ class Walk:
                     self._retook(now + job.walltime)
                 plan.started.append(Start(job.id, alloc, waiting_ahead))
                 self.begun += 1
-                self.late = self.late or self.begun < self.read
+                if self.begun < read:
+                    self.late = True
                 if gate is not None:
                     gate.started(job, alloc)
                 continue
@@ -373,7 +375,7 @@ class Walk:
                 break
         if cursor is not None and cursor.passed:
             waiting_ahead = True
-        self.made, self.waiting_ahead = made, waiting_ahead
+        self.made, self.waiting_ahead, self.read = made, waiting_ahead, read
 
     def _held_back(self, plan: Plan, job: Job, mine, why: str, closer: Sieved | None) -> None:
         """The gate holds `job` back: its kept reservation goes, its reason is noted, and

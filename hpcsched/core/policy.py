@@ -90,9 +90,17 @@ class Policy:
         return {"queue_time": ctx.now - job.submit_time}
 
 
+_ID, _SUBMIT = attrgetter("id"), attrgetter("submit_time")
+
+
+def submission_order(jobs: Iterable[Job]) -> list[Job]:
+    """`jobs` sorted by the tie-break key: two stable sorts on plain attributes, so no key
+    tuples (no garbage) on a big queue."""
+    out = sorted(jobs, key=_ID)
+    out.sort(key=_SUBMIT)
+    return out
+
+
 class Fifo(Policy):
     def order(self, jobs: list[Job], ctx: Context) -> list[Job]:
-        # two stable sorts on plain attributes: no key tuples, so no garbage on a big queue
-        out = sorted(jobs, key=attrgetter("id"))
-        out.sort(key=attrgetter("submit_time"))
-        return out
+        return submission_order(jobs)

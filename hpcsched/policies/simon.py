@@ -2,13 +2,9 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from operator import attrgetter
 
 from ..core.jobs import Job
-from ..core.policy import Context, Policy, tie_break
-
-
-_ID, _SUBMIT = attrgetter("id"), attrgetter("submit_time")
+from ..core.policy import Context, Policy, submission_order, tie_break
 
 
 def _most_processors_first(job: Job) -> int:
@@ -59,7 +55,7 @@ class Simon(Policy):
         lower: list[Job] = []
         for j in jobs:
             (upper if self._queued_large(j, ctx) else lower).append(j)
-        upper.sort(key=tie_break)
+        upper = submission_order(upper)
         turn: dict[str, int] = {}
         ranked = []
         for j in upper:
@@ -67,11 +63,8 @@ class Simon(Policy):
             turn[j.owner] = k + 1
             ranked.append(((0, k) + tie_break(j), j))
         ranked.sort(key=lambda p: p[0])
-        # by decreasing processors, then the tie-break: stable sorts on plain keys, least
-        # significant first (no key tuples on a long queue)
-        lower.sort(key=_ID)
-        lower.sort(key=_SUBMIT)
-        lower.sort(key=_most_processors_first)
+        lower = submission_order(lower)
+        lower.sort(key=_most_processors_first)  # (stable: by decreasing processors, then the tie-break)
         return [j for _, j in ranked] + lower
 
     def hold_back(self, job: Job, ctx: Context, running: dict) -> str | None:
