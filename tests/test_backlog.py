@@ -8,7 +8,7 @@ from hpcsched import Request
 from hpcsched.core import backlog
 from hpcsched.core.backlog import Backlog
 from hpcsched.core.profile import INF, Profile
-from hpcsched.core.topology import Node
+from hpcsched.core.topology import Node, mask_of, set_bits
 from hpcsched.machines.nodepool import NodePool
 
 
@@ -166,6 +166,77 @@ def test_profile_masks_match_a_naive_timeline(seed):
     q = p.derive(50.0)
     for when in q.times + [60.0, 250.0]:
         assert q.mask(q.segment(when)) == naive_free(ops, available, max(when, 50.0))
+
+
+def naive_tiers(p, m, t0, t1):
+    """`tiers` spelled out unit by unit: the units of `m` grouped by how soon after t1 their
+    free period ends (soonest first), then by how late before t0 it began (latest first)."""
+    c, ends, groups = p.segment(t0), [t for t in p.takes if t >= t1], {}
+    for u in set_bits(m):
+        after = next((i for i, t in enumerate(ends) if not p.mask(p.segment(t)) >> u & 1), len(ends))
+        began = next((k for k in range(c - 1, -1, -1) if not p.mask(k) >> u & 1), -1)
+        groups.setdefault((after, -began), []).append(u)
+    return [mask_of(groups[key]) for key in sorted(groups)]
+
+
+def naive_choose_whole(pool, request, tiers):
+    """Whole nodes: the lowest eligible units of the first tier, then of the next, ..."""
+    eligible, got = pool.eligible(request), []
+    for t in tiers:
+        got += set_bits(t & eligible)[:request.nodes - len(got)]
+    return mask_of(got) if len(got) == request.nodes else None
+
+
+def naive_earliest(p, pool, request, wall, not_before):
+    """The first of not_before and the later boundaries with the request's units free
+    throughout [t, t + wall), and the units chosen there from the naive tiers."""
+    p.settle()  # (bookings from now made boundaries, as every read past segment 0 does)
+    for t in [not_before] + [t for t in p.times if t > not_before]:
+        if t + wall > p.limit:
+            return None
+        m = pool.eligible(request)
+        for k in range(len(p.times)):
+            if p.times[k] < t + wall and (k + 1 == len(p.times) or p.times[k + 1] > t):
+                m &= p.mask(k)
+        if m.bit_count() >= request.nodes:
+            tiers = naive_tiers(p, m, t, t + wall)
+            assert p.tiers(m, t, t + wall, ()) == tiers
+            return t, naive_choose_whole(pool, request, tiers)
+    return None
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_earliest_start_and_its_nodes_match_a_naive_reading(seed):
+    """`earliest` (which passes over segments without enough free units in one loop,
+    `_enough`), `tiers` (read from the free masks) and the whole-node choice (which takes
+    whole tiers without a call each) against reading every window unit by unit, on pools
+    where some nodes lack a feature, with bookings from now (no unit stops being free
+    after now) and later ones (some do), and early ends."""
+    rnd = random.Random(seed)
+    n = rnd.choice([6, 40, 300])
+    pool = NodePool([Node(f"n{i}", features={"ib"} if rnd.random() < 0.7 else set()) for i in range(n)])
+    available = (1 << n) - 1
+    busy = rnd.sample(range(n), n * 3 // 4)
+    running = [(float(rnd.randrange(1, 40) * 10), 1 << u) for u in busy]
+    p = Profile.from_running(0.0, available, running)
+    booked = []
+    for step in range(30):
+        r = rnd.random()
+        req = Request(nodes=rnd.randrange(1, max(2, n // 3)), features=("ib",) if rnd.random() < 0.3 else ())
+        wall = float(rnd.randrange(1, 30) * 10)
+        not_before = rnd.choice([0.0, 0.0, float(rnd.randrange(0, 300))])
+        got = p.earliest(pool, req, wall, (), req.nodes, not_before)  # (first: masks not yet known)
+        want = naive_earliest(p, pool, req, wall, not_before)
+        assert (got and (got[0], got[1].units)) == want, (seed, step)
+        if r < 0.3 and booked:  # an early end (or a booking undone)
+            u, t0, t1 = booked.pop(rnd.randrange(len(booked)))
+            p.release(u, max(t0, 0.0), t1)
+        elif got is not None:  # book it: from now, or later (a unit then stops being free)
+            p.occupy(got[1].units, got[0], got[0] + wall)
+            booked.append((got[1].units, got[0], got[0] + wall))
+        check_profile_invariants(p)
+        if rnd.random() < 0.3:  # and read afresh from the changes alone
+            p, p.takes = unlearned(p), p.takes
 
 
 @pytest.mark.parametrize("seed", range(6))

@@ -589,8 +589,12 @@ class Profile:
             after.append(rem)
         before, rem = [], m
         k = self.segment(t0) - 1
+        plain = not (self.reservations or access) and k >= 0  # (usable units: the free masks)
+        if plain:
+            self.mask(k)
+        free = self.free
         while rem and k >= 0:
-            gone = rem ^ (rem & self.usable(k, access))
+            gone = rem ^ (rem & (free[k] if plain else self.usable(k, access)))
             if gone:
                 before.append(gone)
                 rem ^= gone
@@ -619,7 +623,12 @@ class Profile:
         eligible = topology.eligible(request)
         times = self.times  # (segments may be added as it goes)
         c = self.segment(max(not_before, self.now))
+        plain = not (self.reservations or access)  # (a segment's usable units: its free mask)
         while c < len(times):
+            if plain:
+                c = self._enough(c, eligible, need)
+                if c == len(times):
+                    break
             t = times[c] if times[c] > not_before else not_before
             end = t + duration
             if end > self.limit:
@@ -635,6 +644,25 @@ class Profile:
                         return t, alloc
             c += 1
         return None
+
+    def _enough(self, c: int, eligible: int, need: int) -> int:
+        """The first segment from c with `need` units of `eligible` free (len(times) if
+        none), no site reservations laid out: `earliest`'s first test of a segment, read
+        from the free masks as they are worked out front to back, without a call per
+        segment.  (A performance trick of `earliest`: a head job of a deep queue is tested
+        against every segment until enough units come free.)"""
+        free, rel, take, n = self.free, self.rel, self.take, len(self.times)
+        m = self.mask(c)
+        while (m & eligible).bit_count() < need:
+            c += 1
+            if c == n:
+                break
+            if c < self._known:
+                m = free[c]
+            else:  # (as `mask` works it out)
+                m = free[c] = ((m | rel[c] | take[c]) ^ take[c]) if take[c] else m | rel[c]
+                self._known = c + 1
+        return c
 
 
 class _Runs:

@@ -228,12 +228,18 @@ class NodePool(Topology):
 
     def _choose_whole(self, request: Request, tiers: list[int], eligible: int) -> Allocation | None:
         """Fast path: one unit per node, so take the lowest free units tier by tier."""
-        want = request.nodes
+        want, every = request.nodes, eligible == self._every
         units, got = 0, 0
         for t in tiers:
-            take = lowest(t & eligible, want - got)
-            units |= take
-            got += take.bit_count()
+            if not every:
+                t &= eligible
+            n = t.bit_count()
+            if got + n <= want:  # (the whole tier: a deep tier list is mostly taken whole)
+                units |= t
+                got += n
+            else:
+                units |= lowest(t, want - got)
+                got = want
             if got == want:
                 break
         else:
