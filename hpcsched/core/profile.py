@@ -653,7 +653,7 @@ class Profile:
         against every segment until enough units come free.)"""
         free, rel, take, n = self.free, self.rel, self.take, len(self.times)
         m = self.mask(c)
-        while (m & eligible).bit_count() < need:
+        while m.bit_count() < need or (m & eligible).bit_count() < need:  # (the first, without a new mask)
             c += 1
             if c == n:
                 break
