@@ -671,12 +671,16 @@ class _Runs:
     pass asks `Profile.stays` of every reservation it keeps, most of them between two
     changes of the profile and many of them for the same count, so each count's runs
     are read once, not once a reservation.  (A performance trick of `stays`;
-    tests/test_backlog.py checks it against giving the count back and `earliest_count`.)"""
+    tests/test_backlog.py checks it against giving the count back and `earliest_count`.)
 
-    __slots__ = ("profile", "room", "need", "best", "start")
+    It keeps the profile's lists and start, not the profile: a profile keeps its runs, and
+    a cycle between the two would keep every pass's profile, masks and all, until the
+    cycle collector came round (hundreds of them, gigabytes, on a long conservative replay)."""
+
+    __slots__ = ("times", "now", "room", "need", "best", "start")
 
     def __init__(self, profile: Profile, room: list[int], need: int):
-        self.profile, self.room, self.need = profile, room, need
+        self.times, self.now, self.room, self.need = profile.times, profile.now, room, need
         self.best = [0.0]  # best[j]: the longest run within segments 0..j-1
         self.start: float | None = None  # where the run reaching segment len(best)-1 began
 
@@ -685,14 +689,14 @@ class _Runs:
         best = self.best
         if k < len(best):
             return best[k]
-        times, room, need, start = self.profile.times, self.room, self.need, self.start
+        times, room, need, start = self.times, self.room, self.need, self.start
         top = best[-1]
         for j in range(len(best) - 1, k):
             if room[j] < need:
                 start = None
             else:
                 if start is None:
-                    start = times[j] if j else self.profile.now
+                    start = times[j] if j else self.now
                 if times[j + 1] - start > top:
                     top = times[j + 1] - start
             best.append(top)
