@@ -31,6 +31,7 @@ from .topology import Topology
 INF = math.inf
 HORIZON = 366 * 86400.0  # the planner looks no further ahead than this
 LAID_OUT = 7 * 86400.0  # a pass starts with reservation occurrences laid out this far ahead
+STRIDE = 8  # segments `_enough` works out before counting units again
 
 #: A job's reservation access: sorted ((reservation name, Access), ...) of every
 #: reservation it may use; () for most jobs.
@@ -647,22 +648,31 @@ class Profile:
 
     def _enough(self, c: int, eligible: int, need: int) -> int:
         """The first segment from c with `need` units of `eligible` free (len(times) if
-        none), no site reservations laid out: `earliest`'s first test of a segment, read
-        from the free masks as they are worked out front to back, without a call per
-        segment.  (A performance trick of `earliest`: a head job of a deep queue is tested
-        against every segment until enough units come free.)"""
-        free, rel, take, n = self.free, self.rel, self.take, len(self.times)
+        none), no site reservations laid out: `earliest`'s first test of a segment.  (A
+        performance trick of `earliest`: a head job of a deep queue is tested against
+        every segment until enough units come free.)
+
+        Counting a mask's units costs several times what working it out does, so
+        segments are read STRIDE at a time: where no unit is taken inside a stride, the
+        free units only grow along it, and if its last segment has too few, so has every
+        one before it."""
+        take, n = self.take, len(self.times)
+        free = self.free
         m = self.mask(c)
-        while m.bit_count() < need or (m & eligible).bit_count() < need:  # (the first, without a new mask)
-            c += 1
-            if c == n:
-                break
-            if c < self._known:
-                m = free[c]
-            else:  # (as `mask` works it out)
-                m = free[c] = ((m | rel[c] | take[c]) ^ take[c]) if take[c] else m | rel[c]
-                self._known = c + 1
-        return c
+        if m.bit_count() >= need and (m & eligible).bit_count() >= need:
+            return c
+        while c < n - 1:
+            stop = min(c + STRIDE, n - 1)
+            m = self.mask(stop)
+            if not any(take[c + 1:stop + 1]) and (m.bit_count() < need or (m & eligible).bit_count() < need):
+                c = stop  # (none in the stride)
+                continue
+            for k in range(c + 1, stop + 1):
+                m = free[k]
+                if m.bit_count() >= need and (m & eligible).bit_count() >= need:
+                    return k
+            c = stop
+        return n
 
 
 class _Runs:
