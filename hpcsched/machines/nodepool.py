@@ -231,35 +231,39 @@ class NodePool(Topology):
         """Fast path: one unit per node, so take the lowest free units tier by tier.
 
         A deep tier list is mostly taken whole, and counting a mask's units costs several
-        times what joining two does: tiers are read STRIDE at a time, and a stride whose
-        units (the tiers are disjoint) all fit is taken with one count."""
+        times what joining two does: after the first tier, tiers are read STRIDE at a
+        time, and a stride whose units (the tiers are disjoint) all fit is taken with one
+        count."""
         want, every = request.nodes, eligible == self._every
-        units, got = 0, 0
-        for i in range(0, len(tiers), STRIDE):
-            stride = tiers[i:i + STRIDE]
-            both = 0
+        units = got = i = 0
+        size = 1  # (the first tier alone: it settles most short lists, a start now's)
+        while i < len(tiers):
+            stride = tiers[i:i + size]
+            i, size = i + size, STRIDE
+            joined = 0
             for t in stride:
-                both |= t
+                joined |= t
             if not every:
-                both &= eligible
-            n = both.bit_count()
+                joined &= eligible
+            n = joined.bit_count()
             if got + n <= want:
-                units |= both
+                units |= joined
                 got += n
                 if got == want:
                     break
                 continue
+            if len(stride) == 1:
+                units |= lowest(joined, want - got)
+                break
             for t in stride:  # (the stride holds the tier where `want` is reached)
                 if not every:
                     t &= eligible
                 n = t.bit_count()
-                if got + n <= want:
+                if got + n < want:
                     units |= t
                     got += n
                 else:
                     units |= lowest(t, want - got)
-                    got = want
-                if got == want:
                     break
             break
         else:
