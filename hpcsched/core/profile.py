@@ -636,8 +636,7 @@ class Profile:
                 return None
             if end > self.horizon:
                 self.ensure(end)
-            m = self.usable(c, access)
-            if (eligible & m).bit_count() >= need:
+            if plain or (eligible & self.usable(c, access)).bit_count() >= need:  # (`_enough` said so)
                 m = self.window(t, end, access, eligible, need)
                 if m and (not self.holding or self.room(t, end, access) >= need):
                     alloc = topology.choose(request, self.tiers(m, t, end, access))
