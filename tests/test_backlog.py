@@ -200,7 +200,8 @@ def naive_earliest(p, pool, request, wall, not_before):
                 m &= p.mask(k)
         if m.bit_count() >= request.nodes:
             tiers = naive_tiers(p, m, t, t + wall)
-            assert p.tiers(m, t, t + wall, ()) == tiers
+            got = p.tiers(m, t, t + wall, ())
+            assert got.units == m and list(got) == tiers
             return t, naive_choose_whole(pool, request, tiers)
     return None
 

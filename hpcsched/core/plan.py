@@ -29,7 +29,7 @@ from .backlog import Sieved
 from .jobs import Allocation, Job, Request
 from .profile import AccessKey, Profile
 from .timefmt import hms
-from .topology import Topology
+from .topology import Tiers, Topology
 
 ALL = math.inf  # reservation depth for conservative backfill
 INF = math.inf
@@ -406,7 +406,7 @@ class Walk:
         free, topology = self.profile.usable(self.profile.segment(t), access), self.topology
 
         def names() -> tuple[str, ...]:
-            shown = topology.choose(request, [free])
+            shown = topology.choose(request, Tiers(free))
             return shown.nodes if shown else ()
         return Allocation(0, names, ())
 

@@ -31,7 +31,7 @@ from .profile import Profile
 from .reservations import Access, Reservation
 from .route import Queue, Router
 from .timefmt import hms
-from .topology import NodeState, Topology
+from .topology import NodeState, Tiers, Topology
 from .quotas import Quotas
 from .usage import Key, Usage
 
@@ -644,7 +644,7 @@ class Scheduler:
         free = self._profile(now).free[0] & self.topology.eligible(request)
         if nodes:
             free &= self.topology.units_of_nodes(nodes)
-        alloc = self.topology.choose(request, [free])
+        alloc = self.topology.choose(request, Tiers(free))
         if alloc is None:
             raise Rejected(f"job {job.id}: not enough free resources to run it now")
         start = Start(job.id, alloc, False)

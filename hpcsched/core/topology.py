@@ -10,6 +10,7 @@ partitions sharing any of them block each other without the planner knowing.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from enum import Enum
 
@@ -91,6 +92,27 @@ def mask_of(bits: list[int]) -> int:
     return int(digits, 2)
 
 
+class Tiers:
+    """Free units split into disjoint preference tiers, best first: what `Topology.choose`
+    picks from.  `units`, their union, is known up front; the tiers may be worked out as
+    they are read (see Profile.tiers), so they are read once, before the profile changes."""
+
+    __slots__ = ("units", "_tiers")
+
+    def __init__(self, units: int, tiers: Iterable[int] | None = None):
+        self.units, self._tiers = units, (units,) if tiers is None else tiers
+
+    @classmethod
+    def of(cls, tiers: list[int]) -> "Tiers":
+        units = 0
+        for t in tiers:
+            units |= t
+        return cls(units, tiers)
+
+    def __iter__(self) -> Iterator[int]:
+        return iter(self._tiers)
+
+
 class Topology(ABC):
     """What the planner needs to know about a machine."""
 
@@ -124,8 +146,8 @@ class Topology(ABC):
         return request.processors
 
     @abstractmethod
-    def choose(self, request: Request, tiers: list[int]) -> Allocation | None:
-        """Pick units for `request` from the free masks `tiers`, best tier first, or None."""
+    def choose(self, request: Request, tiers: Tiers) -> Allocation | None:
+        """Pick units for `request` from the free units `tiers`, best tier first, or None."""
 
     @abstractmethod
     def units_of(self, nodes: tuple[str, ...], cores: tuple[tuple[int, ...], ...]) -> int:
@@ -143,7 +165,7 @@ class Topology(ABC):
 
     def fits_anywhere(self, request: Request) -> bool:
         """Could the request ever run here, with every node up?"""
-        return self.choose(request, [self.eligible(request)]) is not None
+        return self.choose(request, Tiers(self.eligible(request))) is not None
 
     # --- nodes as people and commands name them ----------------------------------------
     @abstractmethod

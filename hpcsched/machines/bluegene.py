@@ -31,7 +31,7 @@ from itertools import product
 
 from ..core.errors import ConfigError, InvalidRequest
 from ..core.jobs import Allocation, Request
-from ..core.topology import Node, NodeState, Topology, set_bits
+from ..core.topology import Node, NodeState, Tiers, Topology, set_bits
 
 MIDPLANE = 512  # nodes
 BOARDS = 16  # node boards per midplane
@@ -423,10 +423,8 @@ class BlueGene(Topology):
     def occupies(self, request: Request) -> int:
         return self.size(request) * self.cores
 
-    def choose(self, request: Request, tiers: list[int]) -> Allocation | None:
-        free = 0
-        for t in tiers:
-            free |= t
+    def choose(self, request: Request, tiers: Tiers) -> Allocation | None:
+        free, tiers = tiers.units, list(tiers)  # (read more than once)
         blocks, free_bits = self.blocks, 0
         cands = [k for k in self._candidates(request) if blocks[k].units & free == blocks[k].units]
         if not cands:

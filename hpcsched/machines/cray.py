@@ -24,7 +24,7 @@ import math
 
 from ..core.errors import ConfigError
 from ..core.jobs import Allocation, Request
-from ..core.topology import Node, set_bits
+from ..core.topology import Node, Tiers, set_bits
 from .nodepool import NodePool
 
 #: Built-in machines: (count, cores, features) groups in nid order, torus, nodes per router.
@@ -168,7 +168,7 @@ class Cray(NodePool):
                 have += step
         return g & self._corners_valid(shape)
 
-    def choose(self, request: Request, tiers: list[int]) -> Allocation | None:
+    def choose(self, request: Request, tiers: Tiers) -> Allocation | None:
         if self.placement != "cuboid" or request.cores or not self.exclusive:
             return super().choose(request, tiers)
         eligible, want = self.eligible(request), request.nodes

@@ -11,11 +11,13 @@ Placement, the machine's choice among free nodes:
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable
+from itertools import islice
 
 from ..core import nodelist
 from ..core.errors import ConfigError, InvalidRequest
 from ..core.jobs import Allocation, Request
-from ..core.topology import Node, NodeState, Topology, lowest, mask_of, set_bits
+from ..core.topology import Node, NodeState, Tiers, Topology, lowest, mask_of, set_bits
 
 
 PLACEMENTS = ("first-fit", "contiguous")
@@ -194,17 +196,19 @@ class NodePool(Topology):
                                                  if eligible >> self.offset[i] & 1), default=0)
         return self.size(request) * cores
 
-    def choose(self, request: Request, tiers: list[int]) -> Allocation | None:
+    def choose(self, request: Request, tiers: Tiers) -> Allocation | None:
         eligible = self.eligible(request)
         if self.exclusive and not request.cores:
             if self.placement == "contiguous":
                 return self._choose_run(request, tiers, eligible)
             return self._choose_whole(request, tiers, eligible)
         if request.cores == 1 and not request.mem:  # (a mask of every unit leaves tiers as they are)
-            return self._choose_core(tiers if eligible == self._every else [t & eligible for t in tiers])
+            if eligible == self._every:
+                return self._choose_core(tiers, tiers.units)
+            return self._choose_core((t & eligible for t in tiers), tiers.units & eligible)
         return self._choose_general(request, [t & eligible for t in tiers])
 
-    def _choose_core(self, tiers: list[int]) -> Allocation | None:
+    def _choose_core(self, tiers: Iterable[int], free: int) -> Allocation | None:
         """Fast path for one core (most high-throughput jobs): what `_choose_general`
         chooses, the node of the best tier's lowest unit and that node's lowest free unit
         in any tier, in a few mask operations instead of a walk over nodes.  (Checked
@@ -219,62 +223,30 @@ class NodePool(Topology):
         node, off = self.nodes[i], self.offset[i]
         if not node.shared:
             return Allocation(1 << off, (node.name,), ((0,),))
-        if len(tiers) > 1:  # a later tier may hold a lower unit of the same node
-            free = 0
-            for t in tiers:
-                free |= t
-            on = (free >> off) & ((1 << self.width[i]) - 1)
-            u = off + (on & -on).bit_length() - 1
+        on = (free >> off) & ((1 << self.width[i]) - 1)  # (a later tier may hold a lower unit of the node)
+        u = off + (on & -on).bit_length() - 1
         return Allocation(1 << u, (node.name,), ((u - off,),))
 
-    def _choose_whole(self, request: Request, tiers: list[int], eligible: int) -> Allocation | None:
+    def _choose_whole(self, request: Request, tiers: Tiers, eligible: int) -> Allocation | None:
         """Fast path: one unit per node, so take the lowest free units tier by tier.
 
-        A deep tier list is mostly taken whole, and counting a mask's units costs several
-        times what joining two does: after the first tier, tiers are read STRIDE at a
-        time, and a stride whose units (the tiers are disjoint) all fit is taken with one
-        count."""
+        Where the tiers hold just the units it wants, it takes them all unread: the
+        earliest start of a deep queue's head is where just enough units come free, and
+        its tiers, worked out as they are read, are nearly one per segment before it."""
         want, every = request.nodes, eligible == self._every
-        units = got = i = 0
-        size = 1  # (the first tier alone: it settles most short lists, a start now's)
-        while i < len(tiers):
-            stride = tiers[i:i + size]
-            i, size = i + size, STRIDE
-            joined = 0
-            for t in stride:
-                joined |= t
-            if not every:
-                joined &= eligible
-            n = joined.bit_count()
-            if got + n <= want:
-                units |= joined
-                got += n
-                if got == want:
-                    break
-                continue
-            if len(stride) == 1:
-                units |= lowest(joined, want - got)
-                break
-            for t in stride:  # (the stride holds the tier where `want` is reached)
-                if not every:
-                    t &= eligible
-                n = t.bit_count()
-                if got + n < want:
-                    units |= t
-                    got += n
-                else:
-                    units |= lowest(t, want - got)
-                    break
-            break
-        else:
-            return None  # not enough units in all the tiers
+        units = tiers.units if every else tiers.units & eligible
+        got = units.bit_count()
+        if got < want:
+            return None
+        if got > want:
+            units = _lowest_in_tiers(tiers, None if every else eligible, want)
         names = self.names
         cores = self._cores.get((request.ppn, want))
         if cores is None:  # (immutable, so one per shape serves every allocation)
             cores = self._cores[request.ppn, want] = (tuple(range(request.ppn)),) * want
         return Allocation(units, lambda: tuple([names[u] for u in set_bits(units)]), cores)
 
-    def _choose_run(self, request: Request, tiers: list[int], eligible: int) -> Allocation | None:
+    def _choose_run(self, request: Request, tiers: Tiers, eligible: int) -> Allocation | None:
         """Contiguous: the lowest run of `request.nodes` free nodes in the fewest best tiers."""
         free = 0
         for t in tiers:
@@ -382,3 +354,39 @@ class NodePool(Topology):
             else:
                 bits.append(self.offset[i])
         return mask_of(bits)
+
+
+def _lowest_in_tiers(tiers: Tiers, eligible: int | None, want: int) -> int:
+    """The lowest `want` units (of `eligible`) of the first tier, then of the next, ...;
+    the tiers hold more than `want`.
+
+    A deep tier list is mostly taken whole, and counting a mask's units costs several
+    times what joining two does: after the first tier, tiers are read STRIDE at a time,
+    and a stride whose units (the tiers are disjoint) all fit is taken with one count."""
+    units = got = 0
+    tiers, size = iter(tiers), 1  # (the first tier alone: it settles most short lists, a start now's)
+    while stride := list(islice(tiers, size)):
+        size = STRIDE
+        joined = 0
+        for t in stride:
+            joined |= t
+        if eligible is not None:
+            joined &= eligible
+        n = joined.bit_count()
+        if got + n <= want:
+            units |= joined
+            got += n
+            if got == want:
+                break
+            continue
+        if len(stride) == 1:
+            return units | lowest(joined, want - got)
+        for t in stride:  # (the stride holds the tier where `want` is reached)
+            if eligible is not None:
+                t &= eligible
+            n = t.bit_count()
+            if got + n >= want:
+                return units | lowest(t, want - got)
+            units |= t
+            got += n
+    return units
