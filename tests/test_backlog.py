@@ -8,8 +8,8 @@ from hpcsched import Request
 from hpcsched.core import backlog
 from hpcsched.core.backlog import Backlog
 from hpcsched.core.profile import INF, Profile
-from hpcsched.core.topology import Node, mask_of, set_bits
-from hpcsched.machines.nodepool import NodePool
+from hpcsched.core.topology import Node, lowest, mask_of, set_bits
+from hpcsched.machines.nodepool import NodePool, _lowest_in_tiers
 
 
 def passes(need, wall, upper, horizon, lasting):
@@ -200,8 +200,10 @@ def naive_earliest(p, pool, request, wall, not_before):
                 m &= p.mask(k)
         if m.bit_count() >= request.nodes:
             tiers = naive_tiers(p, m, t, t + wall)
+            assert list(p.tiers(m, t, t + wall, ())) == tiers
             got = p.tiers(m, t, t + wall, ())
-            assert got.units == m and list(got) == tiers
+            back = got.last_first()  # (offered where no unit stops being free before t)
+            assert got.units == m and (back is None or list(back) == tiers[::-1])
             return t, naive_choose_whole(pool, request, tiers)
     return None
 
@@ -238,6 +240,37 @@ def test_earliest_start_and_its_nodes_match_a_naive_reading(seed):
         check_profile_invariants(p)
         if rnd.random() < 0.3:  # and read afresh from the changes alone
             p, p.takes = unlearned(p), p.takes
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_a_future_start_chooses_from_its_last_tiers_as_from_its_first(seed):
+    """Where no unit stops being free before a start, its tiers are offered last first
+    too, and a whole-node choice reads the few it leaves from the back: the same tiers
+    reversed, the same units as the choice read from the front (`_lowest_in_tiers`)."""
+    rnd = random.Random(seed)
+    n = rnd.choice([12, 80, 500])
+    pool = NodePool([Node(f"n{i}", features={"ib"} if rnd.random() < 0.7 else set()) for i in range(n)])
+    running = [(float(rnd.randrange(1, 60) * 10), 1 << u) for u in rnd.sample(range(n), n * 7 // 8)]
+    p = Profile.from_running(0.0, (1 << n) - 1, running)
+    offered = 0
+    for _ in range(40):
+        req = Request(nodes=rnd.randrange(1, n // 2), features=("ib",) if rnd.random() < 0.3 else ())
+        t = rnd.choice(p.times)
+        p.ensure(t + 100.0)
+        m = p.window(t, t + 100.0, (), pool.eligible(req), 1)
+        tiers = p.tiers(m, t, t + 100.0, ())
+        back = tiers.last_first()
+        forward = list(p.tiers(m, t, t + 100.0, ()))
+        if back is None or m.bit_count() <= req.nodes:
+            continue
+        offered += 1
+        assert list(back) == forward[::-1]
+        assert (pool.choose(req, p.tiers(m, t, t + 100.0, ())).units
+                == _lowest_in_tiers(forward, None, req.nodes) == naive_choose_whole(pool, req, forward))
+        if rnd.random() < 0.5:  # a booking from now: still no unit stops being free later
+            u = lowest(p.mask(0), rnd.randrange(0, 3))
+            p.occupy(u, 0.0, float(rnd.randrange(1, 60) * 10))
+    assert offered > 10
 
 
 @pytest.mark.parametrize("seed", range(6))

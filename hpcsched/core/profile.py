@@ -600,7 +600,11 @@ class Profile:
         if plain:
             self.mask(k)
         before = self._before(m, k, None if plain else access)
-        return Tiers(m, before if len(after) == 1 else _across(after, before))
+        if len(after) > 1:
+            return Tiers(m, _across(after, before))
+        if plain and not (self.takes and self.takes[0] <= self.times[k]):
+            return Tiers(m, before, lambda: self._since_now(m, k))
+        return Tiers(m, before)
 
     def _before(self, m: int, k: int, access: AccessKey | None) -> Iterator[int]:
         """Units of `m` (free in segment k + 1) by how late before it their free period
@@ -614,6 +618,18 @@ class Profile:
             k -= 1
         if rem:
             yield rem
+
+    def _since_now(self, m: int, k: int) -> Iterator[int]:
+        """`_before`'s tiers last first, where no unit stops being free up to segment k:
+        free masks only grow from now to there, so the units of `m` free since now come
+        first, then those that came free at each boundary in turn."""
+        free, seen = self.free, 0
+        for j in range(k + 1):
+            if came := (m & free[j]) ^ seen:
+                yield came
+                seen |= came
+        if came := m ^ seen:
+            yield came
 
     def fit(self, topology: Topology, request: Request, t0: float, duration: float,
             access: AccessKey, need: int) -> Allocation | None:

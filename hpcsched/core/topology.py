@@ -10,7 +10,7 @@ partitions sharing any of them block each other without the planner knowing.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from enum import Enum
 
@@ -95,12 +95,15 @@ def mask_of(bits: list[int]) -> int:
 class Tiers:
     """Free units split into disjoint preference tiers, best first: what `Topology.choose`
     picks from.  `units`, their union, is known up front; the tiers may be worked out as
-    they are read (see Profile.tiers), so they are read once, before the profile changes."""
+    they are read (see Profile.tiers), so they are read once, before the profile changes,
+    first to last or, where `last_first` offers it, last to first."""
 
-    __slots__ = ("units", "_tiers")
+    __slots__ = ("units", "_tiers", "_last_first")
 
-    def __init__(self, units: int, tiers: Iterable[int] | None = None):
+    def __init__(self, units: int, tiers: Iterable[int] | None = None,
+                 last_first: Callable[[], Iterator[int]] | None = None):
         self.units, self._tiers = units, (units,) if tiers is None else tiers
+        self._last_first = last_first
 
     @classmethod
     def of(cls, tiers: list[int]) -> "Tiers":
@@ -111,6 +114,10 @@ class Tiers:
 
     def __iter__(self) -> Iterator[int]:
         return iter(self._tiers)
+
+    def last_first(self) -> Iterator[int] | None:
+        """The same tiers, last first, where they are as cheap to read that way; else None."""
+        return self._last_first() if self._last_first is not None else None
 
 
 class Topology(ABC):

@@ -11,7 +11,7 @@ Placement, the machine's choice among free nodes:
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from itertools import islice
 
 from ..core import nodelist
@@ -239,7 +239,11 @@ class NodePool(Topology):
         if got < want:
             return None
         if got > want:
-            units = _lowest_in_tiers(tiers, None if every else eligible, want)
+            back = tiers.last_first()
+            if back is None:
+                units = _lowest_in_tiers(tiers, None if every else eligible, want)
+            else:
+                units ^= _chosen_last(back, None if every else eligible, got - want)
         names = self.names
         cores = self._cores.get((request.ppn, want))
         if cores is None:  # (immutable, so one per shape serves every allocation)
@@ -354,6 +358,24 @@ class NodePool(Topology):
             else:
                 bits.append(self.offset[i])
         return mask_of(bits)
+
+
+def _chosen_last(back: Iterator[int], eligible: int | None, extra: int) -> int:
+    """The `extra` units (of `eligible`) a tier-by-tier choice of the lowest would leave,
+    read from the tiers last first (`back`): the last tiers whole, then the highest units
+    of the tier where `extra` is reached.  A future start has nearly a tier per segment
+    before it and takes all but a few of their units: reading from the back finds those
+    few in a few tiers."""
+    left = 0
+    for t in back:
+        if eligible is not None:
+            t &= eligible
+        n = t.bit_count()
+        if n >= extra:
+            return left | (t ^ lowest(t, n - extra))
+        left |= t
+        extra -= n
+    raise ValueError("the tiers hold fewer units than their union")
 
 
 def _lowest_in_tiers(tiers: Tiers, eligible: int | None, want: int) -> int:
