@@ -241,7 +241,7 @@ class NodePool(Topology):
         if got > want:
             back = tiers.last_first()
             if back is None:
-                units = _lowest_in_tiers(tiers, None if every else eligible, want)
+                units = _lowest_in_tiers(tiers, None if every else eligible, want, units)
             else:
                 units ^= _chosen_last(back, None if every else eligible, got - want)
         names = self.names
@@ -378,9 +378,10 @@ def _chosen_last(back: Iterator[int], eligible: int | None, extra: int) -> int:
     raise ValueError("the tiers hold fewer units than their union")
 
 
-def _lowest_in_tiers(tiers: Tiers, eligible: int | None, want: int) -> int:
+def _lowest_in_tiers(tiers: Iterable[int], eligible: int | None, want: int, union: int | None = None) -> int:
     """The lowest `want` units (of `eligible`) of the first tier, then of the next, ...;
-    the tiers hold more than `want`.
+    the tiers hold more than `want` (their `union`, where known: a first tier that is all
+    of it, as a start now's often is, is not counted).
 
     A deep tier list is mostly taken whole, and counting a mask's units costs several
     times what joining two does: after the first tier, tiers are read STRIDE at a time,
@@ -394,6 +395,8 @@ def _lowest_in_tiers(tiers: Tiers, eligible: int | None, want: int) -> int:
             joined |= t
         if eligible is not None:
             joined &= eligible
+        if joined == union:
+            return lowest(joined, want)
         n = joined.bit_count()
         if got + n <= want:
             units |= joined
