@@ -596,6 +596,8 @@ class Profile:
         if rem:
             after.append(rem)
         k = self.segment(t0) - 1
+        if k < 0 and len(after) == 1:  # (a start now with nothing taken after it: one tier)
+            return Tiers(m)
         plain = not (self.reservations or access) and k >= 0  # (usable units: the free masks)
         if plain:
             self.mask(k)
