@@ -579,10 +579,12 @@ class Profile:
         """Split free units `m` of window [t0, t1) into preference tiers, tightest first:
         by how soon after t1 their free period ends, then by how late before t0 it began.
 
-        Read lazily, and only before the profile next changes: a start in the future of a
-        deep profile has a tier for nearly every segment before it, and a job of a few
-        units takes them from the first few.  (A performance trick of `earliest`;
-        tests/test_backlog.py's `naive_tiers` is the readable version.)"""
+        Read lazily, and only before the profile next changes: a head's start in a deep
+        profile has a tier for nearly every segment before it and takes all or nearly all
+        of their units, so a choice that wants them all reads none (`Tiers.units`), and
+        one that leaves a few reads them last first where it can (`_since_now`).  (A
+        performance trick of `earliest`; tests/test_backlog.py's `naive_tiers` is the
+        readable version.)"""
         if self._ends and (t0 > self.now or self.takes):
             self.settle()
         after, rem = [], m
