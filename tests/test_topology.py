@@ -6,6 +6,11 @@ from hpcsched import ConfigError, Node, NodePool, NodeState, Request
 from hpcsched.core.topology import Tiers, lowest, mask_of, set_bits
 
 
+def tiers_of(masks: list[int]) -> Tiers:
+    """Disjoint free masks, best first, as `Topology.choose` takes them."""
+    return Tiers(mask_of([u for m in masks for u in set_bits(m)]), masks)
+
+
 def test_bits_helpers():
     assert set_bits(0b101100) == [2, 3, 5]
     assert set_bits(0b101100, 2) == [2, 3]
@@ -17,39 +22,39 @@ def test_bits_helpers():
 
 def test_whole_node_choice_is_lowest_first_and_respects_tiers():
     p = NodePool([Node(f"n{i}") for i in range(6)])
-    a = p.choose(Request(nodes=2), Tiers.of([p.available()]))
+    a = p.choose(Request(nodes=2), tiers_of([p.available()]))
     assert a.nodes == ("n0", "n1")
-    a = p.choose(Request(nodes=3), Tiers.of([0b110000, 0b001111]))  # best tier first
+    a = p.choose(Request(nodes=3), tiers_of([0b110000, 0b001111]))  # best tier first
     assert a.nodes == ("n0", "n4", "n5")
-    assert p.choose(Request(nodes=7), Tiers.of([p.available()])) is None
+    assert p.choose(Request(nodes=7), tiers_of([p.available()])) is None
 
 
 def test_eligibility_by_features_cores_memory_and_state():
     p = NodePool([Node("a", cores=4, memory=1000, features=frozenset({"ib"})),
                   Node("b", cores=8, memory=4000), Node("c", cores=8, memory=4000, features=frozenset({"ib"}))])
-    assert p.choose(Request(nodes=2, features=("ib",)), Tiers.of([p.available()])).nodes == ("a", "c")
-    assert p.choose(Request(nodes=1, ppn=8), Tiers.of([p.available()])).nodes == ("b",)
-    assert p.choose(Request(nodes=2, mem=2000), Tiers.of([p.available()])).nodes == ("b", "c")
+    assert p.choose(Request(nodes=2, features=("ib",)), tiers_of([p.available()])).nodes == ("a", "c")
+    assert p.choose(Request(nodes=1, ppn=8), tiers_of([p.available()])).nodes == ("b",)
+    assert p.choose(Request(nodes=2, mem=2000), tiers_of([p.available()])).nodes == ("b", "c")
     assert not p.fits_anywhere(Request(nodes=3, ppn=8))
     p.set_state("b", NodeState.DOWN)
-    assert p.choose(Request(nodes=1, ppn=8), Tiers.of([p.available()])).nodes == ("c",)
+    assert p.choose(Request(nodes=1, ppn=8), tiers_of([p.available()])).nodes == ("c",)
     p.set_state("b", NodeState.UP)
     assert p.node_states() == {}
 
 
 def test_shared_nodes_allocate_cores():
     p = NodePool([Node("s0", cores=4, memory=4000, shared=True), Node("s1", cores=4, memory=4000, shared=True)])
-    a = p.choose(Request(nodes=2, ppn=3), Tiers.of([p.available()]))
+    a = p.choose(Request(nodes=2, ppn=3), tiers_of([p.available()]))
     assert a.nodes == ("s0", "s1") and a.cores == ((0, 1, 2), (0, 1, 2))
     free = p.available() & ~a.units
     # a core count is packed: the one free core of each node
-    b = p.choose(Request(cores=2), Tiers.of([free]))
+    b = p.choose(Request(cores=2), tiers_of([free]))
     assert b.nodes == ("s0", "s1") and b.cores == ((3,), (3,))
     # memory is bought as cores at the node's MB-per-core rate: 2500 MB -> 3 cores
-    c = p.choose(Request(nodes=1, ppn=1, mem=2500), Tiers.of([p.available()]))
+    c = p.choose(Request(nodes=1, ppn=1, mem=2500), tiers_of([p.available()]))
     assert c.cores == ((0, 1, 2),)
     assert p.units_of(a.nodes, a.cores) == a.units
-    assert p.choose(Request(nodes=1, ppn=2), Tiers.of([free])) is None
+    assert p.choose(Request(nodes=1, ppn=2), tiers_of([free])) is None
 
 
 def test_one_core_fast_path_chooses_as_the_general_walk():
@@ -63,7 +68,7 @@ def test_one_core_fast_path_chooses_as_the_general_walk():
         tiers = [mask_of([u for u in set_bits(every) if rnd.random() < 0.3]) for _ in range(rnd.randrange(1, 4))]
         one = Request(nodes=0, ppn=0, cores=1)
         want = p._choose_general(one, tiers)
-        got = p.choose(one, Tiers.of(tiers))
+        got = p.choose(one, tiers_of(tiers))
         assert (got is None) == (want is None)
         if want is not None:
             assert (got.units, got.nodes, got.cores) == (want.units, want.nodes, want.cores)

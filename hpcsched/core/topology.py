@@ -105,13 +105,6 @@ class Tiers:
         self.units, self._tiers = units, (units,) if tiers is None else tiers
         self._last_first = last_first
 
-    @classmethod
-    def of(cls, tiers: list[int]) -> "Tiers":
-        units = 0
-        for t in tiers:
-            units |= t
-        return cls(units, tiers)
-
     def __iter__(self) -> Iterator[int]:
         return iter(self._tiers)
 

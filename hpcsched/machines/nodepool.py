@@ -21,7 +21,7 @@ from ..core.topology import Node, NodeState, Tiers, Topology, lowest, mask_of, s
 
 
 PLACEMENTS = ("first-fit", "contiguous")
-STRIDE = 8  # tiers `_choose_whole` joins before counting units again
+STRIDE = 8  # tiers `_lowest_in_tiers` joins before counting units again
 
 
 def first_run(mask: int, k: int) -> int:
