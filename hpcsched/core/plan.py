@@ -246,6 +246,10 @@ class Walk:
         # did not, so with a gate the counts that job was judged by have grown since
         self.read = self.begun = 0
         self.late = False
+        # `dropped`: a kept reservation was given up (past the depth, or its job held back)
+        # after a job was passed over beside it, which may fit now: the next pass walks
+        # afresh, as the definition tries every job without a reservation every pass
+        self.passed = self.dropped = False
         self._freed: _Freed | None = None  # (see run)
         self._log: list[tuple[float, float]] | None = None
 
@@ -296,7 +300,7 @@ class Walk:
                 # (no units: no job passes, as `hopeless` says)
                 cursor.sieve = (now_.upper or -1, now_.horizon, now_.lasting or -1) if sift else None
             if cursor is not None and cursor.passed:
-                waiting_ahead = True
+                waiting_ahead = self.passed = True
             if made >= depth and not now_.upper and not kept:
                 break  # nothing is free now and no reservation is left to make
             mine = kept.pop(job.id, None) if kept else None  # last pass's reservation, if kept
@@ -338,6 +342,7 @@ class Walk:
                 self._give_back(job, mine)  # given back for its turn: it can only move earlier
             given_back = mine is not None
             if made >= depth and now_.hopeless(job, need):
+                self._passed_over(given_back)
                 waiting_ahead = True
                 continue
             acc = self.access(job)
@@ -363,12 +368,15 @@ class Walk:
                         prof.occupy(found[1].units, found[0], found[0] + job.walltime)
                 if found is None:
                     plan.reasons[job.id] = "no start found within the planning horizon with the nodes now up"
+                    self._passed_over(given_back)
                 else:
                     plan.reserved[job.id] = found
                     plan.moved.add(job.id)
                     made += 1
                     if given_back:
                         self._retook(found[0] + job.walltime)
+            else:
+                self._passed_over(given_back)
             if not self.backfill:  # nothing may pass it
                 self.blocked = True
                 plan.default_reason = f"waiting behind job {job.id} (no backfill)"
@@ -382,11 +390,17 @@ class Walk:
         `closer` (None while kept reservations must still be given back one by one)
         passes over the jobs the gate says it holds back with it."""
         self._give_back(job, mine)
+        self.dropped |= mine is not None and self.passed
         plan.reasons[job.id] = why
         if closer is not None:
             attrs = self.gate.closes(job)
             if attrs and closer.close(job, attrs):
                 self.closer = closer
+
+    def _passed_over(self, given_back: bool) -> None:
+        """A job neither starts nor is reserved; `given_back`: its kept reservation goes."""
+        self.dropped |= given_back and self.passed
+        self.passed = True
 
     def _hold(self, job: Job, request: Request, need: int, access: AccessKey,
               now: float) -> tuple[float, Allocation] | None:

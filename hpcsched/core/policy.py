@@ -68,6 +68,13 @@ class Policy:
         only as far as the pass walks); None: the scheduler sorts them with `order`."""
         return None
 
+    def settled(self, jobs: list[Job]) -> list[Job] | None:
+        """`jobs` (runnable, new since the last pass) in the order every pass puts them,
+        whatever else is queued, if the policy can tell without a context (None: it cannot).
+        With it, a pass whose order moves may still carry on the last walk (see
+        Scheduler.iterate) when several jobs came at once."""
+        return self.order(jobs, None) if self.static else None
+
     def prioritise(self, jobs: list[Job], ctx: Context) -> None:
         """Update scores of the runnable `jobs` for this pass."""
 

@@ -447,8 +447,9 @@ class Scheduler:
         # the earlier jobs would come out the same in an order that changes none of its
         # decisions, so it is carried on with the new jobs (see _carry_on).  Not while a job
         # runs past its walltime (a pass expects it to end a grace period from its own now),
-        # nor, with limits, once a job started after one the walk passed (see Walk.late).
-        clean = (walk is not None and not self._dirty and not self._overrun
+        # nor, with limits, once a job started after one the walk passed (see Walk.late),
+        # nor after a walk gave up a reservation a job it passed over was judged beside.
+        clean = (walk is not None and not self._dirty and not self._overrun and not walk.dropped
                  and not (walk.gate is not None and walk.late) and walk.profile.advance(now))
         if not self._queued:
             # nothing to start or reserve: the plan is empty (estimates are still there)
@@ -461,11 +462,14 @@ class Scheduler:
             gate = _Gate(self, now) if self._gated() else None
             order, last = self._prioritise(now, gate.ctx if gate else None)
             leads = False
-            if clean and not self.policy.static and len(fresh) <= 1:
-                order, leads = self._still_lead(order, walk)
+            if clean and not self.policy.static:
+                fresh = fresh if len(fresh) <= 1 else self._settled(fresh)
+                if fresh is not None:
+                    order, leads = self._still_lead(order, walk)
             if leads:
                 # an order that moves: the jobs the last walk reserved for still lead it, in
-                # the same order, and the one new job (if any) comes after them
+                # the same order, and the new jobs (if any) come after them, in the order
+                # they take among themselves in every pass (Policy.settled)
                 plan = self._carry_on(walk, now, fresh)
                 plan.passed_reason = self._plan.passed_reason  # (its gate is the walk's own)
             else:
@@ -605,6 +609,14 @@ class Scheduler:
         if leads and isinstance(order, Sieved):
             order.resume()  # (no walk reads it: the reading begun goes)
         return order, leads
+
+    def _settled(self, fresh: list[Job]) -> list[Job] | None:
+        """The new jobs in the order they take among themselves in every pass (None: the
+        policy cannot tell): the policy's, then by tier and rank as `_prioritise` sorts."""
+        fresh = self.policy.settled(fresh)
+        if fresh is not None and (self._tiered or self._ranks):
+            fresh.sort(key=lambda j: (j.tier, self._rank(j)))  # (stable: the policy's order within)
+        return fresh
 
     def _sorts_after(self, fresh: list[Job], last: Job | None) -> bool:
         """Do all new jobs sort after `last`?  (Static policies only: keys need no context.)"""

@@ -24,11 +24,14 @@ from __future__ import annotations
 
 from collections import Counter
 from dataclasses import dataclass, field
+from operator import attrgetter
 from typing import Iterable, Iterator
 
 from ..core.jobs import Job
 from ..core.policy import Context, Policy
 from .sharetree import ShareTree
+
+_ID = attrgetter("id")
 
 
 def _norm(x: float, lo: float, hi: float) -> float:
@@ -79,10 +82,26 @@ class GridEngine(Policy):
 
     def ordered(self, ctx: Context) -> Iterable[Job]:
         self._compute(ctx)
-        timed = self.weight_waiting_time or self._deadlines and self.weight_deadline  # (urgency that moves)
-        if len(self._classes) <= 1 and not (timed and self.weight_urgency):  # the tree's order
+        if len(self._classes) <= 1 and not self._timed():  # the tree's order
             return self.tree.order()
         return [job for _, job in sorted(self._priorities(self.tree.ranked(), ctx), key=lambda p: -p[0][0])]
+
+    def _timed(self) -> bool:
+        """Does urgency move with time (waiting time, or a deadline, weighs)?"""
+        return bool(self.weight_urgency and (self.weight_waiting_time or self._deadlines and self.weight_deadline))
+
+    def settled(self, jobs: list[Job]) -> list[Job] | None:
+        """Jobs ranked at one node of the tree come in job-id order at every node above it,
+        so whatever the tickets; with one POSIX priority and slots class among them and an
+        urgency that does not move, their priorities fall as their tickets do (ties keep
+        the tree's order)."""
+        where = self.tree.node_at
+        node = where(jobs[0])
+        if node is None or self._timed() or self.weight_ticket < 0 or any(where(j) is not node for j in jobs):
+            return None
+        if len({self._class(j) for j in jobs}) > 1:
+            return None
+        return sorted(jobs, key=_ID)
 
     def _priorities(self, ranked: Iterator, ctx: Context) -> list[tuple[tuple, Job]]:
         """Every runnable job's (priority, tickets, urgency, posix), in the share tree's order."""

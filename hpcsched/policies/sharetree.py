@@ -222,6 +222,10 @@ class ShareTree:
         insort(node.keys, key)
         return node
 
+    def node_at(self, job: Job) -> Node | None:
+        """The node `job` is ranked at (None: not pending here)."""
+        return self._of.get(job.id)
+
     def add(self, job: Job, key: Key, need: int) -> None:
         """A job becomes pending-and-runnable: rank it at its node (`need`: the units it
         takes, which a walk's sieve reads; see Order)."""
