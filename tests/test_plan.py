@@ -55,6 +55,22 @@ def test_no_backfill_keeps_strict_order():
     assert started(s.iterate(0)) == []
 
 
+def test_new_jobs_carried_on_are_walked_in_their_rank_order():
+    # Two jobs come at once after the last pass, both behind every job it walked, for one
+    # free node: the one ranked higher by -p (FIFO ranks by it) starts, as a walk afresh
+    # would start it, not the one submitted first.
+    s = scheduler(3)
+    s.submit(job(2, 100), 0)
+    s.iterate(0)
+    s.submit(job(3, 100, priority=200), 0)  # the head: reserved at 100
+    s.iterate(0)
+    walk = s._walk
+    low, high = s.submit(job(1, 50, priority=0), 1), s.submit(job(1, 50, priority=100), 1)
+    assert started(s.iterate(1)) == [high.id]
+    assert s._walk is walk  # (carried on)
+    assert s.job(low.id).state.value == "queued"
+
+
 def test_depth_zero_is_first_fit():
     s = easy_example(depth=0)
     plan = s.iterate(0)

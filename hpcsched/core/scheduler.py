@@ -456,7 +456,7 @@ class Scheduler:
             plan, self._walk = Plan(now), None
         elif clean and self.policy.static and self._sorts_after(fresh, walk.last):
             # a static order: every new job sorts after every job the last pass walked
-            fresh = self.policy.order(fresh, None)  # (a static order needs no context)
+            fresh = self._settled(fresh)  # (a static order needs no context)
             plan = self._carry_on(walk, now, fresh, last=fresh[-1] if fresh else None)
         else:
             gate = _Gate(self, now) if self._gated() else None
