@@ -529,14 +529,21 @@ def test_sums_kept_from_pass_to_pass_equal_a_tree_adding_up_afresh(seed):
             usage.charge(rng.choice(keys), 50.0, t)  # an operator's adjustment
         if rng.random() < 0.7:
             usage.accrue(t)  # (a pass charges its running jobs first; sometimes not)
-        tree.compute(usage, t)
+        every = rng.random() < 0.05  # (mdiag -f: figures on every node, cleared by the next pass)
+        tree.compute(usage, t, every)
         fresh = ShareTree(nodes, tree.compensation_factor, ("group", "user"))
         for j, key in pending.items():
             fresh.add(Job(id=j), key, 1)
         fresh.compute(usage, t)
         assert [(v, j) for v, j, _ in tree.ranked()] == [(v, j) for v, j, _ in fresh.ranked()]
-        got = {n.path: (n.usage, n.finished, n.stt, n.ostt) for n in tree.root.walk() if n.running or n.pending}
-        want = {n.path: (n.usage, n.finished, n.stt, n.ostt) for n in fresh.root.walk() if n.running or n.pending}
+        # every node's figures, the active nodes' running counts and targets kept from pass
+        # to pass included (a node no longer active has none; nor has one made for a key
+        # the fresh tree never saw)
+        def figures(tree):
+            out = {n.path: (n.running, n.usage, n.finished, n.ltt, n.oltt, n.stt, n.ostt) for n in tree.root.walk()
+                   if n.running or n.pending or not every}
+            return {path: f for path, f in out.items() if any(f)}
+        got, want = figures(tree), figures(fresh)
         assert got == want, (seed, step)  # (the root's figures too: ranked works them out)
         for node in tree.root.walk():  # the children with pending jobs, kept as jobs come and go
             assert set(node.busy) == {c for c in node.children.values() if c.pending}

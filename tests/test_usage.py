@@ -102,17 +102,18 @@ def test_take_changed_names_every_record_whose_sums_moved():
     a, b, c = ("a", "", ""), ("b", "", ""), ("c", "", "")
     u.charge(a, 5.0, 1.0)
     u.started(b, 2.0, 1.0)  # a start charges nothing yet
-    assert u.take_changed(1.0) == {a} and u.take_changed(1.0) == set()
+    assert set(u.take_changed(1.0)) == {a} and u.take_changed(1.0) == {}
     u.accrue(11.0)  # b's running job charged
-    assert u.take_changed(11.0) == {b}
+    assert set(u.take_changed(11.0)) == {b}
     u.ended(b, 2.0, 20.0)
     u.charge(c, 1.0, 30.0)
-    assert u.take_changed(30.0) == {b, c}
-    assert u.take_changed(649.0) == set()  # a's bucket [0, 10) counts until 10 + 640
+    changed = u.take_changed(30.0)  # each with its sums, as `undecayed` reads them
+    assert changed == {k: u.undecayed(u.records[k], 30.0) for k in (b, c)} and changed[c] == (1.0 * 2 ** (30 / 3600), 0.0)
+    assert set(u.take_changed(649.0)) == set()  # a's bucket [0, 10) counts until 10 + 640
     read = {k: u.undecayed(r, 655.0) for k, r in u.records.items()}  # (a reading trims too)
     assert read[a] == (0.0, 0.0) and read[c] != (0.0, 0.0)
-    assert u.take_changed(655.0) == {a}
-    assert u.take_changed(700.0) == {b, c}  # b's buckets [10, 30) left by 670, c's [30, 40) at 680
+    assert set(u.take_changed(655.0)) == {a}
+    assert u.take_changed(700.0) == {b: (0.0, 0.0), c: (0.0, 0.0)}  # b's buckets [10, 30) left by 670, c's [30, 40) at 680
     generation = u.generation
     u.reset(700.0, lambda key: key == a)
     u.restore(u.to_dict(), [])

@@ -165,9 +165,10 @@ class Usage:
             rec.sums = None
             self.changed.add(rec.key)
 
-    def take_changed(self, t: float) -> set[Key]:
+    def take_changed(self, t: float) -> dict[Key, tuple[float, float]]:
         """The keys whose sums changed since the last call, buckets that left the window by
-        `t` included (every record is trimmed once per bucket width); forgets them."""
+        `t` included (every record is trimmed once per bucket width), each with its sums
+        as `undecayed` reads them at `t`; forgets them."""
         if self.width:
             first = self._bucket(t - self.window)
             if self._first is None or first > self._first:
@@ -175,7 +176,8 @@ class Usage:
                     self._trim(rec, first)
                 self._first = first
         changed, self.changed = self.changed, set()
-        return changed
+        records, sums = self.records, self._sums  # (every record trimmed for `t`: see _trim)
+        return {key: sums(records[key]) if key in records else (0.0, 0.0) for key in changed}
 
     def decay(self, t: float) -> float:
         """What an undecayed sum is multiplied by to read it at `t`."""
@@ -190,6 +192,10 @@ class Usage:
         `t`, usage is undecayed * decay(t) + accrued."""
         if self.width:
             self._trim(rec, self._bucket(t - self.window))
+        return self._sums(rec)
+
+    def _sums(self, rec: Record) -> tuple[float, float]:
+        """`rec`'s (usage, finished jobs), undecayed, as its buckets hold them now."""
         if not rec.buckets:
             return 0.0, 0.0
         if rec.sums is None:

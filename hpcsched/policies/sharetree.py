@@ -123,9 +123,15 @@ class ShareTree:
         self._build(self.root, nodes.get("Root", {}), 0)
         self._where: dict[Key, Node] = {}  # usage key -> the node its jobs are ranked at
         self._of: dict[int, Node] = {}  # pending job id -> its node
-        self._holding: set[Node] = set()  # nodes with pending jobs of their own
-        self._kids: dict[Node, list[Node]] = {}  # this pass's active nodes' active children
-        self._touched: set[Node] = set()  # nodes the last pass gave figures (cleared by the next)
+        # The active nodes (the root, and every node with a running or pending job under
+        # it) and each one's active children by (kind, name), kept as jobs come, go, start
+        # and end: a pass looks again only at the nodes whose counts crossed zero since.
+        self._active: set[Node] = {self.root}
+        self._kids: dict[Node, list[Node]] = {}  # an active node with active children -> them
+        self._crossed: set[Node] = set()  # nodes whose pending or running count crossed zero
+        self._runs: dict[Key, int] = {}  # key -> its running jobs, as the node counts hold them
+        self._shaped = False  # are the active nodes' ltt and oltt those of the active nodes now?
+        self._extra: list[Node] = []  # nodes outside the active ones given figures (mdiag -f)
         self._resolved = 0  # usage records whose keys have been given a node
         self._held: dict[Key, tuple[float, float]] = {}  # key -> Usage.undecayed, as last read
         self._ledger: tuple[Usage, int] | None = None  # the usage (and its generation) _held reads
@@ -232,23 +238,24 @@ class ShareTree:
         node = self.node_of(key)
         node.jobs.add(job.id, job, need)
         self._of[job.id] = node
-        self._holding.add(node)
         while node is not None:
             node.pending += 1
-            if node.pending == 1 and node.parent is not None:
-                node.parent.busy[node] = None
+            if node.pending == 1:
+                self._crossed.add(node)
+                if node.parent is not None:
+                    node.parent.busy[node] = None
             node = node.parent
 
     def remove(self, job: Job) -> None:
         node = self._of.pop(job.id, None)
         if node is not None:
             node.jobs.remove(job.id)
-            if not node.jobs:
-                self._holding.discard(node)
             while node is not None:
                 node.pending -= 1
-                if not node.pending and node.parent is not None:
-                    del node.parent.busy[node]
+                if not node.pending:
+                    self._crossed.add(node)
+                    if node.parent is not None:
+                        del node.parent.busy[node]
                 node = node.parent
 
     # --- each pass -----------------------------------------------------------------------
@@ -257,44 +264,27 @@ class ShareTree:
         at `t` (on every node if `every`: mdiag -f).  A pass costs the active part of the
         tree, each active node above a key charged since the last adding up its keys' and
         children's kept sums, not the whole."""
-        for node in self._touched:
-            node.running = 0
+        for node in self._extra:  # (the last pass's figures outside the active nodes go)
+            if node not in self._active:
+                node.clear()
         if len(usage.records) != self._resolved:  # new records: their usage counts on their nodes
             for key in usage.records:
                 if key not in self._where:
                     self.node_of(key)
             self._resolved = len(usage.records)
         self._charge(usage, t)
-        root, where = self.root, self._where
-        active = {root}
-        for key, rec in usage.running.items():
-            node = where[key]
-            while node is not None:
-                node.running += rec.running
-                active.add(node)
-                node = node.parent
-        for node in self._holding:
-            while node is not None and node not in active:
-                active.add(node)
-                node = node.parent
-        kids: dict[Node, list[Node]] = {}  # each active node's active children
-        for node in active:
-            if node.parent is not None:
-                kids.setdefault(node.parent, []).append(node)
-        self._kids = kids
-        if every:
-            active.update(root.walk())
-        for node in self._touched - active:  # (no longer active: no figures)
-            node.clear()
-        self._touched = active
+        self._count(usage)
+        root, where, active = self.root, self._where, self._active
+        self._extra = [node for node in root.walk() if node not in active] if every else []
         d = self._decay = usage.decay(t)
         self._t = t
         fresh = self._fresh
-        for node in active:
-            if node is not root or every:  # (the root's: only for tickets, see ranked)
-                if node.stale:
-                    fresh(node)
-                node.usage, node.finished = node.held * d, node.held_finished * d
+        for nodes in (active, self._extra):
+            for node in nodes:
+                if node is not root or every:  # (the root's: only for tickets, see ranked)
+                    if node.stale:
+                        fresh(node)
+                    node.usage, node.finished = node.held * d, node.held_finished * d
         # charges still accruing (none after a pass's own accrual), in key order
         self._accruing = sorted((k, r) for k, r in usage.running.items() if r.since < t)
         for key, rec in self._accruing:
@@ -303,8 +293,46 @@ class ShareTree:
                 node.usage += a
                 node = node.parent
         root.ltt = root.oltt = root.stt = root.ostt = 1.0
-        if root in kids:
+        if root in self._kids:
             self._targets(root)
+        self._shaped = True
+
+    def _count(self, usage: Usage) -> None:
+        """Each node's running jobs, from the keys whose running count changed since the
+        last pass, and the active nodes, from the nodes whose counts crossed zero."""
+        runs = {key: rec.running for key, rec in usage.running.items()}
+        crossed, last = self._crossed, self._runs
+        if runs != last:
+            where = self._where
+            for key in last.keys() | runs.keys():  # (sums of ints: any order)
+                n = runs.get(key, 0) - last.get(key, 0)
+                node = where[key] if n else None
+                while node is not None:
+                    node.running += n
+                    if node.running == n or not node.running:
+                        crossed.add(node)
+                    node = node.parent
+            self._runs = runs
+        if not crossed:
+            return
+        root, active, kids = self.root, self._active, self._kids
+        for node in crossed:
+            on = node.running > 0 or node.pending > 0 or node is root
+            if on == (node in active):
+                continue
+            self._shaped = False
+            parent = node.parent
+            if on:
+                active.add(node)
+                insort(kids.setdefault(parent, []), node, key=_BY_NAME)
+            else:  # (no longer active: no figures)
+                active.discard(node)
+                node.clear()
+                siblings = kids[parent]
+                siblings.remove(node)
+                if not siblings:
+                    del kids[parent]
+        crossed.clear()
 
     def _charge(self, usage: Usage, t: float) -> None:
         """Mark stale the nodes above the keys charged since the last pass (every node, for
@@ -313,14 +341,15 @@ class ShareTree:
         if self._ledger != (usage, usage.generation):
             self._ledger = (usage, usage.generation)
             self._held = {}
-            changed = set(usage.records) | set(self._where)
+            records = usage.records
+            changed = {key: usage.undecayed(records[key], t) if key in records else _NONE
+                       for key in set(records) | set(self._where)}
             for node in self.root.walk():
                 node.stale = True
-        held, records = self._held, usage.records
+        self._held.update(changed)
+        where = self._where
         for key in changed:
-            rec = records.get(key)
-            held[key] = usage.undecayed(rec, t) if rec is not None else _NONE
-            node = self.node_of(key)
+            node = where.get(key) or self.node_of(key)
             while node is not None and not node.stale:
                 node.stale = True
                 node = node.parent
@@ -345,15 +374,17 @@ class ShareTree:
         """Grid Engine's sge_calc_node_targets, top down: each active node's targets shared
         among its active children (their ltt and oltt, then their stt and ostt from shr,
         then again for those past cf times their oltt, if any)."""
-        kids, cf = self._kids, self.compensation_factor
+        kids, cf, shaped = self._kids, self.compensation_factor, self._shaped
         todo = [root]
         while todo:
             node = todo.pop()
             active = kids[node]
             if len(active) == 1:  # an only child: the general case's figures, x / x being 1
                 c = active[0]
-                c.ltt = c.stt = 1.0 if c.shares > 0 else 0.0
-                c.oltt = oltt = node.oltt * c.ltt
+                if not shaped:
+                    c.ltt = 1.0 if c.shares > 0 else 0.0
+                    c.oltt = node.oltt * c.ltt
+                c.stt, oltt = c.ltt, c.oltt
                 c.shr = c.square / max(c.usage, oltt) if oltt > 0 else 0.0
                 if not c.shr > 0:
                     c.stt = 0.0
@@ -363,11 +394,13 @@ class ShareTree:
                 if c in kids:
                     todo.append(c)
                 continue
-            active.sort(key=_BY_NAME)  # (one order, however the copies were made)
-            total, oltt_p = sum([c.shares for c in active]), node.oltt
+            if not shaped:  # (sorted by (kind, name): one order, however the copies were made)
+                total, oltt_p = sum([c.shares for c in active]), node.oltt
+                for c in active:
+                    c.ltt = ltt = c.shares / total if total > 0 else 0.0
+                    c.oltt = oltt_p * ltt
             for c in active:
-                c.ltt = ltt = c.shares / total if total > 0 else 0.0
-                c.oltt = oltt = oltt_p * ltt
+                oltt = c.oltt
                 c.shr = c.square / max(c.usage, oltt) if oltt > 0 else 0.0
             _normalise(node, active)
             if cf:
@@ -393,7 +426,7 @@ class ShareTree:
         """Every pending job in `ranked`'s order, read lazily (call `compute` first): an
         Order, which a walk's sieve narrows, unless some node's values could repeat."""
         top = self._top()
-        for node in self._touched:
+        for node in self._active:
             if node.pending and node is not top and not (
                     node.stt >= _TINY and node.running + node.finished + node.pending < _EXACT):
                 return (job for _, _, job in self._ranked(top))
@@ -505,7 +538,20 @@ class Order(Sieved):
         kids = list(node.busy)
         if not kids:  # a leaf: its jobs by id, ranked by position
             return node.jobs.read(self)
+        if len(kids) == 1 and not node.jobs:  # one source: its order and ranks are the node's
+            return self._through(node, kids[0], ranks)
         return self._merge(node, kids, ranks)
+
+    def _through(self, node: Node, child: Node, ranks: bool) -> Iterator[tuple[int, Job]]:
+        """`_merge` of a node whose one source is `child`: the child's stream as it is,
+        ended where the merge would end it (the child closed; the node, if the top)."""
+        closed, top = self.closed, not ranks
+        for item in self._stream(child, ranks):  # (the top's ranks are not read)
+            if top and closed and node in closed:
+                return
+            yield item
+            if closed and child in closed:
+                return
 
     def _merge(self, node: Node, kids: list[Node], ranks: bool) -> Iterator[tuple[int, Job]]:
         # sources: each child's stream, keyed -stt / (base + rank) as `_ranked` keys it,
