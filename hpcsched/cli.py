@@ -94,17 +94,20 @@ def cmd_simulate(args) -> int:
         return 1
     if progress:
         sys.stderr.write("\n")
-    print(result.summary())
+    wrote = []  # (the files first: a reader of stdout that goes away loses none of them)
     if args.out:
         os.makedirs(args.out, exist_ok=True)
         _write_atomic(os.path.join(args.out, "results.json"),
                       result.write_json)
         _write_atomic(os.path.join(args.out, "schedule.swf"), result.write_swf)
-        print(f"wrote {os.path.join(args.out, 'results.json')} and {os.path.join(args.out, 'schedule.swf')}")
+        wrote.append(f"wrote {os.path.join(args.out, 'results.json')} and {os.path.join(args.out, 'schedule.swf')}")
     if args.report:
         from .sim import report
         _write_atomic(args.report, lambda f: f.write(report.html([report.run_of(result.to_json(), args.trace)])))
-        print(f"wrote {args.report}")
+        wrote.append(f"wrote {args.report}")
+    print(result.summary())
+    for line in wrote:
+        print(line)
     return 0
 
 
@@ -149,17 +152,20 @@ def cmd_sweep(args) -> int:
     except (SchedulerError, OSError) as e:
         print(f"hpcsched sweep: {e}", file=sys.stderr)
         return 1
-    sys.stdout.write(sweep.table(outcomes, args.format))
+    wrote = []  # (the files first: a reader of stdout that goes away loses none of them)
     if args.out:
         import json
         os.makedirs(args.out, exist_ok=True)
         _write_atomic(os.path.join(args.out, "results.json"), lambda f: json.dump(sweep.results(outcomes), f))
         _write_atomic(os.path.join(args.out, "results.csv"), lambda f: f.write(sweep.table(outcomes, "csv")))
-        print(f"wrote {os.path.join(args.out, 'results.json')} and {os.path.join(args.out, 'results.csv')}")
+        wrote.append(f"wrote {os.path.join(args.out, 'results.json')} and {os.path.join(args.out, 'results.csv')}")
     if args.report:
         runs = [o["run"] for o in outcomes if o.get("run")]
         _write_atomic(args.report, lambda f: f.write(report.html(runs, f"hpcsched sweep: {args.grid or args.collect}")))
-        print(f"wrote {args.report}")
+        wrote.append(f"wrote {args.report}")
+    sys.stdout.write(sweep.table(outcomes, args.format))
+    for line in wrote:
+        print(line)
     failed = [o for o in outcomes if "error" in o]
     for o in failed:
         print(f"hpcsched sweep: {o['label']}: {o['error']}", file=sys.stderr)
@@ -513,12 +519,12 @@ def main(argv=None) -> int:
         return args.func(args)
     except KeyboardInterrupt:
         return 130
+    except BrokenPipeError:  # `hpcsched simulate | head`: the reader left; not an error
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # (nor is the flush at exit)
+        return 0
     except OSError as e:  # (an output that could not be written, say: one line, not a traceback)
         print(f"hpcsched {args.command}: {e.filename or ''}: {e.strerror or e}", file=sys.stderr)
         return 1
-    except BrokenPipeError:  # `hpcsched demo | head`: the reader left; not an error
-        sys.stderr.close()
-        return 0
 
 
 if __name__ == "__main__":

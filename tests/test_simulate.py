@@ -268,6 +268,20 @@ def test_cli_writes_summary_json_and_swf(tmp_path):
     assert len(list(swf.read(str(out / "schedule.swf")))) == 5
 
 
+def test_cli_whose_reader_left_writes_its_files_and_ends_quietly(tmp_path):
+    # `hpcsched simulate ... | head` where head has gone: the files are still written, and a
+    # closed stdout is no error (it was "hpcsched simulate: : Broken pipe", exit 1, no files)
+    path = write_trace(tmp_path)
+    out = tmp_path / "out"
+    p = subprocess.Popen([sys.executable, "-m", "hpcsched", "simulate", path, "--out", str(out)], cwd=ROOT,
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    p.stdout.close()  # (the reader goes before anything is written)
+    err = p.stderr.read()
+    assert p.wait(timeout=120) == 0 and err == ""
+    assert len(json.loads((out / "results.json").read_text())["jobs"]) == 5
+    assert len(list(swf.read(str(out / "schedule.swf")))) == 5
+
+
 @pytest.mark.parametrize("args,code,msg", [
     (["simulate", "nope.swf"], 1, "nope.swf: no such file"),
     (["simulate", "X", "--backfill", "maybe"], 2, "backfill: 'maybe' is not none"),

@@ -11,6 +11,9 @@ them), top down from the root (all four are 1 there):
 and with a compensation factor CF > 0, a node with ostt > CF * oltt gets
 shr = shares ** 2 / (max(U, oltt) * ostt / (CF * oltt)), its siblings' stt renormalised
 (reference/algorithms.md section 5; Grid Engine's sgeee.c, sge_calc_node_targets).
+The active nodes, their active children and running counts are kept as jobs come, go,
+start and end, and ltt and oltt, which depend on those alone, are worked out again only
+when a node joins or leaves them.
 
 A node's usage U is its keys' and its children's, decayed alike: every node keeps the
 undecayed sum (Usage.undecayed) of everything under it, and U = sum * decay(t).  A pass
