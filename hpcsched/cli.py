@@ -520,7 +520,10 @@ def main(argv=None) -> int:
     except KeyboardInterrupt:
         return 130
     except BrokenPipeError:  # `hpcsched simulate | head`: the reader left; not an error
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # (nor is the flush at exit)
+        try:  # (nor is the flush at exit)
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        except (OSError, ValueError):
+            pass
         return 0
     except OSError as e:  # (an output that could not be written, say: one line, not a traceback)
         print(f"hpcsched {args.command}: {e.filename or ''}: {e.strerror or e}", file=sys.stderr)
