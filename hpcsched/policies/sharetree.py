@@ -133,7 +133,8 @@ class ShareTree:
         self._kids: dict[Node, list[Node]] = {}  # an active node with active children -> them
         self._crossed: set[Node] = set()  # nodes whose pending or running count crossed zero
         self._runs: dict[Key, int] = {}  # key -> its running jobs, as the node counts hold them
-        self._shaped = False  # are the active nodes' ltt and oltt those of the active nodes now?
+        self._shaped = False  # are the active nodes' ltt and oltt, and _plan, those of the active nodes now?
+        self._plan: list[tuple[Node, list[Node]]] = []  # (node, its active children), parents first
         self._extra: list[Node] = []  # nodes outside the active ones given figures (mdiag -f)
         self._resolved = 0  # usage records whose keys have been given a node
         self._held: dict[Key, tuple[float, float]] = {}  # key -> Usage.undecayed, as last read
@@ -377,31 +378,29 @@ class ShareTree:
         """Grid Engine's sge_calc_node_targets, top down: each active node's targets shared
         among its active children (their ltt and oltt, then their stt and ostt from shr,
         then again for those past cf times their oltt, if any)."""
-        kids, cf, shaped = self._kids, self.compensation_factor, self._shaped
-        todo = [root]
-        while todo:
-            node = todo.pop()
-            active = kids[node]
+        if not self._shaped:  # the nodes to share among, parents first, and their children's ltt, oltt
+            kids, plan, todo = self._kids, [], [root]
+            while todo:
+                node = todo.pop()
+                active = kids[node]  # (sorted by (kind, name): one order, however the copies were made)
+                plan.append((node, active))
+                total = sum([c.shares for c in active])
+                for c in active:
+                    c.ltt = ltt = c.shares / total if total > 0 else 0.0
+                    c.oltt = node.oltt * ltt
+                todo += [c for c in active if c in kids]
+            self._plan = plan
+        cf = self.compensation_factor
+        for node, active in self._plan:
             if len(active) == 1:  # an only child: the general case's figures, x / x being 1
                 c = active[0]
-                if not shaped:
-                    c.ltt = 1.0 if c.shares > 0 else 0.0
-                    c.oltt = node.oltt * c.ltt
-                c.stt, oltt = c.ltt, c.oltt
-                c.shr = c.square / max(c.usage, oltt) if oltt > 0 else 0.0
-                if not c.shr > 0:
-                    c.stt = 0.0
+                oltt = c.oltt
+                c.shr = shr = c.square / max(c.usage, oltt) if oltt > 0 else 0.0
+                c.stt = c.ltt if shr > 0 else 0.0
                 c.ostt = node.ostt * c.stt
                 if cf and c.ostt > cf * oltt:  # (compensated, it is still the only one)
                     c.shr = c.square / (max(c.usage, oltt) * (c.ostt / (cf * oltt)))
-                if c in kids:
-                    todo.append(c)
                 continue
-            if not shaped:  # (sorted by (kind, name): one order, however the copies were made)
-                total, oltt_p = sum([c.shares for c in active]), node.oltt
-                for c in active:
-                    c.ltt = ltt = c.shares / total if total > 0 else 0.0
-                    c.oltt = oltt_p * ltt
             for c in active:
                 oltt = c.oltt
                 c.shr = c.square / max(c.usage, oltt) if oltt > 0 else 0.0
@@ -412,7 +411,6 @@ class ShareTree:
                     for c in over:
                         c.shr = c.square / (max(c.usage, c.oltt) * (c.ostt / (cf * c.oltt)))
                     _normalise(node, active)
-            todo += [c for c in active if c in kids]
 
     # --- the pending order ---------------------------------------------------------------
     def ranked(self) -> Iterator[tuple[float, int, Job]]:
