@@ -299,7 +299,6 @@ class ShareTree:
         root.ltt = root.oltt = root.stt = root.ostt = 1.0
         if root in self._kids:
             self._targets(root)
-        self._shaped = True
 
     def _count(self, usage: Usage) -> None:
         """Each node's running jobs, from the keys whose running count changed since the
@@ -389,7 +388,7 @@ class ShareTree:
                     c.ltt = ltt = c.shares / total if total > 0 else 0.0
                     c.oltt = node.oltt * ltt
                 todo += [c for c in active if c in kids]
-            self._plan = plan
+            self._plan, self._shaped = plan, True
         cf = self.compensation_factor
         for node, active in self._plan:
             if len(active) == 1:  # an only child: the general case's figures, x / x being 1
