@@ -483,9 +483,10 @@ def test_a_session_that_rewrites_its_pid_file_cannot_aim_the_server_at_another_u
     while "pid" not in live.sched().jobs[victim].extra:
         time.sleep(0.1)
     session = (f'd=$(dirname "$PBS_NODEFILE"); sleep 1.5\n'
-               f'echo {wrapper} > "$d/pid.tmp"; mv -f "$d/pid.tmp" "$d/pid"\nsleep 3042\n')
-    status, out, err = live.run(BOB, "qsub", "-I", "-l", "walltime=3", stdin=session.encode())
+               f'echo {wrapper} > "$d/pid.tmp"; mv -f "$d/pid.tmp" "$d/pid" && echo rewritten\nsleep 3042\n')
+    status, out, err = live.run(BOB, "qsub", "-I", "-l", "walltime=6", stdin=session.encode())
     job = live.wait(2)
+    assert "rewritten" in out, out + err  # (the pid file was rewritten before the walltime came)
     assert job.exit_status >= 256  # bob's session was the one killed at its walltime
     assert live.sched().jobs[victim].state == "running" and processes("sleep 3041")
     assert gone("sleep 3042")
