@@ -428,6 +428,8 @@ def test_qsub_counts_software_against_a_consumable_and_shows_the_quota(rig, caps
     assert 'comment = Not Running: exceeds limit "consumables/total" (matlab: 1 in use + 1 > 1)' in out
     status, out = run("checkjob", "2")
     assert status == 0 and 'exceeds limit "consumables/total"' in out
+    # nodes are free for it now, but it does not start now: the estimate says so
+    assert "Estimated start: unknown while the limit holds it back (nodes free for it at " in out
     from hpcsched.pbs import qsub as qsub_mod
     from hpcsched.pbs.common import CommandError
     with pytest.raises(CommandError, match="Unknown consumable idl"):
@@ -463,6 +465,7 @@ limit = { jobs = 1 }
     assert [full(str(j))["comment"] for j in (2, 3, 4)] == ["Not Running: " + why] * 3
     status, out = run("checkjob", "4")
     assert status == 0 and why in out
+    assert "Estimated start: unknown while the limit holds it back" in out  # (passed over unread, as well)
 
 
 def test_deadline_jobs_for_deadline_users_only(rig, capsys):

@@ -63,6 +63,7 @@ class Plan:
     # the reason of a job the walk passed over unread, with a whole subtree the gate held
     # back (see Walk.closer): worked out when asked, against the pass's final counts
     passed_reason: Callable[[int], str | None] | None = None
+    gated: set[int] = field(default_factory=set)  # jobs the gate held back (their reasons are its)
     _estimate: Callable[[int], float | None] | None = None
     _estimates: dict[int, float | None] = field(default_factory=dict)
 
@@ -80,6 +81,11 @@ class Plan:
         if self.passed_reason is None or job_id in self.reasons:
             return None
         return self.passed_reason(job_id)
+
+    def limited(self, job_id: int) -> bool:
+        """Did a limit (the gate: a queue's, the policy's, a quota) hold the job back, so
+        that its start depends on more than free nodes?"""
+        return job_id in self.gated or self.held_reason(job_id) is not None
 
     def estimate(self, job_id: int) -> float | None:
         """Estimated start: now if started, the reservation if one was made, else the
@@ -392,6 +398,7 @@ class Walk:
         self._give_back(job, mine)
         self.dropped |= mine is not None and self.passed
         plan.reasons[job.id] = why
+        plan.gated.add(job.id)
         if closer is not None:
             attrs = self.gate.closes(job)
             if attrs and closer.close(job, attrs):

@@ -151,8 +151,13 @@ def checkjob(opts: list[tuple[str, str]], operands: list[str], out, now: float) 
                 block = plan.reserved[job.id][1].nodes[0]
                 w(f"Block {block}: {dict((b.name, s) for b, s in block_states(sched, site.server))[block]}\n")
             est = plan.estimate(job.id)
-            w(f"Estimated start: {when(est)} (in {dhms(est - now)})\n" if est is not None
-              else "Estimated start: none within the planning horizon\n")
+            if est is None:
+                w("Estimated start: none within the planning horizon\n")
+            elif plan.limited(job.id):  # (the estimate counts nodes only: not a start to expect)
+                w(f"Estimated start: unknown while the limit holds it back (nodes free for it at "
+                  f"{when(est)}, in {dhms(est - now)})\n")
+            else:
+                w(f"Estimated start: {when(est)} (in {dhms(est - now)})\n")
         else:
             reason = {HELD: "job is held", WAITING: f"job may not start before {when(job.start_after)}",
                       DEP_HOLD: "job waits for its dependencies",
