@@ -53,6 +53,7 @@ def test_checkjob_says_why_and_when(busy):
     assert status == 0 and out.startswith("checking job 2\n\nState: Idle\n")
     assert "Creds:  user:alice" in out and "WallTime: 00:00:00 of 00:30:00" in out
     assert "job cannot run: reserved: starts at" in out and "Estimated start:" in out
+    assert "unknown while the limit" not in out  # (it waits for nodes alone: the estimate is its start)
     assert "job cannot run: job is held" in run("checkjob", "3")[1]
     assert run("checkjob", "99")[0] == 153
 

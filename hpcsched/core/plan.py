@@ -42,6 +42,7 @@ class Start(NamedTuple):
 
 
 RESOURCES = "waiting for resources"
+NO_START = "no start found within the planning horizon with the nodes now up"  # (the walk's one reason not the gate's)
 
 
 @dataclass
@@ -63,7 +64,6 @@ class Plan:
     # the reason of a job the walk passed over unread, with a whole subtree the gate held
     # back (see Walk.closer): worked out when asked, against the pass's final counts
     passed_reason: Callable[[int], str | None] | None = None
-    gated: set[int] = field(default_factory=set)  # jobs the gate held back (their reasons are its)
     _estimate: Callable[[int], float | None] | None = None
     _estimates: dict[int, float | None] = field(default_factory=dict)
 
@@ -85,7 +85,7 @@ class Plan:
     def limited(self, job_id: int) -> bool:
         """Did a limit (the gate: a queue's, the policy's, a quota) hold the job back, so
         that its start depends on more than free nodes?"""
-        return job_id in self.gated or self.held_reason(job_id) is not None
+        return self.reasons.get(job_id, NO_START) != NO_START or self.held_reason(job_id) is not None
 
     def estimate(self, job_id: int) -> float | None:
         """Estimated start: now if started, the reservation if one was made, else the
@@ -373,7 +373,7 @@ class Walk:
                     if found is not None:
                         prof.occupy(found[1].units, found[0], found[0] + job.walltime)
                 if found is None:
-                    plan.reasons[job.id] = "no start found within the planning horizon with the nodes now up"
+                    plan.reasons[job.id] = NO_START
                     self._passed_over(given_back)
                 else:
                     plan.reserved[job.id] = found
@@ -398,7 +398,6 @@ class Walk:
         self._give_back(job, mine)
         self.dropped |= mine is not None and self.passed
         plan.reasons[job.id] = why
-        plan.gated.add(job.id)
         if closer is not None:
             attrs = self.gate.closes(job)
             if attrs and closer.close(job, attrs):

@@ -585,7 +585,7 @@ class Scheduler:
         earlier jobs' decisions stand (a job that could not start then cannot now, with as
         few units free and as many reserved), and the walk keeps its profile and its gate."""
         plan = Plan(now, reserved=dict(self._plan.reserved), reasons=dict(self._plan.reasons),
-                    default_reason=self._plan.default_reason, since=self._plan.reserved, gated=set(self._plan.gated))
+                    default_reason=self._plan.default_reason, since=self._plan.reserved)
         walk.run(now, fresh, plan, last=last)
         return plan
 
