@@ -12,8 +12,9 @@ window is kept in `BUCKETS` buckets: a charge leaves with its bucket, when the b
 is a window old, so the window is exact to one bucket's width.  Each bucket holds its
 charges scaled to a common epoch (amount * 2 ** ((c - epoch) / half_life)), so reading a
 record is one sum and one power; the epoch moves forward before the scale could overflow.
-Usage notes the keys whose sums change (`take_changed`), so that a reader keeping sums of
-its own (the share tree's, per node) adds up again only what changed.
+Usage notes the keys whose sums change (`take_changed`) and those whose running jobs come
+or go (`take_moved`), so that a reader keeping sums and counts of its own (the share
+tree's, per node) adds up again only what changed.
 
 Records also count finished jobs, decayed alike (Grid Engine's `finished_jobs`, which the
 share tree divides a node's entitlement by).  The metric is the site's choice:
@@ -67,6 +68,7 @@ class Usage:
         self.running: dict[Key, Record] = {}  # the records with jobs running (what accrues)
         self.version = 0  # bumped by every charge: readers cache what they derive from it
         self.changed: set[Key] = set()  # keys whose sums changed since take_changed last took them
+        self.moved: set[Key] = set()  # keys whose running jobs came or went since take_moved last took them
         self.generation = 0  # bumped when any record may have changed without being noted
         self._first: int | None = None  # the window's first bucket when every record was last trimmed
 
@@ -122,6 +124,7 @@ class Usage:
         rec.rate += rate
         rec.running += 1
         self.running[key] = rec
+        self.moved.add(key)
 
     def ended(self, key: Key, rate: float, t: float, cpu: float = 0.0) -> None:
         """A job of `key` that accrued `rate` ends at `t` (having used `cpu` CPU-seconds)."""
@@ -131,6 +134,7 @@ class Usage:
         rec.running -= 1
         if rec.running <= 0:
             self.running.pop(key, None)
+        self.moved.add(key)
         self._add(rec, t, cpu if self.metric == "cpu" else 0.0, 1.0)
 
     def accrue(self, t: float) -> None:
@@ -178,6 +182,11 @@ class Usage:
         changed, self.changed = self.changed, set()
         records, sums = self.records, self._sums  # (every record trimmed for `t`: see _trim)
         return {key: sums(records[key]) if key in records else (0.0, 0.0) for key in changed}
+
+    def take_moved(self) -> set[Key]:
+        """The keys whose running jobs came or went since the last call; forgets them."""
+        moved, self.moved = self.moved, set()
+        return moved
 
     def decay(self, t: float) -> float:
         """What an undecayed sum is multiplied by to read it at `t`."""

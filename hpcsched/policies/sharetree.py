@@ -133,6 +133,7 @@ class ShareTree:
         self._kids: dict[Node, list[Node]] = {}  # an active node with active children -> them
         self._crossed: set[Node] = set()  # nodes whose pending or running count crossed zero
         self._runs: dict[Key, int] = {}  # key -> its running jobs, as the node counts hold them
+        self._counted: tuple[Usage, int] | None = None  # the usage (and its generation) _runs follows
         self._shaped = False  # are the active nodes' ltt and oltt, and _plan, those of the active nodes now?
         self._plan: list[tuple[Node, list[Node]]] = []  # (node, its active children), parents first
         self._extra: list[Node] = []  # nodes outside the active ones given figures (mdiag -f)
@@ -303,19 +304,29 @@ class ShareTree:
     def _count(self, usage: Usage) -> None:
         """Each node's running jobs, from the keys whose running count changed since the
         last pass, and the active nodes, from the nodes whose counts crossed zero."""
-        runs = {key: rec.running for key, rec in usage.running.items()}
-        crossed, last = self._crossed, self._runs
-        if runs != last:
-            where = self._where
-            for key in last.keys() | runs.keys():  # (sums of ints: any order)
-                n = runs.get(key, 0) - last.get(key, 0)
-                node = where[key] if n else None
-                while node is not None:
-                    node.running += n
-                    if node.running == n or not node.running:
-                        crossed.add(node)
-                    node = node.parent
-            self._runs = runs
+        crossed, last, runs = self._crossed, self._runs, usage.running
+        if self._counted != (usage, usage.generation):  # a new ledger: every key's count is read
+            self._counted = (usage, usage.generation)
+            usage.take_moved()
+            keys = last.keys() | runs.keys()
+        else:  # only the keys whose running jobs came or went since
+            keys = usage.take_moved()
+        where = self._where
+        for key in keys:  # (sums of ints: any order)
+            now = runs[key].running if key in runs else 0
+            n = now - last.get(key, 0)
+            if not n:
+                continue
+            if now:
+                last[key] = now
+            else:
+                del last[key]
+            node = where[key]
+            while node is not None:
+                node.running += n
+                if node.running == n or not node.running:
+                    crossed.add(node)
+                node = node.parent
         if not crossed:
             return
         root, active, kids = self.root, self._active, self._kids
@@ -391,25 +402,26 @@ class ShareTree:
             self._plan, self._shaped = plan, True
         cf = self.compensation_factor
         for node, active in self._plan:
+            ostt = node.ostt
             if len(active) == 1:  # an only child: the general case's figures, x / x being 1
                 c = active[0]
                 oltt = c.oltt
                 c.shr = shr = c.square / max(c.usage, oltt) if oltt > 0 else 0.0
-                c.stt = c.ltt if shr > 0 else 0.0
-                c.ostt = node.ostt * c.stt
-                if cf and c.ostt > cf * oltt:  # (compensated, it is still the only one)
-                    c.shr = c.square / (max(c.usage, oltt) * (c.ostt / (cf * oltt)))
+                c.stt = stt = c.ltt if shr > 0 else 0.0
+                c.ostt = ostt = ostt * stt
+                if cf and ostt > cf * oltt:  # (compensated, it is still the only one)
+                    c.shr = c.square / (max(c.usage, oltt) * (ostt / (cf * oltt)))
                 continue
-            for c in active:
-                oltt = c.oltt
-                c.shr = c.square / max(c.usage, oltt) if oltt > 0 else 0.0
-            _normalise(node, active)
+            shrs = [c.square / max(c.usage, c.oltt) if c.oltt > 0 else 0.0 for c in active]
+            _share(active, shrs, ostt)
             if cf:
-                over = [c for c in active if c.ostt > cf * c.oltt]
+                over = False
+                for i, c in enumerate(active):
+                    if c.ostt > cf * c.oltt:
+                        shrs[i] = c.square / (max(c.usage, c.oltt) * (c.ostt / (cf * c.oltt)))
+                        over = True
                 if over:
-                    for c in over:
-                        c.shr = c.square / (max(c.usage, c.oltt) * (c.ostt / (cf * c.oltt)))
-                    _normalise(node, active)
+                    _share(active, shrs, ostt)
 
     # --- the pending order ---------------------------------------------------------------
     def ranked(self) -> Iterator[tuple[float, int, Job]]:
@@ -457,12 +469,12 @@ class ShareTree:
 _TINY, _EXACT = 1e-290, 2.0 ** 50
 
 
-def _normalise(node: Node, active: list[Node]) -> None:
-    """The active children's short-term targets, from their shr."""
-    total = sum([c.shr for c in active])
-    ostt = node.ostt
-    for c in active:
-        c.stt = stt = c.shr / total if total > 0 else 0.0
+def _share(active: list[Node], shrs: list[float], ostt: float) -> None:
+    """The active children's shr, and their short-term targets from it (`ostt`: their parent's)."""
+    total = sum(shrs)
+    for c, shr in zip(active, shrs):
+        c.shr = shr
+        c.stt = stt = shr / total if total > 0 else 0.0
         c.ostt = ostt * stt
 
 _NONE = (0.0, 0.0)
@@ -500,6 +512,27 @@ class Order(Sieved):
         if self.top.busy:
             return map(_SECOND, self._stream(self.top, False))
         return self._leaf()
+
+    def lead(self, m: int) -> list[Job]:
+        """`Sieved.lead`; the first job alone (EASY's one reservation), before any sieve or
+        close, is worked out from each node's first job and figures (`_first`), without
+        beginning a reading: a pass that carries its walk on reads no further."""
+        if m != 1 or self.sieve is not None or self.closed or self._ahead is not None:
+            return super().lead(m)
+        job = self._first(self.top)
+        return [job] if job is not None else []
+
+    def _first(self, node: Node) -> Job | None:
+        """The job `node`'s stream yields first (its merge's head: least (key, job id))."""
+        best = key = None
+        for c in node.busy:
+            job = self._first(c)
+            k = (-c.stt / (c.running + c.finished + 1), job.id)  # (its rank at `c`: 1)
+            if key is None or k < key:
+                best, key = job, k
+        if best is None and node.jobs:  # its own jobs come after its children's (see _merge)
+            best = node.jobs.at(1)
+        return best
 
     def _leaf(self) -> Iterator[Job]:
         for _, job in self._stream(self.top, False):
