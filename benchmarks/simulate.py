@@ -1,6 +1,7 @@
 """Parse and simulate real traces: seconds, jobs per second, peak memory.
 
-    python3 benchmarks/simulate.py [--traces DIR] [--only KTH|LUBLIN|RICC] [--timeout S] [--breakdown] [--units]
+    python3 benchmarks/simulate.py [--traces DIR] [--only KTH|LUBLIN|RICC] [--runs RUN ...] [--timeout S]
+                                   [--breakdown] [--units]
 
 For each trace: the time to merely parse it (read every record); the time to parse it,
 map every record onto the machine and build its Job object, which any replay through the
@@ -13,6 +14,9 @@ that its peak resident memory is its own.  The figures the general core reaches 
 the accepted reference (about 3 s for KTH-SP2 and 80-90 s for RICC-2010 under EASY; the
 project keeps one scheduling core rather than a faster second copy of a policy); peak
 memory stays under 1 GB.
+
+--runs keeps only the replays named (parse, floor, none, easy, conservative, sharetree,
+50000:easy, 50000:conservative): `--only RICC --runs easy sharetree` is issue #16's pair.
 
 --breakdown adds a run under EASY that times every call into the scheduling core, to show
 where a replay's time goes per job: accepting jobs (`submit`), ending them (`job_ended`
@@ -43,6 +47,10 @@ RUNS = {
              ("sharetree", "share tree+EASY")],
 }
 MEMORY_MB = 1024
+#: (traces, replay, the replay it is compared with, label, the most the issue asks for there)
+RATIOS = [({"RICC"}, "sharetree", "easy", "share tree / FIFO, both EASY (#16)", 1.5),
+          ({"KTH", "LUBLIN"}, "conservative", "easy", "conservative / EASY (#23)", 3.0),
+          ({"RICC"}, "50000:conservative", "50000:easy", "50k conservative / EASY (#23)", 3.0)]
 
 CHILD = r"""
 import resource, sys, time
@@ -133,11 +141,11 @@ def breakdown(name: str, n: int, dt: float, parts: list[float]) -> None:
     """Where one replay's time went, in seconds and microseconds per job."""
     submit, end, passes, count = parts
     rest = dt - submit - end - passes
-    print(f"{name:<6}breakdown of {dt:.2f} s under EASY (timers included), per job of {n}:")
+    print(f"{name:<7}breakdown of {dt:.2f} s under EASY (timers included), per job of {n}:")
     for label, sec, calls in (("submit", submit, n), ("job_ended+forget", end, n),
                               (f"passes ({count:.0f})", passes, count), ("the rest", rest, None)):
         each = f"  {1e6 * sec / calls:6.1f} us per call" if calls else ""
-        print(f"{'':<6}  {label:<18}{sec:>8.2f} s {1e6 * sec / n:>8.1f} us/job{each}")
+        print(f"{'':<7}  {label:<18}{sec:>8.2f} s {1e6 * sec / n:>8.1f} us/job{each}")
 
 
 def units(path: str, timeout: float, first: int = 4000) -> int:
@@ -164,35 +172,42 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--traces", default=os.path.join(ROOT, "..", "shared", "traces"))
     ap.add_argument("--only", choices=sorted(TRACES))
+    ap.add_argument("--runs", nargs="+", metavar="RUN", help="only these replays (see above)")
     ap.add_argument("--timeout", type=float, default=1800.0, help="give up on one run after S seconds")
     ap.add_argument("--breakdown", action="store_true", help="also time each kind of call into the core")
     ap.add_argument("--units", action="store_true", help="only: one job stream on 1k, 10k and 100k units")
     args = ap.parse_args(argv)
     if args.units:
         return units(os.path.join(args.traces, TRACES["LUBLIN"]), args.timeout)
-    print(f"{'trace':<6}{'run':<16}{'jobs':>8}{'seconds':>10}{'jobs/s':>10}{'x parse':>9}{'peak MB':>9}")
+    print(f"{'trace':<7}{'run':<16}{'jobs':>8}{'seconds':>10}{'jobs/s':>10}{'x parse':>9}{'peak MB':>9}")
     for name, file in TRACES.items():
         if args.only and name != args.only:
             continue
         path = os.path.join(args.traces, file)
         if not os.path.exists(path):
-            print(f"{name:<6}skipped: {path} not found")
+            print(f"{name:<7}skipped: {path} not found")
             continue
-        parse = None
+        parse, seconds = None, {}
         for what, label in RUNS[name]:
+            if args.runs and what not in args.runs:
+                continue
             m = measure(path, what, args.timeout)
             if m is None:
-                print(f"{name:<6}{label:<16}  did not finish in {args.timeout:.0f} s")
+                print(f"{name:<7}{label:<16}  did not finish in {args.timeout:.0f} s")
                 continue
             n, dt, mb, _ = m
             parse = dt if what == "parse" else parse
+            seconds[what] = dt
             ratio = f"{dt / parse:8.1f}x" if parse and what != "parse" and ":" not in what else f"{'':>9}"
             verdict = "" if mb < MEMORY_MB else f"  over {MEMORY_MB} MB"
-            print(f"{name:<6}{label:<16}{n:>8}{dt:>10.2f}{n / dt:>10.0f}{ratio}{mb:>9.0f}{verdict}")
+            print(f"{name:<7}{label:<16}{n:>8}{dt:>10.2f}{n / dt:>10.0f}{ratio}{mb:>9.0f}{verdict}")
+        for traces, slow, fast, label, target in RATIOS:
+            if name in traces and slow in seconds and fast in seconds:
+                print(f"{name:<7}{label}: {seconds[slow] / seconds[fast]:.2f}x (asked: <= {target:g}x)")
         if args.breakdown:
             m = measure(path, "breakdown", args.timeout)
             if m is None:
-                print(f"{name:<6}breakdown did not finish in {args.timeout:.0f} s")
+                print(f"{name:<7}breakdown did not finish in {args.timeout:.0f} s")
             else:
                 breakdown(name, m[0], m[1], m[3])
     return 0

@@ -242,6 +242,34 @@ def test_earliest_start_and_its_nodes_match_a_naive_reading(seed):
             p, p.takes = unlearned(p), p.takes
 
 
+@pytest.mark.parametrize("seed", range(20))
+def test_the_first_segment_with_enough_free_units_is_the_one_a_linear_scan_finds(seed):
+    """`_enough` reads strides that grow to 8 * STRIDE segments and halves the one that
+    has enough: on profiles hundreds of segments deep (every running job ending at its own
+    time), with bookings later on (some unit stops being free: no stride may be passed
+    over there) or none, it finds the first segment a scan of every mask finds."""
+    rnd = random.Random(seed)
+    n = rnd.choice([300, 1000])
+    available = (1 << n) - 1
+    running = [(float(rnd.randrange(1, 3 * n)), 1 << u) for u in rnd.sample(range(n), n - rnd.randrange(0, 5))]
+    p = Profile.from_running(0.0, available, running)
+    for _ in range(rnd.choice([0, 0, 3, 30])):  # bookings after now: takes inside strides
+        t0 = float(rnd.randrange(1, 3 * n))
+        t1 = t0 + float(rnd.randrange(1, n))
+        u = lowest(p.window(t0, t1, (), available, 1), rnd.randrange(1, 4))  # (free throughout)
+        p.occupy(u, t0, t1)
+    for _ in range(60):
+        eligible = available if rnd.random() < 0.5 else rnd.getrandbits(n)
+        need = rnd.randrange(1, n + 1)
+        c = rnd.randrange(0, len(p.times))
+        want = next((k for k in range(c, len(p.times))
+                     if (p.mask(k) & eligible).bit_count() >= need), len(p.times))
+        fresh = unlearned(p)  # (masks not yet worked out: the strides work them out)
+        fresh.takes = p.takes
+        assert fresh._enough(c, eligible, need) == want == p._enough(c, eligible, need), (seed, need, c)
+    assert len(p.times) > 200
+
+
 @pytest.mark.parametrize("seed", range(6))
 def test_a_future_start_chooses_from_its_last_tiers_as_from_its_first(seed):
     """Where no unit stops being free before a start, its tiers are offered last first

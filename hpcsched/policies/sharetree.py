@@ -45,7 +45,7 @@ from __future__ import annotations
 import heapq
 import math
 from bisect import insort
-from itertools import count as _count
+from itertools import chain, count as _count
 from operator import attrgetter, itemgetter
 from typing import Iterable, Iterator
 
@@ -70,12 +70,12 @@ class Node:
 
     __slots__ = ("name", "kind", "shares", "square", "by_name", "children", "ordered", "templates", "parent",
                  "depth", "jobs", "keys", "pending", "busy", "held", "held_finished", "stale",
-                 "usage", "finished", "running", "ltt", "oltt", "shr", "stt", "ostt")
+                 "usage", "finished", "running", "ltt", "oltt", "stt", "ostt")
 
     def __init__(self, name: str, kind: str, shares: float, parent: "Node | None" = None):
         self.name, self.kind, self.shares, self.parent = name, kind, shares, parent
         self.depth = 0 if parent is None else parent.depth + 1
-        self.square = shares * shares  # (shr's numerator)
+        self.square = shares * shares  # (shr's numerator; shr itself is read only where worked out)
         self.by_name = (kind, name)  # (the order siblings' figures are added up in)
         self.children: dict[tuple[str, str], Node] = {}  # (kind, name) -> child
         self.ordered: list[Node] = []  # its children by (kind, name): the order sums are added up in
@@ -94,7 +94,7 @@ class Node:
         """Forget the last pass's figures."""
         self.usage = self.finished = 0.0
         self.running = 0
-        self.ltt = self.oltt = self.shr = self.stt = self.ostt = 0.0
+        self.ltt = self.oltt = self.stt = self.ostt = 0.0
 
     def adopt(self, child: "Node") -> "Node":
         self.children[child.by_name] = child
@@ -284,12 +284,12 @@ class ShareTree:
         d = self._decay = usage.decay(t)
         self._t = t
         fresh = self._fresh
-        for nodes in (active, self._extra):
-            for node in nodes:
-                if node is not root or every:  # (the root's: only for tickets, see ranked)
-                    if node.stale:
-                        fresh(node)
-                    node.usage, node.finished = node.held * d, node.held_finished * d
+        for node in chain(active, self._extra) if every else active:
+            if node is not root or every:  # (the root's: only for tickets, see ranked)
+                if node.stale:
+                    fresh(node)
+                node.usage = node.held * d
+                node.finished = node.held_finished * d
         # charges still accruing (none after a pass's own accrual), in key order
         self._accruing = sorted((k, r) for k, r in usage.running.items() if r.since < t)
         for key, rec in self._accruing:
@@ -373,15 +373,17 @@ class ShareTree:
         in one fixed order, so that they depend on the records alone, not on history."""
         if not node.stale:
             return
-        held, fresh = self._held, self._fresh
+        held = self._held
         u = f = 0.0
         for key in node.keys:
             ku, kf = held.get(key, _NONE)
-            u, f = u + ku, f + kf
+            u += ku
+            f += kf
         for child in node.ordered:
             if child.stale:
-                fresh(child)
-            u, f = u + child.held, f + child.held_finished
+                self._fresh(child)
+            u += child.held
+            f += child.held_finished
         node.held, node.held_finished, node.stale = u, f, False
 
     def _targets(self, root: Node) -> None:
@@ -402,17 +404,14 @@ class ShareTree:
             self._plan, self._shaped = plan, True
         cf = self.compensation_factor
         for node, active in self._plan:
-            ostt = node.ostt
-            if len(active) == 1:  # an only child: the general case's figures, x / x being 1
+            if len(active) == 1:  # an only child: stt = shr / shr, compensated or not
                 c = active[0]
                 oltt = c.oltt
-                c.shr = shr = c.square / max(c.usage, oltt) if oltt > 0 else 0.0
-                c.stt = stt = c.ltt if shr > 0 else 0.0
-                c.ostt = ostt = ostt * stt
-                if cf and ostt > cf * oltt:  # (compensated, it is still the only one)
-                    c.shr = c.square / (max(c.usage, oltt) * (ostt / (cf * oltt)))
+                c.stt = stt = c.ltt if oltt > 0 and c.square / max(c.usage, oltt) > 0 else 0.0
+                c.ostt = node.ostt * stt
                 continue
             shrs = [c.square / max(c.usage, c.oltt) if c.oltt > 0 else 0.0 for c in active]
+            ostt = node.ostt
             _share(active, shrs, ostt)
             if cf:
                 over = False
@@ -470,10 +469,9 @@ _TINY, _EXACT = 1e-290, 2.0 ** 50
 
 
 def _share(active: list[Node], shrs: list[float], ostt: float) -> None:
-    """The active children's shr, and their short-term targets from it (`ostt`: their parent's)."""
+    """The active children's short-term targets from their shr (`ostt`: their parent's)."""
     total = sum(shrs)
     for c, shr in zip(active, shrs):
-        c.shr = shr
         c.stt = stt = shr / total if total > 0 else 0.0
         c.ostt = ostt * stt
 
