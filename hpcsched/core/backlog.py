@@ -127,9 +127,9 @@ class Sieved:
         return False
 
 
-def read(blocks: list[_Block], holder: Sieved) -> Iterator[tuple[int, Job]]:
-    """(position from 1, job) of the blocks' jobs in order, passing over what `holder`'s
-    sieve rules out when they are read (whole blocks at a time)."""
+def read(blocks: list[_Block], holder: Sieved) -> Iterator[tuple[int, Job, int]]:
+    """(position from 1, job, need) of the blocks' jobs in order, passing over what
+    `holder`'s sieve rules out when they are read (whole blocks at a time)."""
     k = 0
     for block in blocks:
         sieve = holder.sieve
@@ -150,7 +150,7 @@ def read(blocks: list[_Block], holder: Sieved) -> Iterator[tuple[int, Job]]:
             if sieve is not None and needs[i] > (sieve[2] if job.walltime > sieve[1] else sieve[0]):
                 holder.passed += 1
                 continue
-            yield k + i + 1, job
+            yield k + i + 1, job, needs[i]
         k += len(block.jobs)
 
 
@@ -188,8 +188,8 @@ class Backlog:
     def cursor(self) -> Cursor:
         return Cursor(self._blocks)
 
-    def read(self, holder: Sieved) -> Iterator[tuple[int, Job]]:
-        """(position from 1, job) in order, narrowed by `holder`'s sieve."""
+    def read(self, holder: Sieved) -> Iterator[tuple[int, Job, int]]:
+        """(position from 1, job, need) in order, narrowed by `holder`'s sieve."""
         return read(self._blocks, holder)
 
     def __iter__(self) -> Iterator[Job]:

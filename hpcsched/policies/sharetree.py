@@ -533,7 +533,7 @@ class Order(Sieved):
         return best
 
     def _leaf(self) -> Iterator[Job]:
-        for _, job in self._stream(self.top, False):
+        for _, job, _ in self._stream(self.top, False):
             yield job
             if self.closed:
                 return
@@ -563,8 +563,8 @@ class Order(Sieved):
             node = node.parent
         return False
 
-    def _stream(self, node: Node, ranks: bool) -> Iterator[tuple[int, Job]]:
-        """(rank at `node`, job) of its pending jobs in order, narrowed by the sieve; the
+    def _stream(self, node: Node, ranks: bool) -> Iterator[tuple[int, Job, int]]:
+        """(rank at `node`, job, need) of its pending jobs in order, narrowed by the sieve; the
         ranks count the jobs passed over (worked out only if `ranks`)."""
         kids = list(node.busy)
         if not kids:  # a leaf: its jobs by id, ranked by position
@@ -573,7 +573,7 @@ class Order(Sieved):
             return self._through(node, kids[0], ranks)
         return self._merge(node, kids, ranks)
 
-    def _through(self, node: Node, child: Node, ranks: bool) -> Iterator[tuple[int, Job]]:
+    def _through(self, node: Node, child: Node, ranks: bool) -> Iterator[tuple[int, Job, int]]:
         """`_merge` of a node whose one source is `child`: the child's stream as it is,
         ended where the merge would end it (the child closed; the node, if the top)."""
         closed, top = self.closed, not ranks
@@ -584,7 +584,7 @@ class Order(Sieved):
             if closed and child in closed:
                 return
 
-    def _merge(self, node: Node, kids: list[Node], ranks: bool) -> Iterator[tuple[int, Job]]:
+    def _merge(self, node: Node, kids: list[Node], ranks: bool) -> Iterator[tuple[int, Job, int]]:
         # sources: each child's stream, keyed -stt / (base + rank) as `_ranked` keys it,
         # and the node's own jobs, keyed -0.0 (== 0.0: after its children's)
         streams = [self._stream(c, True) for c in kids]
@@ -603,24 +603,33 @@ class Order(Sieved):
             if first is None:
                 limit[i] = totals[i]
             else:
-                r, job = first
+                r, job, need = first
                 limit[i] = r - 1
-                heap.append((-stts[i] / (bases[i] + r), job.id, i, r, job))
+                heap.append((-stts[i] / (bases[i] + r), job.id, i, r, job, need))
         heapq.heapify(heap)
         pop, replace = heapq.heappop, heapq.heapreplace
         closed, nk = self.closed, len(kids)  # (a closed child's stream is never read again)
+        # A source's head waits in the heap from when it was read, the sieve perhaps
+        # tightening meanwhile: one the sieve rules out now is passed over here, as its
+        # source would pass it over if read now (the walk would find it hopeless at its
+        # turn, later still, with no more units free).  Not while no unit is free: the
+        # walk stops at the next job it reads.
         if not ranks:  # the top: only the order counts
             while heap:
                 if closed and node in closed:
                     return
-                i, job = heap[0][2], heap[0][4]
-                yield 0, job
+                _, _, i, _, job, need = heap[0]
+                sieve = self.sieve
+                if sieve is not None and sieve[0] >= 0 and need > (sieve[2] if job.walltime > sieve[1] else sieve[0]):
+                    self.passed += 1
+                else:
+                    yield 0, job, need
                 nxt = None if closed and i < nk and kids[i] in closed else next(streams[i], None)
                 if nxt is None:
                     pop(heap)
                 else:
-                    r, job = nxt
-                    replace(heap, (-stts[i] / (bases[i] + r), job.id, i, r, job))
+                    r, job, need = nxt
+                    replace(heap, (-stts[i] / (bases[i] + r), job.id, i, r, job, need))
             return
         counted = [0] * len(streams)  # each source's jobs counted into the rank so far
         # children with jobs passed over, not yet counted (the node's own jobs passed over
@@ -628,26 +637,30 @@ class Order(Sieved):
         lagging = {i for i in range(len(kids)) if limit[i] > 0}
         rank = 0
         while heap:
-            x, jid, i, r, job = heap[0]
-            if lagging:
-                for j in [j for j in lagging if j != i]:  # their jobs passed over that sort before this one
-                    n = self._before(kids[j], counted[j], limit[j], x, jid)
-                    counted[j] += n
-                    rank += n
-                    if counted[j] == limit[j]:
-                        lagging.discard(j)
-                lagging.discard(i)
-            rank += r - counted[i]  # its own source's, up to it
-            counted[i] = r
-            yield rank, job
+            x, jid, i, r, job, need = heap[0]
+            sieve = self.sieve
+            if sieve is not None and sieve[0] >= 0 and need > (sieve[2] if job.walltime > sieve[1] else sieve[0]):
+                self.passed += 1  # (counted into the rank of its source's next job, as one passed over)
+            else:
+                if lagging:
+                    for j in [j for j in lagging if j != i]:  # their jobs passed over that sort before this one
+                        n = self._before(kids[j], counted[j], limit[j], x, jid)
+                        counted[j] += n
+                        rank += n
+                        if counted[j] == limit[j]:
+                            lagging.discard(j)
+                    lagging.discard(i)
+                rank += r - counted[i]  # its own source's, up to it
+                counted[i] = r
+                yield rank, job, need
             nxt = None if closed and i < nk and kids[i] in closed else next(streams[i], None)
             if nxt is None:
                 pop(heap)
                 limit[i] = totals[i]
             else:
-                r, job = nxt
+                r, job, need = nxt
                 limit[i] = r - 1
-                replace(heap, (-stts[i] / (bases[i] + r), job.id, i, r, job))
+                replace(heap, (-stts[i] / (bases[i] + r), job.id, i, r, job, need))
             if limit[i] > counted[i] and i < nk:
                 lagging.add(i)
 
