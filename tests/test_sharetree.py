@@ -236,11 +236,10 @@ def test_the_sieved_order_yields_the_plain_order_less_only_what_its_sieve_rules_
         assert nxt[j.id] is not None and hopeless(nxt[j.id], j, spec[j.id][1])
 
 
-@pytest.mark.parametrize("seed", range(300))
-def test_the_head_worked_out_from_the_figures_is_the_plain_orders_first_job(seed):
-    # Order.lead(1): each node's first job compared by value, ties by job id (ids given
-    # in random order, so that a tie is not settled by which sibling came first)
-    rng = random.Random(seed)
+def shared_tree(rng):
+    """A random tree whose every node has shares (its order is an Order), usage and running
+    counts on its leaves (none in half the draws: siblings' values then tie), and the nodes
+    that own pending jobs (every leaf, some inner nodes)."""
     nodes, leaves = random_tree(rng)
     for n in nodes:
         if n != "Root":
@@ -249,6 +248,15 @@ def test_the_head_worked_out_from_the_figures_is_the_plain_orders_first_job(seed
     usage = {} if alike else {n: rng.choice([0.0, 5.0, 1000.0]) for n in leaves}
     running = {} if alike else {n: rng.choice([0, 0, 1, 3]) for n in leaves}
     owners = leaves + [n for n in nodes if n != "Root" and n not in leaves and rng.random() < 0.3]
+    return nodes, usage, running, owners
+
+
+@pytest.mark.parametrize("seed", range(300))
+def test_the_head_worked_out_from_the_figures_is_the_plain_orders_first_job(seed):
+    # Order.lead(1): each node's first job compared by value, ties by job id (ids given
+    # in random order, so that a tie is not settled by which sibling came first)
+    rng = random.Random(seed)
+    nodes, usage, running, owners = shared_tree(rng)
     sizes = [rng.choice([0, 1, 1, 2, 5]) for _ in owners]
     ids = rng.sample(range(1, 10 * sum(sizes) + 2), sum(sizes))
     pending = {}
@@ -284,15 +292,8 @@ def test_a_closed_order_yields_the_plain_order_less_the_closed_subtrees_from_the
     # As a walk closes a subtree a quota holds back whole (plan.Walk): random trees, own jobs
     # on inner nodes, siblings alike (ties) in half the seeds, closes at random moments.
     rng = random.Random(seed)
-    nodes, leaves = random_tree(rng)
-    for n in nodes:
-        if n != "Root":
-            nodes[n]["shares"] = max(nodes[n]["shares"], 1)
-    alike = rng.random() < 0.5
-    usage = {} if alike else {n: rng.choice([0.0, 5.0, 1000.0]) for n in leaves}
-    running = {} if alike else {n: rng.choice([0, 0, 1, 3]) for n in leaves}
+    nodes, usage, running, owners = shared_tree(rng)
     pending, jid = {}, 1
-    owners = leaves + [n for n in nodes if n != "Root" and n not in leaves and rng.random() < 0.3]
     for n in owners:
         for _ in range(rng.choice([0, 1, 3, 40])):
             pending.setdefault(n, []).append(jid)
