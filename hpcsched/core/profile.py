@@ -684,7 +684,7 @@ class Profile:
         one before it, and if not, the first with enough is found by halving the stride.
         The first two strides are STRIDE segments long, each later one twice the last,
         up to 8 * STRIDE: a head that waits for most of the machine lies hundreds of
-        segments ahead (the share tree's on RICC: 18 % less time in `earliest`)."""
+        segments ahead (the share tree's on RICC: about a fifth less time in `earliest`)."""
         take, n = self.take, len(self.times)
         free = self.free
         m = self.mask(c)
