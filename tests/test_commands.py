@@ -496,7 +496,7 @@ def test_dependencies_on_arrays_and_subjobs(rig, monkeypatch, flavor, spec):
     one = submit("-W", "depend=afterany:1[2].headnode", "-N", "one")  # the id qsub printed, a subjob's
     out = stat("-f", "-1", merge)[1]
     assert "job_state = H" in out
-    assert (f"depend = afterokarray:1[][2].headnode" if "array" in spec else "depend = afterok:1[].headnode") in out
+    assert ("depend = afterokarray:1[][2].headnode" if "array" in spec else "depend = afterok:1[].headnode") in out
     assert "depend = afterany:1[2].headnode" in stat("-f", "-1", one)[1]
     now = time.time()
     _ended("1[1]", 0, now)

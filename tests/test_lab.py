@@ -18,7 +18,7 @@ from hpcsched.sim.engine import Engine, SimulationError
 from hpcsched.sim.estimates import Tsafrir, model
 from hpcsched.sim.metrics import _spread, classes
 from hpcsched.sim.run import check, replay
-from hpcsched.sim.simulate import TraceMap, record, simulate
+from hpcsched.sim.simulate import TraceMap, simulate
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 KTH = os.path.join(ROOT, "..", "shared", "traces", "KTH-SP2-1996-2.1-cln.swf.gz")

@@ -6,7 +6,7 @@ from itertools import product
 import pytest
 from test_properties import workload
 
-from hpcsched import ALL, Job, Request
+from hpcsched import Job, Request
 from hpcsched.config import build
 from hpcsched.core.errors import ConfigError, Rejected
 from hpcsched.core.reservations import Reservation

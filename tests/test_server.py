@@ -648,7 +648,7 @@ def test_a_full_disk_stops_changes_not_jobs_and_no_end_is_lost(rig, monkeypatch,
     import errno
     import io
 
-    from hpcsched.pbs import qstat, qsub
+    from hpcsched.pbs import qsub
     from hpcsched.server import loop as server
     from hpcsched.store import journal
     from hpcsched.store.journaled import Batch

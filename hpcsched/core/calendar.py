@@ -59,10 +59,3 @@ class Entry:
         if not self.every:
             return first_end
         return first_end + math.floor((now - first_end) / self.every) * self.every
-
-    def next_end(self, now: float) -> float:
-        """The end of the first occurrence ending after `now` (inf: none)."""
-        last = self.last_end(now)
-        if last is None:
-            return self.start + self.duration
-        return last + self.every if self.every else math.inf

@@ -23,7 +23,7 @@ lazily; otherwise every job's priority is worked out and sorted.
 from __future__ import annotations
 
 from collections import Counter
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from operator import attrgetter
 from typing import Iterable, Iterator
 

@@ -41,7 +41,7 @@ from ..drain.moablog import DailyWriter
 from ..drain.samples import Sampler
 from ..pbs import accounting, common, forwarded, mail
 from ..pbs import front as commands
-from ..store.journal import StoreError, write_atomic
+from ..store.journal import StoreError
 from ..store.journaled import Batch
 from ..store.layout import INTERACTIVE, WRAPPER
 from ..core.errors import SchedulerError
