@@ -57,6 +57,20 @@ def check_profile_invariants(p):
         assert p._counts == [p.mask(k).bit_count() for k in range(n)]
     if p._ends:  # bookings from now waiting for their ends: only segment 0 is known
         assert not p.takes and p._known == 1 and p._counts is None and not p._rooms_valid()
+    # far masks: sorted times after now, each the mask worked out front to back there
+    assert p._far_t == sorted(set(p._far_t)) and all(t > p.now for t in p._far_t)
+    assert len(p._far_m) == len(p._far_t)
+    if p._far_t and not p._ends:
+        masks = front_to_back(p)
+        assert p._far_m == [masks[p.segment(t)] for t in p._far_t]
+
+
+def front_to_back(p):
+    """Every segment's free mask, worked out from segment 0's by the rule alone."""
+    masks = [p.free[0]]
+    for k in range(1, len(p.times)):
+        masks.append((masks[-1] | p.rel[k] | p.take[k]) ^ p.take[k])
+    return masks
 
 
 @pytest.mark.parametrize("seed", range(6))
@@ -268,6 +282,55 @@ def test_the_first_segment_with_enough_free_units_is_the_one_a_linear_scan_finds
         fresh.takes = p.takes
         assert fresh._enough(c, eligible, need) == want == p._enough(c, eligible, need), (seed, need, c)
     assert len(p.times) > 200
+
+
+@pytest.mark.parametrize("seed", range(10))
+def test_far_masks_stay_exact_as_a_base_profile_changes_and_copies_read_them(seed):
+    """A base profile lays far masks out as far as its last copy read (`_lay_far`); jobs
+    starting from now, jobs ending early and time moving on keep them exact, and so do a
+    copy's bookings; each copy's search through them finds what a scan of the masks
+    worked out front to back finds, and its reads give those masks."""
+    rnd = random.Random(seed)
+    n = rnd.choice([100, 300])  # (segments enough for far masks: a read 2 * FAR deep lays them)
+    available = (1 << n) - 1
+    running = {u: float(rnd.randrange(1, 3 * n)) for u in rnd.sample(range(n), n - 4)}
+    base = Profile.from_running(0.0, available, [(e, 1 << u) for u, e in running.items()])
+    now, laid = 0.0, 0
+    for _ in range(30):
+        p = base.derive(now)
+        check_profile_invariants(p)
+        for _ in range(4):  # the search, from the first segments, where heads search from
+            p.settle()  # (as `earliest` does: a booking from now waits for it)
+            masks = front_to_back(p)
+            eligible = available if rnd.random() < 0.7 else rnd.getrandbits(n)
+            need = rnd.randrange(1, n + 1)
+            c = rnd.randrange(0, min(3, len(p.times)))
+            want = next((k for k in range(c, len(p.times)) if (masks[k] & eligible).bit_count() >= need),
+                        len(p.times))
+            assert p._enough(c, eligible, need) == want, (seed, need, c)
+            k = rnd.randrange(0, len(p.times))
+            assert p.usable(k) == masks[k]
+            assert list(p._back(k)) == masks[k::-1]
+            if rnd.random() < 0.5:  # a booking in the copy, later on: a take past the far masks
+                t0 = rnd.choice(p.times)
+                t1 = t0 + float(rnd.randrange(1, n))
+                u = lowest(p.window(t0, t1, (), available, 1), rnd.randrange(1, 3))
+                p.occupy(u, t0, t1)
+            check_profile_invariants(p)
+        laid += len(base._far_t)
+        now += float(rnd.randrange(0, 12))
+        base.drop_before(now)
+        for u in [u for u, e in running.items() if e <= now]:
+            del running[u]
+        if running and rnd.random() < 0.4:  # a job ends early: its units are free from now
+            u = rnd.choice(sorted(running))
+            base.release(1 << u, now, running.pop(u))
+        idle = [u for u in range(n) if u not in running]
+        for u in rnd.sample(idle, min(len(idle), rnd.randrange(0, 4))):  # jobs start now
+            running[u] = now + float(rnd.randrange(1, 3 * n))
+            base.occupy(1 << u, now, running[u])
+        check_profile_invariants(base)
+    assert laid  # (far masks were laid)
 
 
 @pytest.mark.parametrize("seed", range(6))

@@ -18,6 +18,8 @@ free units at t are the available ones less every occupy and release replayed at
     takes holds, sorted, every time after now where some unit stops being free
     _ends holds bookings from now whose end is not yet a boundary (see occupy); while it is
         not empty, takes is empty, _known == 1 and only segment 0 is exact
+    _far_t, _far_m: far masks, exact free masks at sorted times after now, kept by every
+        change: _far_m[j] is the free mask of the segment holding _far_t[j] (see `_at`)
 """
 from __future__ import annotations
 
@@ -33,6 +35,7 @@ INF = math.inf
 HORIZON = 366 * 86400.0  # the planner looks no further ahead than this
 LAID_OUT = 7 * 86400.0  # a pass starts with reservation occurrences laid out this far ahead
 STRIDE = 8  # segments `_enough` works out before counting units again
+FAR = 16  # segments between two far masks a base profile lays out (see `_lay_far`)
 
 #: A job's reservation access: sorted ((reservation name, Access), ...) of every
 #: reservation it may use; () for most jobs.
@@ -78,6 +81,13 @@ class Profile:
         self._rooms_key, self._room, self._runs_by_need = None, [], {}  # (see _rooms)
         self._counts: list[int] | None = None  # free units per segment, where kept (see derive)
         self._ends: list[tuple[float, int]] = []  # bookings from now not yet ended in the lists
+        # far masks (see `_at`): the times, and the free masks there
+        self._far_t: list[float] = []
+        self._far_m: list[int] = []
+        # [the latest time a far mask was read at or made for], shared with the profile this
+        # one was copied from, which lays its far masks that far for the next copy
+        self._reach = [now]
+        self._copies: list[float] | None = None  # the last copy's _reach (see derive)
 
     @classmethod
     def from_running(cls, now: float, available: int, busy: list[tuple[float, int]]) -> "Profile":
@@ -104,9 +114,13 @@ class Profile:
         `rooms`, the copy's room list is worked out from this profile's free counts, kept
         here from then on by its bookings (conservative passes read the list)."""
         self.drop_before(now)  # (which records pending ends)
+        if self._copies is not None:
+            self._lay_far(self._copies[0])
         p = Profile(now, 0, reservations, slop)
+        self._copies = p._reach  # (a list, not the copy: the copy is freed with its pass)
         p.times, p.free, p.rel, p.take = self.times[:], self.free[:], self.rel[:], self.take[:]
         p.resv, p.held, p._known, p.holding = self.resv[:], self.held[:], self._known, self.holding
+        p._far_t, p._far_m = self._far_t[:], self._far_m[:]
         if rooms:
             if self._counts is None:
                 self.mask(len(self.times) - 1)
@@ -128,6 +142,9 @@ class Profile:
             if self._counts is not None:
                 del self._counts[:k]
         self.times[0] = self.now = now
+        if self._far_t and self._far_t[0] <= now:
+            j = bisect_right(self._far_t, now)
+            del self._far_t[:j], self._far_m[:j]
 
     # --- structure -------------------------------------------------------------------
     def mask(self, k: int) -> int:
@@ -142,6 +159,88 @@ class Profile:
                 free[i] = m
             self._known = k + 1
         return self.free[k]
+
+    # Far masks: a head job that waits for most of the machine reads a segment hundreds of
+    # boundaries ahead, and working its mask out front to back costs a mask operation a
+    # boundary, every pass.  A base profile lays out exact masks every FAR segments as far
+    # as its last copy read (`_lay_far`), every change keeps them exact (`_far_change`,
+    # one operation per far mask it spans), and a copy reads a segment from the nearest
+    # one before it (`_at`), leaving its known prefix short.  (A performance trick of
+    # `earliest`: the share tree's heads on RICC read about 200 segments ahead, FIFO's 25;
+    # its replay of RICC records 250,000-330,000 took 16.4 s against 18.4-18.8 s without.)
+    def _at(self, k: int) -> int:
+        """The units free in segment k, worked out from the nearest exact mask before it
+        without filling the known prefix up to it, and kept as a far mask."""
+        if k < self._known:
+            return self.free[k]
+        i, m = self._exact_before(k)
+        rel, take = self.rel, self.take
+        for x in range(i + 1, k + 1):
+            m = ((m | rel[x] | take[x]) ^ take[x]) if take[x] else m | rel[x]
+        t = self.times[k]
+        if t > self._reach[0]:
+            self._reach[0] = t
+        if i < k:
+            j = bisect_right(self._far_t, t)
+            self._far_t.insert(j, t)
+            self._far_m.insert(j, m)
+        return m
+
+    def _exact_before(self, k: int) -> tuple[int, int]:
+        """(i, segment i's free mask) for the latest i <= k whose mask is exact: the
+        known prefix's last or a far mask's."""
+        if self._ends:  # (every reader past segment 0 settles first: a bug if not)
+            raise AssertionError("a segment after now read with bookings pending")
+        i = self._known - 1
+        j = bisect_right(self._far_t, self.times[k]) - 1
+        if j >= 0:
+            f = bisect_right(self.times, self._far_t[j]) - 1
+            if f > i:
+                return f, self._far_m[j]
+        return i, self.free[i]
+
+    def _back(self, k: int) -> Iterator[int]:
+        """The free masks of segments k, k - 1, ..., 0, read as far as asked."""
+        rel, take, free = self.rel, self.take, self.free
+        while k >= self._known:
+            i, m = self._exact_before(k)
+            masks = [m]
+            for x in range(i + 1, k + 1):
+                m = ((m | rel[x] | take[x]) ^ take[x]) if take[x] else m | rel[x]
+                masks.append(m)
+            yield from reversed(masks)
+            k = i - 1
+        for x in range(k, -1, -1):
+            yield free[x]
+
+    def _lay_far(self, reach: float) -> None:
+        """Far masks every FAR segments out to `reach`, and none more than 2 * FAR past
+        it (each costs every change over it an operation); none for a reach under 2 * FAR
+        segments, which a copy's known prefix serves as well.  Worked out front to back
+        from the last far mask, so a profile lays only what is new since."""
+        self.settle()
+        times, ft, fm = self.times, self._far_t, self._far_m
+        k = bisect_right(times, reach) - 1
+        if k < 2 * FAR:  # (a read this near: the copy's known prefix serves it)
+            del ft[:], fm[:]
+            return
+        cut = bisect_right(ft, times[min(k + 2 * FAR, len(times) - 1)])
+        del ft[cut:], fm[cut:]
+        if ft and ft[-1] >= times[k]:
+            return
+        i, m = self._exact_before(k)
+        rel, take = self.rel, self.take
+        for x in range(i + 1, k + 1):
+            m = ((m | rel[x] | take[x]) ^ take[x]) if take[x] else m | rel[x]
+            if (x - i) % FAR == 0:
+                ft.append(times[x])
+                fm.append(m)
+
+    def _far_change(self, units: int, t0: float, t1: float, busy: bool) -> None:
+        """Keep the far masks inside [t0, t1) exact as `units` become busy (or free) there."""
+        ft, fm = self._far_t, self._far_m
+        for j in range(bisect_left(ft, t0), bisect_left(ft, t1)):
+            fm[j] = (fm[j] | units) ^ units if busy else fm[j] | units
 
     def _split(self, t: float) -> int:
         """Index of the segment starting exactly at `t`, creating it if needed."""
@@ -189,6 +288,8 @@ class Profile:
             return None
         else:
             span = self._span(t0, t1)
+        if self._far_t:
+            self._far_change(units, t0, t1, busy)
         kept, counts = self._rooms_valid(), self._counts
         if kept or counts is not None:  # kept lists follow the spanned segments' counts
             self.mask(span.stop - 1)
@@ -225,6 +326,8 @@ class Profile:
             # changes; its end joins the others' in one merge when something reads further
             # (`settle`), not one insertion into every list per booking.
             self.free[0] = (self.free[0] | units) ^ units
+            if self._far_t:
+                self._far_change(units, t0, t1, True)
             if self._known > 1:
                 self.free[1:self._known] = [None] * (self._known - 1)
                 self._known = 1
@@ -484,6 +587,9 @@ class Profile:
             return False
         kept = self._rooms_valid()
         self.times[0] = self.now = now
+        if self._far_t and self._far_t[0] <= now:  # (inside segment 0 since a boundary went)
+            j = bisect_right(self._far_t, now)
+            del self._far_t[:j], self._far_m[:j]
         if kept:  # (segment 0 starts later: its room is the same)
             self._keep_rooms()
         return True
@@ -526,7 +632,7 @@ class Profile:
     def usable(self, k: int, access: AccessKey = ()) -> int:
         """Units a job with `access` may take in segment k."""
         if not access:
-            m = self.free[k] if k < self._known else self.mask(k)
+            m = self.free[k] if k < self._known else self._at(k)
             for _, units, _ in self.resv[k]:
                 m = (m | units) ^ units
             return m
@@ -601,8 +707,6 @@ class Profile:
         if k < 0 and len(after) == 1:  # (a start now with nothing taken after it: one tier)
             return Tiers(m)
         plain = not (self.reservations or access) and k >= 0  # (usable units: the free masks)
-        if plain:
-            self.mask(k)
         before = self._before(m, k, None if plain else access)
         if len(after) > 1:
             return Tiers(m, _across(after, before))
@@ -613,13 +717,13 @@ class Profile:
     def _before(self, m: int, k: int, access: AccessKey | None) -> Iterator[int]:
         """Units of `m` (free in segment k + 1) by how late before it their free period
         began, latest first: read from segment k back to the first, as far as asked."""
-        free, rem = self.free, m
-        while rem and k >= 0:
-            gone = rem ^ (rem & (free[k] if access is None else self.usable(k, access)))
-            if gone:
+        rem = m
+        for f in self._back(k) if access is None else (self.usable(x, access) for x in range(k, -1, -1)):
+            if not rem:
+                return
+            if gone := rem ^ (rem & f):
                 yield gone
                 rem ^= gone
-            k -= 1
         if rem:
             yield rem
 
@@ -627,9 +731,11 @@ class Profile:
         """`_before`'s tiers last first, where no unit stops being free up to segment k:
         free masks only grow from now to there, so the units of `m` free since now come
         first, then those that came free at each boundary in turn."""
-        free, seen = self.free, 0
+        rel, f, seen = self.rel, self.free[0], 0
         for j in range(k + 1):
-            if came := (m & free[j]) ^ seen:
+            if j:
+                f |= rel[j]  # (no take up to k)
+            if came := (m & f) ^ seen:
                 yield came
                 seen |= came
         if came := m ^ seen:
@@ -678,42 +784,69 @@ class Profile:
         performance trick of `earliest`: a head job of a deep queue is tested against
         every segment until enough units come free.)
 
-        Counting a mask's units costs several times what working it out does, so
-        segments are read a stride at a time: where no unit is taken inside a stride, the
-        free units only grow along it, so if its last segment has too few, so has every
-        one before it, and if not, the first with enough is found by halving the stride.
-        The first two strides are STRIDE segments long, each later one twice the last,
-        up to 8 * STRIDE: a head that waits for most of the machine lies hundreds of
-        segments ahead (the share tree's on RICC: about a fifth less time in `earliest`)."""
-        take, n = self.take, len(self.times)
-        free = self.free
-        m = self.mask(c)
+        Where no unit is taken, free units only grow: so a far mask with too few says
+        every segment up to it has too few, and the search moves there.  From then on,
+        counting a mask's units costs several times what working it out does, so segments
+        are read a stride at a time: where no unit is taken inside a stride, if its last
+        segment has too few, so has every one before it, and if not, the first with
+        enough is found by halving the stride.  The first two strides are STRIDE segments
+        long, each later one twice the last, up to 8 * STRIDE.  The segment found is kept
+        as a far mask (the start's window and choice read it next)."""
+        times, rel, take, n = self.times, self.rel, self.take, len(self.times)
+        m = self._at(c)
         if m.bit_count() >= need and (m & eligible).bit_count() >= need:
             return c
+        ft, fm = self._far_t, self._far_m
+        for j in range(bisect_right(ft, times[c]), len(ft)):  # (segment c lacks units)
+            k = bisect_right(times, ft[j], c) - 1
+            f = fm[j]
+            if any(take[c + 1:k + 1]) or f.bit_count() >= need and (f & eligible).bit_count() >= need:
+                break
+            c, m = k, f
         size, strides = STRIDE, 0  # (segment c lacks units: every stride starts after one that does)
         while c < n - 1:
             stop = min(c + size, n - 1)
-            m = self.mask(stop)
+            if c + 1 == self._known:  # (on from the known prefix: it grows, for the reads after)
+                m = self.mask(stop)
+                masks = self.free[c:stop + 1]
+            else:
+                masks = [m]  # segments c..stop
+                for x in range(c + 1, stop + 1):
+                    m = ((m | rel[x] | take[x]) ^ take[x]) if take[x] else m | rel[x]
+                    masks.append(m)
             if not any(take[c + 1:stop + 1]):
                 if m.bit_count() < need or (m & eligible).bit_count() < need:
                     c, strides = stop, strides + 1  # (none in the stride)
                     if strides >= 2 and size < 8 * STRIDE:
                         size += size
                     continue
-                while stop - c > 1:  # c lacks, stop has: the first that has, by halves
-                    k = (c + stop) // 2
-                    m = free[k]
-                    if m.bit_count() >= need and (m & eligible).bit_count() >= need:
-                        stop = k
+                lo, hi = 0, stop - c
+                while hi - lo > 1:  # lo lacks, hi has: the first that has, by halves
+                    x = (lo + hi) // 2
+                    f = masks[x]
+                    if f.bit_count() >= need and (f & eligible).bit_count() >= need:
+                        hi = x
                     else:
-                        c = k
-                return stop
-            for k in range(c + 1, stop + 1):
-                m = free[k]
-                if m.bit_count() >= need and (m & eligible).bit_count() >= need:
-                    return k
+                        lo = x
+                return self._found(c + hi, masks[hi])
+            for x in range(1, len(masks)):
+                f = masks[x]
+                if f.bit_count() >= need and (f & eligible).bit_count() >= need:
+                    return self._found(c + x, f)
             c = stop
         return n
+
+    def _found(self, k: int, m: int) -> int:
+        """Segment k, its free mask `m` kept as a far mask (unless known already)."""
+        t = self.times[k]
+        if t > self._reach[0]:
+            self._reach[0] = t
+        if k >= self._known:
+            j = bisect_right(self._far_t, t)
+            if not (j and self._far_t[j - 1] == t):
+                self._far_t.insert(j, t)
+                self._far_m.insert(j, m)
+        return k
 
 
 def _across(after: list[int], before: Iterator[int]) -> Iterator[int]:
