@@ -152,13 +152,19 @@ class Profile:
         if k >= self._known:
             if self._ends:  # (every reader past segment 0 settles first: a bug if not)
                 raise AssertionError("a segment after now read with bookings pending")
-            free, rel, take = self.free, self.rel, self.take
-            m = free[self._known - 1]
-            for i in range(self._known, k + 1):
-                m = ((m | rel[i] | take[i]) ^ take[i]) if take[i] else m | rel[i]
-                free[i] = m
+            i = self._known - 1
+            self.free[i + 1:k + 1] = self._chain(i, self.free[i], k)[1:]
             self._known = k + 1
         return self.free[k]
+
+    def _chain(self, i: int, m: int, k: int) -> list[int]:
+        """The free masks of segments i..k, from segment i's (`m`), worked out front to
+        back by the rule in the module docstring."""
+        rel, take, masks = self.rel, self.take, [m]
+        for x in range(i + 1, k + 1):
+            m = ((m | rel[x] | take[x]) ^ take[x]) if take[x] else m | rel[x]
+            masks.append(m)
+        return masks
 
     # Far masks: a head job that waits for most of the machine reads a segment hundreds of
     # boundaries ahead, and working its mask out front to back costs a mask operation a
@@ -174,16 +180,8 @@ class Profile:
         if k < self._known:
             return self.free[k]
         i, m = self._exact_before(k)
-        rel, take = self.rel, self.take
-        for x in range(i + 1, k + 1):
-            m = ((m | rel[x] | take[x]) ^ take[x]) if take[x] else m | rel[x]
-        t = self.times[k]
-        if t > self._reach[0]:
-            self._reach[0] = t
-        if i < k:
-            j = bisect_right(self._far_t, t)
-            self._far_t.insert(j, t)
-            self._far_m.insert(j, m)
+        m = self._chain(i, m, k)[-1]
+        self._found(k, m)
         return m
 
     def _exact_before(self, k: int) -> tuple[int, int]:
@@ -201,15 +199,11 @@ class Profile:
 
     def _back(self, k: int) -> Iterator[int]:
         """The free masks of segments k, k - 1, ..., 0, read as far as asked."""
-        rel, take, free = self.rel, self.take, self.free
         while k >= self._known:
             i, m = self._exact_before(k)
-            masks = [m]
-            for x in range(i + 1, k + 1):
-                m = ((m | rel[x] | take[x]) ^ take[x]) if take[x] else m | rel[x]
-                masks.append(m)
-            yield from reversed(masks)
+            yield from reversed(self._chain(i, m, k))
             k = i - 1
+        free = self.free
         for x in range(k, -1, -1):
             yield free[x]
 
@@ -229,12 +223,10 @@ class Profile:
         if ft and ft[-1] >= times[k]:
             return
         i, m = self._exact_before(k)
-        rel, take = self.rel, self.take
-        for x in range(i + 1, k + 1):
-            m = ((m | rel[x] | take[x]) ^ take[x]) if take[x] else m | rel[x]
-            if (x - i) % FAR == 0:
-                ft.append(times[x])
-                fm.append(m)
+        masks = self._chain(i, m, k)
+        for x in range(FAR, len(masks), FAR):
+            ft.append(times[i + x])
+            fm.append(masks[x])
 
     def _far_change(self, units: int, t0: float, t1: float, busy: bool) -> None:
         """Keep the far masks inside [t0, t1) exact as `units` become busy (or free) there."""
@@ -792,7 +784,7 @@ class Profile:
         enough is found by halving the stride.  The first two strides are STRIDE segments
         long, each later one twice the last, up to 8 * STRIDE.  The segment found is kept
         as a far mask (the start's window and choice read it next)."""
-        times, rel, take, n = self.times, self.rel, self.take, len(self.times)
+        times, take, n = self.times, self.take, len(self.times)
         m = self._at(c)
         if m.bit_count() >= need and (m & eligible).bit_count() >= need:
             return c
@@ -810,10 +802,8 @@ class Profile:
                 m = self.mask(stop)
                 masks = self.free[c:stop + 1]
             else:
-                masks = [m]  # segments c..stop
-                for x in range(c + 1, stop + 1):
-                    m = ((m | rel[x] | take[x]) ^ take[x]) if take[x] else m | rel[x]
-                    masks.append(m)
+                masks = self._chain(c, m, stop)
+                m = masks[-1]
             if not any(take[c + 1:stop + 1]):
                 if m.bit_count() < need or (m & eligible).bit_count() < need:
                     c, strides = stop, strides + 1  # (none in the stride)
@@ -837,7 +827,8 @@ class Profile:
         return n
 
     def _found(self, k: int, m: int) -> int:
-        """Segment k, its free mask `m` kept as a far mask (unless known already)."""
+        """Segment k, as far as a search or `_at` read: its free mask `m` kept as a far
+        mask (unless known already), and the reach moved out to it."""
         t = self.times[k]
         if t > self._reach[0]:
             self._reach[0] = t
