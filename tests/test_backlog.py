@@ -473,11 +473,61 @@ def test_a_held_count_stays_exactly_when_giving_it_back_finds_it_again(seed):
         for need, t0, wall in held:
             if t0 <= p.now:
                 continue
+            own = p.earliest_count(wall, (), need, 0.0, own=t0)  # (asked with the count still held)
             p.hold(-need, t0, t0 + wall)
             earliest = checked_earliest_count(p, wall, need)
             p.hold(need, t0, t0 + wall)
             assert earliest is not None and earliest <= t0
             assert p.stays(need, t0, wall) == (earliest == t0), (seed, need, t0, wall, earliest)
+            assert own == (earliest if earliest < t0 else None), (seed, need, t0, wall, earliest, own)
+
+
+def profile_state(p):
+    """What a profile says, boundaries and all (not how much of it is worked out yet)."""
+    n = len(p.times)
+    return (p.times, p.rel, p.take, p.resv, p.held, [p.mask(k) for k in range(n)], p._rooms(), p.holding,
+            p.takes, p._far_t, p._far_m)
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_a_count_shifted_leaves_the_profile_giving_it_back_and_holding_it_again_leaves(seed):
+    """`shift` (only the segments where the windows differ) against `hold(-count, old)`
+    then `hold(count, new)`: the same boundaries, promises, masks and room list, moves
+    earlier, later, cut short at now, overlapping or apart, in base profiles (kept counts
+    and far masks) and in copies (room lists)."""
+    import copy
+    rnd = random.Random(seed)
+    n = rnd.choice([4, 8, 16])
+    bits = list(range(n))
+    rnd.shuffle(bits)
+    running = [(float(rnd.randrange(1, 12) * 10), 1 << b) for b in bits[:rnd.randrange(n // 2, n)]]
+    p = Profile.from_running(0.0, (1 << n) - 1, running)
+    if rnd.random() < 0.5:
+        p = p.derive(0.0, rooms=True)
+    held = []
+    for _ in range(rnd.randrange(3, 15)):
+        need, wall = rnd.randrange(1, n + 1), float(rnd.randrange(1, 10) * 10)
+        t0 = p.earliest_count(wall, (), need, float(rnd.randrange(0, 100)))
+        if t0 is not None:
+            p.hold(need, t0, t0 + wall)
+            held.append([need, t0, wall])
+    for _ in range(20):
+        if not held:
+            break
+        if rnd.random() < 0.2 and running:  # an early end: boundaries and masks change under the counts
+            end, units = running.pop(rnd.randrange(len(running)))
+            p.release(units, min(end, float(rnd.randrange(0, 120))), end)
+        h = rnd.choice(held)
+        need, t0, wall = h
+        t = max(0.0, t0 + rnd.choice([-1, 1]) * float(rnd.randrange(0, 12) * 5))
+        new_wall = wall if rnd.random() < 0.8 else float(rnd.randrange(1, 10) * 10)
+        twin = copy.deepcopy(p)
+        twin.hold(-need, t0, t0 + wall)
+        twin.hold(need, t, t + new_wall)
+        p.shift(need, (t0, t0 + wall), (t, t + new_wall))
+        check_profile_invariants(p)
+        assert profile_state(p) == profile_state(twin), (seed, need, t0, wall, t, new_wall)
+        h[1:] = [t, new_wall]
 
 
 @pytest.mark.parametrize("seed", range(20))

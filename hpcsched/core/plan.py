@@ -336,15 +336,27 @@ class Walk:
                 t0, _, count = mine
                 acc = self.access(job)
                 if (count == need and t0 > now and made < depth and not acc and not prof.reservations
-                        and self.topology.interchangeable(request) and prof.stays(need, t0, job.walltime)):
-                    # A held count that cannot move earlier stays where it is, as the walk
-                    # would find it again: no start now, the same earliest start (and the
-                    # same nodes named for it).
-                    plan.reserved[job.id] = shown[job.id]
-                    self.held[job.id] = count
-                    made += 1
-                    waiting_ahead = True
-                    continue
+                        and self.topology.interchangeable(request)):
+                    if prof.stays(need, t0, job.walltime):
+                        # A held count that cannot move earlier stays where it is, as the walk
+                        # would find it again: no start now, the same earliest start (and the
+                        # same nodes named for it).
+                        plan.reserved[job.id] = shown[job.id]
+                        self.held[job.id] = count
+                        made += 1
+                        waiting_ahead = True
+                        continue
+                    t = prof.earliest_count(job.walltime, acc, need, now, own=t0)
+                    if t is not None and now < t:
+                        # It moves earlier, to t, and cannot start now (then t would be
+                        # now): the count moves where its two windows differ, not given
+                        # back whole and held again.
+                        self._moved(job, count, t0, t)
+                        plan.reserved[job.id] = t, self._shown(request, t, acc)
+                        plan.moved.add(job.id)
+                        made += 1
+                        waiting_ahead = True
+                        continue
                 self._give_back(job, mine)  # given back for its turn: it can only move earlier
             given_back = mine is not None
             if made >= depth and now_.hopeless(job, need):
@@ -429,6 +441,17 @@ class Walk:
             shown = topology.choose(request, Tiers(free))
             return shown.nodes if shown else ()
         return Allocation(0, names, ())
+
+    def _moved(self, job: Job, count: int, t0: float, t: float) -> None:
+        """`job`'s kept count moves from t0 to t, earlier: as `_give_back` then `_hold` at t
+        and `_retook` would leave it, room growing where the old window outlasts the new."""
+        wall = job.walltime
+        self.profile.shift(count, (t0, t0 + wall), (t, t + wall))
+        self.held[job.id] = count
+        span = (max(t0, t + wall), t0 + wall)
+        for spans in (self._freed.spans if self._freed is not None else None, self._log):
+            if spans is not None:
+                spans.append(span)
 
     def _give_back(self, job: Job, mine: tuple[float, float | int, int] | None) -> None:
         """Take a kept reservation out of the profile (held as a count or occupying units)."""

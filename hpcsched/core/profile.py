@@ -378,19 +378,22 @@ class Profile:
     def _unsplit(self, span: range) -> None:
         """A boundary at either end of `span` that no longer changes anything goes, so
         profiles do not silt up (given-back promises and bookings leave none behind)."""
-        kept = self._rooms_valid()
-        for k in (span.stop, span.start):
-            if (0 < k < len(self.times) and not self.rel[k] and not self.take[k]
-                    and self.resv[k] == self.resv[k - 1] and self.held[k] == self.held[k - 1]):
-                del self.times[k], self.free[k], self.rel[k], self.take[k], self.resv[k], self.held[k]
-                if k < self._known:
-                    self._known -= 1
-                if kept:
-                    del self._room[k]
-                if self._counts is not None:
-                    del self._counts[k]
-        if kept:
-            self._keep_rooms()
+        self._unsplit_at(span.stop)
+        self._unsplit_at(span.start)
+
+    def _unsplit_at(self, k: int) -> None:
+        """Boundary k goes if it changes nothing."""
+        if (0 < k < len(self.times) and not self.rel[k] and not self.take[k]
+                and self.resv[k] == self.resv[k - 1] and self.held[k] == self.held[k - 1]):
+            kept = self._rooms_valid()
+            del self.times[k], self.free[k], self.rel[k], self.take[k], self.resv[k], self.held[k]
+            if k < self._known:
+                self._known -= 1
+            if kept:
+                del self._room[k]
+                self._keep_rooms()
+            if self._counts is not None:
+                del self._counts[k]
 
     def hold(self, count: int, t0: float, t1: float) -> None:
         """Promise `count` units, on no unit in particular, over [t0, t1) (a negative count
@@ -405,8 +408,29 @@ class Profile:
             return
         span = self._span(max(t0, self.now), t1)
         self._promised(span, count)
+        self.holding += 1 if count > 0 else -1
         if count < 0:
             self._unsplit(span)
+
+    def shift(self, count: int, old: tuple[float, float], new: tuple[float, float]) -> None:
+        """`hold(-count, *old)`, then `hold(count, *new)`, changing only the segments where
+        the two windows differ: a count moved earlier mostly overlaps where it stood (on
+        RICC's first 10,000 jobs a move's windows span 193 segments and differ in 3)."""
+        self.settle()
+        now = self.now
+        o0, o1, n0, n1 = max(old[0], now), old[1], max(new[0], now), new[1]
+        if not (o0 < o1 and n0 < n1 and o0 < n1 and n0 < o1):  # (apart, or one is over)
+            self.hold(-count, *old)
+            self.hold(count, *new)
+            return
+        for a, b, c in ((n0, o0, count), (o0, n0, -count), (o1, n1, count), (n1, o1, -count)):
+            if a < b:
+                self._promised(self._span(a, b), c)
+        times = self.times
+        for t in (o1, o0):  # (the later first: its index stays right)
+            k = bisect_left(times, t)
+            if t != n0 and t != n1 and k < len(times) and times[k] == t:
+                self._unsplit_at(k)
 
     def _promised(self, span: range, count: int) -> None:
         """Add `count` to the units promised over `span` (and to the room list, if kept)."""
@@ -415,7 +439,6 @@ class Profile:
         kept = self._rooms_valid()
         if kept:
             self._room[a:b] = [r - count for r in self._room[a:b]]
-        self.holding += 1 if count > 0 else -1
         self.changes += 1
         if kept:
             self._keep_rooms()
@@ -434,6 +457,7 @@ class Profile:
             if free[k].bit_count() - held[k] < count:
                 return False
         self._promised(span, count)
+        self.holding += 1
         return True
 
     def overpromised(self) -> bool:
@@ -455,10 +479,13 @@ class Profile:
             k += 1
         return least
 
-    def earliest_count(self, duration: float, access: AccessKey, need: int, not_before: float) -> float | None:
+    def earliest_count(self, duration: float, access: AccessKey, need: int, not_before: float,
+                       own: float = INF) -> float | None:
         """The earliest start at or after `not_before` with `need` units unpromised for
         `duration` (counts only: a reservation `hold` keeps).  One scan: a segment without
-        room rules out every start up to it."""
+        room rules out every start up to it.  `own` (no site reservations): the start of
+        this job's own count of `need`, still held, which it may move earlier: a start
+        before it, as if given back (its own window has room for it), or None."""
         self.settle()
         times, held = self.times, self.held
         c = self.segment(max(not_before, self.now))
@@ -467,7 +494,8 @@ class Profile:
         # comes or goes, passing over segments without room in a tight loop: 1.2x faster on
         # a conservative replay of RICC than one loop reading room through a call.
         if not self.reservations:
-            room, n, limit = self._rooms(), len(times), self.limit
+            room, limit = self._rooms(), self.limit
+            n = len(times) if own == INF else bisect_left(times, own)  # (from `own` on: room)
             while c < n:
                 if room[c] < need:  # (no start in a segment without room)
                     c += 1

@@ -1095,6 +1095,10 @@ class Scheduler:
                     t0 = max(booked[jid][0], now)
                     new = (t0, t0 + job.walltime, counts[jid])
                 if old != new:
+                    if old is not None and new is not None and old[2] == new[2]:  # (moved: only where it moved)
+                        self._base.shift(new[2], old[:2], new[:2])
+                        held[jid] = new
+                        continue
                     if old is not None:
                         self._base.hold(-old[2], old[0], old[1])
                         del held[jid]
