@@ -437,6 +437,29 @@ def checked_earliest_count(p, wall, need, not_before=0.0):
     return t0
 
 
+def busy_profile(rnd, least):
+    """A profile over 4, 8 or 16 units from now (0), `least(n)` or more of them busy until
+    10-110 s: (profile, units, running as (end, unit))."""
+    n = rnd.choice([4, 8, 16])
+    bits = list(range(n))
+    rnd.shuffle(bits)
+    running = [(float(rnd.randrange(1, 12) * 10), 1 << b) for b in bits[:rnd.randrange(least(n), n)]]
+    return Profile.from_running(0.0, (1 << n) - 1, running), n, running
+
+
+def hold_at_earliest(p, rnd, n, times, not_before):
+    """Hold `times` random counts (1..n units, 10-90 s), each at its earliest start from
+    `not_before()`, as a conservative pass holds them: [(need, start, walltime)]."""
+    held = []
+    for _ in range(times):
+        need, wall = rnd.randrange(1, n + 1), float(rnd.randrange(1, 10) * 10)
+        t0 = p.earliest_count(wall, (), need, not_before())
+        if t0 is not None:
+            p.hold(need, t0, t0 + wall)
+            held.append((need, t0, wall))
+    return held
+
+
 @pytest.mark.parametrize("seed", range(40))
 def test_a_held_count_stays_exactly_when_giving_it_back_finds_it_again(seed):
     """`stays` (read from cached runs) against the definition: give the count back and ask
@@ -444,13 +467,8 @@ def test_a_held_count_stays_exactly_when_giving_it_back_finds_it_again(seed):
     earliest, as a conservative pass holds them, then room is freed (early ends, counts
     given back) and every count still held is asked, between and after further changes."""
     rnd = random.Random(seed)
-    n = rnd.choice([4, 8, 16])
-    available = (1 << n) - 1
-    bits = list(range(n))
-    rnd.shuffle(bits)
-    running = [(float(rnd.randrange(1, 12) * 10), 1 << b) for b in bits[:rnd.randrange(n // 2, n)]]
-    p = Profile.from_running(0.0, available, running)
-    twin = Profile.from_running(0.0, available, running)  # holds made by `promise` instead
+    p, n, running = busy_profile(rnd, lambda n: n // 2)
+    twin = Profile.from_running(0.0, (1 << n) - 1, running)  # holds made by `promise` instead
     held = []  # (need, t0, walltime)
     for _ in range(rnd.randrange(3, 15)):
         need, wall = rnd.randrange(1, n + 1), float(rnd.randrange(1, 10) * 10)
@@ -497,20 +515,10 @@ def test_a_count_shifted_leaves_the_profile_giving_it_back_and_holding_it_again_
     and far masks) and in copies (room lists)."""
     import copy
     rnd = random.Random(seed)
-    n = rnd.choice([4, 8, 16])
-    bits = list(range(n))
-    rnd.shuffle(bits)
-    running = [(float(rnd.randrange(1, 12) * 10), 1 << b) for b in bits[:rnd.randrange(n // 2, n)]]
-    p = Profile.from_running(0.0, (1 << n) - 1, running)
+    p, n, running = busy_profile(rnd, lambda n: n // 2)
     if rnd.random() < 0.5:
         p = p.derive(0.0, rooms=True)
-    held = []
-    for _ in range(rnd.randrange(3, 15)):
-        need, wall = rnd.randrange(1, n + 1), float(rnd.randrange(1, 10) * 10)
-        t0 = p.earliest_count(wall, (), need, float(rnd.randrange(0, 100)))
-        if t0 is not None:
-            p.hold(need, t0, t0 + wall)
-            held.append([need, t0, wall])
+    held = [list(h) for h in hold_at_earliest(p, rnd, n, rnd.randrange(3, 15), lambda: float(rnd.randrange(0, 100)))]
     for _ in range(20):
         if not held:
             break
@@ -536,18 +544,8 @@ def test_a_profile_moved_to_a_later_now_keeps_its_room_list(seed):
     building it again gives, and what is read from it (counts, room, whether a count
     stays: runs cached before it moved are read again) is a fresh copy's."""
     rnd = random.Random(seed)
-    n = rnd.choice([4, 8, 16])
-    bits = list(range(n))
-    rnd.shuffle(bits)
-    running = [(float(rnd.randrange(1, 12) * 10), 1 << b) for b in bits[:rnd.randrange(1, n)]]
-    p = Profile.from_running(0.0, (1 << n) - 1, running)
-    held = []
-    for _ in range(rnd.randrange(1, 10)):
-        need, wall = rnd.randrange(1, n + 1), float(rnd.randrange(1, 10) * 10)
-        t0 = p.earliest_count(wall, (), need, float(rnd.randrange(0, 50)))
-        if t0 is not None:
-            p.hold(need, t0, t0 + wall)
-            held.append((need, t0, wall))
+    p, n, running = busy_profile(rnd, lambda n: 1)
+    held = hold_at_earliest(p, rnd, n, rnd.randrange(1, 10), lambda: float(rnd.randrange(0, 50)))
     asked = [(need, t0, wall, p.stays(need, t0, wall)) for need, t0, wall in held if t0 > 0]  # (runs cached)
     later = rnd.uniform(0.0, p.times[1] if len(p.times) > 1 else 100.0)
     p._rooms()
@@ -575,18 +573,8 @@ def test_a_count_needing_more_room_than_the_freed_spans_have_stays_where_it_is(s
 def freed_spans_trial(rnd) -> int:
     """One trial; how many counts `may` ruled out."""
     from hpcsched.core.plan import _Freed
-    n = rnd.choice([4, 8, 16])
-    bits = list(range(n))
-    rnd.shuffle(bits)
-    running = [(float(rnd.randrange(1, 12) * 10), 1 << b) for b in bits[:rnd.randrange(n // 2, n)]]
-    p = Profile.from_running(0.0, (1 << n) - 1, running)
-    held = []
-    for _ in range(rnd.randrange(3, 20)):
-        need, wall = rnd.randrange(1, n + 1), float(rnd.randrange(1, 10) * 10)
-        t0 = p.earliest_count(wall, (), need, rnd.choice([0.0, float(rnd.randrange(0, 100))]))
-        if t0 is not None:
-            p.hold(need, t0, t0 + wall)
-            held.append((need, t0, wall))
+    p, n, running = busy_profile(rnd, lambda n: n // 2)
+    held = hold_at_earliest(p, rnd, n, rnd.randrange(3, 20), lambda: rnd.choice([0.0, float(rnd.randrange(0, 100))]))
     settled = [h for h in held if h[1] > 0 and p.stays(*h)]
     spans = []
     for end, units in rnd.sample(running, rnd.randrange(0, len(running) + 1)):  # early ends
