@@ -511,13 +511,17 @@ def profile_state(p):
 def test_a_count_shifted_leaves_the_profile_giving_it_back_and_holding_it_again_leaves(seed):
     """`shift` (only the segments where the windows differ) against `hold(-count, old)`
     then `hold(count, new)`: the same boundaries, promises, masks and room list, moves
-    earlier, later, cut short at now, overlapping or apart, in base profiles (kept counts
-    and far masks) and in copies (room lists)."""
+    earlier, later, cut short at now, overlapping or apart, in a plain profile, a base one
+    (with its free counts kept, as the scheduler's running-jobs profile keeps them) and a
+    pass's copy (with its room list)."""
     import copy
     rnd = random.Random(seed)
     p, n, running = busy_profile(rnd, lambda n: n // 2)
-    if rnd.random() < 0.5:
-        p = p.derive(0.0, rooms=True)
+    kind = seed % 3
+    if kind:
+        copied = p.derive(0.0, rooms=True)  # (the base keeps its free counts from now on)
+        assert p._counts is not None
+        p = copied if kind == 2 else p
     held = [list(h) for h in hold_at_earliest(p, rnd, n, rnd.randrange(3, 15), lambda: float(rnd.randrange(0, 100)))]
     for _ in range(20):
         if not held:
