@@ -443,15 +443,13 @@ class Walk:
         return Allocation(0, names, ())
 
     def _moved(self, job: Job, count: int, t0: float, t: float) -> None:
-        """`job`'s kept count moves from t0 to t, earlier: as `_give_back` then `_hold` at t
-        and `_retook` would leave it, room growing where the old window outlasts the new."""
+        """`job`'s kept count moves from t0 to t, earlier: what `_give_back`, `_hold` at t and
+        `_retook` leave, the profile changed only where the two windows differ."""
         wall = job.walltime
         self.profile.shift(count, (t0, t0 + wall), (t, t + wall))
         self.held[job.id] = count
-        span = (max(t0, t + wall), t0 + wall)
-        for spans in (self._freed.spans if self._freed is not None else None, self._log):
-            if spans is not None:
-                spans.append(span)
+        self._grew((t0, t0 + wall))
+        self._retook(t + wall)
 
     def _give_back(self, job: Job, mine: tuple[float, float | int, int] | None) -> None:
         """Take a kept reservation out of the profile (held as a count or occupying units)."""
@@ -462,11 +460,15 @@ class Walk:
                 self.profile.hold(-count, t0, t0 + job.walltime)
             else:
                 self.profile.release(units, t0, t0 + job.walltime)
-            span = (t0, t0 + job.walltime)  # where room grew (see _retook)
-            if self._freed is not None:
-                self._freed.spans.append(span)
-            if self._log is not None:
-                self._log.append(span)
+            self._grew((t0, t0 + job.walltime))
+
+    def _grew(self, span: tuple[float, float]) -> None:
+        """Room grew over `span`: for this walk's `_Freed` and the next compressing pass's
+        (see _retook)."""
+        if self._freed is not None:
+            self._freed.spans.append(span)
+        if self._log is not None:
+            self._log.append(span)
 
     def _retook(self, end: float) -> None:
         """The job whose reservation was given back last took it again, earlier, until
