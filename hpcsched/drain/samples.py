@@ -11,8 +11,8 @@ takes them: nodes busy now first, then the lowest idle ones (see plan.py).
 
 `samples` lists every node (the spec, and what logs are written from); `tally` gives the
 same picture as counts per combination and drained nodes per reservation, with a few mask
-operations per reservation instead of work per node (the simulator's hot path).  A test
-checks one against the other.
+operations per reservation that can cover a node the ones before it do not, instead of
+work per node (the simulator's hot path).  A test checks one against the other.
 """
 from __future__ import annotations
 
@@ -31,7 +31,25 @@ DOWN, BUSY, RUNNING, DRAINED, DRAINING = (STATES.index(s) for s in ("Down", "Bus
 _DRAIN, _UNALLOCATED = combo(IDLE, True, False), combo(IDLE, False, False)
 _BUSY_RSV, _BUSY = combo(BUSY, True, True), combo(BUSY, False, True)
 _START_ID = itemgetter(0, 1)  # a reservation's (start, id): the order tallies read them in
-RESORT = 64  # past this many changes, the sampler sorts a plan's reservations afresh (see _ordered)
+RESORT = 64  # past this many changes, the sampler groups a plan's reservations afresh (see _read)
+
+
+def _chain(group: list[tuple[str, int, int | None]]) -> list[tuple[str, int, int | None]]:
+    """What a tally reads of the reservations starting at one time, (id, job id, count
+    held) by id: every one on units, and of the counts held only each larger than every
+    one before it.  A count no larger takes only units a larger one there takes, as
+    `Sampler._reservations` shows them (the units busy now first, then the lowest idle
+    ones), so it covers nothing new; a conservative pass keeps hundreds of reservations
+    at a few dozen starts."""
+    out, most = [], 0
+    for entry in group:
+        count = entry[2]
+        if not count:
+            out.append(entry)
+        elif count > most:
+            most = count
+            out.append(entry)
+    return out
 
 
 def _state(m: int, used: int, down: int, offline: int) -> int:
@@ -59,11 +77,15 @@ class Sampler:
         # machine nodes a listed node stands for (a Blue Gene lists boards of 32)
         self.weight = topo.measure(self.node_units[0]) if self.simple and self.nodes else 1
         self._site: dict[tuple[str, ...], int] = {}  # a site reservation's nodes -> units
-        # the job reservations of the last plan read, as (start, id, job id) in that order,
-        # brought up to date from plan to plan by what each changed (Plan.since, .moved):
-        # a conservative pass keeps most of a long queue's reservations as they stood
+        # the job reservations of the last plan read, by start, each start's by id as (id,
+        # job id, count held): brought up to date from plan to plan by what each changed
+        # (Plan.since, .moved), as a conservative pass keeps most of a long queue's
+        # reservations as they stood; with the starts in order and what a tally reads of
+        # each start's (see _chain)
         self._seen: dict | None = None
-        self._order: list[tuple[float, str, int]] = []
+        self._groups: dict[float, list[tuple[str, int, int | None]]] = {}
+        self._starts: list[float] = []
+        self._chains: dict[float, list[tuple[str, int, int | None]]] = {}
 
     # --- the pieces ----------------------------------------------------------------------
     def _reservations(self, plan: Plan, idle: int, new_only: bool = False) -> Iterator[tuple[float, str, int]]:
@@ -85,11 +107,11 @@ class Sampler:
                 units = self._site[res.nodes] = topo.units_of_nodes(res.nodes)
             out.append((when[0], name, units, 0))
         reserved, held = plan.reserved, plan.held
-        if out:
+        if out or not new_only:
             out += [(t, str(jid), alloc.units, held.get(jid)) for jid, (t, alloc) in reserved.items()]
             out.sort(key=_START_ID)
-        else:  # (job reservations alone: read in the kept order, as far as the caller reads)
-            out = ((t, rid, reserved[jid][1].units, held.get(jid)) for t, rid, jid in self._ordered(plan))
+        else:  # (job reservations alone: those that can cover anything new, as far as the caller reads)
+            out = ((t, rid, reserved[jid][1].units, count) for t, rid, jid, count in self._read(plan))
         covered = 0
         at: dict[float, tuple[int, int, int]] = {}  # start -> (units busy now, free then; their number; idle ones)
         # With `new_only`, a count that takes only units busy now is charged no drained
@@ -123,21 +145,45 @@ class Sampler:
                 covered |= units
                 yield t, rid, units
 
-    def _ordered(self, plan: Plan) -> list[tuple[float, str, int]]:
-        """(start, id, job id) of `plan`'s reservations, soonest first (ties by id)."""
-        reserved, order, seen = plan.reserved, self._order, self._seen
-        if reserved is seen:  # (the same plan read again)
-            return order
-        gone = () if plan.since is None or plan.since is not seen else seen.keys() - reserved.keys()
-        if plan.since is None or plan.since is not seen or len(gone) + len(plan.moved) > RESORT:
-            order[:] = sorted((t, str(jid), jid) for jid, (t, _) in reserved.items())
-        else:
-            for jid in gone | (plan.moved & seen.keys()):
-                del order[bisect_left(order, (seen[jid][0], str(jid)))]
-            for jid in plan.moved:
-                insort(order, (reserved[jid][0], str(jid), jid))
-        self._seen = reserved
-        return order
+    def _read(self, plan: Plan) -> Iterator[tuple[float, str, int, int | None]]:
+        """(start, id, job id, count held) of `plan`'s reservations that can cover a unit
+        the ones before them do not, soonest first (ties by id): see _chain."""
+        reserved, seen, groups, chains, starts = (plan.reserved, self._seen, self._groups, self._chains,
+                                                  self._starts)
+        if reserved is not seen:  # (else the same plan read again)
+            held = plan.held
+            gone = () if plan.since is None or plan.since is not seen else seen.keys() - reserved.keys()
+            if plan.since is None or plan.since is not seen or len(gone) + len(plan.moved) > RESORT:
+                groups.clear()
+                for jid, (t, _) in reserved.items():
+                    groups.setdefault(t, []).append((str(jid), jid, held.get(jid)))
+                for group in groups.values():
+                    group.sort()
+                chains.clear()
+                chains.update((t, _chain(group)) for t, group in groups.items())
+                starts[:] = sorted(groups)
+            else:
+                changed = set()
+                for jid in gone | (plan.moved & seen.keys()):
+                    t = seen[jid][0]
+                    group = groups[t]
+                    del group[bisect_left(group, (str(jid),))]
+                    changed.add(t)
+                for jid in plan.moved:
+                    t = reserved[jid][0]
+                    insort(groups.setdefault(t, []), (str(jid), jid, held.get(jid)))
+                    changed.add(t)
+                for t in changed:
+                    if not groups[t]:  # (its last reservation gone)
+                        del groups[t], chains[t], starts[bisect_left(starts, t)]
+                        continue
+                    if t not in chains:  # (its first)
+                        insort(starts, t)
+                    chains[t] = _chain(groups[t])
+            self._seen = reserved
+        for t in starts:
+            for rid, jid, count in chains[t]:
+                yield t, rid, jid, count
 
     def _jobs(self) -> int:
         """Units running jobs hold."""
