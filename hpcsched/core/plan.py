@@ -213,8 +213,9 @@ class _Freed:
         self.read, self.most = 0, -1  # spans read so far, the most room in them
 
     def may(self, need: int) -> bool:
-        """Might a count of `need` move earlier?"""
-        if self.read < len(self.spans):
+        """Might a count of `need` move earlier?  (Spans added since the last read are read
+        only if the answer hangs on them: the most room only grows with them.)"""
+        if need > self.most and self.read < len(self.spans):
             most = max(self.profile.most(a, b) for a, b in self.spans[self.read:])
             self.most, self.read = max(self.most, most), len(self.spans)
         return need <= self.most
