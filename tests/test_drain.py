@@ -336,8 +336,14 @@ def _random_run(seed, depth, shared=False, events=()):
         samples = sampler.samples(plan)
         tally = sampler.tally(plan)
         assert tally == _counted(samples), f"pass at {plan.now}"
-        # (what it reads of the reservations, kept from plan to plan, is what a new sampler reads)
-        assert Sampler(sched).tally(plan) == tally, f"pass at {plan.now}"
+        # what it reads of the reservations, and the units it shows them on, kept from plan
+        # to plan, are what a new sampler reads and shows
+        fresh = Sampler(sched)
+        assert fresh.tally(plan) == tally, f"pass at {plan.now}"
+        avail = sched.topology.available()
+        idle = avail ^ (avail & sched.busy)
+        assert (list(sampler._reservations(plan, idle, new_only=True))
+                == list(fresh._reservations(plan, idle, new_only=True))), f"pass at {plan.now}"
         seen.append(samples)
     Engine(sched).run(arrivals, events=list(events), watch=check)
     return seen
@@ -398,6 +404,42 @@ def test_held_reservations_are_shown_on_busy_nodes_first():
     (c, ch) = sampler.tally(plan)
     assert ch == {"2": 2} and c[DRAIN] == 2  # the two idle nodes wait for job 2
 
+
+
+def test_a_count_shown_on_busy_nodes_moves_with_them_at_the_same_start():
+    """Counts keep their start while the nodes busy now and free by then change (a job
+    backfilled onto nodes an early end left idle), or while the count shown there changes
+    (the larger one deleted): the tally shows each on the lowest of those nodes as they
+    are now, not as they were last pass."""
+    def shown(arrivals, events=()):
+        sched = scheduler(8, depth=ALL)
+        sampler, out = Sampler(sched), {}
+
+        def check(plan):
+            avail = sched.topology.available()
+            idle = avail ^ (avail & sched.busy)
+            mine = list(sampler._reservations(plan, idle, new_only=True))
+            assert mine == list(Sampler(sched)._reservations(plan, idle, new_only=True)), f"pass at {plan.now}"
+            out[plan.now] = mine
+        Engine(sched).run([(t, Job(owner="u", request=Request(nodes=n), walltime=wall), run, i)
+                           for i, (t, n, wall, run) in enumerate(arrivals)], events=list(events), watch=check)
+        return out
+    nodes = scheduler(8).topology.units_of_nodes
+
+    backfilled = shown([(0.0, 2, 1000.0, 10.0),  # n00-n01, ends early
+                        (0.0, 4, 100.0, 100.0),  # n02-n05 until 100
+                        (0.0, 2, 1000.0, 1000.0),  # n06-n07
+                        (0.0, 3, 500.0, 500.0),  # job 4: waits for 100
+                        (10.0, 2, 50.0, 50.0)])  # backfills onto n00-n01 until 60
+    assert backfilled[0.0] == [(100.0, "4", nodes(["n02", "n03", "n04"]))]
+    assert backfilled[10.0] == [(100.0, "4", nodes(["n00", "n01", "n02"]))]
+    deleted = shown([(0.0, 4, 100.0, 100.0),  # n00-n03 until 100
+                     (0.0, 4, 1000.0, 1000.0),  # n04-n07
+                     (0.0, 3, 500.0, 500.0),  # job 3: waits for 100
+                     (0.0, 1, 500.0, 500.0)],  # job 4: so does it (shown under job 3's)
+                    events=[(20.0, lambda sched, now: sched.delete(3, now))])
+    assert deleted[0.0] == [(100.0, "3", nodes(["n00", "n01", "n02"]))]
+    assert deleted[20.0] == [(100.0, "4", nodes(["n00"]))]
 
 # --- the three sources -------------------------------------------------------------------
 

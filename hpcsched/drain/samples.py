@@ -31,7 +31,8 @@ DOWN, BUSY, RUNNING, DRAINED, DRAINING = (STATES.index(s) for s in ("Down", "Bus
 _DRAIN, _UNALLOCATED = combo(IDLE, True, False), combo(IDLE, False, False)
 _BUSY_RSV, _BUSY = combo(BUSY, True, True), combo(BUSY, False, True)
 _START_ID = itemgetter(0, 1)  # a reservation's (start, id): the order tallies read them in
-RESORT = 64  # past this many changes, the sampler groups a plan's reservations afresh (see _read)
+# past this many changes, and a quarter of the reservations, the sampler groups them afresh (see _read)
+RESORT = 64
 
 
 def _chain(group: list[tuple[str, int, int | None]]) -> list[tuple[str, int, int | None]]:
@@ -86,6 +87,9 @@ class Sampler:
         self._groups: dict[float, list[tuple[str, int, int | None]]] = {}
         self._starts: list[float] = []
         self._chains: dict[float, list[tuple[str, int, int | None]]] = {}
+        # start -> (units busy now and free then, count, the units it was shown on) of the
+        # counts a tally showed on busy units alone: the same again, the same units
+        self._busy_shown: dict[float, tuple[int, int, int]] = {}
 
     # --- the pieces ----------------------------------------------------------------------
     def _reservations(self, plan: Plan, idle: int, new_only: bool = False) -> Iterator[tuple[float, str, int]]:
@@ -139,8 +143,12 @@ class Sampler:
                 continue
             covered |= units
             yield t, rid, units
+        last, self._busy_shown = self._busy_shown, {}
         for t, (count, rid) in busy_only.items():
-            units = lowest(at[t][0], count)
+            busy_then = at[t][0]
+            seen = last.get(t)  # (most starts show the same count on the same units as last pass)
+            units = seen[2] if seen and seen[1] == count and seen[0] == busy_then else lowest(busy_then, count)
+            self._busy_shown[t] = (busy_then, count, units)
             if units | covered != covered:
                 covered |= units
                 yield t, rid, units
@@ -153,7 +161,8 @@ class Sampler:
         if reserved is not seen:  # (else the same plan read again)
             held = plan.held
             gone = () if plan.since is None or plan.since is not seen else seen.keys() - reserved.keys()
-            if plan.since is None or plan.since is not seen or len(gone) + len(plan.moved) > RESORT:
+            if (plan.since is None or plan.since is not seen
+                    or len(gone) + len(plan.moved) > max(RESORT, len(reserved) // 4)):
                 groups.clear()
                 for jid, (t, _) in reserved.items():
                     groups.setdefault(t, []).append((str(jid), jid, held.get(jid)))
