@@ -143,6 +143,8 @@ class Sampler:
                 continue
             covered |= units
             yield t, rid, units
+        if not new_only:
+            return  # (every count was read in turn; the nodes kept for tallies stay as they are)
         last, self._busy_shown = self._busy_shown, {}
         for t, (count, rid) in busy_only.items():
             busy_then = at[t][0]
