@@ -319,6 +319,18 @@ def _counted(samples):
     return counts, charges
 
 
+def _read_as_new(sampler, plan):
+    """The reservations `sampler` reads for a tally of `plan`, as (start, id, units),
+    checked against what a new sampler reads: what it keeps from plan to plan (the
+    reservations by start, the nodes shown on busy nodes) changes nothing."""
+    sched = sampler.sched
+    avail = sched.topology.available()
+    idle = avail ^ (avail & sched.busy)
+    read = list(sampler._reservations(plan, idle, new_only=True))
+    assert read == list(Sampler(sched)._reservations(plan, idle, new_only=True)), f"pass at {plan.now}"
+    return read
+
+
 def _random_run(seed, depth, shared=False, events=()):
     rng = random.Random(seed)
     sched = scheduler(12, depth=depth, cores=4 if shared else 1, shared=shared)
@@ -338,12 +350,8 @@ def _random_run(seed, depth, shared=False, events=()):
         assert tally == _counted(samples), f"pass at {plan.now}"
         # what it reads of the reservations, and the units it shows them on, kept from plan
         # to plan, are what a new sampler reads and shows
-        fresh = Sampler(sched)
-        assert fresh.tally(plan) == tally, f"pass at {plan.now}"
-        avail = sched.topology.available()
-        idle = avail ^ (avail & sched.busy)
-        assert (list(sampler._reservations(plan, idle, new_only=True))
-                == list(fresh._reservations(plan, idle, new_only=True))), f"pass at {plan.now}"
+        assert Sampler(sched).tally(plan) == tally, f"pass at {plan.now}"
+        _read_as_new(sampler, plan)
         seen.append(samples)
     Engine(sched).run(arrivals, events=list(events), watch=check)
     return seen
@@ -405,7 +413,6 @@ def test_held_reservations_are_shown_on_busy_nodes_first():
     assert ch == {"2": 2} and c[DRAIN] == 2  # the two idle nodes wait for job 2
 
 
-
 def test_a_count_shown_on_busy_nodes_moves_with_them_at_the_same_start():
     """Counts keep their start while the nodes busy now and free by then change (a job
     backfilled onto nodes an early end left idle), or while the count shown there changes
@@ -416,11 +423,7 @@ def test_a_count_shown_on_busy_nodes_moves_with_them_at_the_same_start():
         sampler, out = Sampler(sched), {}
 
         def check(plan):
-            avail = sched.topology.available()
-            idle = avail ^ (avail & sched.busy)
-            mine = list(sampler._reservations(plan, idle, new_only=True))
-            assert mine == list(Sampler(sched)._reservations(plan, idle, new_only=True)), f"pass at {plan.now}"
-            out[plan.now] = mine
+            out[plan.now] = _read_as_new(sampler, plan)
         Engine(sched).run([(t, Job(owner="u", request=Request(nodes=n), walltime=wall), run, i)
                            for i, (t, n, wall, run) in enumerate(arrivals)], events=list(events), watch=check)
         return out
@@ -440,6 +443,7 @@ def test_a_count_shown_on_busy_nodes_moves_with_them_at_the_same_start():
                     events=[(20.0, lambda sched, now: sched.delete(3, now))])
     assert deleted[0.0] == [(100.0, "3", nodes(["n00", "n01", "n02"]))]
     assert deleted[20.0] == [(100.0, "4", nodes(["n00"]))]
+
 
 # --- the three sources -------------------------------------------------------------------
 
