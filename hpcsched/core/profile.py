@@ -271,7 +271,8 @@ class Profile:
         add[i] |= units ^ back
 
     def _change(self, units: int, t0: float, t1: float, busy: bool) -> range | None:
-        """Make `units` busy (or free) over [t0, t1): the segments spanned, None if none."""
+        """Make `units` busy (or free) over [t0, t1): the segments spanned, None if none.
+        They are free throughout it (or busy throughout it), as `occupy` and `release` say."""
         if t0 <= self.now:
             if t1 <= self.now:
                 return None
@@ -289,29 +290,26 @@ class Profile:
             self._edge(span.start, units, busy)
         if span.stop < len(self.times):
             self._edge(span.stop, units, not busy)
-        free = self.free
+        # (every segment gains or loses all of `units`: one count serves every kept list)
+        free, a, b = self.free, span.start, span.stop
         if kept or counts is not None:
-            room = self._room
-            for k in span:
-                m = free[k]
-                moved = m & units if busy else units ^ (units & m)
-                if moved:
-                    n = -moved.bit_count() if busy else moved.bit_count()
-                    if kept:
-                        room[k] += n
-                    if counts is not None:
-                        counts[k] += n
-                    free[k] = m ^ moved
+            n = -units.bit_count() if busy else units.bit_count()
+            free[a:b] = [m ^ units for m in free[a:b]]
+            if kept:
+                self._room[a:b] = [r + n for r in self._room[a:b]]
+            if counts is not None:
+                counts[a:b] = [c + n for c in counts[a:b]]
         else:
-            for k in range(span.start, min(span.stop, self._known)):
-                free[k] = (free[k] | units) ^ units if busy else free[k] | units
+            c = min(b, self._known)
+            free[a:c] = [m ^ units for m in free[a:c]]
         self.changes += 1
         if kept:
             self._keep_rooms()
         return span
 
     def occupy(self, units: int, t0: float, t1: float) -> None:
-        """Take `units` out of the free set over [t0, t1)."""
+        """Take `units` out of the free set over [t0, t1): they are free throughout it (a
+        unit is never booked twice at once, which these masks could not say)."""
         if t0 <= self.now < t1 and not self.takes and self._counts is None and not self._rooms_valid():
             # A booking from now while no unit stops being free after now (a pass filling
             # an idle machine): a start now reads segment 0 alone (`fit`), so only segment 0
@@ -369,7 +367,8 @@ class Profile:
                     rel[i] = rel[i] | units if rel[i] else units  # (no copy of a booking's units)
 
     def release(self, units: int, t0: float, t1: float) -> None:
-        """Give `units` back to the free set over [t0, t1) (undo an `occupy`)."""
+        """Give `units` back to the free set over [t0, t1) (undo an `occupy`, or the part of
+        one from t0 on): they are busy throughout it."""
         self.settle()
         span = self._change(units, t0, t1, False)
         if span is not None:
