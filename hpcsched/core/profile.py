@@ -284,24 +284,25 @@ class Profile:
         if self._far_t:
             self._far_change(units, t0, t1, busy)
         kept, counts = self._rooms_valid(), self._counts
-        if kept or counts is not None:  # kept lists follow the spanned segments' counts
+        # With kept lists, the spanned masks are worked out now, once, rather than by their
+        # readers later (without this, conservative lublin_256 and KTH-SP2 ran 5-10 % slower).
+        if kept or counts is not None:
             self.mask(span.stop - 1)
         if span.start:
             self._edge(span.start, units, busy)
         if span.stop < len(self.times):
             self._edge(span.stop, units, not busy)
-        # (every segment gains or loses all of `units`: one count serves every kept list)
+        # Every segment gains or loses all of `units`: the known masks change by them, the
+        # later ones follow from the edges when read, and one count serves every kept list.
         free, a, b = self.free, span.start, span.stop
+        known = min(b, self._known)
+        free[a:known] = [m ^ units for m in free[a:known]]
         if kept or counts is not None:
             n = -units.bit_count() if busy else units.bit_count()
-            free[a:b] = [m ^ units for m in free[a:b]]
             if kept:
                 self._room[a:b] = [r + n for r in self._room[a:b]]
             if counts is not None:
                 counts[a:b] = [c + n for c in counts[a:b]]
-        else:
-            c = min(b, self._known)
-            free[a:c] = [m ^ units for m in free[a:c]]
         self.changes += 1
         if kept:
             self._keep_rooms()
