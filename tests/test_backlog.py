@@ -5,9 +5,9 @@ import pytest
 from helpers import job, scheduler
 
 from hpcsched import Request
-from hpcsched.core import backlog
+from hpcsched.core import backlog, profile
 from hpcsched.core.backlog import Backlog
-from hpcsched.core.profile import INF, Profile
+from hpcsched.core.profile import INF, Profile, _Runs
 from hpcsched.core.topology import Node, lowest, mask_of, set_bits
 from hpcsched.machines.nodepool import NodePool, _lowest_in_tiers
 
@@ -461,11 +461,14 @@ def hold_at_earliest(p, rnd, n, times, not_before):
 
 
 @pytest.mark.parametrize("seed", range(40))
-def test_a_held_count_stays_exactly_when_giving_it_back_finds_it_again(seed):
+def test_a_held_count_stays_exactly_when_giving_it_back_finds_it_again(seed, monkeypatch):
     """`stays` (read from cached runs) against the definition: give the count back and ask
     `earliest_count`; and `promise` against `room` then `hold`.  Counts are held at their
     earliest, as a conservative pass holds them, then room is freed (early ends, counts
-    given back) and every count still held is asked, between and after further changes."""
+    given back) and every count still held is asked, between and after further changes.
+    Half the seeds read where a count would move from its runs however near now it is."""
+    if seed % 2:
+        monkeypatch.setattr(profile, "RUNS_FROM", 0)
     rnd = random.Random(seed)
     p, n, running = busy_profile(rnd, lambda n: n // 2)
     twin = Profile.from_running(0.0, (1 << n) - 1, running)  # holds made by `promise` instead
@@ -481,13 +484,18 @@ def test_a_held_count_stays_exactly_when_giving_it_back_finds_it_again(seed):
         held.append((need, t0, wall))
     assert [twin.room(t, t + 1) for t in p.times] == [p.room(t, t + 1) for t in p.times]
     assert not twin.promise(n + 1, 0.0, 10.0)  # never room for more than the machine
-    for end, units in rnd.sample(running, rnd.randrange(0, len(running) + 1)):  # early ends
+    ended = rnd.sample(running, rnd.randrange(0, len(running) + 1))
+    for end, units in ended:  # early ends
         cut = rnd.choice([0.0, end / 2])
         p.release(units, cut, end)
+    running = [r for r in running if r not in ended]
     for _ in range(len(held)):
         if rnd.random() < 0.3 and held:  # a count given back (deleted, or started)
             need, t0, wall = held.pop(rnd.randrange(len(held)))
             p.hold(-need, t0, t0 + wall)
+        if rnd.random() < 0.3 and running:  # an early end while runs are cached
+            end, units = running.pop(rnd.randrange(len(running)))
+            p.release(units, float(rnd.randrange(0, int(end))), end)
         for need, t0, wall in held:
             if t0 <= p.now:
                 continue
@@ -498,6 +506,64 @@ def test_a_held_count_stays_exactly_when_giving_it_back_finds_it_again(seed):
             assert earliest is not None and earliest <= t0
             assert p.stays(need, t0, wall) == (earliest == t0), (seed, need, t0, wall, earliest)
             assert own == (earliest if earliest < t0 else None), (seed, need, t0, wall, earliest, own)
+
+
+def runs_of(p, need):
+    """The runs `p` keeps for a count of `need` (made, as `stays` makes them, if none)."""
+    runs = p._runs_by_need.get(need)
+    if runs is None:
+        runs = p._runs_by_need[need] = _Runs(p, p._rooms(), need)
+    return runs
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_runs_kept_through_changes_are_what_reading_them_afresh_gives(seed, monkeypatch):
+    """A count's runs, kept through bookings, releases, promises, moves and new and
+    dropped boundaries (each cut back to what the change left right), against runs read
+    afresh from the room list: every entry still kept, and the earliest start read.  Half
+    the seeds cut every count's runs back after a few changes, not thousands."""
+    if seed % 2:
+        monkeypatch.setattr(profile, "RUNS_LOG", 3)
+    rnd = random.Random(seed)
+    p, n, running = busy_profile(rnd, lambda n: n // 2)
+    p = p.derive(0.0, rooms=True)
+    held = [list(h) for h in hold_at_earliest(p, rnd, n, rnd.randrange(3, 12), lambda: float(rnd.randrange(0, 100)))]
+    needs = sorted({rnd.randrange(1, n + 1) for _ in range(4)})
+    for _ in range(30):
+        for need in needs:  # (runs left read as far as a random segment)
+            runs_of(p, need).longest(rnd.randrange(len(p.times)))
+        op = rnd.random()
+        if op < 0.25 and running:  # an early end
+            end, units = running.pop(rnd.randrange(len(running)))
+            p.release(units, float(rnd.randrange(0, int(end))), end)
+        elif op < 0.5 and held:  # a count moved (new boundaries, old ones dropped)
+            h = rnd.choice(held)
+            t = max(0.0, h[1] + rnd.choice([-1, 1]) * float(rnd.randrange(0, 12) * 5))
+            p.shift(h[0], (h[1], h[1] + h[2]), (t, t + h[2]))
+            h[1] = t
+        elif op < 0.7 and held:  # a count given back
+            need, t0, wall = held.pop(rnd.randrange(len(held)))
+            p.hold(-need, t0, t0 + wall)
+        elif op < 0.85:  # a booking on units free throughout its window
+            t0 = float(rnd.randrange(0, 150))
+            t1 = t0 + float(rnd.randrange(1, 10) * 10)
+            free = p.mask(p.segment(t0))
+            for k in range(p.segment(t0), len(p.times)):
+                if p.times[k] < t1:
+                    free &= p.mask(k)
+            if free:
+                p.occupy(lowest(free, 1), t0, t1)
+        else:  # a new count at its earliest
+            held += [list(h) for h in hold_at_earliest(p, rnd, n, 1, lambda: float(rnd.randrange(0, 100)))]
+        for need in needs:
+            kept = runs_of(p, need)
+            kept.longest(0)  # (cut back to what the changes left right)
+            fresh = _Runs(p, p._rooms(), need)
+            fresh.longest(len(kept.best) - 1)
+            assert (kept.best, kept.starts) == (fresh.best, fresh.starts), (seed, need)
+            for k in range(len(p.times)):
+                for wall in (5.0, 30.0, 200.0):
+                    assert kept.earliest(wall, k) == _Runs(p, p._rooms(), need).earliest(wall, k), (seed, need, k)
 
 
 def profile_state(p):

@@ -36,6 +36,10 @@ HORIZON = 366 * 86400.0  # the planner looks no further ahead than this
 LAID_OUT = 7 * 86400.0  # a pass starts with reservation occurrences laid out this far ahead
 STRIDE = 8  # segments `_enough` works out before counting units again
 FAR = 16  # segments between two far masks a base profile lays out (see `_lay_far`)
+# segments from now past which `earliest_count` reads a moving count's runs rather than
+# scanning (nearer, the scan is cheaper: on KTH-SP2 reading runs for every move was slower)
+RUNS_FROM = 64
+RUNS_LOG = 4096  # changes a profile logs for its counts' runs before it cuts them all back
 
 #: A job's reservation access: sorted ((reservation name, Access), ...) of every
 #: reservation it may use; () for most jobs.
@@ -78,7 +82,7 @@ class Profile:
         # times after `now` at which units stop being free (bookings, reservations): the
         # only places a unit's free period can end, which is what `tiers` looks for
         self.takes: list[float] = []
-        self._rooms_key, self._room, self._runs_by_need = None, [], {}  # (see _rooms)
+        self._rooms_key, self._room, self._runs_by_need, self._lows = None, [], {}, []  # (see _rooms)
         self._counts: list[int] | None = None  # free units per segment, where kept (see derive)
         self._ends: list[tuple[float, int]] = []  # bookings from now not yet ended in the lists
         # far masks (see `_at`): the times, and the free masks there
@@ -252,7 +256,7 @@ class Profile:
             self.free.insert(i + 1, None)
         if kept:  # (the new segment has its neighbour's room)
             self._room.insert(i + 1, self._room[i])
-            self._keep_rooms()
+            self._keep_rooms(i + 1)
         if self._counts is not None:
             self._counts.insert(i + 1, self._counts[i])
         return i + 1
@@ -305,7 +309,7 @@ class Profile:
                 counts[a:b] = [c + n for c in counts[a:b]]
         self.changes += 1
         if kept:
-            self._keep_rooms()
+            self._keep_rooms(a + 1)
         return span
 
     def occupy(self, units: int, t0: float, t1: float) -> None:
@@ -391,7 +395,7 @@ class Profile:
                 self._known -= 1
             if kept:
                 del self._room[k]
-                self._keep_rooms()
+                self._keep_rooms(k)
             if self._counts is not None:
                 del self._counts[k]
 
@@ -441,7 +445,7 @@ class Profile:
             self._room[a:b] = [r - count for r in self._room[a:b]]
         self.changes += 1
         if kept:
-            self._keep_rooms()
+            self._keep_rooms(a + 1)
 
     def promise(self, count: int, t0: float, t1: float) -> bool:
         """`hold(count, t0, t1)` if `count` units are free and unpromised throughout
@@ -485,7 +489,8 @@ class Profile:
         `duration` (counts only: a reservation `hold` keeps).  One scan: a segment without
         room rules out every start up to it.  `own` (no site reservations): the start of
         this job's own count of `need`, still held, which it may move earlier: a start
-        before it, as if given back (its own window has room for it), or None."""
+        before it, as if given back (its own window has room for it), or None; asked
+        from now of a count far from now, it is read from the count's runs (see _Runs)."""
         self.settle()
         times, held = self.times, self.held
         c = self.segment(max(not_before, self.now))
@@ -496,6 +501,12 @@ class Profile:
         if not self.reservations:
             room, limit = self._rooms(), self.limit
             n = len(times) if own == INF else bisect_left(times, own)  # (from `own` on: room)
+            if n > RUNS_FROM and own < INF and c == 0:  # (a long way from now: read from runs)
+                runs = self._runs_by_need.get(need)
+                if runs is None:
+                    runs = self._runs_by_need[need] = _Runs(self, room, need)
+                t = runs.earliest(duration, n)
+                return None if t is None or t + duration > limit else t
             while c < n:
                 if room[c] < need:  # (no start in a segment without room)
                     c += 1
@@ -581,9 +592,21 @@ class Profile:
     def _rooms_valid(self) -> bool:
         return self._rooms_key == (self.changes, len(self.times), self.now)
 
-    def _keep_rooms(self) -> None:
-        """The room list is up to date (and each count's runs are to be read again)."""
-        self._rooms_key, self._runs_by_need = (self.changes, len(self.times), self.now), {}
+    def _keep_rooms(self, kept: int | None = None) -> None:
+        """The room list is up to date.  `kept`: how many leading entries of each count's
+        runs (`_Runs.best`) the change left right, the rest read again when asked; None:
+        none are (a new list)."""
+        self._rooms_key = (self.changes, len(self.times), self.now)
+        if kept is None:
+            self._runs_by_need, self._lows = {}, []
+        elif self._runs_by_need:
+            lows = self._lows
+            lows.append(kept)
+            if len(lows) > RUNS_LOG:  # (each count's runs cut back now, so the list stays short)
+                for runs in self._runs_by_need.values():
+                    runs.longest(0)
+                    runs.seen = 0
+                lows.clear()
 
     def windows(self, access: AccessKey = ()) -> list[tuple[float, int]]:
         """How long the units free now stay free: [(until, units)], soonest first, the last
@@ -882,31 +905,40 @@ def _across(after: list[int], before: Iterator[int]) -> Iterator[int]:
 
 
 class _Runs:
-    """For one count and one state of a profile: how long the longest run of segments
-    with room for it lasts before each segment, read as far as asked.  A conservative
-    pass asks `Profile.stays` of every reservation it keeps, most of them between two
-    changes of the profile and many of them for the same count, so each count's runs
-    are read once, not once a reservation.  (A performance trick of `stays`;
-    tests/test_backlog.py checks it against giving the count back and `earliest_count`.)
+    """For one count: how long the longest run of segments with room for it lasts before
+    each segment, and where the run holding each segment began, read as far as asked.  A
+    conservative pass asks `Profile.stays` of every reservation it keeps, and where one
+    moves, `earliest_count` from now; each change of the profile leaves the runs before
+    its first changed segment as they were (moves change segments from the new start on,
+    next to the count's old one), so the runs are read again only from there, not from
+    now once a reservation.  (A performance trick of `stays` and `earliest_count`:
+    tests/test_backlog.py checks it against runs read afresh, and against giving the
+    count back and scanning.)
 
     It keeps the profile's lists and start, not the profile: a profile keeps its runs, and
     a cycle between the two would keep every pass's profile, masks and all, until the
     cycle collector came round (hundreds of them, gigabytes, on a long conservative replay)."""
 
-    __slots__ = ("times", "now", "room", "need", "best", "start")
+    __slots__ = ("times", "now", "room", "need", "best", "starts", "lows", "seen")
 
     def __init__(self, profile: Profile, room: list[int], need: int):
         self.times, self.now, self.room, self.need = profile.times, profile.now, room, need
         self.best = [0.0]  # best[j]: the longest run within segments 0..j-1
-        self.start: float | None = None  # where the run reaching segment len(best)-1 began
+        self.starts: list[float | None] = [None]  # starts[j]: where the run holding segment j-1 began
+        self.lows, self.seen = profile._lows, len(profile._lows)  # (changes since read: see _keep_rooms)
 
     def longest(self, k: int) -> float:
         """The longest time a run of segments with room lasts within segments 0..k-1."""
-        best = self.best
+        lows, best = self.lows, self.best
+        if self.seen < len(lows):  # the profile changed: runs are right only before its first change
+            kept = min(lows[self.seen:])
+            self.seen = len(lows)
+            if kept < len(best):
+                del best[kept:], self.starts[kept:]
         if k < len(best):
             return best[k]
-        times, room, need, start = self.times, self.room, self.need, self.start
-        top = best[-1]
+        times, room, need, starts = self.times, self.room, self.need, self.starts
+        start, top = starts[-1], best[-1]
         for j in range(len(best) - 1, k):
             if room[j] < need:
                 start = None
@@ -916,5 +948,12 @@ class _Runs:
                 if times[j + 1] - start > top:
                     top = times[j + 1] - start
             best.append(top)
-        self.start = start
+            starts.append(start)
         return top
+
+    def earliest(self, duration: float, k: int) -> float | None:
+        """The earliest start of a run within segments 0..k-1 lasting `duration`, else of
+        the run reaching segment k-1 (None: neither is there)."""
+        if self.longest(k) >= duration:
+            return self.starts[bisect_left(self.best, duration, 0, k + 1)]
+        return self.starts[k]
