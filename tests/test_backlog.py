@@ -508,14 +508,6 @@ def test_a_held_count_stays_exactly_when_giving_it_back_finds_it_again(seed, mon
             assert own == (earliest if earliest < t0 else None), (seed, need, t0, wall, earliest, own)
 
 
-def runs_of(p, need):
-    """The runs `p` keeps for a count of `need` (made, as `stays` makes them, if none)."""
-    runs = p._runs_by_need.get(need)
-    if runs is None:
-        runs = p._runs_by_need[need] = _Runs(p, p._rooms(), need)
-    return runs
-
-
 @pytest.mark.parametrize("seed", range(40))
 def test_runs_kept_through_changes_are_what_reading_them_afresh_gives(seed, monkeypatch):
     """A count's runs, kept through bookings, releases, promises, moves and new and
@@ -531,7 +523,7 @@ def test_runs_kept_through_changes_are_what_reading_them_afresh_gives(seed, monk
     needs = sorted({rnd.randrange(1, n + 1) for _ in range(4)})
     for _ in range(30):
         for need in needs:  # (runs left read as far as a random segment)
-            runs_of(p, need).longest(rnd.randrange(len(p.times)))
+            (p._runs_by_need.get(need) or p._new_runs(need)).longest(rnd.randrange(len(p.times)))
         op = rnd.random()
         if op < 0.25 and running:  # an early end
             end, units = running.pop(rnd.randrange(len(running)))
@@ -556,7 +548,7 @@ def test_runs_kept_through_changes_are_what_reading_them_afresh_gives(seed, monk
         else:  # a new count at its earliest
             held += [list(h) for h in hold_at_earliest(p, rnd, n, 1, lambda: float(rnd.randrange(0, 100)))]
         for need in needs:
-            kept = runs_of(p, need)
+            kept = p._runs_by_need.get(need) or p._new_runs(need)
             kept.longest(0)  # (cut back to what the changes left right)
             fresh = _Runs(p, p._rooms(), need)
             fresh.longest(len(kept.best) - 1)

@@ -502,10 +502,7 @@ class Profile:
             room, limit = self._rooms(), self.limit
             n = len(times) if own == INF else bisect_left(times, own)  # (from `own` on: room)
             if n > RUNS_FROM and own < INF and c == 0:  # (a long way from now: read from runs)
-                runs = self._runs_by_need.get(need)
-                if runs is None:
-                    runs = self._runs_by_need[need] = _Runs(self, room, need)
-                t = runs.earliest(duration, n)
+                t = (self._runs_by_need.get(need) or self._new_runs(need)).earliest(duration, n)
                 return None if t is None or t + duration > limit else t
             while c < n:
                 if room[c] < need:  # (no start in a segment without room)
@@ -559,13 +556,14 @@ class Profile:
             return False
         by_need = self._runs_by_need
         for n in (1, 1 << max(need.bit_length() - 1, 0), need):
-            if n <= need:
-                runs = by_need.get(n)
-                if runs is None:
-                    runs = by_need[n] = _Runs(self, room, n)
-                if runs.longest(k) < duration:
-                    return True
+            if n <= need and (by_need.get(n) or self._new_runs(n)).longest(k) < duration:
+                return True
         return False
+
+    def _new_runs(self, need: int) -> "_Runs":
+        """Start keeping the runs of a count of `need` (read as far as asked: see _Runs)."""
+        runs = self._runs_by_need[need] = _Runs(self, self._rooms(), need)
+        return runs
 
     def most(self, t0: float, t1: float) -> int:
         """The most units free and not promised at any time in [t0, t1) (no site
