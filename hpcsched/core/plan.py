@@ -313,8 +313,10 @@ class Walk:
             mine = kept.pop(job.id, None) if kept else None  # last pass's reservation, if kept
             if mine is not None and mine[0] > now and (not compress or (
                     settled is not None and mine[2] and made < depth
-                    and not settled.may(mine[2]))):
-                # nothing freed since, or nothing where it could use: its reservation stands
+                    and (not settled.may(mine[2]) or prof.stays(mine[2], mine[0], job.walltime)))):
+                # nothing freed since, nothing where it could use, or it cannot move earlier:
+                # its reservation stands (with `settled`, a count is its job's need now:
+                # whatever changes one drops the freed spans, see Scheduler._changed)
                 plan.reserved[job.id] = shown[job.id]  # (its start has not come: the same)
                 if mine[2]:
                     self.held[job.id] = mine[2]
@@ -338,7 +340,7 @@ class Walk:
                 acc = self.access(job)
                 if (count == need and t0 > now and made < depth and not acc and not prof.reservations
                         and self.topology.interchangeable(request)):
-                    if prof.stays(need, t0, job.walltime):
+                    if settled is None and prof.stays(need, t0, job.walltime):  # (else asked above)
                         # A held count that cannot move earlier stays where it is, as the walk
                         # would find it again: no start now, the same earliest start (and the
                         # same nodes named for it).

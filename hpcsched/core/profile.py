@@ -82,7 +82,8 @@ class Profile:
         # times after `now` at which units stop being free (bookings, reservations): the
         # only places a unit's free period can end, which is what `tiers` looks for
         self.takes: list[float] = []
-        self._rooms_key, self._room, self._runs_by_need, self._lows = None, [], {}, []  # (see _rooms)
+        self._rooms_key, self._room, self._lows = None, [], []  # (see _rooms)
+        self._runs_by_need, self._ladders = {}, {}  # (see _Runs, stays)
         self._counts: list[int] | None = None  # free units per segment, where kept (see derive)
         self._ends: list[tuple[float, int]] = []  # bookings from now not yet ended in the lists
         # far masks (see `_at`): the times, and the free masks there
@@ -549,16 +550,21 @@ class Profile:
         Runs with room for fewer units last at least as long, so one for 1 unit, then for
         the power of two at or below `need`, settle most answers before `need`'s own: a
         pass reads a few counts' runs, not one per distinct count it keeps."""
-        self.settle()
+        room = self._rooms()  # (settled: the times are all there)
         k = bisect_left(self.times, t0) - 1
-        room = self._rooms()
         if room[k] >= need:
             return False
-        by_need = self._runs_by_need
-        for n in (1, 1 << max(need.bit_length() - 1, 0), need):
-            if n <= need and (by_need.get(n) or self._new_runs(n)).longest(k) < duration:
+        for runs in self._ladders.get(need) or self._new_ladder(need):
+            if runs.longest(k) < duration:
                 return True
         return False
+
+    def _new_ladder(self, need: int) -> tuple["_Runs", ...]:
+        """The runs `stays` reads for a count of `need`, in turn: for 1 unit, for the power
+        of two at or below `need`, for `need` (each once)."""
+        by_need, needs = self._runs_by_need, dict.fromkeys((1, 1 << max(need.bit_length() - 1, 0), need))
+        ladder = self._ladders[need] = tuple(by_need.get(n) or self._new_runs(n) for n in needs if n <= need)
+        return ladder
 
     def _new_runs(self, need: int) -> "_Runs":
         """Start keeping the runs of a count of `need` (read as far as asked: see _Runs)."""
@@ -596,7 +602,7 @@ class Profile:
         none are (a new list)."""
         self._rooms_key = (self.changes, len(self.times), self.now)
         if kept is None:
-            self._runs_by_need, self._lows = {}, []
+            self._runs_by_need, self._ladders, self._lows = {}, {}, []
         elif self._runs_by_need:
             lows = self._lows
             lows.append(kept)
