@@ -7,10 +7,10 @@ core shows, and two checkouts compare in one command.
 Each ROOT (default: this checkout) is a checkout of hpcsched, say one made with `git
 worktree add`, whose code replays the first N jobs (default 5,000) of the trace (default
 RICC-2010) under FIFO with MODE backfill (default conservative) and drain accounting, as
-`benchmarks/simulate.py` does.  For each it prints the instructions, the change from the
-first ROOT, and a hash of every job's start, so that the same decisions show too.  Under
-valgrind a replay runs some 50 times slower: 90-100 s for RICC's first 5,000 jobs.
-Without valgrind it says so and exits 0.
+`benchmarks/simulate.py` does; the roots run side by side.  For each it prints the
+instructions, the change from the first ROOT, and a hash of every job's start, so that the
+same decisions show too.  Under valgrind a replay runs some 50 times slower: 90-100 s for
+RICC's first 5,000 jobs.  Without valgrind it says so and exits 0.
 """
 from __future__ import annotations
 
@@ -39,15 +39,23 @@ print(hashlib.sha256(repr([(j.submit, j.start, j.end, j.units) for j in r.jobs])
 """
 
 
-def count(root: str, path: str, first: int, mode: str) -> tuple[int, str]:
-    """(instructions, starts hash) of one replay by the code in `root`."""
+def start(root: str, path: str, first: int, mode: str) -> subprocess.Popen:
+    """One replay by the code in `root`, under callgrind (the counts do not depend on what
+    else runs, so the roots run side by side)."""
     code = CHILD.format(root=os.path.abspath(root), path=path, first=first, mode=mode)
-    p = subprocess.run(["valgrind", "--tool=callgrind", "--callgrind-out-file=/dev/null",
-                        sys.executable, "-c", code], capture_output=True, text=True)
-    refs = re.search(r"I\s+refs:\s+([\d,]+)", p.stderr)
-    if p.returncode or refs is None:
-        raise SystemExit(f"replay failed under {root}: {(p.stderr.strip().splitlines() or ['?'])[-1]}")
-    return int(refs.group(1).replace(",", "")), p.stdout.split()[-1]
+    env = dict(os.environ, PYTHONHASHSEED="0")  # (the same string hashes, so the same work)
+    return subprocess.Popen(["valgrind", "--tool=callgrind", "--callgrind-out-file=/dev/null",
+                             sys.executable, "-c", code], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env=env)
+
+
+def count(root: str, child: subprocess.Popen) -> tuple[int, str]:
+    """(instructions, starts hash) of `child`'s replay."""
+    out, err = child.communicate()
+    refs = re.search(r"I\s+refs:\s+([\d,]+)", err)
+    if child.returncode or refs is None:
+        raise SystemExit(f"replay failed under {root}: {(err.strip().splitlines() or ['?'])[-1]}")
+    return int(refs.group(1).replace(",", "")), out.split()[-1]
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -66,9 +74,10 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{path}: not found: nothing counted")
         return 0
     print(f"{args.trace}, first {args.first:,} jobs, FIFO + {args.mode}")
+    children = [start(root, path, args.first, args.mode) for root in args.roots]
     base = None
-    for root in args.roots:
-        n, starts = count(root, path, args.first, args.mode)
+    for root, child in zip(args.roots, children):
+        n, starts = count(root, child)
         change = "" if base is None else f"  {100 * (n - base) / base:+.1f} %"
         base = n if base is None else base
         print(f"{n:>18,} instructions  starts {starts}{change}  {root}", flush=True)

@@ -302,7 +302,8 @@ class Walk:
         read = self.read
         for job in jobs:
             read += 1
-            if now_.current() and cursor is not None:
+            # (`current`'s own test first, sparing the call for the run of standing counts)
+            if now_.seen != prof.changes and now_.current() and cursor is not None:
                 sift = made >= depth and self.backfill and gate is None and not kept
                 # (no units: no job passes, as `hopeless` says)
                 cursor.sieve = (now_.upper or -1, now_.horizon, now_.lasting or -1) if sift else None
@@ -313,7 +314,8 @@ class Walk:
             mine = kept.pop(job.id, None) if kept else None  # last pass's reservation, if kept
             if mine is not None and mine[0] > now and (not compress or (
                     settled is not None and mine[2] and made < depth
-                    and (not settled.may(mine[2]) or prof.stays(mine[2], mine[0], job.walltime)))):
+                    and (not (mine[2] <= settled.most or settled.may(mine[2]))  # (`may` reads on past `most`)
+                         or prof.stays(mine[2], mine[0], job.walltime)))):
                 # nothing freed since, nothing where it could use, or it cannot move earlier:
                 # its reservation stands (with `settled`, a count is its job's need now:
                 # whatever changes one drops the freed spans, see Scheduler._changed)

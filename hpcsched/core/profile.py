@@ -586,7 +586,8 @@ class Profile:
     # in the segments it spans.  (A performance trick of the count reads of conservative
     # backfill: `earliest_count`, `stays`.)
     def _rooms(self) -> list[int]:
-        self.settle()
+        if self._ends:  # (settle's own test, spared a call: asked once a kept count a pass)
+            self.settle()
         if not self._rooms_valid():
             self.mask(len(self.times) - 1)
             self._room = [f.bit_count() - h for f, h in zip(self.free, self.held)]
