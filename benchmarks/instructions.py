@@ -7,10 +7,12 @@ core shows, and two checkouts compare in one command.
 Each ROOT (default: this checkout) is a checkout of hpcsched, say one made with `git
 worktree add`, whose code replays the first N jobs (default 5,000) of the trace (default
 RICC-2010) under FIFO with MODE backfill (default conservative) and drain accounting, as
-`benchmarks/simulate.py` does; the roots run side by side.  For each it prints the
-instructions, the change from the first ROOT, and a hash of every job's start, so that the
-same decisions show too.  Under valgrind a replay runs some 50 times slower: 90-100 s for
-RICC's first 5,000 jobs.  Without valgrind it says so and exits 0.
+`benchmarks/simulate.py` does; the roots run side by side, each package copied to a path
+as long as the others' with the hash seed fixed, so that a count is the same on every run
+(to within a few thousand instructions).  For each it prints the instructions, the change
+from the first ROOT, and a hash of every job's start, so that the same decisions show too.
+Under valgrind a replay runs some 50 times slower: 90-100 s for RICC's first 5,000 jobs.
+Without valgrind it says so and exits 0.
 """
 from __future__ import annotations
 
@@ -20,6 +22,7 @@ import re
 import shutil
 import subprocess
 import sys
+import tempfile
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TRACES = {"KTH": "KTH-SP2-1996-2.1-cln.swf.gz", "LUBLIN": "lublin_256.swf.gz", "RICC": "RICC-2010-2.swf.gz"}
@@ -74,13 +77,26 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{path}: not found: nothing counted")
         return 0
     print(f"{args.trace}, first {args.first:,} jobs, FIFO + {args.mode}")
-    children = [start(root, path, args.first, args.mode) for root in args.roots]
-    base = None
-    for root, child in zip(args.roots, children):
-        n, starts = count(root, child)
-        change = "" if base is None else f"  {100 * (n - base) / base:+.1f} %"
-        base = n if base is None else base
-        print(f"{n:>18,} instructions  starts {starts}{change}  {root}", flush=True)
+    with tempfile.TemporaryDirectory() as tmp:
+        # Each root's package runs from a copy at a path as long as every other's: the count
+        # moves with the memory layout, which moves with the length of the path the code
+        # is imported from (the same code counted 2.9 % apart from /tmp/mc and /work/main).
+        # Compiled first: a fresh checkout would count its compiling.
+        copies = []
+        for i, root in enumerate(args.roots):
+            copy = os.path.join(tmp, f"{i:03d}")
+            shutil.copytree(os.path.join(root, "hpcsched"), os.path.join(copy, "hpcsched"),
+                            ignore=shutil.ignore_patterns("__pycache__"))
+            subprocess.run([sys.executable, "-c", f"import sys; sys.path.insert(0, {copy!r}); "
+                            "import hpcsched.sim.simulate"], check=True)
+            copies.append(copy)
+        children = [start(copy, path, args.first, args.mode) for copy in copies]
+        base = None
+        for root, child in zip(args.roots, children):
+            n, starts = count(root, child)
+            change = "" if base is None else f"  {100 * (n - base) / base:+.1f} %"
+            base = n if base is None else base
+            print(f"{n:>18,} instructions  starts {starts}{change}  {root}", flush=True)
     return 0
 
 
