@@ -80,7 +80,7 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory() as tmp:
         # Each root's package runs from a copy at a path as long as every other's: the count
         # moves with the memory layout, which moves with the length of the path the code
-        # is imported from (the same code counted 2.9 % apart from /tmp/mc and /work/main).
+        # is imported from (the same code counted 2.9 % apart from paths of 7 and 10 characters).
         # Compiled first: a fresh checkout would count its compiling.
         copies = []
         for i, root in enumerate(args.roots):
