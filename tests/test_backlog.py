@@ -7,7 +7,7 @@ from helpers import job, scheduler
 from hpcsched import Request
 from hpcsched.core import backlog, profile
 from hpcsched.core.backlog import Backlog
-from hpcsched.core.profile import INF, Profile, _Runs
+from hpcsched.core.profile import INF, HeldGroup, Profile, _Runs
 from hpcsched.core.topology import Node, lowest, mask_of, set_bits
 from hpcsched.machines.nodepool import NodePool, _lowest_in_tiers
 
@@ -630,6 +630,29 @@ def test_a_count_needing_more_room_than_the_freed_spans_have_stays_where_it_is(s
     later spans are added: a count `may` rules out still stays.  And `Profile.most`
     against the room read segment by segment."""
     assert sum(freed_spans_trial(random.Random(seed * 8 + trial)) for trial in range(8))  # (some ruled out)
+
+
+def test_a_group_of_counts_stays_only_if_each_count_stays():
+    """`Profile.all_stay` against `stays` of each count: groups of counts held at their
+    earliest, after early ends freed room (and with the runs of some counts cached).  It
+    says yes only where every count stays, and says yes to most groups that do."""
+    yes = no = 0
+    for seed in range(200):
+        rnd = random.Random(seed)
+        p, n, running = busy_profile(rnd, lambda n: n // 2)
+        held = hold_at_earliest(p, rnd, n, rnd.randrange(3, 20), lambda: rnd.choice([0.0, float(rnd.randrange(0, 100))]))
+        for end, units in rnd.sample(running, rnd.randrange(0, len(running) + 1)):
+            p.release(units, rnd.choice([0.0, end / 2]), end)
+        later = [h for h in held if h[1] > p.now]
+        for _ in range(10 if later else 0):
+            if rnd.random() < 0.5:
+                p.stays(*rnd.choice(later))  # (runs cached before the group is asked)
+            group = rnd.sample(later, rnd.randrange(1, len(later) + 1))
+            each = all(p.stays(need, t0, wall) for need, t0, wall in group)
+            says = p.all_stay(HeldGroup([(t0, need, wall) for need, t0, wall in group]))
+            assert not says or each, (seed, group)
+            yes, no = yes + says, no + (each and not says)
+    assert yes > no > 0, (yes, no)  # (369 and 137 when written)
 
 
 def freed_spans_trial(rnd) -> int:

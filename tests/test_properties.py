@@ -164,6 +164,41 @@ def test_passes_that_ask_only_where_room_grew_were_checked():
     assert sum(kept_against_each_in_turn(seed, ALL)[1] for seed in range(4))
 
 
+def taking_blocks(monkeypatch) -> list[bool]:
+    """Blocks of two to four jobs (so small queues have many), and a list of what each
+    ask of `Walk._stands` answered."""
+    from hpcsched.core import backlog
+    from hpcsched.core.plan import Walk
+    monkeypatch.setattr(backlog, "BLOCK", 2)
+    answers, stands = [], Walk._stands
+
+    def spy(self, block):
+        answers.append(stands(self, block))
+        return answers[-1]
+    monkeypatch.setattr(Walk, "_stands", spy)
+    return answers
+
+
+def test_blocks_of_counts_that_stay_taken_whole_decide_as_each_tried_in_turn(monkeypatch):
+    """A conservative pass takes whole a block of the backlog whose counts all stay
+    (Walk._stands, Profile.all_stay): against a scheduler that tries each in turn, under
+    the same overruns, nodes, altered walltimes, deletions and holds, with the blocks
+    each answer and those it must read job by job both seen."""
+    answers = taking_blocks(monkeypatch)
+    for seed in range(40):
+        kept_against_each_in_turn(seed, ALL)
+    assert any(answers) and not all(answers)
+
+
+def test_blocks_taken_whole_keep_conservative_to_the_count_based_definition(monkeypatch):
+    answers = taking_blocks(monkeypatch)
+    rng = random.Random(2026)
+    for n in range(400):
+        jobs, machine = small_workload(rng)
+        assert replay(scheduler(machine, depth=ALL), jobs) == naive_conservative(jobs, machine), f"workload {n}"
+    assert any(answers) and not all(answers)
+
+
 def kept_against_each_in_turn(seed: int, depth: float) -> tuple[int, int]:
     """One random run of test_counts_kept_in_place_decide_as_each_tried_in_turn: how many
     passes started with counts in place, and how many asked only where room grew."""

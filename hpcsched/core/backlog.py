@@ -21,7 +21,7 @@ from __future__ import annotations
 from bisect import bisect_left, bisect_right
 from itertools import accumulate, chain, islice
 from operator import attrgetter, itemgetter
-from typing import Iterator
+from typing import Callable, Iterator
 
 from .jobs import Job
 
@@ -32,11 +32,12 @@ _WALLTIME, _FIRST, _SECOND = attrgetter("walltime"), itemgetter(0), itemgetter(1
 class _Block:
     """Consecutive entries of the order: keys, jobs and their needs, in order."""
 
-    __slots__ = ("keys", "jobs", "needs", "walls", "by_wall", "least")
+    __slots__ = ("keys", "jobs", "needs", "walls", "by_wall", "least", "stood")
 
     def __init__(self, keys: list, jobs: list[Job], needs: list[int]):
         self.keys, self.jobs, self.needs = keys, jobs, needs
         self.walls: list[float] | None = None  # the summary, built on first use
+        self.stood = None  # what a walk worked out of its jobs' reservations (plan.Walk._stands)
 
     def summarise(self) -> list[float]:
         """Walltimes sorted, the needs in that order (`by_wall`), and least[i]: the least
@@ -95,6 +96,11 @@ class Sieved:
 
     sieve: tuple[int, float, int] | None = None
     passed = 0
+    #: While set, asked of each block before its jobs are read: True passes over them all,
+    #: yielding one None in their place (the walk took every job of it as its reservation
+    #: stands).  Only for a reading whose blocks come in the walk's order (`in_order`).
+    stand: Callable[[_Block], bool] | None = None
+    in_order = False
     #: Can it pass over, from now on, every job sharing an attribute value with one the
     #: walk's gate held back (`close`)?  Those jobs are not counted in `passed`: they are
     #: held back, not waiting for resources.
@@ -129,9 +135,14 @@ class Sieved:
 
 def read(blocks: list[_Block], holder: Sieved) -> Iterator[tuple[int, Job, int]]:
     """(position from 1, job, need) of the blocks' jobs in order, passing over what
-    `holder`'s sieve rules out when they are read (whole blocks at a time)."""
+    `holder`'s sieve rules out when they are read (whole blocks at a time), and the blocks
+    its `stand` takes whole (one (position, None, 0) for each)."""
     k = 0
     for block in blocks:
+        if holder.stand is not None and holder.stand(block):
+            k += len(block.jobs)
+            yield k, None, 0
+            continue
         sieve = holder.sieve
         if sieve is not None:
             # might one of its jobs pass?  (exact, from the block's summary)
@@ -156,6 +167,8 @@ def read(blocks: list[_Block], holder: Sieved) -> Iterator[tuple[int, Job, int]]
 
 class Cursor(Sieved):
     """One reading of a backlog in order, narrowed by its sieve (see Sieved)."""
+
+    in_order = True
 
     def __init__(self, blocks: list[_Block]):
         self._blocks = blocks

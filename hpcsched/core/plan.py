@@ -23,11 +23,12 @@ from __future__ import annotations
 import math
 from bisect import bisect_right
 from dataclasses import dataclass, field
+from operator import is_
 from typing import Callable, Iterable, NamedTuple, Protocol
 
 from .backlog import Sieved
 from .jobs import Allocation, Job, Request
-from .profile import AccessKey, Profile
+from .profile import AccessKey, HeldGroup, Profile
 from .timefmt import hms
 from .topology import Tiers, Topology
 
@@ -258,6 +259,8 @@ class Walk:
         # afresh, as the definition tries every job without a reservation every pass
         self.passed = self.dropped = False
         self._freed: _Freed | None = None  # (see run)
+        self._standing: tuple | None = None  # (now, kept, shown, plan) while blocks may be taken whole
+        self._stood = 0  # jobs in the block `_stands` took last
         self._log: list[tuple[float, float]] | None = None
 
     def run(self, now: float, jobs: Iterable[Job], plan: Plan,
@@ -299,8 +302,18 @@ class Walk:
         # An order that can (the share tree's) passes over every job of a subtree the gate
         # holds back whole, such as a group at its quota, once it has held back one.
         closer = cursor if cursor is not None and cursor.closable and gate is not None else None
+        # Conservative, compressing, reading a backlog in order: a block of jobs whose counts
+        # all stay where they are held is taken whole (see _stands), not job by job.
+        whole = settled is not None and depth == ALL and cursor is not None and cursor.in_order
+        if whole:
+            self._standing, cursor.stand = (now, kept, shown, plan), self._stands
         read = self.read
         for job in jobs:
+            if job is None:  # (a block `_stands` took: its jobs are read, their reservations stand)
+                made += self._stood
+                read += self._stood
+                waiting_ahead = True
+                continue
             read += 1
             # (`current`'s own test first, sparing the call for the run of standing counts)
             if now_.seen != prof.changes and now_.current() and cursor is not None:
@@ -404,9 +417,32 @@ class Walk:
                 self.blocked = True
                 plan.default_reason = f"waiting behind job {job.id} (no backfill)"
                 break
+        if whole:
+            self._standing, cursor.stand = None, None
         if cursor is not None and cursor.passed:
             waiting_ahead = True
         self.made, self.waiting_ahead, self.read = made, waiting_ahead, read
+
+    def _stands(self, block) -> bool:
+        """Does every job of `block` (a backlog's) keep a count that stays where it is held?  Then each is
+        taken as the walk would take it (reserved as it stands), and True.  What the walk
+        needs of the block's counts is kept with the block (`stood`) while its jobs and
+        their counts are the same objects: a count moved or held anew is a new tuple."""
+        now, kept, shown, plan = self._standing
+        ids, mine, group, jobs = block.stood or (None, None, None, None)
+        if jobs != block.jobs or not all(map(is_, map(kept.get, ids), mine)):
+            jobs = block.jobs[:]
+            ids = [job.id for job in jobs]
+            mine = [kept.get(i) for i in ids]
+            group = HeldGroup([(m[0], m[2], job.walltime) for m, job in zip(mine, jobs)]) if all(
+                m is not None and m[2] for m in mine) else None
+            block.stood = ids, mine, group, jobs
+        if group is None or group.first <= now or not self.profile.all_stay(group):
+            return False
+        plan.reserved.update(zip(ids, map(shown.__getitem__, ids)))
+        self.held.update(zip(ids, (m[2] for m in mine)))
+        self._stood = len(ids)
+        return True
 
     def _held_back(self, plan: Plan, job: Job, mine, why: str, closer: Sieved | None) -> None:
         """The gate holds `job` back: its kept reservation goes, its reason is noted, and

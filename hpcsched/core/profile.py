@@ -26,6 +26,7 @@ from __future__ import annotations
 import math
 from bisect import bisect_left, bisect_right, insort
 from collections.abc import Iterator
+from itertools import accumulate
 
 from .jobs import Allocation, Request
 from .reservations import Access
@@ -559,6 +560,33 @@ class Profile:
                 return True
         return False
 
+    def all_stay(self, group: "HeldGroup") -> bool:
+        """Does every count of `group` stay where it is held (`stays` of each)?  True
+        only if that follows from the group's summary, which reads a few room entries and
+        runs, not one bisection and ladder per count; False: perhaps not.
+
+        Each count stays if the segment before its start has no room for it and no run with
+        room for it lasts its duration before that segment.  Room before the starts is read
+        across all of them at once (then count by count, if that says nothing), and runs
+        up to the last start: they last longest for the fewest units, so the counts that
+        run longer than the runs for the fewest cannot move, and of the others the fewest
+        units they need read the runs again, until none is left (they all stay) or the
+        fewest no longer grows (one might move)."""
+        room, times = self._rooms(), self.times  # (settled: the times are all there)
+        first, last = bisect_left(times, group.first) - 1, bisect_left(times, group.last) - 1
+        if max(room[first:last + 1]) >= group.fewest and any(
+                room[bisect_left(times, t0) - 1] >= count for t0, count in group.counts):
+            return False
+        walls, least, need = group.walls, group.least, group.fewest
+        while True:
+            runs = self._runs_by_need.get(need) or self._new_runs(need)
+            i = bisect_right(walls, runs.longest(last))  # (the counts that may last no longer)
+            if not i:
+                return True
+            if least[i - 1] == need:
+                return False
+            need = least[i - 1]
+
     def _new_ladder(self, need: int) -> tuple["_Runs", ...]:
         """The runs `stays` reads for a count of `need`, in turn: for 1 unit, for the power
         of two at or below `need`, for `need` (each once)."""
@@ -588,7 +616,7 @@ class Profile:
     def _rooms(self) -> list[int]:
         if self._ends:  # (settle's own test, spared a call: asked once a kept count a pass)
             self.settle()
-        if not self._rooms_valid():
+        if self._rooms_key != (self.changes, len(self.times), self.now):  # (`_rooms_valid`, spared a call)
             self.mask(len(self.times) - 1)
             self._room = [f.bit_count() - h for f, h in zip(self.free, self.held)]
             self._keep_rooms()
@@ -907,6 +935,25 @@ def _across(after: list[int], before: Iterator[int]) -> Iterator[int]:
         for b in seen:
             if both := a & b:
                 yield both
+
+
+class HeldGroup:
+    """Counts held together, summarised for `Profile.all_stay`: each count's (start,
+    units), the earliest and latest start, the fewest units; durations sorted, with the
+    fewest units among the counts lasting as long or less (`least[i]`: of the i + 1
+    shortest)."""
+
+    __slots__ = ("counts", "first", "last", "fewest", "walls", "least")
+
+    def __init__(self, held: list[tuple[float, int, float]]):
+        """`held`: (start, units, duration) of each count (at least one)."""
+        self.counts = [(t0, count) for t0, count, _ in held]
+        starts = [t0 for t0, _ in self.counts]
+        self.first, self.last = min(starts), max(starts)
+        pairs = sorted((duration, count) for _, count, duration in held)
+        self.walls = [duration for duration, _ in pairs]
+        self.least = list(accumulate((count for _, count in pairs), min))
+        self.fewest = self.least[-1]
 
 
 class _Runs:

@@ -162,7 +162,12 @@ class Sampler:
                                                   self._starts)
         if reserved is not seen:  # (else the same plan read again)
             held = plan.held
-            gone = () if plan.since is None or plan.since is not seen else seen.keys() - reserved.keys()
+            gone = set()
+            if plan.since is not None and plan.since is seen:
+                # `reserved` is `since` less the jobs gone, with the jobs in `moved` (see Plan):
+                # the counts say whether any went, sparing two long key sets most passes
+                if len(seen) - len(reserved) + len(plan.moved - seen.keys()):
+                    gone = seen.keys() - reserved.keys()
             if (plan.since is None or plan.since is not seen
                     or len(gone) + len(plan.moved) > max(RESORT, len(reserved) // 4)):
                 groups.clear()
