@@ -165,15 +165,16 @@ def test_passes_that_ask_only_where_room_grew_were_checked():
 
 
 def taking_blocks(monkeypatch) -> list[bool]:
-    """Blocks of two to four jobs (so small queues have many), and a list of what each
-    ask of `Walk._stands` answered."""
+    """Blocks of three to six jobs, asked about two at a time (so small queues have many,
+    and a block several runs), and a list of what each ask of `Walk._stands` answered."""
     from hpcsched.core import backlog
     from hpcsched.core.plan import Walk
-    monkeypatch.setattr(backlog, "BLOCK", 2)
+    monkeypatch.setattr(backlog, "BLOCK", 3)
+    monkeypatch.setattr(backlog, "STAND", 2)
     answers, stands = [], Walk._stands
 
-    def spy(self, block):
-        answers.append(stands(self, block))
+    def spy(self, block, lo, hi):
+        answers.append(stands(self, block, lo, hi))
         return answers[-1]
     monkeypatch.setattr(Walk, "_stands", spy)
     return answers

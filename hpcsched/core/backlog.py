@@ -26,6 +26,7 @@ from typing import Callable, Iterator
 from .jobs import Job
 
 BLOCK = 64
+STAND = 32  # jobs a walk's `stand` is asked about at once (see Sieved)
 _WALLTIME, _FIRST, _SECOND = attrgetter("walltime"), itemgetter(0), itemgetter(1)
 
 
@@ -37,7 +38,7 @@ class _Block:
     def __init__(self, keys: list, jobs: list[Job], needs: list[int]):
         self.keys, self.jobs, self.needs = keys, jobs, needs
         self.walls: list[float] | None = None  # the summary, built on first use
-        self.stood = None  # what a walk worked out of its jobs' reservations (plan.Walk._stands)
+        self.stood: dict | None = None  # what walks worked out of its jobs' reservations (plan.Walk._stands)
 
     def summarise(self) -> list[float]:
         """Walltimes sorted, the needs in that order (`by_wall`), and least[i]: the least
@@ -96,10 +97,11 @@ class Sieved:
 
     sieve: tuple[int, float, int] | None = None
     passed = 0
-    #: While set, asked of each block before its jobs are read: True passes over them all,
-    #: yielding one None in their place (the walk took every job of it as its reservation
+    #: While set (never beside a sieve), asked `stand(block, lo, hi)` of each run of STAND
+    #: jobs of a block, block.jobs[lo:hi], before they are read: True passes over them,
+    #: yielding one None in their place (the walk took every one of them as its reservation
     #: stands).  Only for a reading whose blocks come in the walk's order (`in_order`).
-    stand: Callable[[_Block], bool] | None = None
+    stand: Callable[[_Block, int, int], bool] | None = None
     in_order = False
     #: Can it pass over, from now on, every job sharing an attribute value with one the
     #: walk's gate held back (`close`)?  Those jobs are not counted in `passed`: they are
@@ -135,13 +137,21 @@ class Sieved:
 
 def read(blocks: list[_Block], holder: Sieved) -> Iterator[tuple[int, Job, int]]:
     """(position from 1, job, need) of the blocks' jobs in order, passing over what
-    `holder`'s sieve rules out when they are read (whole blocks at a time), and the blocks
+    `holder`'s sieve rules out when they are read (whole blocks at a time), and the runs
     its `stand` takes whole (one (position, None, 0) for each)."""
     k = 0
     for block in blocks:
-        if holder.stand is not None and holder.stand(block):
-            k += len(block.jobs)
-            yield k, None, 0
+        stand = holder.stand
+        if stand is not None:  # (never beside a sieve, see Sieved)
+            jobs, needs = block.jobs, block.needs
+            for lo in range(0, len(jobs), STAND):
+                hi = min(lo + STAND, len(jobs))
+                if stand(block, lo, hi):
+                    yield k + hi, None, 0
+                    continue
+                for i in range(lo, hi):
+                    yield k + i + 1, jobs[i], needs[i]
+            k += len(jobs)
             continue
         sieve = holder.sieve
         if sieve is not None:

@@ -423,20 +423,24 @@ class Walk:
             waiting_ahead = True
         self.made, self.waiting_ahead, self.read = made, waiting_ahead, read
 
-    def _stands(self, block) -> bool:
-        """Does every job of `block` (a backlog's) keep a count that stays where it is held?  Then each is
-        taken as the walk would take it (reserved as it stands), and True.  What the walk
-        needs of the block's counts is kept with the block (`stood`) while its jobs and
-        their counts are the same objects: a count moved or held anew is a new tuple."""
+    def _stands(self, block, lo: int, hi: int) -> bool:
+        """Does every job of block.jobs[lo:hi] (a backlog's) keep a count that stays where it
+        is held?  Then each is taken as the walk would take it (reserved as it stands), and
+        True.  What the walk needs of those counts is kept with the block (`stood`, by
+        `lo`) while the jobs and their counts are the same objects: a count moved or held
+        anew is a new tuple."""
         now, kept, shown, plan = self._standing
-        ids, mine, group, jobs = block.stood or (None, None, None, None)
-        if jobs != block.jobs or not all(map(is_, map(kept.get, ids), mine)):
-            jobs = block.jobs[:]
+        stood = block.stood
+        if stood is None:
+            stood = block.stood = {}
+        ids, mine, group, jobs = stood.get(lo) or (None, None, None, None)
+        if jobs != block.jobs[lo:hi] or not all(map(is_, map(kept.get, ids), mine)):
+            jobs = block.jobs[lo:hi]
             ids = [job.id for job in jobs]
             mine = [kept.get(i) for i in ids]
             group = HeldGroup([(m[0], m[2], job.walltime) for m, job in zip(mine, jobs)]) if all(
                 m is not None and m[2] for m in mine) else None
-            block.stood = ids, mine, group, jobs
+            stood[lo] = ids, mine, group, jobs
         if group is None or group.first <= now or not self.profile.all_stay(group):
             return False
         plan.reserved.update(zip(ids, map(shown.__getitem__, ids)))
