@@ -164,31 +164,33 @@ def test_passes_that_ask_only_where_room_grew_were_checked():
     assert sum(kept_against_each_in_turn(seed, ALL)[1] for seed in range(4))
 
 
-def taking_blocks(monkeypatch) -> list[bool]:
+def taking_blocks(monkeypatch) -> list[tuple[int, int]]:
     """Blocks of three to six jobs, asked about two at a time (so small queues have many,
-    and a block several runs), and a list of what each ask of `Walk._stands` answered."""
-    from hpcsched.core import backlog
+    and a block several runs), however few counts are kept, and a list of (jobs taken,
+    jobs asked about) of each ask of `Walk._stands`."""
+    from hpcsched.core import backlog, plan
     from hpcsched.core.plan import Walk
     monkeypatch.setattr(backlog, "BLOCK", 3)
     monkeypatch.setattr(backlog, "STAND", 2)
+    monkeypatch.setattr(plan, "DEEP", 0)
     answers, stands = [], Walk._stands
 
     def spy(self, block, lo, hi):
-        answers.append(stands(self, block, lo, hi))
-        return answers[-1]
+        answers.append((stands(self, block, lo, hi), hi - lo))
+        return answers[-1][0]
     monkeypatch.setattr(Walk, "_stands", spy)
     return answers
 
 
 def test_blocks_of_counts_that_stay_taken_whole_decide_as_each_tried_in_turn(monkeypatch):
     """A conservative pass takes whole a block of the backlog whose counts all stay
-    (Walk._stands, Profile.all_stay): against a scheduler that tries each in turn, under
+    (Walk._stands, Profile.staying): against a scheduler that tries each in turn, under
     the same overruns, nodes, altered walltimes, deletions and holds, with the blocks
     each answer and those it must read job by job both seen."""
     answers = taking_blocks(monkeypatch)
     for seed in range(40):
         kept_against_each_in_turn(seed, ALL)
-    assert any(answers) and not all(answers)
+    assert {n == asked for n, asked in answers} == {True, False}
 
 
 def test_blocks_taken_whole_keep_conservative_to_the_count_based_definition(monkeypatch):
@@ -197,7 +199,7 @@ def test_blocks_taken_whole_keep_conservative_to_the_count_based_definition(monk
     for n in range(400):
         jobs, machine = small_workload(rng)
         assert replay(scheduler(machine, depth=ALL), jobs) == naive_conservative(jobs, machine), f"workload {n}"
-    assert any(answers) and not all(answers)
+    assert {n == asked for n, asked in answers} == {True, False}
 
 
 def kept_against_each_in_turn(seed: int, depth: float) -> tuple[int, int]:

@@ -98,10 +98,11 @@ class Sieved:
     sieve: tuple[int, float, int] | None = None
     passed = 0
     #: While set (never beside a sieve), asked `stand(block, lo, hi)` of each run of STAND
-    #: jobs of a block, block.jobs[lo:hi], before they are read: True passes over them,
-    #: yielding one None in their place (the walk took every one of them as its reservation
-    #: stands).  Only for a reading whose blocks come in the walk's order (`in_order`).
-    stand: Callable[[_Block, int, int], bool] | None = None
+    #: jobs of a block, block.jobs[lo:hi], before they are read: it says how many of them,
+    #: from the first, the walk took (as their reservations stand), and those are passed
+    #: over, one None yielded in their place.  Only for a reading whose blocks come in the
+    #: walk's order (`in_order`).
+    stand: Callable[[_Block, int, int], int] | None = None
     in_order = False
     #: Can it pass over, from now on, every job sharing an attribute value with one the
     #: walk's gate held back (`close`)?  Those jobs are not counted in `passed`: they are
@@ -137,8 +138,8 @@ class Sieved:
 
 def read(blocks: list[_Block], holder: Sieved) -> Iterator[tuple[int, Job, int]]:
     """(position from 1, job, need) of the blocks' jobs in order, passing over what
-    `holder`'s sieve rules out when they are read (whole blocks at a time), and the runs
-    its `stand` takes whole (one (position, None, 0) for each)."""
+    `holder`'s sieve rules out when they are read (whole blocks at a time), and the jobs
+    its `stand` takes (one (position, None, 0) for each run of them)."""
     k = 0
     for block in blocks:
         stand = holder.stand
@@ -146,10 +147,10 @@ def read(blocks: list[_Block], holder: Sieved) -> Iterator[tuple[int, Job, int]]
             jobs, needs = block.jobs, block.needs
             for lo in range(0, len(jobs), STAND):
                 hi = min(lo + STAND, len(jobs))
-                if stand(block, lo, hi):
-                    yield k + hi, None, 0
-                    continue
-                for i in range(lo, hi):
+                took = stand(block, lo, hi)
+                if took:
+                    yield k + lo + took, None, 0
+                for i in range(lo + took, hi):
                     yield k + i + 1, jobs[i], needs[i]
             k += len(jobs)
             continue

@@ -34,6 +34,7 @@ from .topology import Tiers, Topology
 
 ALL = math.inf  # reservation depth for conservative backfill
 INF = math.inf
+DEEP = 256  # kept counts from which a compressing pass takes runs of them at once (see Walk._stands)
 
 
 class Start(NamedTuple):
@@ -260,7 +261,7 @@ class Walk:
         self.passed = self.dropped = False
         self._freed: _Freed | None = None  # (see run)
         self._standing: tuple | None = None  # (now, kept, shown, plan) while blocks may be taken whole
-        self._stood = 0  # jobs in the block `_stands` took last
+        self._stood = 0  # jobs `_stands` took last
         self._log: list[tuple[float, float]] | None = None
 
     def run(self, now: float, jobs: Iterable[Job], plan: Plan,
@@ -302,14 +303,15 @@ class Walk:
         # An order that can (the share tree's) passes over every job of a subtree the gate
         # holds back whole, such as a group at its quota, once it has held back one.
         closer = cursor if cursor is not None and cursor.closable and gate is not None else None
-        # Conservative, compressing, reading a backlog in order: a block of jobs whose counts
-        # all stay where they are held is taken whole (see _stands), not job by job.
-        whole = settled is not None and depth == ALL and cursor is not None and cursor.in_order
+        # Conservative, compressing, reading a backlog in order: a run of jobs whose counts
+        # stay where they are held is taken at once (see _stands), not job by job.
+        whole = (settled is not None and depth == ALL and cursor is not None and cursor.in_order
+                 and len(kept) >= DEEP)
         if whole:
             self._standing, cursor.stand = (now, kept, shown, plan), self._stands
         read = self.read
         for job in jobs:
-            if job is None:  # (a block `_stands` took: its jobs are read, their reservations stand)
+            if job is None:  # (jobs `_stands` took: read, their reservations stand)
                 made += self._stood
                 read += self._stood
                 waiting_ahead = True
@@ -423,11 +425,11 @@ class Walk:
             waiting_ahead = True
         self.made, self.waiting_ahead, self.read = made, waiting_ahead, read
 
-    def _stands(self, block, lo: int, hi: int) -> bool:
-        """Does every job of block.jobs[lo:hi] (a backlog's) keep a count that stays where it
-        is held?  Then each is taken as the walk would take it (reserved as it stands), and
-        True.  What the walk needs of those counts is kept with the block (`stood`, by
-        `lo`) while the jobs and their counts are the same objects: a count moved or held
+    def _stands(self, block, lo: int, hi: int) -> int:
+        """How many jobs of block.jobs[lo:hi] (a backlog's), from the first, keep a count
+        that stays where it is held?  Those are taken as the walk would take them (reserved
+        as they stand).  What the walk needs of the counts is kept with the block (`stood`,
+        by `lo`) while the jobs and their counts are the same objects: a count moved or held
         anew is a new tuple."""
         now, kept, shown, plan = self._standing
         stood = block.stood
@@ -441,12 +443,15 @@ class Walk:
             group = HeldGroup([(m[0], m[2], job.walltime) for m, job in zip(mine, jobs)]) if all(
                 m is not None and m[2] for m in mine) else None
             stood[lo] = ids, mine, group, jobs
-        if group is None or group.first <= now or not self.profile.all_stay(group):
-            return False
-        plan.reserved.update(zip(ids, map(shown.__getitem__, ids)))
-        self.held.update(zip(ids, (m[2] for m in mine)))
-        self._stood = len(ids)
-        return True
+        if group is None or group.first <= now:
+            return 0
+        n = self.profile.staying(group, self._freed.may)
+        if n:
+            taken = ids[:n] if n < len(ids) else ids
+            plan.reserved.update(zip(taken, map(shown.__getitem__, taken)))
+            self.held.update(zip(taken, (m[2] for m in mine)))
+            self._stood = n
+        return n
 
     def _held_back(self, plan: Plan, job: Job, mine, why: str, closer: Sieved | None) -> None:
         """The gate holds `job` back: its kept reservation goes, its reason is noted, and

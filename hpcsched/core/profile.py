@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import math
 from bisect import bisect_left, bisect_right, insort
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from itertools import accumulate
 
 from .jobs import Allocation, Request
@@ -560,32 +560,40 @@ class Profile:
                 return True
         return False
 
-    def all_stay(self, group: "HeldGroup") -> bool:
-        """Does every count of `group` stay where it is held (`stays` of each)?  True
-        only if that follows from the group's summary, which reads a few room entries and
-        runs, not one bisection and ladder per count; False: perhaps not.
+    def staying(self, group: "HeldGroup", may: Callable[[int], bool]) -> int:
+        """How many of `group`'s counts, from the first, stay where they are held (as
+        `stays` answers for each): all of them if the group's summary says so, which reads
+        a few room entries and runs rather than a bisection and ladder per count; else
+        they are asked in turn, up to the first that would move.  `may(units)` False says
+        a count of that many stays (as `plan._Freed` tells, from where room grew).
 
-        Each count stays if the segment before its start has no room for it and no run with
-        room for it lasts its duration before that segment.  Room before the starts is read
-        across all of them at once (then count by count, if that says nothing), and runs
-        up to the last start: they last longest for the fewest units, so the counts that
-        run longer than the runs for the fewest cannot move, and of the others the fewest
-        units they need read the runs again, until none is left (they all stay) or the
-        fewest no longer grows (one might move)."""
+        A count stays if the segment before its start has no room for it and no run with
+        room for it lasts its duration before that segment.  The summary reads room before
+        the starts across all of them at once, and runs up to the last start: they last
+        longest for the fewest units, so the counts that run longer than the runs for the
+        fewest cannot move, and of the others the fewest units they need read the runs
+        again, until none is left (they all stay) or the fewest no longer grows."""
+        if not may(group.fewest):
+            return len(group.counts)
         room, times = self._rooms(), self.times  # (settled: the times are all there)
         first, last = bisect_left(times, group.first) - 1, bisect_left(times, group.last) - 1
-        if max(room[first:last + 1]) >= group.fewest and any(
-                room[bisect_left(times, t0) - 1] >= count for t0, count in group.counts):
-            return False
-        walls, least, need = group.walls, group.least, group.fewest
-        while True:
-            runs = self._runs_by_need.get(need) or self._new_runs(need)
-            i = bisect_right(walls, runs.longest(last))  # (the counts that may last no longer)
-            if not i:
-                return True
-            if least[i - 1] == need:
-                return False
-            need = least[i - 1]
+        if max(room[first:last + 1]) < group.fewest:
+            (walls, least), need, by_need = group.by_duration(), group.fewest, self._runs_by_need
+            while True:
+                # (runs for fewer units last as long or longer: without runs for `need` yet,
+                # those for the power of two at or below it, which `stays` reads too)
+                runs = by_need.get(need) or by_need.get(rung := 1 << (need.bit_length() - 1)) or self._new_runs(rung)
+                i = bisect_right(walls, runs.longest(last))  # (the counts that may last no longer)
+                if not i:
+                    return len(group.counts)
+                if least[i - 1] == need:
+                    break
+                need = least[i - 1]
+        stays = self.stays
+        for n, (t0, count, duration) in enumerate(group.counts):
+            if may(count) and not stays(count, t0, duration):
+                return n
+        return len(group.counts)
 
     def _new_ladder(self, need: int) -> tuple["_Runs", ...]:
         """The runs `stays` reads for a count of `need`, in turn: for 1 unit, for the power
@@ -938,22 +946,26 @@ def _across(after: list[int], before: Iterator[int]) -> Iterator[int]:
 
 
 class HeldGroup:
-    """Counts held together, summarised for `Profile.all_stay`: each count's (start,
-    units), the earliest and latest start, the fewest units; durations sorted, with the
-    fewest units among the counts lasting as long or less (`least[i]`: of the i + 1
-    shortest)."""
+    """Counts held together, in order, summarised for `Profile.staying`: each count's
+    (start, units, duration), the earliest and latest start, the fewest units; and, worked
+    out when first asked (`by_duration`), the durations sorted, with the fewest units
+    among the counts lasting as long or less (`least[i]`: of the i + 1 shortest)."""
 
-    __slots__ = ("counts", "first", "last", "fewest", "walls", "least")
+    __slots__ = ("counts", "first", "last", "fewest", "_sorted")
 
     def __init__(self, held: list[tuple[float, int, float]]):
         """`held`: (start, units, duration) of each count (at least one)."""
-        self.counts = [(t0, count) for t0, count, _ in held]
-        starts = [t0 for t0, _ in self.counts]
-        self.first, self.last = min(starts), max(starts)
-        pairs = sorted((duration, count) for _, count, duration in held)
-        self.walls = [duration for duration, _ in pairs]
-        self.least = list(accumulate((count for _, count in pairs), min))
-        self.fewest = self.least[-1]
+        self.counts = held
+        self.first, self.last = min(held)[0], max(held)[0]
+        self.fewest = min(count for _, count, _ in held)
+        self._sorted: tuple[list[float], list[int]] | None = None
+
+    def by_duration(self) -> tuple[list[float], list[int]]:
+        """(durations sorted, least): see the class."""
+        if self._sorted is None:
+            pairs = sorted((duration, count) for _, count, duration in self.counts)
+            self._sorted = [d for d, _ in pairs], list(accumulate((c for _, c in pairs), min))
+        return self._sorted
 
 
 class _Runs:
