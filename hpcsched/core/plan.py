@@ -260,7 +260,7 @@ class Walk:
         # afresh, as the definition tries every job without a reservation every pass
         self.passed = self.dropped = False
         self._freed: _Freed | None = None  # (see run)
-        self._standing: tuple | None = None  # (now, kept, shown, plan) while blocks may be taken whole
+        self._standing: tuple | None = None  # (now, kept, shown, plan) while runs of jobs may be taken at once
         self._stood = 0  # jobs `_stands` took last
         self._log: list[tuple[float, float]] | None = None
 

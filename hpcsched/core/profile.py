@@ -956,7 +956,8 @@ class HeldGroup:
     def __init__(self, held: list[tuple[float, int, float]]):
         """`held`: (start, units, duration) of each count (at least one)."""
         self.counts = held
-        self.first, self.last = min(held)[0], max(held)[0]
+        starts = [t0 for t0, _, _ in held]
+        self.first, self.last = min(starts), max(starts)
         self.fewest = min(count for _, count, _ in held)
         self._sorted: tuple[list[float], list[int]] | None = None
 
