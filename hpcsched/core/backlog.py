@@ -21,13 +21,21 @@ from __future__ import annotations
 from bisect import bisect_left, bisect_right
 from itertools import accumulate, chain, islice
 from operator import attrgetter, itemgetter
-from typing import Callable, Iterator
+from typing import Callable, Iterable, Iterator
 
 from .jobs import Job
 
 BLOCK = 64
 STAND = 32  # jobs a walk's `stand` is asked about at once (see Sieved)
 _WALLTIME, _FIRST, _SECOND = attrgetter("walltime"), itemgetter(0), itemgetter(1)
+
+
+def shortest_first(walls: Iterable[float], needs: Iterable[int]) -> tuple[list[float], list[int], list[int]]:
+    """Walltimes sorted (ties by need), the needs in that order, and least[i]: the least
+    need among the i + 1 shortest: for any walltime, the least need of a job no longer."""
+    pairs = sorted(zip(walls, needs))
+    by_wall = list(map(_SECOND, pairs))
+    return list(map(_FIRST, pairs)), by_wall, list(accumulate(by_wall, min))
 
 
 class _Block:
@@ -41,12 +49,8 @@ class _Block:
         self.stood: dict | None = None  # what walks worked out of its jobs' reservations (plan.Walk._stands)
 
     def summarise(self) -> list[float]:
-        """Walltimes sorted, the needs in that order (`by_wall`), and least[i]: the least
-        need among the i + 1 shortest jobs."""
-        pairs = sorted(zip(map(_WALLTIME, self.jobs), self.needs))
-        self.walls = list(map(_FIRST, pairs))
-        self.by_wall = list(map(_SECOND, pairs))
-        self.least = list(accumulate(self.by_wall, min))
+        """The summary of its jobs (see `shortest_first`)."""
+        self.walls, self.by_wall, self.least = shortest_first(map(_WALLTIME, self.jobs), self.needs)
         return self.walls
 
     # A job joins or leaves a block every time one is queued or starts: the summary is

@@ -447,7 +447,7 @@ class Walk:
             return 0
         n = self.profile.staying(group, self._freed.may)
         if n:
-            taken = ids[:n] if n < len(ids) else ids
+            taken = ids[:n]
             plan.reserved.update(zip(taken, map(shown.__getitem__, taken)))
             self.held.update(zip(taken, (m[2] for m in mine)))
             self._stood = n

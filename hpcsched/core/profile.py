@@ -26,8 +26,8 @@ from __future__ import annotations
 import math
 from bisect import bisect_left, bisect_right, insort
 from collections.abc import Callable, Iterator
-from itertools import accumulate
 
+from .backlog import shortest_first
 from .jobs import Allocation, Request
 from .reservations import Access
 from .topology import Tiers, Topology
@@ -964,8 +964,8 @@ class HeldGroup:
     def by_duration(self) -> tuple[list[float], list[int]]:
         """(durations sorted, least): see the class."""
         if self._sorted is None:
-            pairs = sorted((duration, count) for _, count, duration in self.counts)
-            self._sorted = [d for d, _ in pairs], list(accumulate((c for _, c in pairs), min))
+            walls, _, least = shortest_first((d for _, _, d in self.counts), (c for _, c, _ in self.counts))
+            self._sorted = walls, least
         return self._sorted
 
 
