@@ -90,6 +90,8 @@ class Sampler:
         # start -> (units busy now and free then, count, the units it was shown on) of the
         # counts a tally showed on busy units alone: the same again, the same units
         self._busy_shown: dict[float, tuple[int, int, int]] = {}
+        # the units idle at the last tally, and what it worked out for each start (see _reservations)
+        self._idle, self._at = 0, {}
 
     # --- the pieces ----------------------------------------------------------------------
     def _reservations(self, plan: Plan, idle: int, new_only: bool = False) -> Iterator[tuple[float, str, int]]:
@@ -117,7 +119,10 @@ class Sampler:
         else:  # (job reservations alone: those that can cover anything new, as far as the caller reads)
             out = ((t, rid, reserved[jid][1].units, count) for t, rid, jid, count in self._read(plan))
         covered = 0
-        at: dict[float, tuple[int, int, int]] = {}  # start -> (units busy now, free then; their number; idle ones)
+        # start -> (units busy now, free then; their number; idle ones; the units free then),
+        # each start's taken from last pass's where nothing busy now and nothing free then changed
+        at: dict[float, tuple[int, int, int, int]] = {}
+        last_at = self._at if idle == self._idle else {}
         # With `new_only`, a count that takes only units busy now is charged no drained
         # node: those of one start are worked out once, for its largest count, at the end.
         busy_only: dict[float, tuple[int, str]] = {}  # start -> (largest such count, its id)
@@ -126,9 +131,12 @@ class Sampler:
                 then = at.get(t)
                 if then is None:
                     free = prof.usable(prof.segment(t))
-                    busy_then = (free | idle) ^ idle
-                    then = at[t] = (busy_then, busy_then.bit_count(), free & idle)
-                busy_then, n, idle_then = then
+                    then = last_at.get(t)
+                    if then is None or then[3] != free:
+                        busy_then = (free | idle) ^ idle
+                        then = (busy_then, busy_then.bit_count(), free & idle, free)
+                    at[t] = then
+                busy_then, n, idle_then, _ = then
                 if new_only and busy_then | covered == covered and (n >= count or idle_then | covered == covered):
                     continue  # whichever it takes, they are covered already
                 if n > count:
@@ -145,11 +153,19 @@ class Sampler:
             yield t, rid, units
         if not new_only:
             return  # (every count was read in turn; the nodes kept for tallies stay as they are)
+        self._at, self._idle = at, idle
         last, self._busy_shown = self._busy_shown, {}
         for t, (count, rid) in busy_only.items():
             busy_then = at[t][0]
             seen = last.get(t)  # (most starts show the same count on the same units as last pass)
-            units = seen[2] if seen and seen[1] == count and seen[0] == busy_then else lowest(busy_then, count)
+            units = seen[2] if seen and seen[1] == count and seen[0] == busy_then else None
+            if units is None:
+                # Its lowest `count` units cover none that are not covered if as many come
+                # below the lowest one not covered: then they need not be worked out.
+                fresh = busy_then ^ (busy_then & covered)
+                if (busy_then & ((fresh ^ (fresh - 1)) >> 1)).bit_count() >= count:
+                    continue
+                units = lowest(busy_then, count)
             self._busy_shown[t] = (busy_then, count, units)
             if units | covered != covered:
                 covered |= units
