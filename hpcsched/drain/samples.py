@@ -158,8 +158,9 @@ class Sampler:
         for t, (count, rid) in busy_only.items():
             busy_then = at[t][0]
             seen = last.get(t)  # (most starts show the same count on the same units as last pass)
-            units = seen[2] if seen and seen[1] == count and seen[0] == busy_then else None
-            if units is None:
+            if seen and seen[1] == count and seen[0] == busy_then:
+                units = seen[2]
+            else:
                 # Its lowest `count` units cover none that are not covered if as many come
                 # below the lowest one not covered: then they need not be worked out.
                 fresh = busy_then ^ (busy_then & covered)
