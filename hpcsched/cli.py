@@ -13,6 +13,7 @@ stderr), 2 bad usage.
 from __future__ import annotations
 
 import argparse
+import math
 import os
 import sys
 import time
@@ -515,6 +516,13 @@ def main(argv=None) -> int:
         ap.error("--nodes, --ppn and --cores must be at least 1")
     if getattr(args, "warmup", None) and not 0 <= args.warmup < 1:
         ap.error("--warmup must be a fraction in [0, 1)")
+    if args.command == "server":  # (as the config's server_interval and kill_grace)
+        for name in ("interval", "grace"):
+            value = getattr(args, name)
+            if value is not None and not 0 < value < math.inf:
+                ap.error(f"--{name} must be a positive number of seconds")
+    if args.command == "drain" and not (0 <= args.gap < math.inf and args.top >= 0):
+        ap.error("--gap must be a non-negative number of seconds and --top a count of at least 0")
     try:
         return args.func(args)
     except KeyboardInterrupt:

@@ -287,6 +287,14 @@ def test_cli_whose_reader_left_writes_its_files_and_ends_quietly(tmp_path):
     (["simulate", "X", "--backfill", "maybe"], 2, "backfill: 'maybe' is not none"),
     (["simulate", "X", "--policy", "lottery"], 2, "invalid choice"),
     (["simulate", "X", "--nodes", "0"], 2, "--nodes, --ppn and --cores must be at least 1"),
+    # (the config's rule for server_interval and kill_grace; a server at interval nan never stepped)
+    (["server", "--interval", "-1"], 2, "--interval must be a positive number of seconds"),
+    (["server", "--once", "--interval", "nan"], 2, "--interval must be a positive number of seconds"),
+    (["server", "--grace", "0"], 2, "--grace must be a positive number of seconds"),
+    (["server", "--grace", "inf"], 2, "--grace must be a positive number of seconds"),
+    (["drain", "X", "--gap", "-1"], 2, "--gap must be a non-negative number of seconds"),
+    (["drain", "X", "--gap", "nan"], 2, "--gap must be a non-negative number of seconds"),
+    (["drain", "X", "--top", "-1"], 2, "--top a count of at least 0"),
     (["frobnicate"], 2, "invalid choice")])
 def test_cli_usage_errors(args, code, msg):
     p = run_cli(*args)
