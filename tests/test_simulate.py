@@ -15,6 +15,7 @@ import pytest
 from oracle import naive_conservative, naive_easy
 
 from hpcsched.sim import swf
+from hpcsched.sim.engine import SimulationError
 from hpcsched.sim.simulate import Machine, MapStats, map_record, record, simulate
 from hpcsched.sim.testing import assert_schedule
 
@@ -309,6 +310,25 @@ def test_cli_bad_trace_line_is_one_line_error(tmp_path):
     assert p.stderr.count("\n") == 1
     p = run_cli("simulate", path, "--skip-bad")
     assert p.returncode == 0 and "1 malformed lines" in p.stdout
+
+
+@pytest.mark.parametrize("line,what", [
+    ("8 1e30 -1 10 1 -1 -1 1 100 -1 1 1 1 -1 1 -1 -1 -1", "job 8: submit time 1e+30 s is out of range"),
+    ("8 40 -1 1e30 1 -1 -1 1 1e30 -1 1 1 1 -1 1 -1 -1 -1", "job 8: run time 1e+30 s is out of range"),
+    ("8 40 -1 3e9 1 -1 -1 1 -1 -1 1 1 1 -1 1 -1 -1 -1", "job 8: run time 3e+09 s is out of range")])
+def test_a_record_past_68_years_is_one_line_error_not_a_replay_that_never_ends(tmp_path, line, what):
+    # (the drain accounts walk day by day: a submit time of 1e30 s hung the replay)
+    p = run_cli("simulate", write_trace(tmp_path, LINES + [line]))
+    assert p.returncode == 1 and what in p.stderr and p.stderr.count("\n") == 1, p.stderr
+    first = [record(1, -3e9, 1, 10.0)] + [record(2, 0.0, 1, 10.0)]  # (the library refuses it too)
+    with pytest.raises(SimulationError, match="job 1: submit time -3e[+]09 s is out of range"):
+        simulate(first, nodes=4)
+
+
+def test_a_record_at_the_bound_replays():
+    res = simulate([record(1, 0.0, 1, 10.0, req_time=2.0 ** 40), record(2, 2.0 ** 31 - 1, 1, 2.0 ** 31 - 1)],
+                   nodes=4, series_step=86400.0 * 365)
+    assert [(j.start, j.end) for j in res.jobs] == [(0.0, 10.0), (2.0 ** 31 - 1, 2.0 ** 32 - 2)]
 
 
 def test_cli_library_demo_runs():

@@ -116,6 +116,10 @@ def machine_for(header: swf.Header, nodes: int | None = None, ppn: int | None = 
 
 MAX_NODES = 1 << 20  # a million nodes: ten times Sequoia's
 MAX_PPN = 1 << 12
+# a replay's times stay within this many seconds of the trace's start (68 years, SWF's
+# 32-bit seconds): past it the day-by-day drain accounts and the metrics' series would
+# walk for ever (a submit time of 1e30 hung the replay)
+MAX_SECONDS = (1 << 31) - 1
 
 
 @dataclass
@@ -167,7 +171,8 @@ class TraceMap:
 
 def map_record(rec: swf.Record, machine: Machine, stats: MapStats, tmap: TraceMap = TraceMap()
                ) -> tuple[Request, float, float] | None:
-    """(request, walltime, run time) for one record, or None if it cannot be replayed."""
+    """(request, walltime, run time) for one record, or None if it cannot be replayed
+    (SimulationError if its submit or run time lies past MAX_SECONDS)."""
     stats.records += 1
     if rec.status == 5 and tmap.cancelled == "drop":
         stats.skipped_cancelled += 1
@@ -196,6 +201,10 @@ def map_record(rec: swf.Record, machine: Machine, stats: MapStats, tmap: TraceMa
     if run > estimate:
         stats.cut_at_request += 1
         run = estimate
+    if not -MAX_SECONDS <= rec.submit <= MAX_SECONDS or run > MAX_SECONDS:
+        what, value = ("submit time", rec.submit) if run <= MAX_SECONDS else ("run time", run)
+        raise SimulationError(f"job {rec.job}: {what} {value:g} s is out of range (a replay's times lie within "
+                              f"{MAX_SECONDS} s of 0)")
     if machine.share:
         request = _request(wanted, 1, 0)
     elif machine.shared:
