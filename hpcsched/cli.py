@@ -176,15 +176,21 @@ def cmd_sweep(args) -> int:
 def cmd_report(args) -> int:
     from .sim import report
     runs = []
-    try:
-        for path in args.results:
-            runs.extend(report.load(path))
-    except FileNotFoundError as e:
-        print(f"hpcsched report: {e.filename}: no such file", file=sys.stderr)
-        return 1
-    except (OSError, ValueError, KeyError, TypeError) as e:
-        print(f"hpcsched report: {e}", file=sys.stderr)
-        return 1
+    for path in args.results:
+        try:
+            mine = report.load(path)
+            report.html(mine)  # (a run the page cannot show is named with its file here, not a traceback later)
+        except FileNotFoundError:
+            print(f"hpcsched report: {path}: no such file", file=sys.stderr)
+            return 1
+        except OSError as e:
+            print(f"hpcsched report: {path}: {e.strerror or e}", file=sys.stderr)
+            return 1
+        except (ValueError, KeyError, TypeError, AttributeError, IndexError) as e:
+            why = e if type(e) is ValueError else f"{type(e).__name__}: {e}"
+            print(f"hpcsched report: {path}: not results this version reads ({why})", file=sys.stderr)
+            return 1
+        runs.extend(mine)
     _write_atomic(args.output, lambda f: f.write(report.html(runs)))
     print(f"wrote {args.output} ({len(runs)} runs)")
     return 0

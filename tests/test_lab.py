@@ -298,6 +298,18 @@ def test_simulate_sweep_and_report_commands(tmp_path):
                           (("report", str(tmp_path / "no.json")), "no.json: no such file")]:
         done = hpcsched(*args)
         assert done.returncode in (1, 2) and len(done.stderr.splitlines()) == 1 and message in done.stderr
+    # results the page cannot show: one line naming the file (these were tracebacks), the page left as it was
+    before = (tmp_path / "all.html").read_text()
+    for i, (text, message) in enumerate([('{"cells": [1]}', "AttributeError"), ('{"cells": 5}', "TypeError"),
+                                         ('{"cells": [{"run": {"label": "x"}}]}', "KeyError: 'metrics'"),
+                                         ('{"metrics": {}}', "KeyError: 'overall'"), ("{", "JSONDecodeError"),
+                                         ('{"jobs": []}', "neither a replay's results.json nor a sweep's")]):
+        bad = tmp_path / f"bad{i}.json"
+        bad.write_text(text)
+        done = hpcsched("report", str(tmp_path / "o" / "results.json"), str(bad), "-o", str(tmp_path / "all.html"))
+        assert done.returncode == 1 and done.stderr.count("\n") == 1, done.stderr
+        assert f"bad{i}.json: not results this version reads" in done.stderr and message in done.stderr
+    assert (tmp_path / "all.html").read_text() == before
 
 
 @pytest.mark.skipif(not any(shutil.which(b) for b in ("chromium", "chromium-browser", "google-chrome", "firefox")),

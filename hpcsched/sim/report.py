@@ -43,7 +43,7 @@ def load(path: str) -> list[dict]:
         return [c["run"] for c in data["cells"] if c.get("run")]
     if isinstance(data, dict) and "metrics" in data:
         return [run_of(data, path)]
-    raise ValueError(f"{path}: neither a replay's results.json nor a sweep's results")
+    raise ValueError("neither a replay's results.json nor a sweep's results")
 
 
 def html(runs: list[dict], title: str = "hpcsched simulation report") -> str:
