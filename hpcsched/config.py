@@ -381,7 +381,10 @@ def build(config: dict, extra_keys=(), now: float = 0.0) -> Scheduler:
             sched.add_reservation(entry.reservation(names), now)
         except Exception as e:  # Rejected, InvalidRequest: one line naming the entry
             raise ConfigError(f"calendar {entry.name}: {e}") from None
-    for k, d in enumerate(config.get("reservations", [])):
+    reservations = config.get("reservations", [])
+    if not isinstance(reservations, list):
+        raise ConfigError("reservations: must be a list of [[reservations]] tables")
+    for k, d in enumerate(reservations):
         where = f"reservations[{k}]"
         if not isinstance(d, dict):
             raise ConfigError(f"{where}: must be a table")

@@ -325,6 +325,16 @@ def test_a_record_past_68_years_is_one_line_error_not_a_replay_that_never_ends(t
         simulate(first, nodes=4)
 
 
+@pytest.mark.parametrize("config,message", [
+    ("priority = 5", "priority: must be a table"),  # (these two were tracebacks)
+    ("reservations = 5", "reservations: must be a list of [[reservations]] tables")])
+def test_a_config_of_the_wrong_shape_is_one_line_error(tmp_path, config, message):
+    (tmp_path / "site.toml").write_text(config + "\n")
+    for policy in ((), ("--policy", "fifo")):
+        p = run_cli("simulate", write_trace(tmp_path), "--config", str(tmp_path / "site.toml"), *policy)
+        assert p.returncode == 1 and message in p.stderr and p.stderr.count("\n") == 1, p.stderr
+
+
 def test_a_record_at_the_bound_replays():
     res = simulate([record(1, 0.0, 1, 10.0, req_time=2.0 ** 40), record(2, 2.0 ** 31 - 1, 1, 2.0 ** 31 - 1)],
                    nodes=4, series_step=86400.0 * 365)

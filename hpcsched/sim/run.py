@@ -193,8 +193,10 @@ def check(settings: dict) -> dict:
         probe.pop("nodes", None)
     else:
         probe["nodes"] = cfg.get("nodes") or [{"names": "n0", "cores": 1}]
-    for key, value in (("priority", dict(cfg.get("priority", {}), **(
-            {"policy": out["policy"]} if out["policy"] else {}))), ("backfill", out["backfill"])):
+    priority = cfg.get("priority", {})
+    if out["policy"] and isinstance(priority, dict):  # (not a table: `build` says so)
+        priority = dict(priority, policy=out["policy"])
+    for key, value in (("priority", priority), ("backfill", out["backfill"])):
         if value:
             probe[key] = value
     try:

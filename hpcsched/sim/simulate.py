@@ -49,7 +49,7 @@ class Machine:
         count (what a trace's processors are packed by), shared if any table is."""
         from ..core import nodelist
         try:
-            names = [n for t in tables for n in nodelist.expand(t["names"])]
+            names = [n for t in tables for n in nodelist.expand(str(t["names"]))]  # (as NodePool reads them)
             ppn = max(int(t.get("cores", 1)) for t in tables)
         except (KeyError, TypeError, ValueError, AttributeError) as e:
             raise SimulationError(f"nodes: {e}") from None
