@@ -53,6 +53,25 @@ def test_run_for_runs_as_the_client_and_restores_the_server(rig, tmp_path, monke
     assert reply(run_for(encode_request("qsub", ["-Z"], "/", env, b"")))[0] == 2
 
 
+@pytest.mark.parametrize("name", ["a b", "bob@elsewhere", "x,y", "u=v", "-n", ""])
+def test_a_named_user_that_is_no_user_name_is_refused_at_both_doors(rig, monkeypatch, capsys, name):
+    # (it went into Job_Owner, accounting's key=value records and qstat's columns as it was)
+    env = dict(os.environ, HPCSCHED_USER=name)
+    status, out, err = reply(run_for(encode_request("qsub", [], "/", env, b"true\n")))
+    monkeypatch.setenv("HPCSCHED_USER", name)
+    (rig / "job.sh").write_text("true\n")
+    here = commands.run_here("qsub", ["-N", "here", str(rig / "job.sh")])
+    local = capsys.readouterr()
+    if not name:  # (empty: not set, the real user)
+        assert (status, here) == (0, 0) and out == "1.headnode\n" and local.out == "2.headnode\n"
+        return
+    message = f"qsub: HPCSCHED_USER: {name!r} is not a user name"
+    assert status == 1 and out == "" and err.startswith(message) and err.count("\n") == 1
+    assert here == 1 and local.err.startswith(message) and local.out == ""
+    status, out, _ = reply(run_for(encode_request("qstat", [], "/", dict(env, HPCSCHED_USER="alice"), None)))
+    assert (status, out) == (0, "")  # (nothing submitted)
+
+
 def test_run_for_refuses_what_it_must_not_run(rig):
     for prog in ("pbsyod", "rm"):
         status, _, err = reply(run_for(encode_request(prog, [], "/", {}, None)))

@@ -4,6 +4,7 @@ import io
 import os
 import sys
 
+from ..core.errors import ConfigError
 from ..store import site
 from . import qsub
 from .front import COMMANDS, MAGIC, NOTHING, SCRIPT, STDIN, _runs_here, run_here
@@ -49,6 +50,11 @@ def run_for(request: bytes, caller: str | None = None) -> bytes:
     out, err = io.StringIO(), io.StringIO()
     if caller is not None and env.get("HPCSCHED_USER", caller) not in ("", caller):
         err.write(f"{prog}: HPCSCHED_USER is ignored: the server knows you as {caller}\n")
+    elif caller is None:  # (as load_site checks it for a command run here)
+        try:
+            site.check_named_user(env)
+        except ConfigError as e:
+            return encode_reply(1, b"", f"{prog}: {e}\n".encode(errors="surrogateescape"))
     try:
         _become_environment(env)
         site.caller = caller

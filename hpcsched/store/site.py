@@ -19,6 +19,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import os
+import re
 import socket
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -35,6 +36,7 @@ SITE_KEYS = DRIVER_KEYS  # (config.py lists them: one place names every key a si
 FLAVORS = ("torque", "openpbs")
 CONFIG = "config.toml"
 OVERLAY = "qmgr.json"
+_USER_NAME = re.compile(r"[A-Za-z0-9_.][A-Za-z0-9_.-]*\$?")  # what useradd takes, and numeric ids
 
 
 def read_overlay(home: Path) -> dict:
@@ -187,6 +189,7 @@ def _load_site(home: Path) -> Site:
     if flavor not in FLAVORS:
         where = "HPCSCHED_FLAVOR" if os.environ.get("HPCSCHED_FLAVOR") else "flavor"
         raise ConfigError(f"{where}: {flavor!r} is not torque or openpbs")
+    check_named_user(os.environ)
     if not isinstance(config.get("scheduling", True), bool):
         raise ConfigError("scheduling: must be true or false")
     for key, example in (("mail_command", '["sendmail", "-t"]'), ("launcher", '["ssh", "{host}", "{command}"]'),
@@ -267,6 +270,14 @@ max_walltime = "24:00:00"
 #: the user a forwarded command runs for, as the kernel names the client (set by the
 #: server around each command); None: a command run in its caller's own process
 caller: str | None = None
+
+
+def check_named_user(environ) -> None:
+    """$HPCSCHED_USER, if set, must be a user name: it goes into owner@host, accounting's
+    key=value records and qstat's columns (ConfigError if not)."""
+    user = environ.get("HPCSCHED_USER")
+    if user and not _USER_NAME.fullmatch(user):
+        raise ConfigError(f"HPCSCHED_USER: {user!r} is not a user name (letters, digits, '.', '_', '-')")
 
 
 def _whoami() -> str:
