@@ -117,6 +117,8 @@ def test_qstat_f_shows_every_attribute_the_job_was_given(rig, monkeypatch, flavo
 @pytest.mark.parametrize("argv,status,msg", [
     (["-l", "select=1:ncpus=2,nodes=1"], 2, '"-lresource=" cannot be used with "select" or "place", resource is: nodes'),
     (["-l", "walltime=soon"], 2, "illegal -l value"),
+    (["-l", "select=1:ncpus=1,place=bogus"], 2, "illegal -l value: place=bogus (give [free|pack|scatter|"),
+    (["-l", "select=1:ncpus=1,place=scatter:group="], 2, "illegal -l value: place=scatter:group="),
     (["-l", "frobs=3"], 2, "Unknown resource type frobs"),
     (["-p", "5000"], 2, "illegal -p value"),
     (["-j", "xy"], 2, "illegal -j value"),
@@ -151,6 +153,11 @@ def test_qsub_refusals(rig, argv, status, msg):
         submit(*argv)
     assert e.value.status == status and msg in str(e.value)
     assert not (rig / "home" / "journal.jsonl").exists()  # nothing stored
+
+
+def test_a_place_statement_is_checked_and_left_to_the_planner(rig):
+    for place in ("scatter", "pack:excl", "free:shared:group=switch", "vscatter:exclhost"):
+        assert submit("-l", f"select=2:ncpus=1,place={place}").endswith(".headnode")
 
 
 def test_qsub_openpbs_messages(rig, monkeypatch):

@@ -109,6 +109,8 @@ KNOWN_RES = TORQUE_RES | {"walltime", "mem", "ncpus", "select", "place", "cput",
                           "mpiprocs", "naccelerators", "ngpus", "software", "arch", "size", "nidmask"}
 #: ways of asking for processors; a job uses one of them
 COUNT_RES = ("select", "nodes", "procs", "ncpus", "size")
+#: OpenPBS's place=[arrangement][:sharing][:group=RESOURCE] words (checked; the planner chooses the nodes)
+PLACE = {"free", "pack", "scatter", "vscatter", "excl", "shared", "exclhost"}
 
 
 def build_request(res: dict[str, str], declared=()) -> tuple[Request, float | None]:
@@ -122,6 +124,9 @@ def build_request(res: dict[str, str], declared=()) -> tuple[Request, float | No
         if mixed:
             raise common.CommandError(f'"-lresource=" cannot be used with "select" or "place", resource is: '
                                    f'{mixed[0]}', common.USAGE)
+    if "place" in res and not all(w in PLACE or w.startswith("group=") and w[6:] for w in res["place"].split(":")):
+        raise UsageError(f"illegal -l value: place={res['place']} (give [free|pack|scatter|vscatter]"
+                         "[:excl|shared|exclhost][:group=RESOURCE])")
     counts = [k for k in COUNT_RES if k in res]
     if "size" in res and len(counts) > 1:
         raise UsageError(f"illegal -l value: size cannot be used with {[k for k in counts if k != 'size'][0]}")
