@@ -69,7 +69,8 @@ def command_case(rnd: random.Random) -> dict:
     if prog == "qsub" and rnd.random() < 0.5:
         script = directives_script(rnd)
     flavor = rnd.choice(["torque", "openpbs"])
-    return {"kind": "command", "prog": prog, "argv": argv, "stdin": script, "flavor": flavor}
+    user = rnd.choice(["alice"] * 9 + ["a b", "x@y", "u=v", "-n", "é"])  # ($HPCSCHED_USER)
+    return {"kind": "command", "prog": prog, "argv": argv, "stdin": script, "flavor": flavor, "user": user}
 
 
 def directives_script(rnd: random.Random) -> str:
@@ -88,7 +89,8 @@ CONFIG_KEYS = {"backfill": ["easy", "none", "conservative", "depth=3", "depth=0"
                "placement": ["first-fit", "contiguous", "random"], "dependency_failure": ["hold", "delete", "x"],
                "default_queue": ["batch", "nosuch", 3], "scheduling": [True, "false", 0],
                "mail_command": [["sendmail", "-t"], "sendmail", [""]], "node_log": [True, "", 3],
-               "frob": [1], "interval": [15, 0, -1, "x"], "managers": [["root"], "root", [1]]}
+               "frob": [1], "interval": [15, 0, -1, "x"], "managers": [["root"], "root", [1]],
+               "priority": [5, "fifo", [1]], "reservations": [5, [5], "x"], "quotas": [5, [5]]}
 QUEUE_KEYS = {"max_walltime": ["1:00:00", "soon", -1, 3600], "max_running": [1, -1, "x", 0],
               "route_to": [["batch"], ["nosuch"], "batch"], "min_fraction": [0.2, -1, 2, "x"], "frob": [1]}
 NODE_KEYS = {"names": ["node[01-04]", "node[1-99999999]", "", 3, "node[04-01]"], "cores": [4, 0, -1, "x", 1e9],
@@ -113,17 +115,19 @@ def config_case(rnd: random.Random) -> dict:
 
 
 def trace_case(rnd: random.Random) -> dict:
-    fields = ["1", "0", "-1", "10", "1", "-1", "-1", "1", "100", "-1", "1", "1", "1", "-1", "1", "-1", "-1", "-1"]
+    sound = "1 0 -1 10 1 -1 -1 1 100 -1 1 1 1 -1 1 -1 -1 -1"  # (a record before: a time far off spans the replay)
+    fields = ["2", "0", "-1", "10", "1", "-1", "-1", "1", "100", "-1", "1", "1", "1", "-1", "1", "-1", "-1", "-1"]
     for _ in range(rnd.randint(1, 3)):
         i = rnd.randrange(len(fields) + 1)
         if i == len(fields):
             fields.append(_value(rnd)) if rnd.random() < 0.5 else fields.pop()
         else:
             fields[i] = rnd.choice(["nan", "inf", "-inf", "1e999", "1_0", "²", "", "x", "-0", "4.0", "4.5",
-                                    "99999999999999999999", "-99", "0x10", _value(rnd)])
+                                    "99999999999999999999", "-99", "0x10", "1e30", "-1e30", "3e9",
+                                    "2147483648", _value(rnd)])
     header = rnd.choice(["; MaxProcs: 8", "; MaxProcs: inf", "; MaxProcs:", "; MaxProcs: 1e30", "; MaxNodes: -4",
                          "; MaxProcs: 8"])
-    return {"kind": "trace", "text": f"{header}\n" + " ".join(f for f in fields if f.strip()) + "\n"}
+    return {"kind": "trace", "text": f"{header}\n{sound}\n" + " ".join(f for f in fields if f.strip()) + "\n"}
 
 
 def store_case(rnd: random.Random) -> dict:
@@ -178,6 +182,7 @@ def _command(case: dict, home) -> str | None:
     from hpcsched.pbs import front
     from importlib import import_module
     os.environ["HPCSCHED_FLAVOR"] = case["flavor"]
+    os.environ["HPCSCHED_USER"] = case.get("user", "alice")
     module, name = front.COMMANDS[case["prog"]].split(":")
     command = getattr(import_module(f"hpcsched.pbs.{module}"), name)
     before = _store_bytes(home)
@@ -189,6 +194,7 @@ def _command(case: dict, home) -> str | None:
             status = command(list(case["argv"]), out=out)
     finally:
         os.sys.stdin = saved
+        os.environ["HPCSCHED_USER"] = "alice"
     if "Traceback" in err.getvalue() or "internal error" in err.getvalue():
         return f"traceback: {err.getvalue()[:300]}"
     if status not in STATUSES[case["flavor"]]:
