@@ -452,6 +452,16 @@ def test_hpcsched_nodes_lists_midplanes_on_a_blue_gene(bgq_rig, capsys, monkeypa
                                                     "R00-M1                1 mixed (boards: R00-M1-N04=down)"]
 
 
+def test_hpcsched_nodes_lists_the_named_nodes_and_refuses_an_unknown_one(rig, capsys):
+    from hpcsched import cli
+    assert cli.main(["nodes", "node03", "node01"]) == 0
+    assert capsys.readouterr().out.splitlines() == ["node03                2 up", "node01                0 up"]
+    assert cli.main(["nodes", "node01", "nosuch"]) == 1  # (it listed every node, status 0)
+    seen = capsys.readouterr()
+    assert seen.out == "" and seen.err == "hpcsched nodes: unknown node 'nosuch'\n"
+    assert cli.main(["nodes"]) == 0 and len(capsys.readouterr().out.splitlines()) == 4
+
+
 def test_setres_counts_the_nodes_of_midplanes_and_boards(bgq_rig, monkeypatch):
     import io
     from hpcsched.pbs import maui
