@@ -332,14 +332,13 @@ def cmd_nodes(args) -> int:
             return 159
         with batch.open(write=bool(state or args.clear_bad)):
             topo = batch.sched.topology
+            named = [topo.node(name) for name in args.names]  # (an unknown name: one line, status 1, no change)
             if args.clear_bad:
                 for n in topo.all_nodes():
                     if n.state.value == "bad":
                         batch.do("node", name=n.name, state="up")
-            for name in args.names:
-                topo.node(name)  # an unknown name is one line, status 1
-                if state:
-                    batch.do("node", name=name, state=state)
+            for name in args.names if state else []:
+                batch.do("node", name=name, state=state)
             if isinstance(topo, BlueGene):  # midplanes, and which of their boards are not up
                 for i, (mp, boards) in enumerate(topo.midplanes()):
                     states = {b.state.value for b in boards}
@@ -347,7 +346,7 @@ def cmd_nodes(args) -> int:
                     whole = states.pop() if len(states) == 1 else "mixed"
                     print(f"{mp:<16} {i:>6} {whole}" + (f" (boards: {', '.join(off)})" if whole == "mixed" else ""))
             else:  # (the named nodes, else every one)
-                for n in [topo.node(name) for name in args.names] if args.names else topo.all_nodes():
+                for n in named or topo.all_nodes():
                     print(f"{n.name:<16} {n.nid:>6} {n.state.value}")
     except (SchedulerError, OSError) as e:
         print(f"hpcsched nodes: {e}", file=sys.stderr)

@@ -452,8 +452,11 @@ def test_hpcsched_nodes_lists_midplanes_on_a_blue_gene(bgq_rig, capsys, monkeypa
                                                     "R00-M1                1 mixed (boards: R00-M1-N04=down)"]
 
 
-def test_hpcsched_nodes_lists_the_named_nodes_and_refuses_an_unknown_one(rig, capsys):
+def test_hpcsched_nodes_lists_the_named_nodes_and_refuses_an_unknown_one(rig, capsys, monkeypatch):
     from hpcsched import cli
+    monkeypatch.setenv("HPCSCHED_USER", "olga")  # (an operator)
+    assert cli.main(["nodes", "--set", "down", "node01", "nosuch"]) == 1  # (node01 went down first)
+    capsys.readouterr()
     assert cli.main(["nodes", "node03", "node01"]) == 0
     assert capsys.readouterr().out.splitlines() == ["node03                2 up", "node01                0 up"]
     assert cli.main(["nodes", "node01", "nosuch"]) == 1  # (it listed every node, status 0)
