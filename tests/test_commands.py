@@ -120,6 +120,16 @@ def test_qstat_f_shows_every_attribute_the_job_was_given(rig, monkeypatch, flavo
     (["-l", "select=1:ncpus=1,place=bogus"], 2, "illegal -l value: place=bogus (give [free|pack|scatter|"),
     (["-l", "select=1:ncpus=1,place=scatter:group="], 2, "illegal -l value: place=scatter:group="),
     (["-l", "frobs=3"], 2, "Unknown resource type frobs"),
+    (["-l", "select=1:ncpus=1:foo=3"], 2, "Unknown resource: foo (select chunk '1:ncpus=1:foo=3')"),
+    (["-l", "select=1:ngpus=x"], 2, "illegal -l value: ngpus must be a non-negative integer, not 'x'"),
+    (["-l", "nodes=1:gpus=-1"], 2, "illegal -l value: gpus must be a non-negative integer"),
+    (["-l", "ngpus=1,nodes=1"], 2, "ngpus cannot be used with nodes (ask in each chunk: nodes=N:gpus=G)"),
+    (["-l", "ngpus=1,procs=2"], 2, "ngpus cannot be used with procs"),
+    (["-l", "select=2:ncpus=1:host=node01"], 2, "a chunk that names a host is one chunk on it"),
+    (["-l", "select=1:ncpus=1:host=node01+1:ncpus=1"], 2, "name a different host in every chunk, or in none"),
+    (["-l", "select=1:host=node01+1:host=node01"], 2, "name a different host in every chunk, or in none"),
+    (["-l", "select=1:host=nosuch"], 2, "illegal -l value: host: unknown node 'nosuch'"),
+    (["-l", "nodes=1:gpus=1"], 188, "requests more than the machine has (1 nodes with 1 GPUs each of 4)"),
     (["-p", "5000"], 2, "illegal -p value"),
     (["-j", "xy"], 2, "illegal -j value"),
     (["-l", "walltime=²"], 2, "illegal -l value: walltime '²'"),
@@ -158,6 +168,35 @@ def test_qsub_refusals(rig, argv, status, msg):
 def test_a_place_statement_is_checked_and_left_to_the_planner(rig):
     for place in ("scatter", "pack:excl", "free:shared:group=switch", "vscatter:exclhost"):
         assert submit("-l", f"select=2:ncpus=1,place={place}").endswith(".headnode")
+
+
+def test_gpus_in_either_style_go_to_nodes_that_have_them(rig, monkeypatch):
+    from hpcsched.pbs import pbsnodes
+    config = rig / "home" / "config.toml"
+    config.write_text(config.read_text() + '\n[[nodes]]\nnames = "gpu[1-2]"\ncores = 8\ngpus = 4\nshared = true\n')
+    for resources, total in [("nodes=2:ppn=2:gpus=1", 2), ("nodes=1:ppn=1:gpus=2:exclusive_process", 2),
+                             ("select=2:ncpus=4:ngpus=2", 4), ("ngpus=3,ncpus=2", 3), ("select=1:ncpus=1", 0)]:
+        attrs = full(submit("-l", resources))
+        assert attrs.get("Resource_List.ngpus") == (str(total) if total else None), resources
+    assert "Resource_List.select = 1:ncpus=2:ngpus=1" in stat("-f", submit("-l", "select=1:ncpus=2:ngpus=1"))[1]
+    jid = submit("-l", "select=1:ncpus=1:host=gpu2+1:ncpus=1:host=node01")
+    monkeypatch.setenv("HPCSCHED_USER", "olga")  # (an operator runs it now)
+    assert qctl.QRUN([jid], out=io.StringIO()) == 0 and full(jid)["exec_host"] == "node01/0+gpu2/0"
+    with pytest.raises(CommandError, match=r"\(1 nodes with 5 GPUs each of 6\)"):
+        submit("-l", "nodes=1:gpus=5")
+    # qalter: a new count drops the job-wide ngpus with the old count; ngpus alone adds it
+    jid = submit("-l", "ngpus=3,ncpus=2")
+    assert qctl.QALTER(["-l", "select=1:ncpus=1", jid], out=io.StringIO()) == 0
+    assert "Resource_List.ngpus" not in full(jid)
+    assert qctl.QALTER(["-l", "ngpus=2", jid], out=io.StringIO()) == 2  # (with select: per chunk)
+    assert qctl.QALTER(["-l", "select=1:ncpus=1:ngpus=2", jid], out=io.StringIO()) == 0
+    assert full(jid)["Resource_List.ngpus"] == "2"
+    out = io.StringIO()
+    assert pbsnodes.PBSNODES(["gpu1", "node01"], out=out) == 0
+    assert "     gpus = 4" in out.getvalue() and out.getvalue().count("gpus") == 1
+    monkeypatch.setenv("HPCSCHED_FLAVOR", "openpbs")
+    out = io.StringIO()
+    assert pbsnodes.PBSNODES(["gpu1"], out=out) == 0 and "resources_available.ngpus = 4" in out.getvalue()
 
 
 def test_qsub_openpbs_messages(rig, monkeypatch):
@@ -374,6 +413,12 @@ def test_qmove_and_qselect(rig):
     qctl.QSELECT(["-A", "proj", "-u", "alice"], out=out)
     assert out.getvalue() == "2.headnode\n"
     assert qctl.QSELECT(["-l", "walltime.about.1"], out=io.StringIO()) == 2
+    # unknown state or hold letters are refused, not matched against nothing
+    for argv in (["-s", "ZZ"], ["-s", "Qz"], ["-s", ""], ["-h", "x"], ["-h", "un", "-h", "k"]):
+        out = io.StringIO()
+        assert qctl.QSELECT(argv, out=out) == 2 and out.getvalue() == "", argv
+    out = io.StringIO()
+    assert qctl.QSELECT(["-s", "QF", "-h", "n"], out=out) == 0 and out.getvalue() == "1.headnode\n2.headnode\n"
 
 
 @pytest.mark.parametrize("flag,spec,indices", [("-t", "1-4%2", [1, 2, 3, 4]), ("-J", "0-6:3", [0, 3, 6]),

@@ -89,6 +89,8 @@ def test_a_job_gets_the_smallest_block_that_holds_it():
         assert s.topology.size(Request(nodes=nodes)) == size
     with pytest.raises(Rejected, match="more than the machine"):
         s.submit(Job(owner="a", request=Request(nodes=4097), walltime=60), now=0)
+    with pytest.raises(Rejected, match=r"more than the machine has \(128 nodes with 1 GPUs each"):
+        s.submit(Job(owner="a", request=Request(nodes=128, gpus=1), walltime=60), now=0)  # a Blue Gene has none
 
 
 def test_cobalt_choice_blocks_the_fewest_free_larger_blocks():
@@ -193,6 +195,16 @@ def test_builtin_crays_have_the_papers_sizes():
     assert bw.node_count == 26868 and bw.node("nid22640").features == {"xk"} and bw.node("nid00000").cores == 32
     assert Cray.from_config({"kind": "cray", "name": "xt3"}).node_count == 2068
     assert Cray.from_config({"kind": "cray", "name": "kraken"}).node("nid09407").cores == 12
+    assert bw.node("nid22640").gpus == 1 and bw.node("nid22639").gpus == 0  # the XK nodes' one GPU each
+    assert bw.eligible(Request(nodes=1, gpus=1)).bit_count() == 4228
+
+
+def test_a_cray_of_its_own_declares_gpus():
+    c = Cray.from_config({"kind": "cray", "torus": [2, 2, 2], "per_router": 1,
+                          "nodes": [{"count": 6, "cores": 4}, {"count": 2, "cores": 4, "gpus": 2}]})
+    assert [n.name for n in c.nodes if n.gpus == 2] == ["nid00006", "nid00007"]
+    with pytest.raises(ConfigError, match=r"machine.nodes\[0\].gpus: must be an integer >= 0"):
+        Cray.from_config({"kind": "cray", "torus": [2, 2, 2], "nodes": [{"count": 6, "gpus": -1}]})
 
 
 def cray(placement, torus=(4, 4, 4), per_router=2):

@@ -436,6 +436,8 @@ def test_qsub_counts_software_against_a_consumable_and_shows_the_quota(rig, caps
         qsub_mod.submit(["-l", "software=idl"], stdin=__import__("io").StringIO("true\n"))
     with pytest.raises(CommandError, match="Unknown resource type licence"):
         qsub_mod.submit(["-l", "licence=2"], stdin=__import__("io").StringIO("true\n"))
+    with pytest.raises(CommandError, match=r"Unknown resource: matlab \(a job-wide consumable: -l matlab=N\)"):
+        qsub_mod.submit(["-l", "select=1:ncpus=1:matlab=1"], stdin=__import__("io").StringIO("true\n"))
 
 
 def test_qstat_and_checkjob_show_the_quota_of_a_job_passed_over_with_its_user(rig, capsys):

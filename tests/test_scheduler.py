@@ -243,3 +243,32 @@ def test_started_jobs_node_names_are_listed_when_read_and_saved():
     assert saved["nodes"] == list(a.nodes)
     back = Job.from_dict(saved)
     assert back.nodes == a.nodes and back == a and a.copy().nodes == a.nodes
+
+
+def test_gpu_jobs_run_on_gpu_nodes_and_never_share_a_gpu():
+    """Through the passes (EASY and conservative), on a pool of shared nodes some of which
+    have GPUs: a job asking for GPUs runs only on nodes with that many, and at every pass
+    the GPUs of the jobs on a node add up to at most the node's."""
+    import random
+    for backfill in ("easy", "conservative"):
+        s = build({"backfill": backfill, "queues": {"batch": {}}, "nodes": [
+            {"names": "c[1-2]", "cores": 8, "shared": True},
+            {"names": "g[1-2]", "cores": 8, "gpus": 4, "shared": True}]})
+        gpus = {n.name: n.gpus for n in s.topology.all_nodes()}
+        rnd, ends, started = random.Random(5), {}, 0
+        for t in range(0, 400, 4):
+            for jid in [j for j, end in ends.items() if end <= t]:
+                s.job_ended(jid, t, 0)
+                del ends[jid]
+            for _ in range(rnd.randrange(3)):
+                req = Request(nodes=rnd.choice([1, 1, 2]), ppn=rnd.choice([1, 2, 4]), gpus=rnd.choice([0, 1, 2, 4]))
+                s.submit(Job(owner=rnd.choice("ab"), request=req, walltime=rnd.choice([8, 20, 40])), t)
+            for st in s.iterate(t).started:
+                ends[st.job_id] = t + rnd.choice([4, 8, 20])
+                started += 1
+            held = {}
+            for j in s.running():
+                for name in j.nodes:
+                    held[name] = held.get(name, 0) + j.request.gpus
+            assert all(held[n] <= gpus[n] for n in held), (backfill, t, held)
+        assert started > 60

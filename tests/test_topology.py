@@ -2,7 +2,7 @@ import random
 
 import pytest
 
-from hpcsched import ConfigError, Node, NodePool, NodeState, Request
+from hpcsched import ConfigError, InvalidRequest, Node, NodePool, NodeState, Request
 from hpcsched.core.topology import Tiers, lowest, mask_of, set_bits
 
 
@@ -83,9 +83,55 @@ def test_from_config_and_errors():
                      ([{"names": "a", "cores": 0}], r"nodes\[0\].cores"),
                      ([{"names": "a", "colour": 1}], r"nodes\[0\].colour: unknown key"),
                      ([{"names": "a"}, {"names": "a"}], "defined twice"),
-                     ([{"names": "n[1-"}], r"nodes\[0\].names")]:
+                     ([{"names": "n[1-"}], r"nodes\[0\].names"),
+                     ([{"names": "a", "gpus": -1}], r"nodes\[0\].gpus: must be an integer >= 0"),
+                     ([{"names": "a", "gpus": "4"}], r"nodes\[0\].gpus")]:
         with pytest.raises(ConfigError, match=msg):
             NodePool.from_config(bad)
+
+
+def test_gpus_keep_a_job_to_nodes_that_have_them_and_are_bought_as_cores():
+    p = NodePool.from_config([{"names": "cpu1", "cores": 8, "shared": True},
+                              {"names": "gpu[1-2]", "cores": 8, "gpus": 4, "shared": True}])
+    assert p.node("gpu1").gpus == 4 and p.node("cpu1").gpus == 0
+    one = Request(nodes=1, ppn=1, gpus=1)
+    a = p.choose(one, tiers_of([p.available()]))
+    assert a.nodes == ("gpu1",) and a.cores == ((0, 1),)  # 1 of 4 GPUs: 2 of the 8 cores
+    assert p.choose(Request(nodes=1, ppn=1, gpus=3), tiers_of([p.available()])).cores == ((0, 1, 2, 3, 4, 5),)
+    assert p.choose(Request(nodes=1, ppn=6, gpus=1), tiers_of([p.available()])).cores == ((0, 1, 2, 3, 4, 5),)
+    assert p.choose(Request(nodes=2, gpus=2), tiers_of([p.available()])).nodes == ("gpu1", "gpu2")
+    assert not p.fits_anywhere(Request(nodes=1, gpus=5)) and not p.fits_anywhere(Request(nodes=3, gpus=1))
+    assert p.fits_anywhere(Request(nodes=3))
+    # whole nodes: eligibility alone
+    q = NodePool.from_config([{"names": "c[1-2]", "cores": 4}, {"names": "g1", "cores": 4, "gpus": 2}])
+    assert q.choose(Request(nodes=1, gpus=2), tiers_of([q.available()])).nodes == ("g1",)
+    assert not q.interchangeable(Request(nodes=1, gpus=1)) and q.interchangeable(Request(nodes=1))
+    with pytest.raises(InvalidRequest, match="gpus are per chunk"):
+        Request(cores=2, gpus=1)
+    with pytest.raises(InvalidRequest, match="gpus must be a non-negative integer"):
+        Request(gpus=-1)
+    assert Request.from_dict(Request(nodes=2, gpus=3).to_dict()) == Request(nodes=2, gpus=3)
+
+
+def test_shared_gpu_nodes_never_give_a_gpu_twice():
+    """Random chunks (cores, memory, GPUs) placed on shared GPU nodes until none fits: on
+    every node the GPUs of the chunks it holds add up to at most the node's."""
+    rnd = random.Random(11)
+    for _ in range(200):
+        p = NodePool([Node(f"g{i}", cores=rnd.choice([4, 8, 12, 16]), memory=rnd.choice([0, 16000]),
+                           gpus=rnd.choice([1, 2, 3, 4, 8]), shared=True) for i in range(rnd.randrange(1, 5))])
+        free, held = p.available(), {}
+        for _ in range(40):
+            r = Request(nodes=rnd.choice([1, 1, 2]), ppn=rnd.choice([1, 2, 3]), mem=rnd.choice([0, 0, 3000]),
+                        gpus=rnd.choice([0, 1, 1, 2, 3]))
+            a = p.choose(r, tiers_of([free]))
+            if a is None:
+                continue
+            assert not a.units & ~free
+            free &= ~a.units
+            for name in a.nodes:
+                held[name] = held.get(name, 0) + r.gpus
+        assert all(held[n] <= p.node(n).gpus for n in held)
 
 
 def test_set_bits_agrees_with_a_plain_loop():

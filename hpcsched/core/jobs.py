@@ -112,6 +112,8 @@ class Request:
     shared nodes it is converted to cores at the node's MB-per-core rate.  `features` are
     node properties every chosen node must have.  `within` names the only nodes (blocks,
     midplanes, nids) it may use: PSC's nidmask, a queue bound to part of the machine.
+    `gpus` are GPUs per chunk: only nodes with that many may serve it, and on shared
+    nodes they are bought as cores, as memory is (so no node's GPUs are given twice).
     """
 
     nodes: int = 1
@@ -120,14 +122,17 @@ class Request:
     mem: int = 0
     features: tuple[str, ...] = ()
     within: tuple[str, ...] = ()
+    gpus: int = 0
 
     def __post_init__(self):
-        for name in ("nodes", "ppn", "cores", "mem"):
+        for name in ("nodes", "ppn", "cores", "mem", "gpus"):
             value = getattr(self, name)
             if not isinstance(value, int) or isinstance(value, bool) or value < 0:
                 raise InvalidRequest(f"request {name} must be a non-negative integer, not {value!r}")
         if self.cores == 0 and (self.nodes < 1 or self.ppn < 1):
             raise InvalidRequest("request needs nodes >= 1 and ppn >= 1, or cores >= 1")
+        if self.gpus and self.cores:
+            raise InvalidRequest("request gpus are per chunk (nodes x ppn), not with a core count")
         object.__setattr__(self, "features", tuple(sorted(set(self.features))))
         object.__setattr__(self, "within", tuple(self.within))
 
@@ -145,7 +150,7 @@ class Request:
             raise InvalidRequest(f"unknown request field {sorted(d.keys() - _REQUEST_FIELDS)[0]!r}")
         # requests repeat across a store's jobs, and are immutable: share one object each
         key = (d.get("nodes", 1), d.get("ppn", 1), d.get("cores", 0), d.get("mem", 0),
-               tuple(d.get("features", ())), tuple(d.get("within", ())))
+               tuple(d.get("features", ())), tuple(d.get("within", ())), d.get("gpus", 0))
         req = _REQUESTS.get(key)
         if req is None:
             req = _REQUESTS[key] = cls(*key)

@@ -334,7 +334,8 @@ class Scheduler:
                     raise Rejected(f"project {job.account} has no allocation left: {why}")
                 queue = q
         if not self._fits_anywhere(job.request):
-            raise Rejected(f"requests more than the machine has ({size} nodes of {machine})")
+            gpus = f" with {job.request.gpus} GPUs each" if job.request.gpus else ""
+            raise Rejected(f"requests more than the machine has ({size} nodes{gpus} of {machine})")
         if job.consumes or self.quotas:
             why = self.quotas.check(replace(job, queue=queue.name))
             if why:

@@ -130,7 +130,7 @@ class Topology(ABC):
     def shape(self, request: Request) -> tuple:
         """A small hashable key: requests of one shape have the same eligible units, and a
         larger amount (nodes or cores) of one shape never fits where a smaller one fails."""
-        return (request.ppn, request.mem, request.features, bool(request.cores), request.within)
+        return (request.ppn, request.mem, request.features, bool(request.cores), request.within, request.gpus)
 
     @abstractmethod
     def need(self, request: Request) -> int:
@@ -219,3 +219,4 @@ class Node:
     shared: bool = False  # True: jobs share it core by core; False: one job at a time
     nid: int = 0  # numeric id (PSC's nid), by default the node's position
     state: NodeState = NodeState.UP
+    gpus: int = 0  # GPUs on the node

@@ -365,7 +365,7 @@ class BlueGene(Topology):
         return self._available
 
     def shape(self, request: Request) -> tuple:
-        return (self.size(request), request.within)
+        return (self.size(request), request.within, bool(request.gpus))
 
     def _candidates(self, request: Request) -> list[int]:
         """Indices of the blocks `request` may get: its block size, within its area."""
@@ -376,6 +376,8 @@ class BlueGene(Topology):
         return out
 
     def _find_candidates(self, request: Request) -> list[int]:
+        if request.gpus:  # (a Blue Gene has none)
+            return []
         size = self.size(request)
         out = [k for k, b in enumerate(self.blocks) if b.size == size]
         if request.within:  # blocks whose used and passed-through midplanes lie in the area

@@ -27,11 +27,11 @@ from ..core.jobs import Allocation, Request
 from ..core.topology import Node, Tiers, set_bits
 from .nodepool import NodePool
 
-#: Built-in machines: (count, cores, features) groups in nid order, torus, nodes per router.
+#: Built-in machines: (count, cores, features[, gpus]) groups in nid order, torus, nodes per router.
 BUILTIN = {
     "xt3": dict(groups=[(2068, 2, ())], torus=(11, 12, 16), per_router=1),  # PSC's BigBen (SeaStar)
     "kraken": dict(groups=[(9408, 12, ())], torus=(25, 16, 24), per_router=1),  # NICS' XT5
-    "bluewaters": dict(groups=[(22640, 32, ("xe",)), (4228, 16, ("xk",))], torus=(24, 24, 24), per_router=2),
+    "bluewaters": dict(groups=[(22640, 32, ("xe",)), (4228, 16, ("xk",), 1)], torus=(24, 24, 24), per_router=2),
 }
 MAX_SHAPES = 24  # box shapes tried per request, the most compact first
 
@@ -58,9 +58,10 @@ class Cray(NodePool):
             raise ConfigError("machine.per_router: must be 1, 2 or 4")
         slots = math.prod(torus) * per_router
         nodes = []
-        for count, cores, features in groups:
+        for count, cores, features, *gpus in groups:
             for _ in range(count):
-                nodes.append(Node(f"nid{len(nodes):05d}", cores, 0, frozenset(features), nid=len(nodes)))
+                nodes.append(Node(f"nid{len(nodes):05d}", cores, 0, frozenset(features), nid=len(nodes),
+                                  gpus=gpus[0] if gpus else 0))
         if len(nodes) > slots:
             raise ConfigError(f"machine: {len(nodes)} nodes do not fit a {'x'.join(map(str, torus))} torus "
                               f"of {per_router} node(s) per router ({slots} slots)")
@@ -99,18 +100,18 @@ class Cray(NodePool):
         if "nodes" in table:
             groups = []
             if not isinstance(table["nodes"], list) or not table["nodes"]:
-                raise ConfigError("machine.nodes: must be a list of {count, cores, features} tables")
+                raise ConfigError("machine.nodes: must be a list of {count, cores, features, gpus} tables")
             for k, g in enumerate(table["nodes"]):
                 where = f"machine.nodes[{k}]"
-                if not isinstance(g, dict) or set(g) - {"count", "cores", "features"}:
-                    raise ConfigError(f"{where}: a table of count, cores and features")
-                count, cores, feats = g.get("count"), g.get("cores", 1), g.get("features", [])
-                for key, v in (("count", count), ("cores", cores)):
-                    if not isinstance(v, int) or isinstance(v, bool) or v < 1:
-                        raise ConfigError(f"{where}.{key}: must be an integer >= 1")
+                if not isinstance(g, dict) or set(g) - {"count", "cores", "features", "gpus"}:
+                    raise ConfigError(f"{where}: a table of count, cores, features and gpus")
+                count, cores, feats, gpus = g.get("count"), g.get("cores", 1), g.get("features", []), g.get("gpus", 0)
+                for key, v, low in (("count", count, 1), ("cores", cores, 1), ("gpus", gpus, 0)):
+                    if not isinstance(v, int) or isinstance(v, bool) or v < low:
+                        raise ConfigError(f"{where}.{key}: must be an integer >= {low}")
                 if not isinstance(feats, list) or not all(isinstance(f, str) for f in feats):
                     raise ConfigError(f"{where}.features: must be a list of strings")
-                groups.append((count, cores, tuple(feats)))
+                groups.append((count, cores, tuple(feats), gpus))
             args["groups"] = groups
         return cls(placement=placement, **args)
 

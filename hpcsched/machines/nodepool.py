@@ -78,22 +78,22 @@ class NodePool(Topology):
     # --- configuration ---------------------------------------------------------------
     @classmethod
     def from_config(cls, groups: list[dict], placement: str = "first-fit") -> "NodePool":
-        """Build from `[{names = "n[01-04]", cores = 8, memory = 16000, features = [..],
+        """Build from `[{names = "n[01-04]", cores = 8, memory = 16000, gpus = 4, features = [..],
         shared = false}, ...]`; node ids count from 0 in order unless `first_nid` is given."""
         nodes: list[Node] = []
         for k, g in enumerate(groups):
             where = f"nodes[{k}]"
             if not isinstance(g, dict) or "names" not in g:
                 raise ConfigError(f"{where}.names: missing")
-            extra = set(g) - {"names", "cores", "memory", "features", "shared", "first_nid"}
+            extra = set(g) - {"names", "cores", "memory", "gpus", "features", "shared", "first_nid"}
             if extra:
                 raise ConfigError(f"{where}.{sorted(extra)[0]}: unknown key")
             try:
                 names = nodelist.expand(str(g["names"]))
             except InvalidRequest as e:
                 raise ConfigError(f"{where}.names: {e}") from None
-            cores, memory = g.get("cores", 1), g.get("memory", 0)
-            for key, value in (("cores", cores), ("memory", memory)):
+            cores, memory, gpus = g.get("cores", 1), g.get("memory", 0), g.get("gpus", 0)
+            for key, value in (("cores", cores), ("memory", memory), ("gpus", gpus)):
                 if not isinstance(value, int) or isinstance(value, bool) or value < (key == "cores"):
                     raise ConfigError(f"{where}.{key}: must be an integer >= {int(key == 'cores')}")
             features = g.get("features", [])
@@ -102,7 +102,7 @@ class NodePool(Topology):
             first = g.get("first_nid", len(nodes))
             for j, name in enumerate(names):
                 nodes.append(Node(name, cores, memory, frozenset(features), bool(g.get("shared", False)),
-                                  nid=first + j))
+                                  nid=first + j, gpus=gpus))
         return cls(nodes, placement)
 
     # --- state -----------------------------------------------------------------------
@@ -145,10 +145,14 @@ class NodePool(Topology):
         return self._available
 
     def _chunk_units(self, node: Node, request: Request) -> int:
-        """Cores one chunk of `request` takes on shared `node` (memory bought as cores)."""
+        """Cores one chunk of `request` takes on shared `node` (memory and GPUs bought as
+        cores: the node's share of each that the chunk asks for)."""
+        units = request.ppn
         if request.mem and node.memory:
-            return max(request.ppn, math.ceil(request.mem * node.cores / node.memory))
-        return request.ppn
+            units = max(units, math.ceil(request.mem * node.cores / node.memory))
+        if request.gpus:
+            units = max(units, math.ceil(request.gpus * node.cores / node.gpus))
+        return units
 
     def eligible(self, request: Request) -> int:
         key = self.shape(request)
@@ -162,7 +166,7 @@ class NodePool(Topology):
             for i, n in enumerate(self.nodes):
                 if within and n.name not in within:
                     continue
-                if not set(request.features) <= n.features:
+                if not set(request.features) <= n.features or n.gpus < request.gpus:
                     continue
                 if not request.cores:
                     if n.cores < request.ppn or (request.mem and n.memory and n.memory < request.mem):

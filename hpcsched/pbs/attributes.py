@@ -111,6 +111,10 @@ KNOWN_RES = TORQUE_RES | {"walltime", "mem", "ncpus", "select", "place", "cput",
 COUNT_RES = ("select", "nodes", "procs", "ncpus", "size")
 #: OpenPBS's place=[arrangement][:sharing][:group=RESOURCE] words (checked; the planner chooses the nodes)
 PLACE = {"free", "pack", "scatter", "vscatter", "excl", "shared", "exclhost"}
+#: what a select chunk may ask for (arch is every node's "linux"; ompthreads is the job's business)
+CHUNK_RES = {"ncpus", "mpiprocs", "ompthreads", "mem", "ngpus", "host", "vnode", "arch"}
+#: Torque's GPU mode words after nodes=N:gpus=G (taken; the node's driver sets the mode)
+GPU_MODES = {"exclusive_thread", "exclusive_process", "exclusive", "default", "shared", "reseterr"}
 
 
 def build_request(res: dict[str, str], declared=()) -> tuple[Request, float | None]:
@@ -127,6 +131,9 @@ def build_request(res: dict[str, str], declared=()) -> tuple[Request, float | No
     if "place" in res and not all(w in PLACE or w.startswith("group=") and w[6:] for w in res["place"].split(":")):
         raise UsageError(f"illegal -l value: place={res['place']} (give [free|pack|scatter|vscatter]"
                          "[:excl|shared|exclhost][:group=RESOURCE])")
+    if "ngpus" in res and "ngpus" not in declared and ("select" in res or "nodes" in res):
+        raise UsageError(f"illegal -l value: ngpus cannot be used with {'select' if 'select' in res else 'nodes'} "
+                         f"(ask in each chunk: {'select=N:ngpus=G' if 'select' in res else 'nodes=N:gpus=G'})")
     counts = [k for k in COUNT_RES if k in res]
     if "size" in res and len(counts) > 1:
         raise UsageError(f"illegal -l value: size cannot be used with {[k for k in counts if k != 'size'][0]}")
@@ -138,28 +145,14 @@ def build_request(res: dict[str, str], declared=()) -> tuple[Request, float | No
             raise UsageError(f"illegal -l value: walltime {res['walltime']!r}") from None
         if walltime <= 0:
             raise UsageError("illegal -l value: walltime must be positive")
-    nodes, ppn, cores, mem, features = 1, 1, 0, 0, []
+    nodes, ppn, cores, mem, gpus, features, hosts = 1, 1, 0, 0, 0, [], ()
     if "select" in res:
-        chunks = res["select"].split("+")
-        shapes = []
-        for chunk in chunks:
-            parts = chunk.split(":")
-            count = 1
-            if parts and parts[0].isdigit():
-                count = positive(parts.pop(0), "select count")
-            shape = {}
-            for p in parts:
-                k, eq, v = p.partition("=")
-                if not eq:
-                    raise UsageError(f"illegal -l value: select chunk {chunk!r}")
-                shape[k.strip()] = v.strip()
-            shapes.append((count, shape))
-        if any(s != shapes[0][1] for _, s in shapes):
-            raise common.CommandError("illegal -l value: chunks of different shapes are not supported", common.USAGE)
-        nodes, shape = sum(c for c, _ in shapes), shapes[0][1]
+        nodes, shape, hosts = select_chunks(res["select"], declared)
         ppn = positive(shape.get("ncpus", shape.get("mpiprocs", "1")), "ncpus")
         if "mem" in shape:
             mem = parse_memory(shape["mem"])
+        if "ngpus" in shape:
+            gpus = count(shape["ngpus"], "ngpus")
     elif "nodes" in res:
         parts = res["nodes"].split(":")
         if "+" in res["nodes"] or not parts[0].isdigit():
@@ -168,10 +161,19 @@ def build_request(res: dict[str, str], declared=()) -> tuple[Request, float | No
         for p in parts[1:]:
             if p.startswith("ppn="):
                 ppn = positive(p[4:], "ppn")
+            elif p.startswith("gpus="):
+                gpus = count(p[5:], "gpus")
+            elif p in GPU_MODES and gpus:
+                pass
             elif p and "=" not in p:
                 features.append(p)
             else:
                 raise UsageError(f"illegal -l value: nodes={res['nodes']}")
+    elif "ngpus" in res and "ngpus" not in declared:  # OpenPBS: job-wide resources are one chunk
+        ppn = positive(res.get("ncpus", "1"), "ncpus")
+        gpus = count(res["ngpus"], "ngpus")
+        if "procs" in res or "size" in res:
+            raise UsageError(f"illegal -l value: ngpus cannot be used with {'procs' if 'procs' in res else 'size'}")
     elif "procs" in res or "ncpus" in res:
         cores = positive(res.get("procs") or res.get("ncpus"), "procs")
     elif "size" in res:  # PSC's and the Crays' processor count, placed on whole nodes
@@ -183,7 +185,49 @@ def build_request(res: dict[str, str], declared=()) -> tuple[Request, float | No
         mem = math.ceil(total / nodes) if not cores else total
     if "pmem" in res:
         mem = max(mem, parse_memory(res["pmem"]) * (ppn if not cores else cores))
-    return Request(nodes=nodes, ppn=ppn, cores=cores, mem=mem, features=tuple(features)), walltime
+    return Request(nodes=nodes, ppn=ppn, cores=cores, mem=mem, gpus=gpus, features=tuple(features),
+                   within=hosts), walltime
+
+
+def select_chunks(text: str, declared=()) -> tuple[int, dict[str, str], tuple[str, ...]]:
+    """(chunks, their shape, the hosts they name) from OpenPBS's `select=[N:]k=v:..[+...]`.
+    Every chunk must have one shape, apart from its host (`host=` or `vnode=`): chunks
+    that name hosts each take one, as `1:ncpus=4:host=a+1:ncpus=4:host=b` does.  The
+    site's consumables (`declared`) are the job's, asked for outside the chunks."""
+    total, shapes, hosts = 0, [], []
+    for chunk in text.split("+"):
+        parts = chunk.split(":")
+        n = positive(parts.pop(0), "select count") if parts and parts[0].isdigit() else 1
+        shape = {}
+        for p in parts:
+            k, eq, v = p.partition("=")
+            k, v = k.strip(), v.strip()
+            if not eq or not v:
+                raise UsageError(f"illegal -l value: select chunk {chunk!r}")
+            if k not in CHUNK_RES:
+                where = f"a job-wide consumable: -l {k}=N" if k in declared else f"select chunk {chunk!r}"
+                raise common.CommandError(f"Unknown resource: {k} ({where})", common.USAGE)
+            shape[k] = v
+        host = shape.pop("host", None) or shape.pop("vnode", None)
+        if ("host" in shape or "vnode" in shape) or (host and n > 1):
+            raise UsageError(f"illegal -l value: select chunk {chunk!r} (a chunk that names a host is one "
+                             "chunk on it)")
+        total += n
+        shapes.append(shape)
+        hosts.append(host)
+    if any(s != shapes[0] for s in shapes):
+        raise common.CommandError("illegal -l value: chunks of different shapes are not supported", common.USAGE)
+    named = tuple(h for h in hosts if h)
+    if named and (len(named) < len(hosts) or len(set(named)) < len(named)):
+        raise UsageError("illegal -l value: select: name a different host in every chunk, or in none")
+    return total, shapes[0], named
+
+
+def count(text: str, what: str) -> int:
+    """A non-negative integer resource (ngpus=0 asks for none)."""
+    if not re.fullmatch(r"[0-9]{1,18}", text):
+        raise UsageError(f"illegal -l value: {what} must be a non-negative integer, not {text!r}")
+    return int(text)
 
 
 def cput_of(res: dict[str, str]) -> float:
@@ -214,9 +258,17 @@ def consumption(res: dict[str, str], declared) -> dict[str, int]:
 
 
 def with_nidmask(request: Request, res: dict[str, str], topology) -> Request:
-    """`request` kept to the nodes of the resources' nidmask, if they give one."""
+    """`request` kept to the nodes of the resources' nidmask, if they give one (and the
+    hosts its select chunks name checked)."""
+    if request.within:
+        try:
+            topology.units_of_nodes(request.within)
+        except InvalidRequest as e:
+            raise UsageError(f"illegal -l value: host: {e}") from None
     if "nidmask" not in res:
         return request
+    if request.within:
+        raise UsageError("illegal -l value: nidmask cannot be used with a select chunk's host")
     if not isinstance(topology, NodePool):
         raise UsageError("illegal -l value: nidmask: this machine's nodes have no node ids (a Blue Gene "
                          "places blocks)")

@@ -65,12 +65,16 @@ def attributes(node, jobs: list[tuple[int, str]], note: str, flavor: str) -> dic
              "ntype": "cluster"}
         if jobs:
             a["jobs"] = ",".join(f"{c}/{j}" for c, j in sorted(jobs))
+        if node.gpus:
+            a["gpus"] = node.gpus
         if note:
             a["note"] = note
         return a
     available = {"arch": "linux", "host": node.name, "ncpus": node.cores, "vnode": node.name}
     if node.memory:
         available["mem"] = f"{node.memory}mb"
+    if node.gpus:
+        available["ngpus"] = node.gpus
     for f in sorted(node.features):
         available[f] = "True"
     a = {"Mom": node.name, "ntype": "PBS", "state": state, "pcpus": node.cores}

@@ -118,7 +118,7 @@ def alter_changes(job: Job, options: dict[str, str], resources: dict[str, str], 
     if resources:
         merged = dict(extra.get("resources", {}))
         if any(k in resources for k in COUNT_RES):
-            for key in COUNT_RES + ("ppn", "place"):
+            for key in COUNT_RES + ("ppn", "place") + (() if "ngpus" in consumables else ("ngpus",)):
                 merged.pop(key, None)
         merged.update(resources)
         request, walltime = build_request(merged, consumables)
@@ -246,6 +246,10 @@ _OPS = {"eq": lambda a, b: a == b, "ne": lambda a, b: a != b, "lt": lambda a, b:
         "le": lambda a, b: a <= b, "gt": lambda a, b: a > b, "ge": lambda a, b: a >= b}
 
 
+#: the job states qselect -s takes: Torque's and OpenPBS's letters (either flavor takes both)
+QSELECT_STATES = "BCEFHMQRSTUWX"
+
+
 def qselect(opts: list[tuple[str, str]], operands: list[str], out, now: float) -> int:
     """Job ids matching every criterion, one per line (full ids)."""
     if operands:
@@ -253,6 +257,10 @@ def qselect(opts: list[tuple[str, str]], operands: list[str], out, now: float) -
     crit: dict[str, list[str]] = {}
     for letter, value in opts:
         crit.setdefault(letter, []).append(value)
+    for letter, known in (("s", QSELECT_STATES), ("h", "uosnp")):
+        for value in crit.get(letter, []):
+            if not value or set(value) - set(known):
+                raise UsageError(f"illegal -{letter} value {value!r}")
     tests = []
     for spec in crit.get("l", []):
         parts = spec.split(".")

@@ -63,6 +63,8 @@ def resource_list(job: Job) -> dict:
             out["nodes"] = asked.get("nodes", f"{r.nodes}:ppn={r.ppn}")
     if r.mem:
         out["mem"] = mem_text(r.mem * (1 if r.cores else r.nodes))
+    if r.gpus:
+        out["ngpus"] = r.gpus * r.nodes
     out["walltime"] = hms(job.walltime)
     for k, v in asked.items():
         out.setdefault(k, v)
