@@ -348,6 +348,11 @@ def test_partlist_and_checkjob_show_blocks(bgq_rig):
     assert maui.CHECKJOB(["2"], out=out, now=time.time() + 10) == 0
     assert "Block size: 1024 nodes" in out.getvalue() and "job cannot run" in out.getvalue()
     assert "Block BGQ-0000-1112-1024: blocked (BGQ-0000-1111-512)" in out.getvalue()
+    out = io.StringIO()  # the job's reservation is its block
+    assert maui.SHOWRES(["2"], out=out, now=time.time() + 10) == 0 and " 1024/1024 " in out.getvalue()
+    out = io.StringIO()
+    assert maui.SHOWRES(["-n", "2"], out=out, now=time.time() + 10) == 0
+    assert out.getvalue().splitlines()[4].split()[:4] == ["BGQ-0000-1112-1024", "Job", "2", "1024"]
     out = io.StringIO()
     assert maui.SHOWRES([], out=out, now=time.time() + 10) == 0
     assert [line.split()[6] for line in out.getvalue().splitlines() if line.startswith("2 ")] == ["1024/1024"]

@@ -58,7 +58,7 @@ def test_checkjob_says_why_and_when(busy):
     assert run("checkjob", "99")[0] == 153
 
 
-def test_showres_lists_job_and_admin_reservations(busy, monkeypatch):
+def test_showres_lists_job_and_admin_reservations(busy, monkeypatch, capsys):
     monkeypatch.setenv("HPCSCHED_USER", "olga")  # operator
     status, out = run("setres", "-n", "maint", "-s", "+02:00:00", "-d", "1:00:00", "count=2")
     assert status == 0 and out == "reservation 'maint' created on 2 nodes (8 tasks)\n"
@@ -68,10 +68,31 @@ def test_showres_lists_job_and_admin_reservations(busy, monkeypatch):
     assert any(l.split()[:2] == ["maint", "User"] for l in lines)
     assert any(l.split()[:2] == ["2", "Job"] for l in lines)
     assert lines[-1] == "2 reservations located"
+    # named reservations only (a job by its id or full id); an unknown name is one line, status 1
+    status, out = run("showres", "2.headnode")
+    assert status == 0 and [l.split()[:2] for l in out.splitlines()[2:-2]] == [["2", "Job"]]
+    assert out.splitlines()[-1] == "1 reservation located"
+    status, out = run("showres", "nosuch", "maint")
+    assert status == 1 and out.splitlines()[-1] == "1 reservation located" and "\nmaint " in out
+    assert "showres: cannot locate reservation 'nosuch'" in capsys.readouterr().err
+    # -n: each reserved node, with the processors the reservation takes on it
+    status, out = run("showres", "-n", "maint")
+    rows = [l.split()[:4] for l in out.splitlines()[4:-2]]
+    assert status == 0 and out.startswith("reservations on ") and len(rows) == 2
+    assert all(r[1:] == ["User", "maint", "4"] for r in rows) and out.splitlines()[-1] == "2 nodes reserved"
+    status, out = run("showres", "-n", "2")
+    assert [l.split()[:4] for l in out.splitlines()[4:-2]] == [["node01", "Job", "2", "1"]]
+    assert out.splitlines()[-1] == "1 node reserved"
     status, out = run("releaseres", "maint")
     assert status == 0 and out == "released User reservation 'maint'\n"
     monkeypatch.setenv("HPCSCHED_USER", "alice")
     assert run("setres", "-d", "60", "node01")[0] == 159
+
+
+@pytest.mark.parametrize("prog", ["showq", "showbf"])
+def test_listings_refuse_operands(busy, prog, capsys):
+    assert run(prog, "1") == (2, "")
+    assert f"{prog}: unexpected argument '1'" in capsys.readouterr().err
 
 
 def test_setres_refuses_bad_input(busy, monkeypatch, capsys):

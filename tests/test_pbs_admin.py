@@ -239,6 +239,8 @@ def test_schedctl_stops_starts_and_says_so(rig, monkeypatch):
         "scheduling is active\n"
     assert run(schedctl.SCHEDCTL, "--status", "--stop")[0] == 2
     assert run(schedctl.SCHEDCTL)[0] == 2
+    assert run(schedctl.SCHEDCTL, "--stop", "1")[0] == 2 and run(schedctl.SCHEDCTL, "-Q")[1] == \
+        "scheduling is active\n"  # (only --score takes job ids: nothing changed)
 
 
 def test_schedctl_score_and_big_run_monday(rig, monkeypatch):

@@ -62,6 +62,8 @@ def preview(batch: Batch, now: float):
 
 
 def showq(opts: list[tuple[str, str]], operands: list[str], out, now: float) -> int:
+    if operands:
+        raise UsageError(f"unexpected argument {operands[0]!r}")
     site, batch = load()
     sched = batch.sched
     jobs = sorted((j for j in sched.jobs.values() if j.state not in FINISHED), key=lambda j: j.id)
@@ -167,28 +169,59 @@ def checkjob(opts: list[tuple[str, str]], operands: list[str], out, now: float) 
 
 
 def showres(opts: list[tuple[str, str]], operands: list[str], out, now: float) -> int:
+    """Maui's reservation list, or with -n each reserved node's; operands name the
+    reservations to show (advance reservation names or job ids)."""
     site, batch = load()
-    sched = batch.sched
-    rows = []
+    sched, topo = batch.sched, batch.sched.topology
+    rows = []  # (id, type, start, duration, [(node, its processors)], processors)
     for r in sched.reservations.values():
         start = next(iter(r.occurrences(now, float("inf"))), (r.start, r.start + r.duration))[0]
-        rows.append((r.name, "Sys" if r.owner == "calendar" else "User", start, r.duration,
-                     node_count(sched.topology, r.nodes), sum(sched.topology.node(n).cores for n in r.nodes)))
+        nodes = [(n, topo.node(n).cores) for n in r.nodes]
+        rows.append((r.name, "Sys" if r.owner == "calendar" else "User", start, r.duration, nodes,
+                     sum(p for _, p in nodes)))
     _, plan = preview(batch, now)
     for jid, (t, alloc) in sorted(plan.reserved.items()):
         job = sched.jobs[jid]
-        rows.append((str(jid), "Job", t, job.walltime, node_count(sched.topology, alloc.nodes), procs(job)))
+        nodes = [(n, len(c)) for n, c in zip(alloc.nodes, alloc.cores)]
+        if len(nodes) == 1:  # (all of it: a Blue Gene's block stands for many nodes)
+            nodes = [(alloc.nodes[0], procs(job))]
+        rows.append((str(jid), "Job", t, job.walltime, nodes, procs(job)))
+    status = 0
+    if operands:
+        named = {row[0]: row for row in rows}
+        wanted = []
+        for op in operands:
+            row = named.get(op) or (named.get(op.split(".")[0]) if op[:1].isdigit() else None)  # (1.server: job 1)
+            if row is None:
+                sys.stderr.write(f"showres: cannot locate reservation '{op}'\n")
+                status = common.SYSTEM
+            elif row not in wanted:
+                wanted.append(row)
+        rows = wanted
     w = out.write
+    if "n" in dict(opts):
+        w(f"reservations on {when(now)}\n\n")
+        w(f"{'NodeName':<20} {'Type':<4} {'ReservationID':>15} {'Task':>5} {'Start':>11} {'Duration':>11}    StartTime\n\n")
+        shown = set()
+        for name, kind, start, dur, nodes, _ in rows:
+            for node, p in nodes:
+                shown.add(node)
+                w(f"{node:<20} {kind:<4} {name:>15} {p:>5} {dhms(start - now):>11} {dhms(dur):>11}    {when(start)}\n")
+        w(f"\n{len(shown)} node{'s' if len(shown) != 1 else ''} reserved\n")
+        return status
     w(f"{'ReservationID':<19} {'Type':<4} S {'Start':>11} {'End':>11} {'Duration':>11} {'N/P':>9}    StartTime\n\n")
-    for name, kind, start, dur, n, p in rows:
+    for name, kind, start, dur, nodes, p in rows:
         state = "A" if start <= now else "-"
+        n = node_count(topo, [node for node, _ in nodes])
         w(f"{name:<19} {kind:<4} {state} {dhms(start - now):>11} {dhms(start + dur - now):>11} {dhms(dur):>11} "
           f"{f'{n}/{p}':>9}    {when(start)}\n")
     w(f"\n{len(rows)} reservation{'s' if len(rows) != 1 else ''} located\n")
-    return 0
+    return status
 
 
 def showbf(opts: list[tuple[str, str]], operands: list[str], out, now: float) -> int:
+    if operands:
+        raise UsageError(f"unexpected argument {operands[0]!r}")
     site, batch = load()
     sched = batch.sched
     user = whoami()
@@ -363,7 +396,7 @@ def releaseres(opts: list[tuple[str, str]], operands: list[str], out, now: float
 
 SHOWQ = Command("showq", "", "usage: showq", showq)
 CHECKJOB = Command("checkjob", "", "usage: checkjob JOBID", checkjob)
-SHOWRES = Command("showres", "", "usage: showres", showres)
+SHOWRES = Command("showres", "n", "usage: showres [-n] [RESID ...]", showres)
 SHOWBF = Command("showbf", "", "usage: showbf", showbf)
 SETRES = Command("setres", "n:s:d:p:u:g:a:A:q:L", "usage: setres [-n name] [-s start] [-d duration] [-p period] "
                  "[-u users] [-g groups] [-a accounts] [-A charge_account] [-q queue] [-L] hostlist|count=N", setres,

@@ -37,6 +37,8 @@ def schedctl(opts: list[tuple[str, str]], operands: list[str], out, now: float) 
     o = dict(opts)
     if len(o) != 1:
         raise UsageError("give one of --status, --stop, --start, --score, --big-run")
+    if operands and "s" not in o:  # (only --score takes job ids)
+        raise UsageError(f"unexpected argument {operands[0]!r}")
     site, user = load_site(), whoami()
     if "Q" in o:
         out.write(f"scheduling is {'active' if site.config.get('scheduling', True) else 'stopped'}\n")
@@ -64,8 +66,6 @@ def schedctl(opts: list[tuple[str, str]], operands: list[str], out, now: float) 
                                           common.BAD_STATE)
             batch.do("alter", now, id=job.id, changes={"score": score})
         return act("schedctl", operands, set_score)
-    if operands:
-        raise UsageError(f"unexpected argument {operands[0]!r}")
     return _big_run(site, out, now)
 
 
