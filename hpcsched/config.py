@@ -9,7 +9,7 @@ import math
 import tomllib
 from datetime import date, datetime
 
-from .core.bank import Account, Bank, Window
+from .core.bank import MAX_AMOUNT, Account, Bank, Window
 from .core.calendar import Entry
 from .core.errors import ConfigError, InvalidRequest
 from .core.plan import ALL
@@ -264,8 +264,8 @@ def bank_from_config(d) -> Bank:
         p = _table(p, w)
         _known(p, {"amount", "start", "end", "periods", "on_exhausted", "overburn", "users"}, w)
         amount = p.get("amount", 0)
-        if not isinstance(amount, (int, float)) or isinstance(amount, bool) or not 0 <= amount < math.inf:
-            raise ConfigError(f"{w}.amount: must be a non-negative number")
+        if not isinstance(amount, (int, float)) or isinstance(amount, bool) or not 0 <= amount <= MAX_AMOUNT:
+            raise ConfigError(f"{w}.amount: must be a number from 0 to {MAX_AMOUNT:.0e}")
         users = p.get("users", [])
         if not isinstance(users, list) or not all(isinstance(u, str) for u in users):
             raise ConfigError(f"{w}.users: must be a list of user names")

@@ -152,6 +152,12 @@ def test_quarters_each_have_their_own_balance_and_nothing_carries_over():
     assert acct.bounds(2) == (200 * H, 300 * H)
     bank.post("set", "p", 5, 150 * H)
     assert acct.balance(150 * H) == 5 and acct.balance(10 * H) == 70
+    for kind in ("deposit", "refund", "set"):  # at most 1e13: a float keeps every cent below it
+        with pytest.raises(InvalidRequest, match=f"a {kind} must be at most 1e\\+13"):
+            bank.post(kind, "p", 1e14, 150 * H)
+    with pytest.raises(InvalidRequest, match="amount must be a number from 0 to 1e\\+13"):
+        Account("q", amount=2e13)
+    assert acct.balance(150 * H) == 5
 
 
 def test_reference_model_of_standing_on_hand_worked_cases():
@@ -207,7 +213,8 @@ def test_bad_bank_operations_are_refused_and_change_nothing(kind, project, amoun
 @pytest.mark.parametrize("extra, message", [
     ("unit = \"furlongs\"\n", "allocations.unit must be"),
     ("on_exhausted = \"panic\"\n", "on_exhausted must be one of"),
-    ("[allocations.projects.x]\namount = -5\n", "allocations.projects.x.amount: must be a non-negative number"),
+    ("[allocations.projects.x]\namount = -5\n", "allocations.projects.x.amount: must be a number from 0 to 1e\\+13"),
+    ("[allocations.projects.x]\namount = 1e14\n", "allocations.projects.x.amount: must be a number from 0 to 1e\\+13"),
     ("[allocations.projects.x]\nperiods = 4\n", "sub-periods need a start"),
     ("[allocations.overburn]\nstart = 10\nend = 5\n", "allocations.overburn: start must come before end"),
     ("charge_factors = {prod-short = \"x\"}\n", "charge_factors.prod-short: must be a non-negative number"),
@@ -276,6 +283,7 @@ def test_gold_commands_balance_deposit_charge_refund_and_statement(gold, monkeyp
     monkeypatch.setenv("HPCSCHED_USER", "olga")
     assert _run(g.GDEPOSIT, "-p", "chem", "-z", "-5")[0] == 2
     assert _run(g.GDEPOSIT, "-p", "chem", "-z", "lots")[0] == 2
+    assert _run(g.GDEPOSIT, "-p", "chem", "-z", "1" + "0" * 23)[0] == 2  # (a float would lose its cents)
     assert _run(g.GCHARGE, "-p", "nobody", "-z", "1")[0] == 1
     assert _run(g.GCHARGE, "-p", "chem", "-z", "1", "-J", "999")[0] == 153
     assert _run(g.GDEPOSIT, "-p", "chem", "-z", "50", "-d", "supplement") == \

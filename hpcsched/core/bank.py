@@ -33,6 +33,9 @@ from .errors import InvalidRequest
 
 ACTIONS = ("backfill", "standby", "refuse", "run")
 UNITS = ("node-hours", "core-hours")
+#: the largest amount an allocation, deposit, refund or set may name: below it a float
+#: holds every cent exactly (2^53 / 100 is about 9e13), and Mira's largest were ~1e8
+MAX_AMOUNT = 1e13
 
 
 @dataclass
@@ -63,8 +66,8 @@ class Account:
     charged: list[float] = field(default_factory=list)
 
     def __post_init__(self):
-        if not (self.amount >= 0 and math.isfinite(self.amount)):
-            raise InvalidRequest(f"allocation {self.project}: amount must be a non-negative number")
+        if not 0 <= self.amount <= MAX_AMOUNT:
+            raise InvalidRequest(f"allocation {self.project}: amount must be a number from 0 to {MAX_AMOUNT:.0e}")
         if not self.start < self.end:
             raise InvalidRequest(f"allocation {self.project}: start must come before end")
         if self.periods < 1 or (self.periods > 1 and not math.isfinite(self.end - self.start)):
@@ -182,6 +185,8 @@ class Bank:
             raise InvalidRequest(f"amount must be a finite number, not {amount!r}")
         if kind in ("deposit", "refund", "set", "charge") and amount < 0:
             raise InvalidRequest(f"a {kind} must not be negative ({amount:g})")
+        if kind in ("deposit", "refund", "set") and amount > MAX_AMOUNT:
+            raise InvalidRequest(f"a {kind} must be at most {MAX_AMOUNT:.0e} ({amount:g})")
         acct = self.accounts.get(project)
         if acct is None and kind not in ("job", "reservation"):
             if kind != "deposit":

@@ -18,6 +18,7 @@ from __future__ import annotations
 import math
 from datetime import datetime
 
+from ..core.bank import MAX_AMOUNT
 from ..core.jobs import ACTIVE
 from ..store.journaled import Batch
 from ..store.site import load_site, whoami
@@ -35,8 +36,8 @@ def _amount(text: str | None) -> float:
         value = float(text)
     except ValueError:
         value = math.nan
-    if not math.isfinite(value) or value < 0 or not text.strip().replace(".", "", 1).isdigit():
-        raise UsageError(f"amount must be a non-negative number, not {text!r}")
+    if not 0 <= value <= MAX_AMOUNT or not text.strip().replace(".", "", 1).isdigit():
+        raise UsageError(f"amount must be a number from 0 to {MAX_AMOUNT:.0e}, not {text!r}")
     return value
 
 
