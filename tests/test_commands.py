@@ -130,6 +130,13 @@ def test_qstat_f_shows_every_attribute_the_job_was_given(rig, monkeypatch, flavo
     (["-l", "select=1:host=node01+1:host=node01"], 2, "name a different host in every chunk, or in none"),
     (["-l", "select=1:host=nosuch"], 2, "illegal -l value: host: unknown node 'nosuch'"),
     (["-l", "nodes=1:gpus=1"], 188, "requests more than the machine has (1 nodes with 1 GPUs each of 4)"),
+    (["-l", "nodes=2:ppn=1+1:ppn=2"], 2, "node specs of different shapes are not supported"),
+    (["-l", "nodes=node01+2"], 2, "nodes=node01+2 (name a different host in every spec, or in none)"),
+    (["-l", "nodes=node01+node01"], 2, "(name a different host in every spec, or in none)"),
+    (["-l", "nodes=nosuch:ppn=2"], 2, "illegal -l value: host: unknown node 'nosuch'"),
+    (["-l", "nodes=+1"], 2, "nodes=+1 (give a node count or a host name first)"),
+    (["-l", "nodes=ppn=2"], 2, "nodes=ppn=2 (give a node count or a host name first)"),
+    (["-l", "nodes=node01,nidmask=0..1"], 2, "illegal -l value: nidmask cannot be used with named hosts"),
     (["-p", "5000"], 2, "illegal -p value"),
     (["-j", "xy"], 2, "illegal -j value"),
     (["-l", "walltime=²"], 2, "illegal -l value: walltime '²'"),
@@ -168,6 +175,16 @@ def test_qsub_refusals(rig, argv, status, msg):
 def test_a_place_statement_is_checked_and_left_to_the_planner(rig):
     for place in ("scatter", "pack:excl", "free:shared:group=switch", "vscatter:exclhost"):
         assert submit("-l", f"select=2:ncpus=1,place={place}").endswith(".headnode")
+
+
+def test_torque_node_specs_join_and_name_hosts(rig, monkeypatch):
+    """nodes=N:ppn=M+N:ppn=M adds the counts; a spec that names a host is one node on it."""
+    monkeypatch.setenv("HPCSCHED_USER", "olga")  # (an operator: qrun)
+    jid = submit("-l", "nodes=node03:ppn=2+node01:ppn=2")
+    assert qctl.QRUN([jid], out=io.StringIO()) == 0
+    assert full(jid)["exec_host"] == "node01/0-1+node03/0-1" and full(jid)["Resource_List.nodect"] == "2"
+    jid = submit("-l", "nodes=1:ppn=1+1:ppn=1")  # (the two nodes left)
+    assert qctl.QRUN([jid], out=io.StringIO()) == 0 and full(jid)["exec_host"] == "node02/0+node04/0"
 
 
 def test_gpus_in_either_style_go_to_nodes_that_have_them(rig, monkeypatch):

@@ -154,21 +154,7 @@ def build_request(res: dict[str, str], declared=()) -> tuple[Request, float | No
         if "ngpus" in shape:
             gpus = count(shape["ngpus"], "ngpus")
     elif "nodes" in res:
-        parts = res["nodes"].split(":")
-        if "+" in res["nodes"] or not parts[0].isdigit():
-            raise UsageError(f"illegal -l value: nodes={res['nodes']} (give a node count)")
-        nodes = positive(parts[0], "nodes")
-        for p in parts[1:]:
-            if p.startswith("ppn="):
-                ppn = positive(p[4:], "ppn")
-            elif p.startswith("gpus="):
-                gpus = count(p[5:], "gpus")
-            elif p in GPU_MODES and gpus:
-                pass
-            elif p and "=" not in p:
-                features.append(p)
-            else:
-                raise UsageError(f"illegal -l value: nodes={res['nodes']}")
+        nodes, ppn, gpus, features, hosts = torque_nodes(res["nodes"])
     elif "ngpus" in res and "ngpus" not in declared:  # OpenPBS: job-wide resources are one chunk
         ppn = positive(res.get("ncpus", "1"), "ncpus")
         gpus = count(res["ngpus"], "ngpus")
@@ -223,6 +209,41 @@ def select_chunks(text: str, declared=()) -> tuple[int, dict[str, str], tuple[st
     return total, shapes[0], named
 
 
+def torque_nodes(text: str) -> tuple[int, int, int, list[str], tuple[str, ...]]:
+    """(nodes, ppn, gpus, properties, hosts) from Torque's `nodes={N|HOST}[:ppn=M][:gpus=G]
+    [:property...][+...]`.  The specs joined by + must have one shape; a spec that names a
+    host is one node, and then every spec names a different one (`node01:ppn=4+node02:ppn=4`)."""
+    total, shapes, hosts = 0, [], []
+    for spec in text.split("+"):
+        parts = spec.split(":")
+        if not parts[0] or "=" in parts[0]:
+            raise UsageError(f"illegal -l value: nodes={text} (give a node count or a host name first)")
+        host = None if parts[0][:1].isdigit() else parts[0]
+        n = 1 if host else positive(parts[0], "nodes")
+        ppn, gpus, props = 1, 0, []
+        for p in parts[1:]:
+            if p.startswith("ppn="):
+                ppn = positive(p[4:], "ppn")
+            elif p.startswith("gpus="):
+                gpus = count(p[5:], "gpus")
+            elif p in GPU_MODES and gpus:
+                pass
+            elif p and "=" not in p:
+                props.append(p)
+            else:
+                raise UsageError(f"illegal -l value: nodes={text}")
+        total += n
+        shapes.append((ppn, gpus, sorted(props)))
+        hosts.append(host)
+    if any(s != shapes[0] for s in shapes):
+        raise common.CommandError("illegal -l value: node specs of different shapes are not supported", common.USAGE)
+    named = tuple(h for h in hosts if h)
+    if named and (len(named) < len(hosts) or len(set(named)) < len(named)):
+        raise UsageError(f"illegal -l value: nodes={text} (name a different host in every spec, or in none)")
+    ppn, gpus, props = shapes[0]
+    return total, ppn, gpus, props, named
+
+
 def count(text: str, what: str) -> int:
     """A non-negative integer resource (ngpus=0 asks for none)."""
     if not re.fullmatch(r"[0-9]{1,18}", text):
@@ -268,7 +289,7 @@ def with_nidmask(request: Request, res: dict[str, str], topology) -> Request:
     if "nidmask" not in res:
         return request
     if request.within:
-        raise UsageError("illegal -l value: nidmask cannot be used with a select chunk's host")
+        raise UsageError("illegal -l value: nidmask cannot be used with named hosts")
     if not isinstance(topology, NodePool):
         raise UsageError("illegal -l value: nidmask: this machine's nodes have no node ids (a Blue Gene "
                          "places blocks)")
