@@ -43,7 +43,7 @@ NASTY = ["", "-", "--", "0", "-1", "1", "2", "99", "1e999", "nan", "inf", "²", 
          "node[1-99999999]", "count=2", "count=-2", "all", "y", "x", "\n", "a\nb", "{}", "[[", "null"]
 
 LETTERS = {"qsub": "aAcCdehIjJklmMNopqrStuvVwWz", "qalter": "aAehjklmMNoprSvW", "qdel": "Wpx", "qhold": "h",
-           "qrls": "h", "qsig": "s", "qrun": "H", "qmove": "", "qselect": "uqsNAlhx", "qstat": "afinu1xQBtFJ",
+           "qrls": "h", "qsig": "s", "qrun": "H", "qmove": "", "qselect": "uqsNAlhx", "qstat": "afinu1xQqrsBtFJ",
            "checkjob": "v", "showq": "ribcu", "showres": "n", "setres": "nsdpugaq", "releaseres": "",
            "showbf": "", "mdiag": "pf", "pbsnodes": "aloicrNxqvF", "qmgr": "c", "tracejob": "n",
            "shownids": "", "pbsyod": "", "schedctl": "QTSsB"}

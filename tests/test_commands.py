@@ -357,6 +357,31 @@ def test_queue_and_server_listings(rig):
     assert b[0].startswith("Server") and b[2].split()[0] == "headnode"
 
 
+def test_qstat_q_limits_and_the_running_idle_and_comment_listings(rig, monkeypatch):
+    from hpcsched.pbs import qmgr
+    running, waiting, held = submit("-l", "nodes=4"), submit("-l", "nodes=1"), submit("-h")
+    monkeypatch.setenv("HPCSCHED_USER", "olga")
+    assert qctl.QRUN([running], out=io.StringIO()) == 0
+    monkeypatch.setenv("HPCSCHED_USER", "root")
+    assert qmgr.QMGR(["-c", "set queue batch max_running = 5"], out=io.StringIO()) == 0
+    lines = stat("-q")[1].splitlines()
+    assert lines[1] == "server: headnode" and lines[3].split() == ["Queue", "Memory", "CPU", "Time", "Walltime",
+                                                                   "Node", "Run", "Que", "Lm", "State"]
+    assert lines[5].split() == ["batch", "--", "--", "24:00:00", "--", "1", "2", "5", "E", "R"]
+    assert lines[7].split() == ["1", "2"]
+    rows = lambda *argv: [l.split()[0] for l in stat(*argv)[1].splitlines()[5:] if l[:1].isdigit()]
+    assert rows("-r") == [running] and rows("-i") == [waiting, held] and rows("-r", "-i") == rows("-a")
+    from hpcsched.store.journaled import Batch
+    from hpcsched.store.site import load_site
+    with Batch(load_site()).open() as batch:  # (as the server notes a launch that failed)
+        batch.do("process", id=int(waiting.split(".")[0]), comment="Not Running: launch failed")
+    comment = full(waiting)["comment"]
+    assert comment == "Not Running: launch failed"
+    with_comments = stat("-s")[1].splitlines()[5:]
+    assert [l.split()[0] for l in with_comments[:2]] == [running, waiting]  # (no comment: no line)
+    assert with_comments[2] == "   " + comment and with_comments[3].startswith(held)
+
+
 def test_bad_config_is_one_line(rig):
     (rig / "home" / "config.toml").write_text('flavor = "slurm"\n[[nodes]]\nnames = "n1"\n')
     p = run("qstat")

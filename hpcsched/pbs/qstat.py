@@ -23,7 +23,8 @@ from .attributes import depend_text
 from .common import Command
 from .errors import UsageError
 
-USAGE = "usage: qstat [-f [-1]] [-F json|dsv] [-x] [-a] [-n [-1]] [-u user] [-Q] [-B] [job_id ...]"
+USAGE = ("usage: qstat [-f [-1]] [-F json|dsv] [-x] [-a] [-i] [-r] [-s] [-n [-1]] [-u user] [-Q] [-q] [-B] "
+         "[job_id ...]")
 
 
 def ctime(t: float | None) -> str:
@@ -230,8 +231,10 @@ def default_listing(jobs: list[Job], site: Site) -> list[str]:
     return lines
 
 
-def alternate_listing(jobs: list[Job], site: Site, nodes: bool, one_line: bool, now: float) -> list[str]:
-    """qstat -a / -u / -n: the wide listing with requested resources and elapsed time."""
+def alternate_listing(jobs: list[Job], site: Site, nodes: bool, one_line: bool, now: float,
+                      comments: dict[int, str] | None = None) -> list[str]:
+    """qstat -a / -u / -n / -i / -r: the wide listing with requested resources and elapsed
+    time; -s (`comments`: job id -> comment) adds each job's comment on a line below it."""
     lines = ["", f"{site.server}:",
              f"{'':<82}Req'd       Req'd       Elap",
              "Job ID                  Username    Queue    Jobname          SessID  NDS   TSK   Memory      "
@@ -255,6 +258,8 @@ def alternate_listing(jobs: list[Job], site: Site, nodes: bool, one_line: bool, 
                 lines.append(row)
                 row = f"   {host}"
         lines.append(row)
+        if comments is not None and comments.get(j.id):
+            lines.append(f"   {comments[j.id]}")
     return lines
 
 
@@ -286,6 +291,26 @@ def queue_listing(site: Site, sched) -> list[str]:
     return lines
 
 
+def limits_listing(site: Site, sched) -> list[str]:
+    """qstat -q: each queue's limits (walltime, CPU time, nodes, running jobs), its job
+    counts and its state (E or D: enabled or not; R or S: started or stopped), then totals."""
+    lines = ["", f"server: {site.server}", "",
+             "Queue            Memory CPU Time Walltime Node  Run Que Lm  State",
+             "---------------- ------ -------- -------- ----  --- --- --  -----"]
+    runs = ques = 0
+    for name, q in sched.router.queues.items():
+        jobs = [j for j in sched.jobs.values() if j.queue == name]
+        run = sum(1 for j in jobs if j.state in (RUNNING, EXITING))
+        que = sum(1 for j in jobs if j.state not in FINISHED and j.state not in (RUNNING, EXITING))
+        runs, ques = runs + run, ques + que
+        cput = hms(q.max_cput) if q.max_cput else "--"
+        wall = hms(q.max_walltime) if q.max_walltime else "--"
+        lines.append(f"{name[:16]:<16} {'--':>6} {cput:>8} {wall:>8} {q.max_nodes or '--':>4}  {run:>3} {que:>3} "
+                     f"{q.max_running or '--':>2}   {'E' if q.enabled else 'D'} {'R' if q.started else 'S'}")
+    lines += [f"{'':<47}----- -----", f"{'':<47}{runs:>5} {ques:>5}"]
+    return lines
+
+
 def server_listing(site: Site, sched) -> list[str]:
     jobs = list(sched.jobs.values())
     count = {s: sum(1 for j in jobs if common.state_letter(j, site.flavor) == s) for s in "QRHWE"}
@@ -299,7 +324,8 @@ def server_listing(site: Site, sched) -> list[str]:
 def settings(opts: list[tuple[str, str]], ids: list[str]) -> dict:
     """What the options ask for: a flag's letter -> True, -F/-D/-u -> their values."""
     o = {"f": False, "one": False, "F": None, "D": "|", "x": False, "a": False, "n": False, "u": None,
-         "Q": False, "B": False, "H": False, "w": False, "t": False, "ids": ids}
+         "Q": False, "q": False, "B": False, "H": False, "w": False, "t": False, "i": False, "r": False,
+         "s": False, "ids": ids}
     for letter, value in opts:
         o["one" if letter == "1" else letter] = value if letter in "FDu" else True
     if o["F"] not in (None, "json", "dsv"):
@@ -316,6 +342,9 @@ def qstat(opts: list[tuple[str, str]], ids: list[str], out, now: float) -> int:
     torque = site.flavor == "torque"
     if o["Q"]:
         out.write("\n".join(queue_listing(site, sched)) + "\n")
+        return 0
+    if o["q"]:
+        out.write("\n".join(limits_listing(site, sched)) + "\n")
         return 0
     if o["B"]:
         out.write("\n".join(server_listing(site, sched)) + "\n")
@@ -352,6 +381,8 @@ def qstat(opts: list[tuple[str, str]], ids: list[str], out, now: float) -> int:
     if o["u"]:
         users = set(o["u"].split(","))
         jobs = [j for j in jobs if j.owner in users]
+    if o["r"] != o["i"]:  # running (and exiting) jobs, or the others not finished ("idle")
+        jobs = [j for j in jobs if (j.state in (RUNNING, EXITING)) == o["r"] and j.state not in FINISHED]
     jobs.sort(key=lambda j: (j.array_id or j.id, j.array_index))
     if o["f"] or o["F"] or (o["x"] and torque):
         # -F json is OpenPBS's format in either flavor: its keys and state letters (F, Exit_status)
@@ -386,9 +417,10 @@ def qstat(opts: list[tuple[str, str]], ids: list[str], out, now: float) -> int:
             for fid, a in items:
                 out.write("\n".join(full_lines(fid, a, fold, 77 if torque else 78)) + "\n")
         return status
-    if o["a"] or o["n"] or o["u"]:
+    if o["a"] or o["n"] or o["u"] or o["i"] or o["r"] or o["s"]:
         if jobs:
-            out.write("\n".join(alternate_listing(jobs, site, o["n"], o["one"], now)) + "\n")
+            comments = {j.id: sched.comment(j) for j in jobs} if o["s"] else None
+            out.write("\n".join(alternate_listing(jobs, site, o["n"], o["one"], now, comments)) + "\n")
         return status
     if jobs:
         out.write("\n".join(default_listing(jobs, site)) + "\n")
@@ -430,4 +462,4 @@ def _kept(job: Job, site: Site, now: float) -> bool:
     return job.end_time is not None and now - job.end_time <= site.keep_completed
 
 
-QSTAT = Command("qstat", "fxanQBHwt1F:D:u:", USAGE, qstat)
+QSTAT = Command("qstat", "fxanQqBHwtirs1F:D:u:", USAGE, qstat)
