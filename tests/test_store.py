@@ -199,13 +199,13 @@ def _damage(home, kind):
     elif kind == "next_id":
         _edit(home, 3, lambda r: r.update(next_id="x"))
     elif kind == "changes null":
-        _edit(home, 5, lambda r: r.update(op="alter", changes=None))
+        _edit(home, 6, lambda r: r.update(op="alter", changes=None))
     elif kind == "walltime text":
         _edit(home, 3, lambda r: r["job"].update(walltime="soon"))
 
 
 @pytest.mark.parametrize("kind,message", [
-    ("flipped bit", "line 3: checksum does not match"), ("deleted line", "1 record(s) missing"),
+    ("flipped bit", "line 4: checksum does not match"), ("deleted line", "1 record(s) missing"),
     ("null", "line 1 is not a journal record"), ("{}", "line 1 is not a journal record"),
     ("BOM", "line 1: checksum does not match"), ("negative nodes", "record 3 (submit): malformed"),
     ("next_id", "next_id 'x' is not a job id"), ("changes null", "changes None is not of its kind"),
@@ -232,8 +232,8 @@ def test_repair_keeps_the_good_prefix_with_a_backup_and_says_what_was_lost(site)
     _damage(site.home, "flipped bit")
     damaged = (site.home / JOURNAL).read_bytes()
     ok, lines = repair.repair(site)
-    assert ok and "kept 2 journal record(s); dropped 3 from the first bad one on" in lines
-    assert "  lost: line 3: record 3: submit" in "\n".join(lines) and "delete of job 2" in "\n".join(lines)
+    assert ok and "kept 3 journal record(s); dropped 3 from the first bad one on" in lines  # (the first: config)
+    assert "  lost: line 4: record 4: submit" in "\n".join(lines) and "delete of job 2" in "\n".join(lines)
     (backup,) = [p for p in site.home.iterdir() if p.name.startswith("backup-")]
     assert (backup / JOURNAL).read_bytes() == damaged
     sound, after = repair.check(site)
@@ -262,3 +262,104 @@ def test_version_1_stores_are_still_read(tmp_path):
     with Store(tmp_path).locked():
         snap, recs = Store(tmp_path).read()
     assert [r["op"] for r in recs] == ["a", "b"] and snap["state"] == {}
+
+
+# --- the configuration is journaled ------------------------------------------------------
+def _states(*ids):
+    """Each job's state letter, from a fresh load of the store (as any command sees it)."""
+    from hpcsched.pbs.common import state_letter
+    from hpcsched.store.journaled import Batch
+    from hpcsched.store.site import load_site
+    batch = Batch(load_site())
+    with batch.open(write=False):
+        return "".join(state_letter(batch.sched.jobs[i], "torque") for i in ids)
+
+
+def _journaled_configs(rig):
+    return [json.loads(line) for line in (rig / "home" / JOURNAL).read_text().splitlines()
+            if '"op":"config"' in line]
+
+
+@pytest.mark.parametrize("how", ["qmgr", "edit"])
+def test_a_changed_configuration_never_changes_what_was_decided_before_it(rig, monkeypatch, how):
+    """A pass started job 1 under the old configuration; stopping the queue (qmgr, or an
+    edit of config.toml) must not turn it back into a waiting job on the next load (the
+    pass replayed under the new one would start nothing), nor lose its end."""
+    import io
+
+    from test_commands import submit
+    from test_maui_psc import server_pass
+
+    from hpcsched.pbs import qmgr
+    from hpcsched.store.journaled import Batch
+    from hpcsched.store.site import load_site
+    submit("-l", "nodes=1")
+    submit("-l", "nodes=4")
+    server_pass()
+    assert _states(1, 2) == "RQ" and len(_journaled_configs(rig)) == 1  # (the first writer's)
+    if how == "qmgr":
+        monkeypatch.setenv("HPCSCHED_USER", "root")
+        assert qmgr.QMGR(["-c", "set queue batch started = False"], out=io.StringIO()) == 0
+    else:
+        config = rig / "home" / "config.toml"
+        config.write_text(config.read_text().replace("[queues.batch]", "[queues.batch]\nstarted = false"))
+    assert _states(1, 2) == "RQ"  # a reader: the old pass stands (and a snapshot under the new one)
+    assert "started" in json.dumps(json.loads((rig / "home" / STATE).read_text())["config"])
+    with Batch(load_site()).open() as batch:  # the job ends, as the server records it
+        batch.do("ended", id=1, exit_status=0)
+    server_pass()  # under the stopped queue: job 2 waits
+    assert _states(1, 2) == "CQ"
+    assert not Batch(load_site()).store.warnings
+    if how == "qmgr":
+        assert qmgr.QMGR(["-c", "set queue batch started = True"], out=io.StringIO()) == 0
+    else:
+        config.write_text(config.read_text().replace("started = false\n", ""))
+    server_pass()
+    assert _states(1, 2) == "CR"
+
+
+def test_the_snapshot_keeps_its_configuration_and_old_stores_still_load(rig, monkeypatch):
+    """Compaction saves the configuration the state was reached under; a store written
+    before configurations were journaled (no `cfg`, no snapshot configuration) loads as it
+    did, and its first writer journals the site's; a journaled configuration that no longer
+    builds is reported and the site's used."""
+    from test_commands import submit
+    from test_maui_psc import server_pass
+
+    from hpcsched.store import journaled
+    from hpcsched.store.journaled import Batch
+    from hpcsched.store.site import load_site
+    home = rig / "home"
+    submit("-l", "nodes=1")
+    server_pass()
+    journal = home / JOURNAL
+    lines = [json.loads(line) for line in journal.read_text().splitlines()]
+    old = [{k: v for k, v in r.items() if k not in ("cfg", "crc")} for r in lines if r["op"] != "config"]
+    journal.write_text("".join(json.dumps({**r, "v": 1, "seq": n}) + "\n"  # (version 1: no checksums)
+                               for n, r in enumerate(old, 1)))
+    assert _states(1) == "R"
+    submit("-l", "nodes=1")
+    assert [json.loads(line)["op"] for line in journal.read_text().splitlines()] == ["submit", "pass", "config",
+                                                                                       "submit"]
+    # compaction: the snapshot names its configuration; a site changed since loads it under that one first
+    monkeypatch.setattr(journaled, "COMPACT_AFTER", 1)
+    server_pass()
+    snapshot = json.loads((home / STATE).read_text())
+    assert snapshot["config"]["toml"] == (home / "config.toml").read_text()
+    monkeypatch.setattr(journaled, "COMPACT_AFTER", 1000)
+    submit("-l", "nodes=1")
+    server_pass()  # job 3 starts: journaled after the snapshot
+    config = home / "config.toml"
+    config.write_text(config.read_text().replace("[queues.batch]", "[queues.batch]\nstarted = false"))
+    assert _states(1, 2, 3) == "RRR"  # (replayed under the snapshot's configuration, job 3 started)
+    snapshot = json.loads((home / STATE).read_text())  # that load made a snapshot under the new one
+    assert snapshot["config"]["toml"] == config.read_text() and snapshot["journal_seq"] == 7
+    # a journaled configuration that no longer builds: said, and the site's decides
+    snapshot["config"]["toml"] = "this is not TOML"
+    from hpcsched.store.journal import Store
+    with Store(home).locked():
+        Store(home).compact(snapshot["state"], snapshot["journal_seq"], snapshot["config"])
+    batch = Batch(load_site())
+    with batch.open(write=False):
+        assert batch.sched.jobs[2].state.name == "RUNNING"
+    assert any("a journaled configuration no longer loads" in w for w in batch.store.warnings)

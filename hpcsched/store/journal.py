@@ -52,6 +52,12 @@ def unsealed(line: bytes) -> bytes | None:
         return None
 
 
+def is_source(v) -> bool:
+    """A journaled configuration: {"toml": config.toml's text, "overlay": qmgr's changes}."""
+    return (isinstance(v, dict) and isinstance(v.get("toml"), str) and isinstance(v.get("overlay"), dict)
+            and isinstance(v["overlay"].get("server"), dict) and isinstance(v["overlay"].get("queues"), dict))
+
+
 class StoreError(SchedulerError):
     """The store cannot be read or written as it is; the message says which file and why."""
 
@@ -134,6 +140,8 @@ class Store:
                 raise StoreError(f"{path}: checksum does not match (the file was damaged or edited); left as it is")
         if not isinstance(data.get("journal_seq", 0), int) or not isinstance(data.get("state"), dict):
             raise StoreError(f"{path}: not an hpcsched state file (journal_seq or state malformed)")
+        if "config" in data and not is_source(data["config"]):
+            raise StoreError(f"{path}: not an hpcsched state file (config malformed)")
         return data
 
     def _read_journal(self) -> list[dict]:
@@ -312,11 +320,13 @@ class Store:
         except FileNotFoundError:
             return
 
-    def compact(self, state: dict, seq: int) -> None:
+    def compact(self, state: dict, seq: int, config: dict | None = None) -> None:
         """Write `state` (which covers the journal up to `seq`) as the snapshot and drop
-        the records it covers.  Hold the lock."""
+        the records it covers; `config` ({"toml": text, "overlay": changes}) is the
+        configuration the state was reached under.  Hold the lock."""
         head = f'{{"store_version":{STORE_VERSION},"journal_seq":{int(seq)},'
-        body = f'"state":{json.dumps(state, separators=(",", ":"))}}}'
+        body = (f'"config":{json.dumps(config, separators=(",", ":"))},' if config is not None else "") + \
+            f'"state":{json.dumps(state, separators=(",", ":"))}}}'
         crc = zlib.crc32((head + body).encode("utf-8"))
         write_atomic(self.home / STATE, f'{head}"crc":"{crc:08x}",{body}')
         records = self._read_journal()

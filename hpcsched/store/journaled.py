@@ -6,19 +6,27 @@ before the store is touched, then appends it to the journal.  Loading replays th
 on the last snapshot: the core is deterministic, so a replayed `pass` makes exactly the
 decisions it made the first time.  Every record carries the next free job id, so a
 submission learns its id from the journal's last line without reading the whole store.
+
+A pass decides under the site's configuration, so the configuration is journaled too:
+every record names the one it was made under (`cfg`), and the first writer that finds the
+site's configuration changed (qmgr, an edit of config.toml) appends a `config` record with
+it (config.toml's text and qmgr's changes) before its own; the snapshot keeps the one its
+state was reached under.  A replay switches configuration where the journal does (the
+state carried over as a snapshot carries it), so a changed configuration never changes
+what was decided before it: a job that ran stays run.
 """
 from __future__ import annotations
 
 import contextlib
 import time
 
-from ..core.errors import InvalidState, Rejected, SchedulerError, UnknownJob
+from ..core.errors import ConfigError, InvalidState, Rejected, SchedulerError, UnknownJob
 from ..core.jobs import Hold, Job, Request
 from ..core.reservations import Reservation
 from ..core.scheduler import Scheduler
 from . import schema
 from .journal import JOURNAL, Store, StoreError
-from .site import Site
+from .site import Site, config_from, config_id, scheduler_of
 
 COMPACT_AFTER = 1000  # journal records; a writer holding the whole state compacts past this
 
@@ -106,6 +114,9 @@ class Batch:
         self.next_id = 1  # the next job id
         self.mark: tuple | None = None  # where the store stood when self.sched matched it
         self.loaded = False  # the open holds every stored job (else only the configuration)
+        self.source = site.source  # the configuration self.sched decides under (config.toml's text, qmgr's)
+        self.store_config: str | None = None  # the configuration the journal's newest record was made under
+        self.carried = False  # the load carried its state over to the site's changed configuration
 
     @classmethod
     def of(cls, site: Site) -> Batch:
@@ -133,7 +144,7 @@ class Batch:
             if not write and load:
                 with self.store.locked(exclusive=False):
                     self.load()
-                    due = self.pending > COMPACT_AFTER
+                    due = self.pending > COMPACT_AFTER or self.carried  # (a snapshot under the new one spares the next)
                 if not due:
                     yield self
                     return
@@ -142,13 +153,15 @@ class Batch:
                     self.load()
                 else:
                     self.store.check()
-                    self.sched = self.site.scheduler()
-                    self.next_id = self.store.last_record().get("next_id", 1)
+                    self.sched, self.source = self.site.scheduler(), self.site.source
+                    last = self.store.last_record()
+                    self.next_id, self.store_config = last.get("next_id", 1), last.get("cfg")
                 yield self
-                if load and self.pending > COMPACT_AFTER:
+                if load and (self.pending > COMPACT_AFTER or self.carried):
                     try:
-                        self.store.compact(self.sched.to_dict(), self.seq)
-                        self.pending = 0
+                        text, changes = self.source
+                        self.store.compact(self.sched.to_dict(), self.seq, {"toml": text, "overlay": changes})
+                        self.pending, self.carried = 0, False
                     except OSError:
                         pass  # (a full disk: compaction waits for the next writer; nothing is lost)
                 self.mark = self.store.mark() if load else None
@@ -166,8 +179,12 @@ class Batch:
                 self.mark = self.store.mark()
                 return self.sched
         snapshot, records = self.store.read()
-        sched = self.site.scheduler()
-        self.seq = 0
+        self.seq, self.store_config = 0, None
+        self.source = self.site.source
+        if snapshot is not None and "config" in snapshot:  # the configuration its state was reached under
+            self.source = (snapshot["config"]["toml"], snapshot["config"]["overlay"])
+            self.store_config = config_id(*self.source)
+        sched = self._configured(self.source)
         if snapshot is not None:
             try:
                 sched.restore(snapshot["state"])
@@ -178,7 +195,34 @@ class Batch:
         self._replay(records)
         self.pending = len(records)
         self.mark = self.store.mark()
-        return sched
+        return self.sched
+
+    def _configured(self, source: tuple[str, dict]) -> Scheduler:
+        """A scheduler (no jobs) under a journaled configuration: the site's own if it is
+        that one; else built from the journal's (the site's, if that no longer builds)."""
+        if config_id(*source) == self.site.config_id:
+            return self.site.scheduler()
+        try:
+            return scheduler_of(config_from(*source))
+        except ConfigError as e:
+            self.store.warnings.append(f"a journaled configuration no longer loads ({e}); the site's is used")
+            self.source = self.site.source
+            return self.site.scheduler()
+
+    def _reconfigure(self, source: tuple[str, dict]) -> bool:
+        """Carry the state over to a scheduler under `source` (as a snapshot carries it);
+        False if it is under that configuration already."""
+        if source is self.source or config_id(*source) == config_id(*self.source):
+            return False
+        state = self.sched.to_dict()
+        self.source = source
+        sched = self._configured(source)
+        try:
+            sched.restore(state)
+        except SchedulerError as e:
+            raise StoreError(f"{self.store.home}: the state does not fit the changed configuration: {e}") from None
+        self.sched = sched
+        return True
 
     def _replay(self, records: list[dict]) -> None:
         for rec in records:
@@ -187,7 +231,10 @@ class Batch:
                 raise StoreError(f"{self.store.home / JOURNAL}: record {rec['seq']} ({rec.get('op')}): {wrong}; "
                                  f"left as it is")
             try:
-                apply(self.sched, rec)
+                if rec["op"] == "config":
+                    self._reconfigure((rec["toml"], rec["overlay"]))
+                else:
+                    apply(self.sched, rec)
             except (Rejected, UnknownJob, InvalidState) as e:
                 # possible after a configuration change (a queue gone, a pass that now
                 # starts other jobs): the record is kept and the rest goes on
@@ -197,19 +244,28 @@ class Batch:
                 raise StoreError(f"{self.store.home / JOURNAL}: record {rec['seq']} ({rec['op']}): malformed: {e}; "
                                  f"left as it is") from None
             self.seq = rec["seq"]
+            self.store_config = rec.get("cfg")  # (a record written before configurations were journaled: None)
         self.next_id = self.sched.next_id
         self.sched.deleted_by_dependency.clear()  # recorded by whoever did the operation
+        self.carried |= self._reconfigure(self.site.source)  # from here on, the site's configuration decides
 
     def do(self, op: str, now: float | None = None, **args):
         """Apply one operation and make it durable; SchedulerError leaves the store untouched."""
         rec = {"op": op, "now": time.time() if now is None else now, **args}
+        self._reconfigure(self.site.source)  # (a kept batch may have replayed another's configuration)
+        before = self.next_id
         result = apply(self.sched, rec)
         if op == "submit":
             self.next_id = max(self.next_id, result.id + 1)
         elif op == "submit_array" and result:
             self.next_id = max(self.next_id, result[-1].id + 1)
-        rec["next_id"] = self.next_id
+        rec["next_id"], rec["cfg"] = self.next_id, self.site.config_id
         try:
+            if self.store_config != rec["cfg"]:  # the journal's first record under this configuration
+                text, changes = self.site.source
+                self.seq = self.store.append({"op": "config", "now": rec["now"], "toml": text, "overlay": changes,
+                                              "next_id": before, "cfg": rec["cfg"]})
+                self.store_config = rec["cfg"]
             self.seq = self.store.append(rec)
         except OSError as e:  # a full disk: the change is undone in memory, as it is on disk
             self._undo()
@@ -223,8 +279,9 @@ class Batch:
         if self.loaded:
             self.load()
         else:  # a constant-time writer (qsub) holds only the configuration
-            self.sched = self.site.scheduler()
-            self.next_id = self.store.last_record().get("next_id", 1)
+            self.sched, self.source = self.site.scheduler(), self.site.source
+            last = self.store.last_record()
+            self.next_id, self.store_config = last.get("next_id", 1), last.get("cfg")
 
     def submit(self, job: Job, now: float | None = None) -> Job:
         """Submit under the next job id (so a replay gives it the same one)."""

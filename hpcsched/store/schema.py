@@ -69,6 +69,10 @@ OPS = {
     "bank": {"kind": lambda v: v in ("deposit", "set", "refund", "charge"), "project": _text,
              "amount": lambda v: _number(v) and v >= 0, "job?": _id, "note?": _text, "user?": _text},
     "big_run": {},
+    # the configuration the records after it were made under (config.toml's text, qmgr's
+    # changes), journaled by the first writer that finds it changed
+    "config": {"toml": _text, "overlay": lambda v: isinstance(v, dict) and isinstance(v.get("server"), dict)
+               and isinstance(v.get("queues"), dict)},
 }
 #: a submitted job's fields the core computes with, and their kinds
 JOB = {"id?": lambda v: isinstance(v, int) and not isinstance(v, bool) and v >= 0, "name?": _text,

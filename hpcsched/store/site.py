@@ -17,6 +17,9 @@ real user.
 from __future__ import annotations
 
 import dataclasses
+import functools
+import hashlib
+import json
 import math
 import os
 import re
@@ -42,7 +45,6 @@ _USER_NAME = re.compile(r"[A-Za-z0-9_.][A-Za-z0-9_.-]*\$?")  # what useradd take
 def read_overlay(home: Path) -> dict:
     """qmgr's changes: {"server": {key: value}, "queues": {name: {key: value} or None}}
     (None: the queue was deleted; a value None: the key was unset)."""
-    import json
     path = home / OVERLAY
     try:
         overlay = json.loads(path.read_text(encoding="utf-8"))
@@ -93,14 +95,20 @@ class Site:
     multi_user: bool = False
     acl_roots: frozenset[str] = frozenset()  # users who may submit as root (Torque's acl_roots)
     deadline_users: frozenset[str] = frozenset()  # who may give a job a deadline (Grid Engine's deadlineusers)
+    #: where `config` came from: config.toml's text and qmgr's changes (the store journals
+    #: them when they change, so that a replay decides under the configuration of its day)
+    source: tuple[str, dict] = field(default=("", {"server": {}, "queues": {}}), repr=False, compare=False)
     _built: Scheduler | None = field(default=None, repr=False, compare=False)
 
     def scheduler(self) -> Scheduler:
         """A scheduler configured as the site says (no jobs yet): the one `load_site` built
         to check the configuration the first time, a new one after."""
         sched, self._built = self._built, None
-        # a PBS site deletes a job whose dependency failed, as Torque and OpenPBS do
-        return sched or build({"dependency_failure": "delete", **self.config}, extra_keys=SITE_KEYS)
+        return sched or scheduler_of(self.config)
+
+    @functools.cached_property
+    def config_id(self) -> str:
+        return config_id(*self.source)
 
     def is_operator(self, user: str) -> bool:
         return user == "root" or _member(user, self.operators) or _member(user, self.managers)
@@ -111,6 +119,21 @@ class Site:
     def may_set_deadline(self, user: str) -> bool:
         """Grid Engine's rule: only deadline users (and here managers) give jobs a deadline."""
         return self.is_manager(user) or _member(user, self.deadline_users)
+
+
+def scheduler_of(config: dict) -> Scheduler:
+    # a PBS site deletes a job whose dependency failed, as Torque and OpenPBS do
+    return build({"dependency_failure": "delete", **config}, extra_keys=SITE_KEYS)
+
+
+def config_id(text: str, changes: dict) -> str:
+    """A short name for one configuration: config.toml's text and qmgr's changes."""
+    return hashlib.sha256((text + "\0" + json.dumps(changes, sort_keys=True)).encode("utf-8")).hexdigest()[:16]
+
+
+def config_from(text: str, changes: dict) -> dict:
+    """The configuration a journaled source gives (config.toml's text, qmgr's changes)."""
+    return overlay(loads(text), changes)
 
 
 def _names(config: dict, key: str) -> frozenset[str]:
@@ -184,7 +207,8 @@ def _load_site(home: Path) -> Site:
         raise ConfigError(f"{path}: no configuration; run 'hpcsched init' first") from None
     except OSError as e:
         raise ConfigError(f"{path}: cannot read: {e.strerror}") from None
-    config = overlay(loads(text), read_overlay(home))
+    changes = read_overlay(home)
+    config = overlay(loads(text), changes)
     flavor = os.environ.get("HPCSCHED_FLAVOR") or config.get("flavor", "torque")
     if flavor not in FLAVORS:
         where = "HPCSCHED_FLAVOR" if os.environ.get("HPCSCHED_FLAVOR") else "flavor"
@@ -217,7 +241,7 @@ def _load_site(home: Path) -> Site:
         raise ConfigError("multi_user: must be true or false")
     site = Site(home, config, server, flavor, _names(config, "operators"), _names(config, "managers"),
                 float(keep), config.get("multi_user", False), _names(config, "acl_roots"),
-                _names(config, "deadline_users"))
+                _names(config, "deadline_users"), (text, changes))
     site._built = site.scheduler()  # check the rest now (one line naming the key), and keep it
     return site
 
