@@ -363,3 +363,31 @@ def test_the_snapshot_keeps_its_configuration_and_old_stores_still_load(rig, mon
     with batch.open(write=False):
         assert batch.sched.jobs[2].state.name == "RUNNING"
     assert any("a journaled configuration no longer loads" in w for w in batch.store.warnings)
+
+
+def test_a_configuration_the_state_does_not_fit_is_one_line_and_leaves_the_store_whole(rig, capsys):
+    """A node a running job holds taken out of config.toml: commands that read the state say
+    so in one line (status 1) and write nothing; a qsub that journaled that configuration
+    meanwhile does not stop the store from loading once the node is back."""
+    import io
+
+    from test_commands import submit
+    from test_maui_psc import server_pass
+
+    from hpcsched.pbs import qstat
+    from hpcsched.store.journaled import Batch
+    from hpcsched.store.site import load_site
+    submit("-l", "nodes=4")
+    server_pass()
+    config = rig / "home" / "config.toml"
+    whole = config.read_text()
+    config.write_text(whole.replace("node[01-04]", "node[01-03]"))
+    assert qstat.QSTAT([], out=io.StringIO()) == 1
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "the state does not fit the changed configuration (unknown node 'node04')" in err
+    assert submit("-h") == "2.headnode"  # (constant time: it reads no state)
+    config.write_text(whole)
+    batch = Batch(load_site())
+    with batch.open(write=False):
+        assert [j.state.name for j in batch.sched.jobs.values()] == ["RUNNING", "HELD"]
+    assert any("(config) no longer applies" in w for w in batch.store.warnings)

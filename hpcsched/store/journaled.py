@@ -31,6 +31,10 @@ from .site import Site, config_from, config_id, scheduler_of
 COMPACT_AFTER = 1000  # journal records; a writer holding the whole state compacts past this
 
 
+class CarryError(StoreError):
+    """The state does not fit a changed configuration (a node gone that a job holds)."""
+
+
 def _alter_changes(changes: dict) -> dict:
     out = dict(changes)
     if "request" in out:
@@ -214,13 +218,15 @@ class Batch:
         False if it is under that configuration already."""
         if source is self.source or config_id(*source) == config_id(*self.source):
             return False
-        state = self.sched.to_dict()
+        state, before = self.sched.to_dict(), self.source
         self.source = source
         sched = self._configured(source)
         try:
             sched.restore(state)
         except SchedulerError as e:
-            raise StoreError(f"{self.store.home}: the state does not fit the changed configuration: {e}") from None
+            self.source = before
+            raise CarryError(f"{self.store.home}: the state does not fit the changed configuration ({e}); "
+                             f"give back what its jobs hold") from None
         self.sched = sched
         return True
 
@@ -235,7 +241,7 @@ class Batch:
                     self._reconfigure((rec["toml"], rec["overlay"]))
                 else:
                     apply(self.sched, rec)
-            except (Rejected, UnknownJob, InvalidState) as e:
+            except (Rejected, UnknownJob, InvalidState, CarryError) as e:
                 # possible after a configuration change (a queue gone, a pass that now
                 # starts other jobs): the record is kept and the rest goes on
                 self.store.warnings.append(f"journal record {rec['seq']} ({rec['op']}) no longer "
