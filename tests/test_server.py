@@ -684,3 +684,24 @@ def test_a_full_disk_stops_changes_not_jobs_and_no_end_is_lost(rig, monkeypatch,
         assert (jobs[2].exit_status, jobs[2].run_count) == (256 + signal.SIGKILL, 1)
         assert 3 not in jobs
     assert "writable again" in capsys.readouterr().err
+
+
+def test_gpu_jobs_get_their_own_devices(live):
+    """Jobs sharing a GPU node get GPUs no other running job has: CUDA_VISIBLE_DEVICES and
+    Torque's PBS_GPUFILE name them, and qstat -f shows them as exec_gpus."""
+    env, home, work, start = live
+    config = home / "config.toml"
+    config.write_text(config.read_text() + '\n[[nodes]]\nnames = "gpu1"\ncores = 8\ngpus = 4\nshared = true\n')
+    script = 'cd "$PBS_O_WORKDIR"; echo "$CUDA_VISIBLE_DEVICES $(tr "\\n" " " < $PBS_GPUFILE)" > gpus.$PBS_JOBID; sleep 3\n'
+    jids = [cmd(env, work, "qsub", "-l", f"nodes=1:ppn=1:gpus={g},walltime=60", stdin=script).stdout.strip()
+            for g in (1, 2, 1)]
+    start()
+    running = wait_for(env, work, jids[1], states="R")
+    assert running["exec_host"].startswith("gpu1/") and running["exec_gpus"].startswith("gpu1-gpu/")
+    seen = []
+    for jid, g in zip(jids, (1, 2, 1)):
+        wait_for(env, work, jid)
+        devices, *lines = (work / f"gpus.{jid}").read_text().split()
+        assert len(devices.split(",")) == g and lines == [f"gpu1-gpu{i}" for i in devices.split(",")]
+        seen += devices.split(",")
+    assert sorted(seen) == ["0", "1", "2", "3"]  # (they ran at once: each its own)

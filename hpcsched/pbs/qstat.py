@@ -100,6 +100,8 @@ def attributes(job: Job, site: Site, now: float, jobs: dict | None = None, flavo
     a["Error_Path"] = _path(x.get("error"), err_default, job, "e", site)
     if job.nodes and job.state not in (DELETED,):
         a["exec_host"] = exec_host(job)
+        if x.get("gpus"):  # the GPUs the server gave it (Torque's exec_gpus)
+            a["exec_gpus"] = "+".join(f"{n}-gpu/{i}" for n, held in x["gpus"].items() for i in held)
         if isinstance(topology, Cray):
             known = topology.by_name  # (a finished job's node may since have left the configuration)
             a["nid_list"] = nodelist.compress_nids([topology.nodes[known[n]].nid for n in job.nodes if n in known])

@@ -415,9 +415,14 @@ class Server:
         join = x.get("join", "n")
         shell = x.get("shell") or (owner.shell if owner else "/bin/sh")
         env = self._environment(job, d / "nodes", d / "tmp", workdir, home, shell)
+        gpus = self._gpus(job)
+        if gpus:  # Torque's GPU file (one `node-gpuN` a line) and the first node's devices
+            env.update(PBS_GPUFILE=str(d / "gpus"), CUDA_VISIBLE_DEVICES=",".join(map(str, gpus[job.nodes[0]])))
         try:
             _put(script, x.get("script", ""), owner, 0o700)
             _put(d / "nodes", "".join(f"{n}\n" * max(1, len(c)) for n, c in zip(job.nodes, job.cores)), owner)
+            if gpus:
+                _put(d / "gpus", "".join(f"{n}-gpu{i}\n" for n, held in gpus.items() for i in held), owner)
             if x.get("interactive"):
                 # the waiting `qsub -I` runs the session under the same wrapper, on the
                 # caller's terminal: it needs only the environment, written last
@@ -426,8 +431,9 @@ class Server:
                 _put(d / INTERACTIVE, json.dumps({"env": env, "workdir": workdir}), owner)
         except OSError as e:
             return self._not_started(job, now, f"its run directory: {e.strerror or e}")
+        noted = {"gpus": gpus} if gpus else {}
         if x.get("interactive"):
-            self._note(job, now, set={"launched": now})
+            self._note(job, now, set={"launched": now, **noted})
             accounting.write(self.home, "S", job, self.site.server, now)
             mail.send(self.site, job, mail.BEGIN, "Begun execution")
             return 1
@@ -460,10 +466,26 @@ class Server:
         # (as the owner, the wrapper joined the cgroup while still root: privilege.becoming)
         joined = cgroup is not None and owner is not None
         self._note(job, now, set={"launched": now, "pid": proc.pid, "pid_start": _wait_start(proc.pid),
-                                  "session": proc.pid, **({"cgroup": cgroup} if joined else {})})
+                                  "session": proc.pid, **({"cgroup": cgroup} if joined else {}), **noted})
         accounting.write(self.home, "S", job, self.site.server, now)
         mail.send(self.site, job, mail.BEGIN, "Begun execution")
         return 1
+
+    def _gpus(self, job: Job) -> dict[str, list[int]]:
+        """Which GPUs of each of its nodes the job gets: the lowest ones no other running job
+        was given (the planner buys GPUs as cores, so a node never has too few); journaled
+        with its launch, as its pid is.  {} for a job that asks for none."""
+        want = job.request.gpus
+        if not want:
+            return {}
+        sched = self.batch.sched
+        taken: dict[str, set[int]] = {}
+        for other in sched.jobs.values():
+            if other.state in ACTIVE and other.id != job.id:
+                for name, held in other.extra.get("gpus", {}).items():
+                    taken.setdefault(name, set()).update(held)
+        return {name: [i for i in range(sched.topology.node(name).gpus) if i not in taken.get(name, ())][:want]
+                for name in job.nodes}
 
     def _not_started(self, job: Job, now: float, why: str) -> int:
         """The job could not start: it ends, aborted (A), its reason in its comment."""
