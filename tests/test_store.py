@@ -64,6 +64,7 @@ def test_torn_last_record_is_dropped_with_a_warning(tmp_path):
     ("state_truncated", "corrupt or truncated"),
     ("state_version", "store version 9 is not supported"),
     ("journal_version", "line 1 has store version 7"),
+    ("crc_case", "checksum does not match"),
 ])
 def test_damage_is_reported_and_left_alone(tmp_path, damage, msg):
     s = Store(tmp_path)
@@ -77,6 +78,11 @@ def test_damage_is_reported_and_left_alone(tmp_path, damage, msg):
         (tmp_path / STATE).write_text((tmp_path / STATE).read_text()[:-5])
     elif damage == "state_version":
         (tmp_path / STATE).write_text(json.dumps({"store_version": 9, "state": {}}))
+    elif damage == "crc_case":  # one bit of a checksum's letter: the record is whole, the line is not
+        text = (tmp_path / JOURNAL).read_text()
+        crc = text[text.rindex('"crc":"') + 7:][:8]
+        assert crc != crc.upper(), "(this record's checksum has a letter)"
+        (tmp_path / JOURNAL).write_text(text.replace(crc, crc.upper()))
     else:
         (tmp_path / JOURNAL).write_text('{"v":7,"seq":2,"op":"b"}\n')
     before = {p.name: p.read_bytes() for p in tmp_path.iterdir() if p.name != "lock"}

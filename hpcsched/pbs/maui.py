@@ -201,7 +201,8 @@ def showres(opts: list[tuple[str, str]], operands: list[str], out, now: float) -
     w = out.write
     if "n" in dict(opts):
         w(f"reservations on {when(now)}\n\n")
-        w(f"{'NodeName':<20} {'Type':<4} {'ReservationID':>15} {'Task':>5} {'Start':>11} {'Duration':>11}    StartTime\n\n")
+        w(f"{'NodeName':<20} {'Type':<4} {'ReservationID':>15} {'Task':>5} {'Start':>11} {'Duration':>11}"
+          "    StartTime\n\n")
         shown = set()
         for name, kind, start, dur, nodes, _ in rows:
             for node, p in nodes:

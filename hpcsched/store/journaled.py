@@ -148,7 +148,7 @@ class Batch:
             if not write and load:
                 with self.store.locked(exclusive=False):
                     self.load()
-                    due = self.pending > COMPACT_AFTER or self.carried  # (a snapshot under the new one spares the next)
+                    due = self.pending > COMPACT_AFTER or self.carried  # (a snapshot under the new one: once)
                 if not due:
                     yield self
                     return
@@ -183,7 +183,7 @@ class Batch:
                 self.mark = self.store.mark()
                 return self.sched
         snapshot, records = self.store.read()
-        self.seq, self.store_config = 0, None
+        self.seq, self.store_config, self.carried = 0, None, False
         self.source = self.site.source
         if snapshot is not None and "config" in snapshot:  # the configuration its state was reached under
             self.source = (snapshot["config"]["toml"], snapshot["config"]["overlay"])
