@@ -57,6 +57,18 @@ def test_torn_last_record_is_dropped_with_a_warning(tmp_path):
         assert s.append({"op": "c"}) == 2
         _, recs = s.read()
     assert [r["op"] for r in recs] == ["a", "c"]
+    # every cut of a whole line (its newline too) reads as torn; a whole line with its
+    # newline damaged is damage, also to a writer, which then cuts nothing
+    line = (tmp_path / JOURNAL).read_bytes().split(b"\n")[1] + b"\n"
+    head = (tmp_path / JOURNAL).read_bytes()[:-len(line)]
+    for k in range(1, len(line)):
+        (tmp_path / JOURNAL).write_bytes(head + line[:k])
+        with s.locked():
+            assert len(s.read()[1]) == 1
+    (tmp_path / JOURNAL).write_bytes(head + line[:-1] + b"\r")
+    with s.locked(), pytest.raises(StoreError, match="last line: its end of line is damaged"):
+        s.append({"op": "d"})
+    assert (tmp_path / JOURNAL).read_bytes() == head + line[:-1] + b"\r"
 
 
 @pytest.mark.parametrize("damage,msg", [
@@ -65,6 +77,7 @@ def test_torn_last_record_is_dropped_with_a_warning(tmp_path):
     ("state_version", "store version 9 is not supported"),
     ("journal_version", "line 1 has store version 7"),
     ("crc_case", "checksum does not match"),
+    ("end_of_line", "line 1: its end of line is damaged"),  # (a whole record: not an append cut short)
 ])
 def test_damage_is_reported_and_left_alone(tmp_path, damage, msg):
     s = Store(tmp_path)
@@ -78,6 +91,8 @@ def test_damage_is_reported_and_left_alone(tmp_path, damage, msg):
         (tmp_path / STATE).write_text((tmp_path / STATE).read_text()[:-5])
     elif damage == "state_version":
         (tmp_path / STATE).write_text(json.dumps({"store_version": 9, "state": {}}))
+    elif damage == "end_of_line":
+        (tmp_path / JOURNAL).write_bytes((tmp_path / JOURNAL).read_bytes()[:-1] + b"\x0b")
     elif damage == "crc_case":  # one bit of a checksum's letter: the record is whole, the line is not
         text = (tmp_path / JOURNAL).read_text()
         crc = text[text.rindex('"crc":"') + 7:][:8]

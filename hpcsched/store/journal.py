@@ -49,6 +49,14 @@ def unsealed(line: bytes) -> bytes | None:
     return body if line[-10:-2] == b"%08x" % zlib.crc32(body) else None  # (as written: a flipped case is damage too)
 
 
+def _torn(path: Path, n: int | None, tail: bytes) -> None:
+    """A last line without its newline is an append a crash cut short, unless all but its
+    last byte is a whole record: then that byte was its newline, and it is damage."""
+    if tail[-1:] != b"\n" and unsealed(tail[:-1]) is not None:
+        where = f"line {n}" if n else "last line"
+        raise StoreError(f"{path}: {where}: its end of line is damaged; left as it is")
+
+
 def is_source(v) -> bool:
     """A journaled configuration: {"toml": config.toml's text, "overlay": qmgr's changes}."""
     return (isinstance(v, dict) and isinstance(v.get("toml"), str) and isinstance(v.get("overlay"), dict)
@@ -150,6 +158,7 @@ class Store:
         lines = data.split(b"\n")
         tail = lines.pop()  # b"" when the file ends with a newline
         if tail:
+            _torn(path, len(lines) + 1, tail)
             self.warnings.append(f"{path}: dropped a torn last record (an append that never finished)")
         records, last = [], 0
         for n, line in enumerate(lines, 1):
@@ -310,6 +319,7 @@ class Store:
                 f.seek(size - back)
                 chunk = f.read(back)
                 cut = chunk.rfind(b"\n")
+                _torn(path, None, chunk[cut + 1:])
                 f.truncate(size - back + cut + 1 if cut >= 0 else 0)
                 f.flush()
                 os.fsync(f.fileno())
