@@ -21,6 +21,12 @@ def _rig(tmp_path):
     for i in range(3):
         qsub.submit(["-N", f"j{i}", "-l", "walltime=60"], stdin=io.StringIO("true\n"), cwd=str(tmp_path), env={})
     qsub.submit(["-t", "1-3", "-l", "walltime=60"], stdin=io.StringIO("true\n"), cwd=str(tmp_path), env={})
+    from hpcsched.store.journaled import Batch
+    from hpcsched.store.site import load_site
+    batch = Batch(load_site(home))
+    with batch.open():  # a snapshot too, for the store cases that damage it
+        text, changes = batch.source
+        batch.store.compact(batch.sched.to_dict(), batch.seq, {"toml": text, "overlay": changes})
     qctl.QHOLD(["2"], out=io.StringIO())
     return home
 

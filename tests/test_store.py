@@ -78,6 +78,7 @@ def test_torn_last_record_is_dropped_with_a_warning(tmp_path):
     ("journal_version", "line 1 has store version 7"),
     ("crc_case", "checksum does not match"),
     ("end_of_line", "line 1: its end of line is damaged"),  # (a whole record: not an append cut short)
+    ("state_not_utf8", r"corrupt \(not UTF-8 at byte 2\)"),
 ])
 def test_damage_is_reported_and_left_alone(tmp_path, damage, msg):
     s = Store(tmp_path)
@@ -91,6 +92,9 @@ def test_damage_is_reported_and_left_alone(tmp_path, damage, msg):
         (tmp_path / STATE).write_text((tmp_path / STATE).read_text()[:-5])
     elif damage == "state_version":
         (tmp_path / STATE).write_text(json.dumps({"store_version": 9, "state": {}}))
+    elif damage == "state_not_utf8":
+        text = (tmp_path / STATE).read_bytes()
+        (tmp_path / STATE).write_bytes(text[:2] + b"\xdf" + text[3:])
     elif damage == "end_of_line":
         (tmp_path / JOURNAL).write_bytes((tmp_path / JOURNAL).read_bytes()[:-1] + b"\x0b")
     elif damage == "crc_case":  # one bit of a checksum's letter: the record is whole, the line is not

@@ -128,6 +128,8 @@ class Store:
             return None
         except OSError as e:
             raise StoreError(f"{path}: cannot read: {e.strerror}") from None
+        except UnicodeDecodeError as e:
+            raise StoreError(f"{path}: corrupt (not UTF-8 at byte {e.start}); left as it is") from None
         try:
             data = json.loads(text)
         except json.JSONDecodeError as e:
