@@ -97,7 +97,8 @@ CONFIG_KEYS = {"backfill": ["easy", "none", "conservative", "depth=3", "depth=0"
 QUEUE_KEYS = {"max_walltime": ["1:00:00", "soon", -1, 3600], "max_running": [1, -1, "x", 0],
               "route_to": [["batch"], ["nosuch"], "batch"], "min_fraction": [0.2, -1, 2, "x"], "frob": [1]}
 NODE_KEYS = {"names": ["node[01-04]", "node[1-99999999]", "", 3, "node[04-01]"], "cores": [4, 0, -1, "x", 1e9],
-             "memory": [8000, -1, "x"], "shared": [True, "yes"], "features": [["big"], "big"]}
+             "memory": [8000, -1, "x"], "shared": [True, "yes"], "features": [["big"], "big"],
+             "gpus": [4, 0, -1, "x", True]}
 
 
 def config_case(rnd: random.Random) -> dict:
@@ -114,6 +115,8 @@ def config_case(rnd: random.Random) -> dict:
         else:
             key = rnd.choice(sorted(NODE_KEYS))
             cfg["nodes"][0][key] = rnd.choice(NODE_KEYS[key])
+    if rnd.random() < 0.1:  # a file in another encoding (an editor's Latin-1, with an accent in a comment)
+        return {"kind": "config", "config": cfg, "encoding": "latin-1"}
     return {"kind": "config", "config": cfg}
 
 
@@ -218,7 +221,7 @@ def _config(case: dict, home) -> str | None:
         tomllib.loads(text)
     except tomllib.TOMLDecodeError:
         return None  # (a value TOML cannot even write: not a case)
-    (home / "config.toml").write_text(text)
+    (home / "config.toml").write_bytes((text + "# caf\u00e9\n").encode(case.get("encoding", "utf-8")))
     try:
         load_site(home)
     except ConfigError:

@@ -292,8 +292,11 @@ def test_simulate_sweep_and_report_commands(tmp_path):
     assert done.returncode == 0 and "(3 runs)" in done.stdout
     page = (tmp_path / "all.html").read_text()  # (the simulate run accounted drain, the sweep's did not)
     assert len(svgs(page)) == 4 + 2 + 3 and page.count("<h2>Drain time") == 1
+    (tmp_path / "latin1.toml").write_bytes(b'drain = false # caf\xe9\n')  # (not UTF-8: these were tracebacks)
     for args, message in [(("simulate", path, "--estimate", "magic"), "invalid choice"),
                           (("simulate", path, "--config", str(tmp_path / "no.toml")), "no.toml: no such file"),
+                          (("simulate", path, "--config", str(tmp_path / "latin1.toml")), "not UTF-8 (byte 19)"),
+                          (("sweep", str(tmp_path / "latin1.toml")), "latin1.toml: not UTF-8 (byte 19)"),
                           (("sweep", str(tmp_path / "no.toml")), "no.toml: no such file"),
                           (("report", str(tmp_path / "no.json")), "no.json: no such file")]:
         done = hpcsched(*args)

@@ -321,7 +321,7 @@ def _copy(changes: dict) -> dict:
 def _base(site) -> dict:
     """config.toml alone, without qmgr's changes."""
     from ..config import loads
-    return loads((site.home / "config.toml").read_text(encoding="utf-8"))
+    return loads(site.source[0])
 
 
 def qmgr(opts: list[tuple[str, str]], operands: list[str], out, now: float) -> int:

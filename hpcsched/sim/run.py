@@ -149,6 +149,8 @@ def site_config(settings: dict) -> dict:
             raise SimulationError(f"{path}: no such file") from None
         except OSError as e:
             raise SimulationError(f"{path}: {e.strerror}") from None
+        except UnicodeDecodeError as e:
+            raise SimulationError(f"{path}: not UTF-8 (byte {e.start})") from None
         except ConfigError as e:
             raise SimulationError(f"{path}: {e}") from None
     for key, value in settings.items():

@@ -47,6 +47,8 @@ def load(path: str) -> list[dict]:
             grid = tomllib.load(f)
     except FileNotFoundError:
         raise SimulationError(f"{path}: no such file") from None
+    except UnicodeDecodeError as e:
+        raise SimulationError(f"{path}: not UTF-8 (byte {e.start})") from None
     except (OSError, tomllib.TOMLDecodeError) as e:
         raise SimulationError(f"{path}: {e}") from None
     unknown = set(grid) - {"traces", "base", "grid", "cells"}

@@ -207,6 +207,8 @@ def _load_site(home: Path) -> Site:
         raise ConfigError(f"{path}: no configuration; run 'hpcsched init' first") from None
     except OSError as e:
         raise ConfigError(f"{path}: cannot read: {e.strerror}") from None
+    except UnicodeDecodeError as e:
+        raise ConfigError(f"{path}: not UTF-8 (byte {e.start})") from None
     changes = read_overlay(home)
     config = overlay(loads(text), changes)
     flavor = os.environ.get("HPCSCHED_FLAVOR") or config.get("flavor", "torque")
