@@ -172,6 +172,12 @@ def test_tracejob_tells_the_story(rig, monkeypatch, flavor):
     assert out.startswith(f"\nJob: {jid}\n\n")
     assert run(tracejob.TRACEJOB, "99")[0] == 153
     assert run(tracejob.TRACEJOB, "-n", "x", jid)[0] == 2
+    # a damaged accounting log (a line cut, bytes not UTF-8, a stamp that is none) is passed
+    # over line by line, as Torque's tracejob does (these were tracebacks)
+    (log,) = (rig / "home" / "accounting").iterdir()
+    with open(log, "ab") as f:
+        f.write(b"cut sh\n\xff\xfe;E;" + jid.encode() + b";x=1\n99/99/2026 00:00:00;E;" + jid.encode() + b";y=2\n")
+    assert run(tracejob.TRACEJOB, jid) == (status, out)
 
 
 def test_mail_points_decide_who_is_mailed_about_what():

@@ -94,11 +94,23 @@ class Entry:
 
 
 def read(home: str | os.PathLike) -> list[Entry]:
-    """Every record of every day, in order."""
+    """Every record of every day, in order (a line that is no record, damaged or not
+    this format, is passed over, as Torque's tracejob passes it over)."""
     directory = Path(home) / "accounting"
     entries = []
     for path in sorted(directory.glob("[0-9]" * 8)):
-        for line in path.read_text().splitlines():
-            when, kind, job_id, body = line.split(";", 3)
+        for line in path.read_bytes().decode("utf-8", "replace").splitlines():
+            parts = line.split(";", 3)
+            if len(parts) != 4 or not _stamp_ok(parts[0]):
+                continue
+            when, kind, job_id, body = parts
             entries.append(Entry(when, kind, job_id, dict(kv.split("=", 1) for kv in body.split() if "=" in kv)))
     return entries
+
+
+def _stamp_ok(when: str) -> bool:
+    try:
+        time.strptime(when, "%m/%d/%Y %H:%M:%S")
+    except ValueError:
+        return False
+    return True
