@@ -698,6 +698,9 @@ def test_gpu_jobs_get_their_own_devices(live):
     start()
     running = wait_for(env, work, jids[1], states="R")
     assert running["exec_host"].startswith("gpu1/") and running["exec_gpus"].startswith("gpu1-gpu/")
+    shown = cmd(dict(env, HPCSCHED_FLAVOR="openpbs"), work, "pbsnodes", "gpu1").stdout
+    assert "resources_available.ngpus = 4" in shown and "resources_assigned.ngpus = " in shown
+    assert int(shown.split("resources_assigned.ngpus = ")[1].split()[0]) >= 2  # (job 2's two, at least)
     seen = []
     for jid, g in zip(jids, (1, 2, 1)):
         wait_for(env, work, jid)

@@ -56,7 +56,17 @@ def state_word(node, used: int, flavor: str) -> str:
     return "free"
 
 
-def attributes(node, jobs: list[tuple[int, str]], note: str, flavor: str) -> dict:
+def gpus_on(sched) -> dict[str, int]:
+    """node -> the GPUs running jobs were given there (the server's record of each launch)."""
+    used: dict[str, int] = {}
+    for job in sched.jobs.values():
+        if job.state in ACTIVE:
+            for node, held in job.extra.get("gpus", {}).items():
+                used[node] = used.get(node, 0) + len(held)
+    return used
+
+
+def attributes(node, jobs: list[tuple[int, str]], note: str, flavor: str, gpus_used: int = 0) -> dict:
     """One node's attributes, typed, in the flavor's order and names."""
     state = state_word(node, len(jobs), flavor)
     props = ",".join(sorted(node.features))
@@ -81,7 +91,7 @@ def attributes(node, jobs: list[tuple[int, str]], note: str, flavor: str) -> dic
     if jobs:
         a["jobs"] = [f"{j}/{c}" for c, j in sorted(jobs)]
     a["resources_available"] = available
-    a["resources_assigned"] = {"ncpus": len(jobs)}
+    a["resources_assigned"] = {"ncpus": len(jobs), **({"ngpus": gpus_used} if node.gpus else {})}
     if note:
         a["comment"] = note
     a["resv_enable"] = "True"
@@ -160,9 +170,10 @@ def pbsnodes(opts: list[tuple[str, str]], operands: list[str], out, now: float) 
                 text = note(n)
                 out.write(f"{n.name:<20} {state_word(n, 0, flavor):<16}{' ' + text if text else ''}".rstrip() + "\n")
             return status
-        on = jobs_on(sched, site.server)
+        on, gpus = jobs_on(sched, site.server), gpus_on(sched)
         vocabulary = "openpbs" if o.get("F") == "json" else flavor  # JSON is OpenPBS's in both flavors
-        items = [(n.name, attributes(n, on.get(n.name, []), note(n), vocabulary)) for n in shown]
+        items = [(n.name, attributes(n, on.get(n.name, []), note(n), vocabulary, gpus.get(n.name, 0)))
+                 for n in shown]
     if "x" in o:
         out.write(_xml(items) + "\n")
     elif o.get("F") == "json":
