@@ -201,12 +201,7 @@ def select_chunks(text: str, declared=()) -> tuple[int, dict[str, str], tuple[st
         total += n
         shapes.append(shape)
         hosts.append(host)
-    if any(s != shapes[0] for s in shapes):
-        raise common.CommandError("illegal -l value: chunks of different shapes are not supported", common.USAGE)
-    named = tuple(h for h in hosts if h)
-    if named and (len(named) < len(hosts) or len(set(named)) < len(named)):
-        raise UsageError("illegal -l value: select: name a different host in every chunk, or in none")
-    return total, shapes[0], named
+    return total, shapes[0], _one_shape(shapes, hosts, "chunk", "select")
 
 
 def torque_nodes(text: str) -> tuple[int, int, int, list[str], tuple[str, ...]]:
@@ -235,13 +230,20 @@ def torque_nodes(text: str) -> tuple[int, int, int, list[str], tuple[str, ...]]:
         total += n
         shapes.append((ppn, gpus, sorted(props)))
         hosts.append(host)
-    if any(s != shapes[0] for s in shapes):
-        raise common.CommandError("illegal -l value: node specs of different shapes are not supported", common.USAGE)
-    named = tuple(h for h in hosts if h)
-    if named and (len(named) < len(hosts) or len(set(named)) < len(named)):
-        raise UsageError(f"illegal -l value: nodes={text} (name a different host in every spec, or in none)")
+    named = _one_shape(shapes, hosts, "node spec", f"nodes={text}")
     ppn, gpus, props = shapes[0]
     return total, ppn, gpus, props, named
+
+
+def _one_shape(shapes: list, hosts: list, part: str, where: str) -> tuple[str, ...]:
+    """The hosts named, if the parts (select chunks, Torque node specs) have one shape and
+    each names a different host, or none does (one node of a job's is one part)."""
+    if any(s != shapes[0] for s in shapes):
+        raise common.CommandError(f"illegal -l value: {part}s of different shapes are not supported", common.USAGE)
+    named = tuple(h for h in hosts if h)
+    if named and (len(named) < len(hosts) or len(set(named)) < len(named)):
+        raise UsageError(f"illegal -l value: {where} (name a different host in every {part.split()[-1]}, or in none)")
+    return named
 
 
 def count(text: str, what: str) -> int:

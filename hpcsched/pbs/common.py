@@ -13,7 +13,8 @@ from typing import Callable, TextIO
 
 from .. import __version__ as VERSION
 from ..core.errors import ConfigError, SchedulerError
-from ..core.jobs import COMPLETED, DELETED, DEP_FAIL, DEP_HOLD, EXITING, HELD, QUEUED, RUNNING, WAITING, Hold, Job
+from ..core.jobs import (ACTIVE, COMPLETED, DELETED, DEP_FAIL, DEP_HOLD, EXITING, HELD, QUEUED, RUNNING, WAITING,
+                         Hold, Job)
 from . import options
 from .errors import SYSTEM, USAGE, CommandError, UsageError
 
@@ -51,6 +52,16 @@ def parse_id(text: str) -> int:
     if index is not None:
         raise CommandError(f"illegally formed job identifier: {text}", UNKNOWN_JOB)
     return jid
+
+
+def gpus_held(jobs) -> dict[str, set[int]]:
+    """node -> the GPUs running jobs were given there (the server journals them at launch)."""
+    held: dict[str, set[int]] = {}
+    for job in jobs:
+        if job.state in ACTIVE:
+            for node, gpus in job.extra.get("gpus", {}).items():
+                held.setdefault(node, set()).update(gpus)
+    return held
 
 
 def display_id(job: Job, server: str) -> str:

@@ -56,16 +56,6 @@ def state_word(node, used: int, flavor: str) -> str:
     return "free"
 
 
-def gpus_on(sched) -> dict[str, int]:
-    """node -> the GPUs running jobs were given there (the server's record of each launch)."""
-    used: dict[str, int] = {}
-    for job in sched.jobs.values():
-        if job.state in ACTIVE:
-            for node, held in job.extra.get("gpus", {}).items():
-                used[node] = used.get(node, 0) + len(held)
-    return used
-
-
 def attributes(node, jobs: list[tuple[int, str]], note: str, flavor: str, gpus_used: int = 0) -> dict:
     """One node's attributes, typed, in the flavor's order and names."""
     state = state_word(node, len(jobs), flavor)
@@ -170,9 +160,9 @@ def pbsnodes(opts: list[tuple[str, str]], operands: list[str], out, now: float) 
                 text = note(n)
                 out.write(f"{n.name:<20} {state_word(n, 0, flavor):<16}{' ' + text if text else ''}".rstrip() + "\n")
             return status
-        on, gpus = jobs_on(sched, site.server), gpus_on(sched)
+        on, gpus = jobs_on(sched, site.server), common.gpus_held(sched.jobs.values())
         vocabulary = "openpbs" if o.get("F") == "json" else flavor  # JSON is OpenPBS's in both flavors
-        items = [(n.name, attributes(n, on.get(n.name, []), note(n), vocabulary, gpus.get(n.name, 0)))
+        items = [(n.name, attributes(n, on.get(n.name, []), note(n), vocabulary, len(gpus.get(n.name, ()))))
                  for n in shown]
     if "x" in o:
         out.write(_xml(items) + "\n")

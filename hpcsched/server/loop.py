@@ -479,11 +479,7 @@ class Server:
         if not want:
             return {}
         sched = self.batch.sched
-        taken: dict[str, set[int]] = {}
-        for other in sched.jobs.values():
-            if other.state in ACTIVE and other.id != job.id:
-                for name, held in other.extra.get("gpus", {}).items():
-                    taken.setdefault(name, set()).update(held)
+        taken = common.gpus_held(j for j in sched.jobs.values() if j.id != job.id)
         return {name: [i for i in range(sched.topology.node(name).gpus) if i not in taken.get(name, ())][:want]
                 for name in job.nodes}
 

@@ -216,7 +216,10 @@ class Batch:
     def _reconfigure(self, source: tuple[str, dict]) -> bool:
         """Carry the state over to a scheduler under `source` (as a snapshot carries it);
         False if it is under that configuration already."""
-        if source is self.source or config_id(*source) == config_id(*self.source):
+        if source is self.source:
+            return False
+        if config_id(*source) == config_id(*self.source):
+            self.source = source  # (the same one: the next call is an identity test, as do() makes it each time)
             return False
         state, before = self.sched.to_dict(), self.source
         self.source = source
