@@ -142,6 +142,8 @@ def test_qstat_f_shows_every_attribute_the_job_was_given(rig, monkeypatch, flavo
     (["-l", "walltime=²"], 2, "illegal -l value: walltime '²'"),
     (["-l", "nodes=1:ppn=²"], 2, "ppn must be a positive integer, not '²'"),
     (["-l", "nodes=" + "9" * 5000], 2, "nodes must be a positive integer"),
+    (["-l", "mem=" + "9" * 400 + "tb"], 2, "illegal -l value: bad size"),  # (an OverflowError traceback)
+    (["-l", "mem=١gb"], 2, "illegal -l value: bad size"),
     (["-t", "1-99999999999999999999"], 2, "illegal array request"),
     (["-t", "1-100000000"], 2, "array request too large (at most 100000 subjobs)"),
     (["-J", "1-9%99999999999"], 2, "illegal array request"),

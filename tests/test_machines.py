@@ -203,8 +203,20 @@ def test_a_cray_of_its_own_declares_gpus():
     c = Cray.from_config({"kind": "cray", "torus": [2, 2, 2], "per_router": 1,
                           "nodes": [{"count": 6, "cores": 4}, {"count": 2, "cores": 4, "gpus": 2}]})
     assert [n.name for n in c.nodes if n.gpus == 2] == ["nid00006", "nid00007"]
-    with pytest.raises(ConfigError, match=r"machine.nodes\[0\].gpus: must be an integer >= 0"):
+    with pytest.raises(ConfigError, match=r"machine.nodes\[0\].gpus: must be an integer from 0 to 65536"):
         Cray.from_config({"kind": "cray", "torus": [2, 2, 2], "nodes": [{"count": 6, "gpus": -1}]})
+
+
+@pytest.mark.parametrize("table, message", [
+    ({"torus": [2, 2, 2], "nodes": [{"count": 10 ** 12}]}, r"nodes\[0\].count: must be an integer from 1 to 16777216"),
+    ({"torus": [2, 2, 2], "nodes": [{"count": 6}, {"count": 6}]}, r"12 nodes do not fit a 2x2x2 torus"),
+    ({"torus": [10 ** 6] * 3, "nodes": [{"count": 4}]}, r"machine.torus: 1000000000000000000 node slots, more than"),
+    ({"torus": [2, 2, 2], "nodes": [{"count": 4, "cores": 10 ** 30}]}, r"cores: must be an integer from 1 to 65536"),
+])
+def test_a_cray_too_large_to_build_is_refused_before_it_is_built(table, message):
+    # (a count of 10**12 was built node by node before the torus's slots were counted)
+    with pytest.raises(ConfigError, match=message):
+        Cray.from_config({"kind": "cray", **table})
 
 
 def cray(placement, torus=(4, 4, 4), per_router=2):

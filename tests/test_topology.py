@@ -84,8 +84,16 @@ def test_from_config_and_errors():
                      ([{"names": "a", "colour": 1}], r"nodes\[0\].colour: unknown key"),
                      ([{"names": "a"}, {"names": "a"}], "defined twice"),
                      ([{"names": "n[1-"}], r"nodes\[0\].names"),
-                     ([{"names": "a", "gpus": -1}], r"nodes\[0\].gpus: must be an integer >= 0"),
-                     ([{"names": "a", "gpus": "4"}], r"nodes\[0\].gpus")]:
+                     ([{"names": "a", "gpus": -1}], r"nodes\[0\].gpus: must be an integer from 0 to 65536"),
+                     ([{"names": "a", "gpus": "4"}], r"nodes\[0\].gpus"),
+                     # (each was a traceback, or a machine too large to build, or two nodes one id)
+                     ([{"names": "a", "first_nid": "x"}], r"nodes\[0\].first_nid: must be an integer from 0 to"),
+                     ([{"names": "a", "first_nid": 1.5}], r"nodes\[0\].first_nid"),
+                     ([{"names": "a", "shared": "false"}], r"nodes\[0\].shared: must be true or false"),
+                     ([{"names": "a", "cores": 10 ** 30, "shared": True}], r"cores: must be an integer from 1 to 65536"),
+                     ([{"names": "a", "memory": 10 ** 400}], r"nodes\[0\].memory: must be an integer from 0 to"),
+                     ([{"names": "n[1-300]", "cores": 65536, "shared": True}], r"more than 16777216 units"),
+                     ([{"names": "a[1-2]"}, {"names": "b[1-2]", "first_nid": 1}], r"node id 1 is given to 'a2' and 'b1'")]:
         with pytest.raises(ConfigError, match=msg):
             NodePool.from_config(bad)
 

@@ -208,6 +208,13 @@ class NodeState(str, Enum):
     BAD = "bad"  # failed a pre-job scan: on the bad list until cleared
 
 
+#: the most a node may have of each, and a machine of units (a config past them is refused,
+#: not built): cores as Slurm's per-node CPU count, memory (MB) within a float's exact
+#: integers, ids as a node-id list can name them, units as masks stay quick to copy
+NODE_LIMITS = {"cores": 1 << 16, "gpus": 1 << 16, "memory": 1 << 53, "first_nid": 10 ** 12 - 1}
+MAX_UNITS = 1 << 24
+
+
 @dataclass
 class Node:
     """A node as commands show it, whatever the machine."""

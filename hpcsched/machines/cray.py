@@ -24,7 +24,7 @@ import math
 
 from ..core.errors import ConfigError
 from ..core.jobs import Allocation, Request
-from ..core.topology import Node, Tiers, set_bits
+from ..core.topology import MAX_UNITS, NODE_LIMITS, Node, Tiers, set_bits
 from .nodepool import NodePool
 
 #: Built-in machines: (count, cores, features[, gpus]) groups in nid order, torus, nodes per router.
@@ -57,14 +57,16 @@ class Cray(NodePool):
         if not isinstance(per_router, int) or isinstance(per_router, bool) or per_router not in (1, 2, 4):
             raise ConfigError("machine.per_router: must be 1, 2 or 4")
         slots = math.prod(torus) * per_router
+        if slots > MAX_UNITS:
+            raise ConfigError(f"machine.torus: {slots} node slots, more than {MAX_UNITS}")
+        if sum(g[0] for g in groups) > slots:
+            raise ConfigError(f"machine: {sum(g[0] for g in groups)} nodes do not fit a {'x'.join(map(str, torus))} "
+                              f"torus of {per_router} node(s) per router ({slots} slots)")
         nodes = []
         for count, cores, features, *gpus in groups:
             for _ in range(count):
                 nodes.append(Node(f"nid{len(nodes):05d}", cores, 0, frozenset(features), nid=len(nodes),
                                   gpus=gpus[0] if gpus else 0))
-        if len(nodes) > slots:
-            raise ConfigError(f"machine: {len(nodes)} nodes do not fit a {'x'.join(map(str, torus))} torus "
-                              f"of {per_router} node(s) per router ({slots} slots)")
         super().__init__(nodes, "first-fit" if placement == "cuboid" else placement)
         self.placement = placement
         self.torus, self.per_router = tuple(torus), per_router
@@ -106,9 +108,10 @@ class Cray(NodePool):
                 if not isinstance(g, dict) or set(g) - {"count", "cores", "features", "gpus"}:
                     raise ConfigError(f"{where}: a table of count, cores, features and gpus")
                 count, cores, feats, gpus = g.get("count"), g.get("cores", 1), g.get("features", []), g.get("gpus", 0)
-                for key, v, low in (("count", count, 1), ("cores", cores, 1), ("gpus", gpus, 0)):
-                    if not isinstance(v, int) or isinstance(v, bool) or v < low:
-                        raise ConfigError(f"{where}.{key}: must be an integer >= {low}")
+                for key, v, low, high in (("count", count, 1, MAX_UNITS), ("cores", cores, 1, NODE_LIMITS["cores"]),
+                                          ("gpus", gpus, 0, NODE_LIMITS["gpus"])):
+                    if not isinstance(v, int) or isinstance(v, bool) or not low <= v <= high:
+                        raise ConfigError(f"{where}.{key}: must be an integer from {low} to {high}")
                 if not isinstance(feats, list) or not all(isinstance(f, str) for f in feats):
                     raise ConfigError(f"{where}.features: must be a list of strings")
                 groups.append((count, cores, tuple(feats), gpus))

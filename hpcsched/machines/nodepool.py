@@ -17,7 +17,7 @@ from itertools import islice
 from ..core import nodelist
 from ..core.errors import ConfigError, InvalidRequest
 from ..core.jobs import Allocation, Request
-from ..core.topology import Node, NodeState, Tiers, Topology, lowest, mask_of, set_bits
+from ..core.topology import MAX_UNITS, NODE_LIMITS, Node, NodeState, Tiers, Topology, lowest, mask_of, set_bits
 
 
 PLACEMENTS = ("first-fit", "contiguous")
@@ -61,6 +61,8 @@ class NodePool(Topology):
             self.by_name[n.name] = i
             self.offset.append(len(self.unit_node))
             w = n.cores if n.shared else 1
+            if len(self.unit_node) + w > MAX_UNITS:
+                raise ConfigError(f"nodes: more than {MAX_UNITS} units (a node, or a shared node's core)")
             self.width.append(w)
             self.unit_node.extend([i] * w)
         self.node_count = len(nodes)
@@ -93,16 +95,23 @@ class NodePool(Topology):
             except InvalidRequest as e:
                 raise ConfigError(f"{where}.names: {e}") from None
             cores, memory, gpus = g.get("cores", 1), g.get("memory", 0), g.get("gpus", 0)
-            for key, value in (("cores", cores), ("memory", memory), ("gpus", gpus)):
-                if not isinstance(value, int) or isinstance(value, bool) or value < (key == "cores"):
-                    raise ConfigError(f"{where}.{key}: must be an integer >= {int(key == 'cores')}")
+            first = g.get("first_nid", len(nodes))
+            for key, value in (("cores", cores), ("memory", memory), ("gpus", gpus), ("first_nid", first)):
+                low, high = int(key == "cores"), NODE_LIMITS[key]
+                if not isinstance(value, int) or isinstance(value, bool) or not low <= value <= high:
+                    raise ConfigError(f"{where}.{key}: must be an integer from {low} to {high}")
             features = g.get("features", [])
             if not isinstance(features, list) or not all(isinstance(f, str) for f in features):
                 raise ConfigError(f"{where}.features: must be a list of strings")
-            first = g.get("first_nid", len(nodes))
+            if not isinstance(g.get("shared", False), bool):  # ("false" would be a shared node)
+                raise ConfigError(f"{where}.shared: must be true or false")
             for j, name in enumerate(names):
-                nodes.append(Node(name, cores, memory, frozenset(features), bool(g.get("shared", False)),
+                nodes.append(Node(name, cores, memory, frozenset(features), g.get("shared", False),
                                   nid=first + j, gpus=gpus))
+        named = {}
+        for n in nodes:
+            if named.setdefault(n.nid, n.name) != n.name:
+                raise ConfigError(f"nodes: node id {n.nid} is given to {named[n.nid]!r} and {n.name!r}")
         return cls(nodes, placement)
 
     # --- state -----------------------------------------------------------------------

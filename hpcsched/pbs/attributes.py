@@ -5,7 +5,6 @@ value is one line with exit status 2 (a UsageError, after which the command prin
 usage line, or a CommandError)."""
 from __future__ import annotations
 
-import math
 import os
 import re
 import shlex
@@ -85,7 +84,7 @@ def merge(cmdline: list[tuple[str, str]], script: list[tuple[str, str]]) -> tupl
     return options, resources
 
 
-_MEM = re.compile(r"^(\d+)\s*([kmgtp]?)(b|w)?$", re.I)
+_MEM = re.compile(r"^([0-9]{1,18})\s*([kmgtp]?)(b|w)?$", re.I)
 
 
 def parse_memory(text: str) -> int:
@@ -95,7 +94,7 @@ def parse_memory(text: str) -> int:
         raise UsageError(f"illegal -l value: bad size {text!r}")
     n = int(m.group(1)) * (8 if (m.group(3) or "b").lower() == "w" else 1)
     scale = {"": 1, "k": 2 ** 10, "m": 2 ** 20, "g": 2 ** 30, "t": 2 ** 40, "p": 2 ** 50}[m.group(2).lower()]
-    return math.ceil(n * scale / 2 ** 20)
+    return -(-n * scale // 2 ** 20)  # (whole numbers: a float overflows past 1e308)
 
 
 def positive(text: str, what: str) -> int:
@@ -168,7 +167,7 @@ def build_request(res: dict[str, str], declared=()) -> tuple[Request, float | No
         ppn = positive(res["ppn"], "ppn")
     if "mem" in res and "select" not in res:
         total = parse_memory(res["mem"])
-        mem = math.ceil(total / nodes) if not cores else total
+        mem = -(-total // nodes) if not cores else total
     if "pmem" in res:
         mem = max(mem, parse_memory(res["pmem"]) * (ppn if not cores else cores))
     return Request(nodes=nodes, ppn=ppn, cores=cores, mem=mem, gpus=gpus, features=tuple(features),
