@@ -166,6 +166,9 @@ def test_a_compute_and_links_reservation_keeps_passthrough_jobs_off_its_cables()
 
 @pytest.mark.parametrize("bad, match", [
     ({"kind": "bluegene", "dims": [2, 2]}, "machine.dims"),
+    # (a grid of a million midplanes was built, block conflicts and all, for ever)
+    ({"kind": "bluegene", "dims": [10 ** 6, 1, 1, 1]}, "machine.dims: 1000000 midplanes, more than 256"),
+    ({"kind": "bluegene", "dims": [1, 1, 1, 2], "cores": 10 ** 30}, "machine.cores: must be an integer from 1 to"),
     ({"kind": "bluegene", "dims": [1, 1, 1, 2], "blocks": [{"name": "x", "corner": [0, 0, 0, 0], "span": [1, 1, 1, 3]}]},
      "machine.blocks"),
     ({"kind": "bluegene", "dims": [1, 1, 1, 2], "sizes": [700]}, "machine.sizes"),

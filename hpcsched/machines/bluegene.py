@@ -31,11 +31,12 @@ from itertools import product
 
 from ..core.errors import ConfigError, InvalidRequest
 from ..core.jobs import Allocation, Request
-from ..core.topology import Node, NodeState, Tiers, Topology, set_bits
+from ..core.topology import NODE_LIMITS, Node, NodeState, Tiers, Topology, set_bits
 
 MIDPLANE = 512  # nodes
 BOARDS = 16  # node boards per midplane
 BOARD = MIDPLANE // BOARDS  # 32 nodes
+MAX_MIDPLANES = 256  # a grid's most (Sequoia, the largest Blue Gene/Q, had 192)
 SMALL = (128, 256)  # sub-midplane block sizes (4 and 8 boards)
 SIZES = (512, 1024, 2048, 4096, 8192, 12288, 16384, 24576, 32768, 49152)  # what Mira offered
 
@@ -71,8 +72,10 @@ class BlueGene(Topology):
                  passthrough: bool = False, blocks: list[dict] | None = None):
         if len(dims) != 4 or not all(isinstance(d, int) and not isinstance(d, bool) and d >= 1 for d in dims):
             raise ConfigError(f"machine.dims: four midplane counts >= 1 (A, B, C, D), not {list(dims)!r}")
-        if not isinstance(cores, int) or isinstance(cores, bool) or cores < 1:
-            raise ConfigError("machine.cores: must be an integer >= 1")
+        if math.prod(dims) > MAX_MIDPLANES:  # (the conflicts between blocks grow as its square)
+            raise ConfigError(f"machine.dims: {math.prod(dims)} midplanes, more than {MAX_MIDPLANES}")
+        if not isinstance(cores, int) or isinstance(cores, bool) or not 1 <= cores <= NODE_LIMITS["cores"]:
+            raise ConfigError(f"machine.cores: must be an integer from 1 to {NODE_LIMITS['cores']}")
         self.dims, self.prefix, self.cores = tuple(dims), prefix, cores
         self.midplane_count = math.prod(dims)
         self.node_count = self.midplane_count * MIDPLANE
