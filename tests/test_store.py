@@ -17,6 +17,23 @@ def test_append_and_read_in_order(tmp_path):
     assert snap is None and [r["id"] for r in recs] == [0, 1, 2] and [r["seq"] for r in recs] == [1, 2, 3]
 
 
+def test_appends_in_one_sync_are_synced_once_even_when_the_command_fails(tmp_path, monkeypatch):
+    s = Store(tmp_path)
+    synced, real = [], os.fsync
+    monkeypatch.setattr(os, "fsync", lambda fd: (synced.append(fd), real(fd))[1])
+    with s.locked():
+        with pytest.raises(KeyError):
+            with s.one_sync():
+                s.append({"op": "x", "i": 1}), s.append({"op": "x", "i": 2})
+                raise KeyError("a command fails half way")
+        assert len(synced) == 1 and [r["i"] for r in s.read()[1]] == [1, 2]  # (what it wrote stands, synced)
+        with s.one_sync():
+            pass
+        assert len(synced) == 1  # (nothing appended: nothing to sync)
+        s.append({"op": "x", "i": 3})
+        assert len(synced) == 2  # (outside, each append is synced as it is made)
+
+
 def test_compact_keeps_what_the_snapshot_does_not_cover(tmp_path):
     s = Store(tmp_path)
     with s.locked():

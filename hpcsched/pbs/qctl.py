@@ -29,14 +29,16 @@ def act(prog: str, ids: list[str], action: Callable[[Batch, Job, dict], None], o
     user = whoami()
     batch = Batch.of(site)
     status = 0
-    with batch.open(write=True):
+    with batch.open(write=True), batch.store.one_sync():
         sched = batch.sched
-        if every and ids == ["all"]:
-            ids = [common.display_id(j, site.server) for j in sched.jobs.values()
-                   if j.state not in FINISHED and (j.owner == user or site.is_operator(user))]
-        for text in ids:
+        if every and ids == ["all"]:  # (each job as itself: resolving each id again read every job)
+            named = [[j] for j in sched.jobs.values()
+                     if j.state not in FINISHED and (j.owner == user or site.is_operator(user))]
+        else:
+            named = ids
+        for text in named:
             try:
-                jobs = common.resolve(sched.jobs, text, site.server)
+                jobs = text if isinstance(text, list) else common.resolve(sched.jobs, text, site.server)
             except common.CommandError as e:
                 sys.stderr.write(f"{prog}: {e}\n")
                 status = status or e.status

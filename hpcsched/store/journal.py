@@ -2,7 +2,8 @@
 
     $HPCSCHED_HOME, else $XDG_DATA_HOME/hpcsched, else ~/.local/share/hpcsched
         state.json     the last snapshot (a Scheduler.to_dict() and the journal seq it covers)
-        journal.jsonl  one JSON record per change since, appended and fsync'd
+        journal.jsonl  one JSON record per change since, appended and fsync'd (a command
+                       acting on many jobs syncs its appends once, at its end)
         lock           flock(2) target: writers hold it exclusively, readers shared
 
 Appending costs the same whatever the store holds: the next sequence number is read from
@@ -92,6 +93,7 @@ class Store:
     def __init__(self, home: str | os.PathLike | None = None):
         self.home = Path(home) if home is not None else default_home()
         self.warnings: list[str] = []
+        self.deferred: bool | None = None  # inside `one_sync`: True once an append waits for its fsync
 
     # --- locking ---------------------------------------------------------------------
     @contextlib.contextmanager
@@ -302,10 +304,31 @@ class Store:
         fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
         try:
             os.write(fd, line.encode("utf-8"))
-            os.fsync(fd)
+            if self.deferred is None:
+                os.fsync(fd)
+            else:
+                self.deferred = True
         finally:
             os.close(fd)
         return seq
+
+    @contextlib.contextmanager
+    def one_sync(self):
+        """Appends inside are made durable by one fsync as it ends, not one each: a command
+        acting on each of an array's 100,000 subjobs waited for 100,000.  A process that dies
+        inside has written them all the same; a machine that stops before the end loses the
+        appends not yet synced, none of them acknowledged.  Hold the lock."""
+        self.deferred = False
+        try:
+            yield self
+        finally:
+            synced, self.deferred = self.deferred, None
+            if synced:
+                fd = os.open(self.home / JOURNAL, os.O_RDONLY)
+                try:
+                    os.fsync(fd)
+                finally:
+                    os.close(fd)
 
     def _drop_torn_tail(self, path: Path) -> None:
         try:
