@@ -737,6 +737,25 @@ def test_an_array_is_one_journal_record_saved_whole_or_not_at_all(rig):
     assert len((rig / "home" / "journal.jsonl").read_text().splitlines()) == 3
 
 
+def test_qsig_on_an_array_signals_its_running_subjobs_and_says_so_once_if_none_runs(rig, monkeypatch, capsys):
+    from hpcsched.pbs import common
+    from hpcsched.store.journaled import Batch
+    from hpcsched.store.site import load_site
+    submit("-t", "1-5", "-l", "walltime=60,nodes=4:ppn=4")  # (one at a time: the whole rig)
+    assert qctl.QSIG(["-s", "USR1", "1[]"], out=io.StringIO()) == common.BAD_STATE
+    assert capsys.readouterr().err == "qsig: Request invalid for state of job 1[].headnode\n"  # (not one a subjob)
+    assert qctl.QSIG(["-s", "NOSUCH", "1[]"], out=io.StringIO()) == 2
+    assert capsys.readouterr().err == "qsig: illegal signal 'NOSUCH'\nusage: qsig [-s signal] job_id ...\n"  # (once)
+    monkeypatch.setenv("HPCSCHED_USER", "olga")  # (an operator: qrun)
+    assert qctl.QRUN(["1[2]"], out=io.StringIO()) == 0
+    monkeypatch.setenv("HPCSCHED_USER", "alice")
+    assert qctl.QSIG(["-s", "USR1", "1[]"], out=io.StringIO()) == 0 and capsys.readouterr().err == ""
+    batch = Batch(load_site())
+    with batch.open(write=False):
+        signalled = {j.array_index: j.extra.get("pending_signals") for j in batch.sched.jobs.values()}
+    assert signalled == {1: None, 2: [10], 3: None, 4: None, 5: None}
+
+
 def test_a_command_on_many_jobs_syncs_its_journal_once_and_reads_each_job_once(rig, monkeypatch):
     """qhold, qrls and qdel on an array's subjobs (or `qdel all`) append a record per job
     but fsync the journal once at the end: 100,000 subjobs waited for 100,000 fsyncs (over

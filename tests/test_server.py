@@ -234,6 +234,22 @@ def test_held_then_released_and_array(live):
     assert all((work / f"STDIN.o{seq}-{i}").exists() for i in (1, 2, 3))  # Torque: NAME.oSEQ-INDEX
 
 
+def test_a_signal_to_one_subjob_reaches_it_alone(live):
+    # (every subjob of an array shared one `extra`: a signal asked for one was delivered to
+    # every running subjob, and so were a walltime kill's and a CPU limit's marks, and GPUs)
+    env, home, work, start = live
+    start()
+    arr = cmd(env, work, "qsub", "-t", "1-2", "-l", "walltime=60", stdin=(
+        "cd \"$PBS_O_WORKDIR\"; trap 'echo got $PBS_ARRAYID >> sig.log; exit 7' USR1\n"
+        "for i in 1 2 3 4 5 6 7 8 9 10 11 12; do sleep 0.25; done\n")).stdout.strip()
+    one, two = arr.replace("[]", "[1]"), arr.replace("[]", "[2]")
+    wait_for(env, work, one, "R"), wait_for(env, work, two, "R")
+    time.sleep(0.5)  # let the traps be set
+    assert cmd(env, work, "qsig", "-s", "USR1", two).returncode == 0
+    assert wait_for(env, work, two)["exit_status"] == "7" and wait_for(env, work, one)["exit_status"] == "0"
+    assert (work / "sig.log").read_text() == "got 2\n"
+
+
 def test_qsig_reaches_the_jobs_processes(live):
     env, home, work, start = live
     start()

@@ -19,9 +19,11 @@ from .errors import UsageError
 
 
 def act(prog: str, ids: list[str], action: Callable[[Batch, Job, dict], None], opts: dict | None = None,
-        every: bool = False) -> int:
+        every: bool = False, only: Callable[[Job], bool] | None = None) -> int:
     """Apply `action` to each job an id names (`all`: every job the caller may touch, if
-    `every`), each on its own: one failing prints its line and the others go on."""
+    `every`), each on its own: one failing prints its line and the others go on.  Of an
+    array's subjobs, those ending or finished are left alone, and with `only` those it
+    refuses (one line for the array if it refuses them all)."""
     opts = opts or {}
     if not ids:
         raise UsageError("no job id given")
@@ -43,8 +45,13 @@ def act(prog: str, ids: list[str], action: Callable[[Batch, Job, dict], None], o
                 sys.stderr.write(f"{prog}: {e}\n")
                 status = status or e.status
                 continue
+            if len(jobs) > 1 and only is not None and not any(map(only, jobs)):
+                sys.stderr.write(f"{prog}: Request invalid for state of job {jobs[0].array_id}[].{site.server}\n")
+                status = status or common.BAD_STATE
+                continue
             for job in jobs:
-                if len(jobs) > 1 and (job.state in FINISHED or job.state == EXITING):
+                if len(jobs) > 1 and (job.state in FINISHED or job.state == EXITING
+                                      or only is not None and not only(job)):
                     continue  # an array's ending or finished subjobs are left as they are
                 try:
                     action(batch, job, opts)
@@ -344,24 +351,23 @@ def qsig(opts: list[tuple[str, str]], ids: list[str], out, now: float) -> int:
     """Send a signal to running jobs (the server delivers it to each job's processes);
     `suspend` and `resume` are SIGSTOP and SIGCONT."""
     import signal as _signal
+    given = dict(opts).get("s", "SIGTERM")
+    name = {"suspend": "SIGSTOP", "resume": "SIGCONT"}.get(given, given)
+    try:
+        sig = int(name) if name.isdigit() else int(_signal.Signals[name if name.startswith("SIG") else "SIG" + name])
+    except (KeyError, ValueError):
+        sig = 0
+    if not 0 < sig < _signal.NSIG:  # a number the kernel refuses never reaches the server
+        raise UsageError(f"illegal signal {given!r}")
 
     def send(batch: Batch, job: Job, opts: dict) -> None:
-        name = str(opts.get("s", "SIGTERM"))
-        aliases = {"suspend": "SIGSTOP", "resume": "SIGCONT"}
-        name = aliases.get(name, name)
-        try:
-            sig = int(name) if name.isdigit() else int(_signal.Signals[name if name.startswith("SIG") else "SIG" + name])
-        except (KeyError, ValueError):
-            sig = 0
-        if not 0 < sig < _signal.NSIG:  # a number the kernel refuses never reaches the server
-            raise UsageError(f"illegal signal {opts.get('s')!r}")
         if not common.may_touch(batch.site, whoami(), job):
             raise common.deny("qsig", job, batch.site)
         if job.state != RUNNING:
             raise InvalidState("not running")
         batch.do("process", id=job.id, set={"pending_signals": [*job.extra.get("pending_signals", []), sig]})
 
-    return act("qsig", ids, send, dict(opts))
+    return act("qsig", ids, send, dict(opts), only=lambda job: job.state == RUNNING)  # (an array: its running subjobs)
 
 
 QSIG = Command("qsig", "s:", "usage: qsig [-s signal] job_id ...", qsig, changes=True)

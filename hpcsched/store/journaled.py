@@ -54,6 +54,7 @@ def apply(sched: Scheduler, rec: dict):
         for k, index in enumerate(indices):
             sub = Job.from_dict(rec["job"])
             sub.id, sub.array_id, sub.array_index, sub.array_limit = first + k, first, index, limit
+            sub.extra = dict(sub.extra)  # each its own: a `process` record changes one subjob's
             subs.append(sched.submit(sub, now))
         return subs
     if op == "delete":
