@@ -44,7 +44,7 @@ NASTY = ["", "-", "--", "0", "-1", "1", "2", "99", "1e999", "nan", "inf", "²", 
 
 LETTERS = {"qsub": "aAcCdehIjJklmMNopqrStuvVwWz", "qalter": "aAehjklmMNoprSvW", "qdel": "Wpx", "qhold": "h",
            "qrls": "h", "qsig": "s", "qrun": "H", "qmove": "", "qselect": "uqsNAlhx", "qstat": "afinu1xQqrsBtFJ",
-           "checkjob": "v", "showq": "ribcu", "showres": "n", "setres": "nsdpugaq", "releaseres": "",
+           "checkjob": "v", "showq": "ribcu", "showres": "n", "setres": "nsdepugaq", "releaseres": "",
            "showbf": "", "mdiag": "pf", "pbsnodes": "aloicrNxqvF", "qmgr": "c", "tracejob": "n",
            "shownids": "", "pbsyod": "", "schedctl": "QTSsB"}
 FLAGS = set("hIVzfix1QBtJaroblcvpqwd")  # letters tried bare as well as with a value

@@ -174,6 +174,21 @@ def test_qsub_refusals(rig, argv, status, msg):
     assert not (rig / "home" / "journal.jsonl").exists()  # nothing stored
 
 
+def test_a_start_time_this_zone_cannot_place_is_one_line(rig):
+    # (31 December 9999 at 23:59 east of UTC is past year 9999 in UTC: a ValueError traceback)
+    saved = os.environ.get("TZ")
+    os.environ["TZ"] = "Pacific/Kiritimati"
+    time.tzset()
+    try:
+        for argv in (["-a", "999912312359"], ["-W", "deadline=999912312359"]):
+            with pytest.raises(CommandError, match="illegal"):
+                submit(*argv)
+        assert submit("-a", "999812312359").endswith(".headnode")
+    finally:
+        os.environ.pop("TZ") if saved is None else os.environ.update(TZ=saved)
+        time.tzset()
+
+
 def test_a_place_statement_is_checked_and_left_to_the_planner(rig):
     for place in ("scatter", "pack:excl", "free:shared:group=switch", "vscatter:exclhost"):
         assert submit("-l", f"select=2:ncpus=1,place={place}").endswith(".headnode")

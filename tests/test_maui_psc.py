@@ -101,6 +101,57 @@ def test_setres_refuses_bad_input(busy, monkeypatch, capsys):
     assert run("setres", "-d", "60", "count=99")[0] == 1
     assert "99 nodes are not free" in capsys.readouterr().err
     assert run("setres", "-d", "60", "-s", "tomorrowish", "count=1")[0] == 2
+    # (each was taken, NaN and all, and showres then died on it)
+    for start in ("nan", "inf", "1e308", "-5", "253402300800", "25:00", "12:00_02/30", "12:00_"):
+        assert run("setres", "-d", "60", "-s", start, "count=1")[0] == 2
+        assert f"setres: bad time {start!r}" in capsys.readouterr().err
+    assert run("setres", "-d", "60", "-e", "+1:00", "count=1")[0] == 2  # (-d or -e, not both)
+    assert run("setres", "-s", "+1:00:00", "-e", "+0:30:00", "count=1")[0] == 2  # (an end before its start)
+    assert "duration must be positive" in capsys.readouterr().err
+
+
+def test_setres_takes_mauis_times_and_an_end(busy, monkeypatch):
+    from datetime import datetime, timedelta
+    monkeypatch.setenv("HPCSCHED_USER", "olga")
+    now = time.time() + 10  # (run's clock)
+
+    def made(name):
+        batch = Batch(load_site())
+        with batch.open(write=False):
+            r = batch.sched.reservations[name]
+        return r.start, r.duration
+    day = datetime.fromtimestamp(now) + timedelta(days=40)
+    at = day.replace(hour=13, minute=30, second=0, microsecond=0)
+    assert run("setres", "-n", "a", "-s", f"13:30_{at.month}/{at.day}/{at.year % 100:02d}", "-d", "1:00:00",
+               "count=1")[0] == 0
+    assert made("a") == (at.timestamp(), 3600.0)
+    # a time of day alone is the next one to come; -e sets the end instead of -d
+    soon = datetime.fromtimestamp(now).replace(microsecond=0) - timedelta(hours=1)
+    assert run("setres", "-n", "b", "-s", f"{soon.hour}:{soon.minute}:{soon.second}", "-e",
+               f"+{24 * 3600 + 600}", "count=1")[0] == 0
+    start, duration = made("b")
+    assert start == (soon + timedelta(days=1)).timestamp() and duration == pytest.approx(now + 24 * 3600 + 600 - start)
+
+
+def test_a_reservation_no_calendar_can_show_is_listed_by_its_seconds(busy):
+    # (one an older hpcsched took, or the library was given; showres died in strftime)
+    from hpcsched.core.reservations import Reservation
+    batch = Batch(load_site())
+    with batch.open(write=True):
+        batch.do("reservation", reservation=Reservation("far", 1e300, 60.0, count=1).to_dict())
+    status, out = run("showres", "far")
+    assert status == 0 and out.splitlines()[2].split()[-1] == "%.0f" % 1e300
+    with pytest.raises(Exception, match="must be finite"):
+        Reservation("never", float("nan"), 60.0, count=1)
+    # one with a NaN start, which an older hpcsched journaled, is passed over on load
+    with batch.open(write=True):
+        last = batch.store.last_record()
+        batch.store.append({"op": "reservation", "now": time.time(), "next_id": last["next_id"], "cfg": last["cfg"],
+                            "reservation": {**Reservation("old", 0.0, 60.0, count=1).to_dict(), "start": float("nan")}})
+    batch = Batch(load_site())
+    with batch.open(write=False):
+        assert "old" not in batch.sched.reservations and "far" in batch.sched.reservations
+    assert any("(reservation) no longer applies" in w for w in batch.store.warnings)
 
 
 def test_showbf_and_mdiag(busy):

@@ -41,6 +41,8 @@ class Reservation:
     def __post_init__(self):
         if not self.name:
             raise InvalidRequest("reservation needs a name")
+        if not all(isinstance(x, (int, float)) and math.isfinite(x) for x in (self.start, self.duration, self.period)):
+            raise InvalidRequest(f"reservation {self.name}: start, duration and period must be finite numbers")
         if self.duration <= 0:
             raise InvalidRequest(f"reservation {self.name}: duration must be positive")
         if self.period and self.period < self.duration:

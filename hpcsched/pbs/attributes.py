@@ -338,11 +338,11 @@ def parse_start_after(text: str, now: float, what: str = "-a") -> float:
             yy = rest[:-4]
             fields["year"] = int(yy) if len(yy) == 4 else 2000 + int(yy)
         when = base.replace(microsecond=0, **fields)
-    except ValueError:
+        if not rest and when.timestamp() < now:
+            when += timedelta(days=1)
+        return when.timestamp()
+    except (ValueError, OverflowError, OSError):  # (also a time this zone cannot place: year 9999 east of UTC)
         raise UsageError(f"illegal {what} value {text!r}") from None
-    if not rest and when.timestamp() < now:
-        when += timedelta(days=1)
-    return when.timestamp()
 
 
 MAX_SUBJOBS = 100000

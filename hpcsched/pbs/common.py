@@ -79,6 +79,15 @@ def output_seq(job: Job, flavor: str) -> str:
     return f"{job.array_id}{'-' if flavor == 'torque' else '.'}{job.array_index}"
 
 
+def local_time(fmt: str, t: float) -> str:
+    """`t` in local time; one no calendar here can show (past year 9999, say a reservation
+    an older hpcsched took) as its epoch seconds, not a traceback."""
+    try:
+        return time.strftime(fmt, time.localtime(t))
+    except (OverflowError, ValueError, OSError):
+        return f"{t:.0f}"
+
+
 def resolve(jobs: dict, text: str, server: str) -> list[Job]:
     """The jobs an id names (an array name gives all its subjobs); CommandError 153 if none."""
     jid, index = parse_ref(text)

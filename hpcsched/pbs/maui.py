@@ -6,8 +6,8 @@ what the next pass would decide.  Times print as `[DD:]HH:MM:SS`.
 """
 from __future__ import annotations
 
+import re
 import sys
-import time
 
 from ..core import nodelist
 from ..core.depends import describe
@@ -36,7 +36,7 @@ def dhms(seconds: float | None) -> str:
 
 
 def when(t: float | None) -> str:
-    return time.strftime("%a %b %d %H:%M:%S", time.localtime(t)) if t is not None else "--"
+    return common.local_time("%a %b %d %H:%M:%S", t) if t is not None else "--"
 
 
 def procs(job: Job) -> int:
@@ -299,33 +299,59 @@ def _fairshare(sched, ctx, out) -> int:
     return 0
 
 
+#: the latest time a command takes (the end of year 9999: what dates can show)
+LATEST = 253402300799.0
+_MAUI_TIME = re.compile(r"([0-9]{1,2})(?::([0-9]{1,2}))?(?::([0-9]{1,2}))?"
+                        r"(?:_([0-9]{1,2})(?:/([0-9]{1,2})(?:/([0-9]{2}|[0-9]{4}))?)?)?")
+
+
 def parse_when(text: str, now: float) -> float:
-    """`now`, `+[[DD:]HH:]MM:SS` (from now), epoch seconds, or an ISO date."""
-    if text == "now":
-        return now
-    if text.startswith("+"):
-        return now + parse_duration(text[1:])
+    """`now`, `+[[DD:]HH:]MM:SS` (from now), Maui's `HH[:MM[:SS]][_MO[/DD[/YY]]]` (local
+    time; a bare time of day already past is tomorrow), epoch seconds, or an ISO date."""
+    from datetime import datetime, timedelta
+    bad = common.CommandError(f"bad time {text!r} (now, +[[DD:]HH:]MM:SS, HH[:MM[:SS]][_MO[/DD[/YY]]], "
+                              f"epoch seconds or an ISO date)", common.USAGE)
     try:
-        return float(text)
-    except ValueError:
-        pass
-    from datetime import datetime
-    try:
-        return datetime.fromisoformat(text).timestamp()
-    except ValueError:
-        raise common.CommandError(f"bad time {text!r} (now, +HH:MM:SS, epoch seconds or an ISO date)", common.USAGE) from None
+        if text == "now":
+            when = now
+        elif text.startswith("+"):
+            when = now + parse_duration(text[1:])
+        elif (m := _MAUI_TIME.fullmatch(text)) and (":" in text or "_" in text):
+            hh, mi, ss, mo, dd, yy = m.groups()
+            base = datetime.fromtimestamp(now).replace(microsecond=0)
+            fields = {"hour": int(hh), "minute": int(mi or 0), "second": int(ss or 0)}
+            if mo:
+                fields["month"] = int(mo)
+            if dd:
+                fields["day"] = int(dd)
+            if yy:
+                fields["year"] = int(yy) if len(yy) == 4 else 2000 + int(yy)
+            at = base.replace(**fields)
+            if not mo and at.timestamp() < now:
+                at += timedelta(days=1)
+            when = at.timestamp()
+        elif re.fullmatch(r"[0-9]{1,12}(\.[0-9]*)?", text):
+            when = float(text)
+        else:
+            when = datetime.fromisoformat(text).timestamp()
+    except (ValueError, OverflowError, OSError, InvalidRequest):
+        raise bad from None
+    if not 0 <= when <= LATEST:  # (NaN and infinities fail this too)
+        raise bad
+    return when
 
 
 def setres(options: list[tuple[str, str]], operands: list[str], out, now: float) -> int:
     opts = dict(options)
-    if len(operands) != 1 or "d" not in opts:
-        raise UsageError("give a duration (-d) and one hostlist or count=N")
+    if len(operands) != 1 or ("d" in opts) == ("e" in opts):
+        raise UsageError("give a duration (-d) or an end (-e), and one hostlist or count=N")
     site, batch = load(write=True)
     user = whoami()
     if not site.is_operator(user):
         raise common.CommandError(f"user {user} is not authorized to create reservations", common.UNAUTHORIZED)
+    start = parse_when(opts.get("s", "now"), now)
     try:
-        duration = parse_duration(opts["d"])
+        duration = parse_duration(opts["d"]) if "d" in opts else parse_when(opts["e"], now) - start
         period = {"day": 86400.0, "daily": 86400.0, "week": 604800.0, "weekly": 604800.0}.get(
             opts.get("p", ""), None)
         if period is None:
@@ -349,7 +375,7 @@ def setres(options: list[tuple[str, str]], operands: list[str], out, now: float)
         sched = batch.sched
         name = opts.get("n") or f"{user}.{sum(1 for r in sched.reservations if r.startswith(user + '.')) + 1}"
         try:
-            res = Reservation(name=name, start=parse_when(opts.get("s", "now"), now), duration=duration,
+            res = Reservation(name=name, start=start, duration=duration,
                               nodes=nodes, count=count, users=split("u"), groups=split("g"),
                               projects=split("a"), queue=opts.get("q", ""), period=period, owner=user,
                               account=opts.get("A", ""), links="L" in opts)
@@ -399,7 +425,7 @@ SHOWQ = Command("showq", "", "usage: showq", showq)
 CHECKJOB = Command("checkjob", "", "usage: checkjob JOBID", checkjob)
 SHOWRES = Command("showres", "n", "usage: showres [-n] [RESID ...]", showres)
 SHOWBF = Command("showbf", "", "usage: showbf", showbf)
-SETRES = Command("setres", "n:s:d:p:u:g:a:A:q:L", "usage: setres [-n name] [-s start] [-d duration] [-p period] "
+SETRES = Command("setres", "n:s:d:e:p:u:g:a:A:q:L", "usage: setres [-n name] [-s start] [-d duration|-e end] [-p period] "
                  "[-u users] [-g groups] [-a accounts] [-A charge_account] [-q queue] [-L] hostlist|count=N", setres,
                  changes=True)
 RELEASERES = Command("releaseres", "", "usage: releaseres NAME ...", releaseres, changes=True)

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 import sys
-import time
 from xml.sax.saxutils import escape
 
 from ..core import nodelist
@@ -28,7 +27,7 @@ USAGE = ("usage: qstat [-f [-1]] [-F json|dsv] [-x] [-a] [-i] [-r] [-s] [-n [-1]
 
 
 def ctime(t: float | None) -> str:
-    return time.strftime("%a %b %d %H:%M:%S %Y", time.localtime(t)) if t is not None else ""
+    return common.local_time("%a %b %d %H:%M:%S %Y", t) if t is not None else ""
 
 
 def exec_host(job: Job) -> str:

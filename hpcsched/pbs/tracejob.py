@@ -25,7 +25,7 @@ from .errors import UsageError
 
 
 def _stamp(t: float) -> str:
-    return time.strftime("%m/%d/%Y %H:%M:%S", time.localtime(t))
+    return common.local_time("%m/%d/%Y %H:%M:%S", t)
 
 
 def _server_lines(records: list[dict], job_id: int) -> list[tuple[float, str]]:

@@ -20,7 +20,7 @@ from __future__ import annotations
 import contextlib
 import time
 
-from ..core.errors import ConfigError, InvalidState, Rejected, SchedulerError, UnknownJob
+from ..core.errors import ConfigError, InvalidRequest, InvalidState, Rejected, SchedulerError, UnknownJob
 from ..core.jobs import Hold, Job, Request
 from ..core.reservations import Reservation
 from ..core.scheduler import Scheduler
@@ -76,7 +76,11 @@ def apply(sched: Scheduler, rec: dict):
     if op == "forget":
         return [sched.forget(i) for i in rec["ids"]]
     if op == "reservation":
-        return sched.add_reservation(Reservation.from_dict(rec["reservation"]), now)
+        try:
+            res = Reservation.from_dict(rec["reservation"])
+        except InvalidRequest as e:  # (one an older hpcsched took, a NaN start: passed over, as a change would be)
+            raise Rejected(str(e)) from None
+        return sched.add_reservation(res, now)
     if op == "unreserve":
         return sched.remove_reservation(rec["name"], now)
     if op == "bank":  # an operator's deposit, set, refund or charge (job ends charge themselves)
