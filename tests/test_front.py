@@ -53,6 +53,23 @@ def test_run_for_runs_as_the_client_and_restores_the_server(rig, tmp_path, monke
     assert reply(run_for(encode_request("qsub", ["-Z"], "/", env, b"")))[0] == 2
 
 
+def test_a_forwarded_command_reads_and_shows_dates_in_its_callers_zone(rig):
+    # (the server read `qsub -a 1200` in its own zone, so a caller's noon depended on
+    # whether a server was running)
+    import time
+    env = dict(os.environ, TZ="Asia/Tokyo")
+    before = time.strftime("%z")
+    status, out, _ = reply(run_for(encode_request("qsub", ["-a", "203001011200"], "/", env, b"true\n")))
+    assert status == 0 and time.strftime("%z") == before  # (the server's own zone again)
+    status, out, _ = reply(run_for(encode_request("qstat", ["-f", "1"], "/", env, None)))
+    assert "Execution_Time = Tue Jan 01 12:00:00 2030" in out
+    from hpcsched.store.journaled import Batch
+    from hpcsched.store.site import load_site
+    batch = Batch(load_site())
+    with batch.open(write=False):
+        assert batch.sched.jobs[1].start_after == 1893466800.0  # (2030-01-01 03:00 UTC)
+
+
 @pytest.mark.parametrize("name", ["a b", "bob@elsewhere", "x,y", "u=v", "-n", ""])
 def test_a_named_user_that_is_no_user_name_is_refused_at_both_doors(rig, monkeypatch, capsys, name):
     # (it went into Job_Owner, accounting's key=value records and qstat's columns as it was)

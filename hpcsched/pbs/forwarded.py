@@ -3,6 +3,7 @@ process as its client would have run it, for the caller the kernel named."""
 import io
 import os
 import sys
+import time
 
 from ..core.errors import ConfigError
 from ..store import site
@@ -82,9 +83,13 @@ def run_for(request: bytes, caller: str | None = None) -> bytes:
 
 
 def _become_environment(env: dict[str, str]) -> None:
-    """Make os.environ `env`, touching only what differs (each change is a putenv)."""
+    """Make os.environ `env`, touching only what differs (each change is a putenv); the
+    caller's $TZ is the local time its dates are read and shown in, as when it runs alone."""
+    zone = os.environ.get("TZ")
     for key in [k for k in os.environ if k not in env]:
         del os.environ[key]
     for key, value in env.items():
         if os.environ.get(key) != value:
             os.environ[key] = value
+    if os.environ.get("TZ") != zone:
+        time.tzset()
