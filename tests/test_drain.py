@@ -150,6 +150,25 @@ def test_malformed_lines_are_counted_never_fatal(tmp_path):
     assert acc.drain == {"4": 60} and acc.days[min(acc.days)][combo(BUSY, False, True)] == 540
 
 
+def test_a_stamp_leaping_far_ahead_is_a_bad_line_not_years_of_accrual(tmp_path):
+    # (a damaged year, 9999 for 2014, accrued n1's idling over every day between: 160 s and
+    # 4 GB for these five lines)
+    p = tmp_path / "log"
+    p.write_text(status(DAY1 + "00:00:00", "n1", "Idle", "4")
+                 + status(DAY1 + "00:05:00", "n1", "Busy", "none", "4").replace(DAY1[:4], "9999", 1)
+                 + status(DAY1 + "00:10:00", "n1", "Busy", "none", "4")
+                 + status(DAY1 + "00:20:00", "n1", "Idle", "4")
+                 + status(DAY1 + "00:30:00", "n1", "Idle", "4").replace(DAY1[:4], "9999", 1))
+    acc, q = moablog.read([str(p)])
+    assert q.malformed == 2 and all("time leaps" in e and "days ahead of the lines before" in e for e in q.errors)
+    assert [e.split(":")[1] for e in q.errors] == ["2", "5"]
+    assert len(acc.days) == 1 and sum(acc.days[min(acc.days)]) == 1200  # (n1's 20 minutes, nothing more)
+    # a file's stamps may still go a month ahead (logs of many days in one file)
+    p.write_text(status(DAY1 + "00:00:00", "n1", "Idle", "4")
+                 + status(DAY1 + "00:00:00", "n1", "Busy", "none", "4").replace(DAY1[:10], "2015-01-30", 1))
+    assert moablog.read([str(p)])[1].malformed == 0
+
+
 def test_written_lines_read_back():
     line = moablog.line(1420005799.696, "27453", "Idle", ["1292428", "1292433"], [], offset=-21600, iteration=21166)
     assert line == ("2014-12-31T00:03:19.696-0600 21166 INFO Node '27453' status: state='Idle' "

@@ -85,6 +85,16 @@ def read(paths, accounts: Accounts | None = None, quality: Quality | None = None
     return accounts, quality
 
 
+#: the furthest a file's stamps may leap ahead of every stamp before them (a month): a
+#: damaged year (9999 for 2014) accrued its node's state over every day between, hours
+#: and gigabytes for a three-line file
+MAX_LEAP = 31 * 86400.0
+
+
+class Leap(ValueError):
+    """A stamp further ahead of the file's stamps before it than MAX_LEAP."""
+
+
 class _Clock:
     """Time stamps to epoch seconds.  Lines of one iteration share the stamp's whole
     second, so `valid` checks most stamps with one comparison; `__call__` parses."""
@@ -93,6 +103,7 @@ class _Clock:
         self.second = b"?"  # the last whole second parsed: b"YYYY-MM-DDTHH:MM:SS"
         self.zone = b""  # and its offset: b"-0600"
         self.base = 0.0
+        self.latest: float | None = None  # the latest stamp taken so far
         self.accounts = accounts  # given the first stamp's UTC offset (days start at local midnight)
 
     def valid(self, text: bytes) -> bool:
@@ -106,10 +117,17 @@ class _Clock:
     def __call__(self, stamp: bytes) -> float:
         if len(stamp) == 28 and stamp[19:20] == b"." and stamp[20:23].isdigit():
             if stamp[:19] != self.second or stamp[23:] != self.zone:
-                self.base = self._parse(stamp[:19] + stamp[23:])
+                self.base = self._taken(self._parse(stamp[:19] + stamp[23:]))
                 self.second, self.zone = stamp[:19], stamp[23:]
             return self.base + int(stamp[20:23]) / 1000
-        return self._parse(stamp)
+        return self._taken(self._parse(stamp))
+
+    def _taken(self, t: float) -> float:
+        if self.latest is not None and t > self.latest + MAX_LEAP:
+            raise Leap(f"time leaps {(t - self.latest) / 86400:.0f} days ahead of the lines before")
+        if self.latest is None or t > self.latest:
+            self.latest = t
+        return t
 
     def _parse(self, stamp: bytes) -> float:
         d = datetime.fromisoformat(stamp.decode("ascii", "replace"))  # ValueError if not a time
@@ -170,6 +188,9 @@ def _read_one(f, path: str, acc: Accounts, q: Quality) -> None:
         parsed = _status(text[i:])
         try:
             t = clock(text[:text.find(b" ")])
+        except Leap as e:
+            q.bad(path, lineno, str(e))
+            return 1
         except ValueError:
             parsed = None
         if parsed is None or text.rfind(_NODE, 0, i) < 0:
