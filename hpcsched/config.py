@@ -157,16 +157,23 @@ def _choice(config: dict, key: str, choices: tuple[str, ...]) -> str:
 
 
 def _time(value, where: str) -> float:
-    if isinstance(value, (int, float)) and not isinstance(value, bool):
-        return float(value)
-    if isinstance(value, datetime):
-        return value.timestamp()
-    if isinstance(value, date):  # a TOML date: its midnight, local time
-        return datetime(value.year, value.month, value.day).timestamp()
+    """Epoch seconds from seconds, a TOML date or time, or an ISO date (local time unless
+    it names its offset); ConfigError for anything else, or a time no calendar holds."""
     try:
-        return datetime.fromisoformat(str(value)).timestamp()
-    except ValueError:
-        raise ConfigError(f"{where}: {value!r} is neither epoch seconds nor an ISO date") from None
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            t = float(value)
+        elif isinstance(value, datetime):
+            t = value.timestamp()
+        elif isinstance(value, date):  # a TOML date: its midnight, local time
+            t = datetime(value.year, value.month, value.day).timestamp()
+        else:
+            t = datetime.fromisoformat(str(value)).timestamp()
+    except (ValueError, OverflowError, OSError):  # (9999-12-31T23:59 east of UTC is past year 9999)
+        t = math.nan
+    if not math.isfinite(t):
+        what = "a time this zone cannot place" if isinstance(value, date) else "neither epoch seconds nor an ISO date"
+        raise ConfigError(f"{where}: {value!r} is {what}") from None
+    return t
 
 
 def _flag(d: dict, key: str, where: str, default: bool = False) -> bool:

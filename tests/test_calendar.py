@@ -1,6 +1,8 @@
 """Site calendars (drains, Big Run Monday, Kraken's bimodal week) and Python submit filters."""
 import io
 import textwrap
+import time
+from datetime import datetime
 
 import pytest
 
@@ -102,14 +104,23 @@ def test_big_run_monday_from_the_calendar_puts_capability_jobs_first_largest_fir
     ({"name": "x", "start": 0, "duration": "8:00:00", "every": "4:00:00"}, "overlaps itself"),
     ({"name": "x", "start": 0, "duration": 60, "kind": "party"}, "kind must be drain or bimodal"),
     ({"name": "x", "start": "soon", "duration": 60}, "neither epoch seconds nor an ISO date"),
+    # (a NaN start was taken; a date past year 9999 in UTC was a ValueError traceback)
+    ({"name": "x", "start": float("nan"), "duration": 60}, "nan is neither epoch seconds"),
+    ({"name": "x", "start": datetime(9999, 12, 31, 23, 59), "duration": 60}, "is a time this zone cannot place"),
     ({"name": "x", "start": 0}, r"calendar\[0\].duration: missing"),
     ({"name": "x", "start": 0, "duration": 60, "big_run": True}, "policy fifo does not order by"),
     ({"name": "x", "start": 0, "duration": 60, "capability": 2}, "capability: must be a number from 0 to 1"),
     ({"name": "x", "start": 0, "duration": 60, "colour": "red"}, r"calendar\[0\].colour: unknown key"),
 ])
-def test_bad_calendar_entries_are_one_line(entry, message):
-    with pytest.raises(ConfigError, match=message):
-        config.build({"nodes": [{"names": "n1"}], "calendar": [entry]})
+def test_bad_calendar_entries_are_one_line(entry, message, monkeypatch):
+    monkeypatch.setenv("TZ", "Pacific/Kiritimati")  # (UTC+14: 9999-12-31T23:59 is year 10000 in UTC)
+    time.tzset()
+    try:
+        with pytest.raises(ConfigError, match=message):
+            config.build({"nodes": [{"names": "n1"}], "calendar": [entry]})
+    finally:
+        monkeypatch.undo()
+        time.tzset()
 
 
 # --- Python submit filters -----------------------------------------------------------------
