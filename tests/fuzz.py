@@ -22,6 +22,7 @@ import os
 import random
 import signal
 import string
+import time
 
 #: every exit status a command may use, per flavor (the table in man 1 hpcsched)
 STATUSES = {"torque": {0, 1, 2, 153, 154, 159, 161, 170, 172, 175, 188, 192, 196},
@@ -40,7 +41,9 @@ NASTY = ["", "-", "--", "0", "-1", "1", "2", "99", "1e999", "nan", "inf", "²", 
          "depend=afterok:abc", "group_list=", "batch", "nosuch", "batch@other", "@", "oe", "eo", "n", "abe",
          "abx", "/tmp", "rel/path", "host:/tmp/x", "/dev/null/x", "é", "\udcff", "SIGKILL", "KILL", "USR1",
          "suspend", "12:00", "202612312359", "1200.61", "u", "o", "s", "uos", "q", "node01", "node[01-02]",
-         "node[1-99999999]", "count=2", "count=-2", "all", "y", "x", "\n", "a\nb", "{}", "[[", "null"]
+         "node[1-99999999]", "count=2", "count=-2", "all", "y", "x", "\n", "a\nb", "{}", "[[", "null",
+         "999912312359", "23:59:59_12/31/99", "25:00_01/01", "+1:00:00", "253402300800", "1e308",
+         "mem=99999999999999999999999tb", "select=1:mem=9999999999999999999pb", "USR1"]
 
 LETTERS = {"qsub": "aAcCdehIjJklmMNopqrStuvVwWz", "qalter": "aAehjklmMNoprSvW", "qdel": "Wpx", "qhold": "h",
            "qrls": "h", "qsig": "s", "qrun": "H", "qmove": "", "qselect": "uqsNAlhx", "qstat": "afinu1xQqrsBtFJ",
@@ -73,7 +76,9 @@ def command_case(rnd: random.Random) -> dict:
         script = directives_script(rnd)
     flavor = rnd.choice(["torque", "openpbs"])
     user = rnd.choice(["alice"] * 9 + ["a b", "x@y", "u=v", "-n", "é"])  # ($HPCSCHED_USER)
-    return {"kind": "command", "prog": prog, "argv": argv, "stdin": script, "flavor": flavor, "user": user}
+    zone = rnd.choice(["UTC", "Pacific/Kiritimati", "Etc/GMT+12"])  # ($TZ: dates near year 9999 differ by zone)
+    return {"kind": "command", "prog": prog, "argv": argv, "stdin": script, "flavor": flavor, "user": user,
+            "tz": zone}
 
 
 def directives_script(rnd: random.Random) -> str:
@@ -189,6 +194,9 @@ def _command(case: dict, home) -> str | None:
     from importlib import import_module
     os.environ["HPCSCHED_FLAVOR"] = case["flavor"]
     os.environ["HPCSCHED_USER"] = case.get("user", "alice")
+    zone = os.environ.get("TZ")
+    os.environ["TZ"] = case.get("tz", "UTC")
+    time.tzset()
     module, name = front.COMMANDS[case["prog"]].split(":")
     command = getattr(import_module(f"hpcsched.pbs.{module}"), name)
     before = _store_bytes(home)
@@ -201,6 +209,8 @@ def _command(case: dict, home) -> str | None:
     finally:
         os.sys.stdin = saved
         os.environ["HPCSCHED_USER"] = "alice"
+        os.environ.pop("TZ") if zone is None else os.environ.update(TZ=zone)
+        time.tzset()
     if "Traceback" in err.getvalue() or "internal error" in err.getvalue():
         return f"traceback: {err.getvalue()[:300]}"
     if status not in STATUSES[case["flavor"]]:
