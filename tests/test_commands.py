@@ -174,6 +174,24 @@ def test_qsub_refusals(rig, argv, status, msg):
     assert not (rig / "home" / "journal.jsonl").exists()  # nothing stored
 
 
+def test_a_script_with_dos_line_ends_is_refused_at_both_doors(rig, capsys):
+    # (read from a file or stdin here its CR LF became LF unseen and the job ran; sent to a
+    # running server it kept each CR, so `#PBS -N x` named the job "x\r": Torque and
+    # OpenPBS refuse such a script)
+    from hpcsched.pbs import front
+    from hpcsched.pbs.forwarded import run_for
+    dos = b"#!/bin/sh\r\n#PBS -N dos\r\ncd /tmp\r\n"
+    (rig / "dos.sh").write_bytes(dos)
+    for argv, stdin in ((["qsub", str(rig / "dos.sh")], None), (["qsub"], dos)):
+        done = subprocess.run([sys.executable, os.path.join(ROOT, "bin", "qsub"), *argv[1:]], input=stdin or b"",
+                              capture_output=True, env=os.environ)
+        assert (done.returncode, done.stderr) == (1, b"qsub: script is written in DOS/Windows text format\n")
+    reply = run_for(front.encode_request("qsub", [], "/", dict(os.environ), dos))
+    assert reply.startswith(b"1\0") and reply.endswith(b"qsub: script is written in DOS/Windows text format\n")
+    assert not (rig / "home" / "journal.jsonl").exists()  # nothing stored
+    assert submit(script="#!/bin/sh\nprintf 'a\\rb'\n") == "1.headnode"  # (a CR inside a line is the script's own)
+
+
 def test_a_start_time_this_zone_cannot_place_is_one_line(rig):
     # (31 December 9999 at 23:59 east of UTC is past year 9999 in UTC: a ValueError traceback)
     saved = os.environ.get("TZ")

@@ -141,7 +141,7 @@ def submit_parsed(cmd: list[tuple[str, str]], rest: list[str], stdin=None, cwd: 
                                   common.SYSTEM)
     elif rest:
         try:
-            with open(rest[0], encoding="utf-8", errors="replace") as f:
+            with open(rest[0], encoding="utf-8", errors="replace", newline="") as f:  # (line ends as written)
                 script = f.read()
         except (OSError, ValueError) as e:  # (ValueError: a NUL in the name)
             why = getattr(e, "strerror", None) or "illegal file name"
@@ -149,7 +149,10 @@ def submit_parsed(cmd: list[tuple[str, str]], rest: list[str], stdin=None, cwd: 
             raise common.CommandError(f"script file cannot be loaded - {why}: {shown}", common.SYSTEM) from None
         script_name = rest[0]
     else:
-        script, script_name = stdin.read(), ""
+        raw = getattr(stdin, "buffer", None)  # (a text stream would turn CR LF into LF unseen)
+        script, script_name = raw.read().decode("utf-8", errors="replace") if raw else stdin.read(), ""
+    if "\r\n" in script:  # the job's shell would read each CR as part of a word: Torque and OpenPBS refuse it
+        raise common.CommandError("script is written in DOS/Windows text format", common.SYSTEM)
     site = load_site()
     words = [part for letter, value in cmd for part in (f"-{letter}", value) if part] + rest
     python_filter = site.config.get("submit_filter") if isinstance(site.config.get("submit_filter"), str) else None
