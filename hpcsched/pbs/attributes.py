@@ -319,9 +319,10 @@ def nidmask(text: str, nodes) -> tuple[str, ...]:
 
 
 def parse_start_after(text: str, now: float, what: str = "-a") -> float:
-    """`-a [[[[CC]YY]MM]DD]hhmm[.SS]` in local time; a bare hhmm already past is tomorrow.
+    """`-a [[[[CC]YY]MM]DD]hhmm[.SS]` in local time; as Torque and PBS read it, a bare hhmm
+    already past is tomorrow, and a DDhhmm already past is that day next month.
     (`-W deadline=` takes the same form; `what` names the option in errors.)"""
-    m = re.match(r"^(\d{4,12})(?:\.(\d{2}))?$", text)
+    m = re.match(r"^([0-9]{4,12})(?:\.([0-9]{2}))?$", text)
     if not m or len(m.group(1)) % 2:
         raise UsageError(f"illegal {what} value {text!r}")
     digits, secs = m.group(1), int(m.group(2) or 0)
@@ -340,6 +341,8 @@ def parse_start_after(text: str, now: float, what: str = "-a") -> float:
         when = base.replace(microsecond=0, **fields)
         if not rest and when.timestamp() < now:
             when += timedelta(days=1)
+        elif len(rest) == 2 and when.timestamp() < now:
+            when = when.replace(year=when.year + when.month // 12, month=when.month % 12 + 1)
         return when.timestamp()
     except (ValueError, OverflowError, OSError):  # (also a time this zone cannot place: year 9999 east of UTC)
         raise UsageError(f"illegal {what} value {text!r}") from None
