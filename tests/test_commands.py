@@ -174,6 +174,23 @@ def test_qsub_refusals(rig, argv, status, msg):
     assert not (rig / "home" / "journal.jsonl").exists()  # nothing stored
 
 
+def test_v_values_in_quotes_may_hold_commas(rig, monkeypatch):
+    # (-v "A='1,2'" was cut at the comma: A='1 and a variable named 2')
+    monkeypatch.setenv("HPCSCHED_FLAVOR", "openpbs")
+    jid = submit("-v", "A='1,2',B=3,C=\"x, y\",D=a'b,c'd,E")
+    out = io.StringIO()
+    assert qstat.QSTAT(["-f", "-F", "json", jid], out=out) == 0
+    env = json.loads(out.getvalue())["Jobs"][jid]["Variable_List"]
+    assert {k: env[k] for k in "ABCDE"} == {"A": "1,2", "B": "3", "C": "x, y", "D": "ab,cd", "E": ""}
+    assert full(jid)["Variable_List"].endswith("A=1\\,2,B=3,C=x\\, y,D=ab\\,cd,E=")  # (OpenPBS escapes them)
+    assert qctl.QALTER(["-v", "A='3,4'", jid], out=io.StringIO()) == 0
+    out = io.StringIO()
+    qstat.QSTAT(["-f", "-F", "json", jid], out=out)
+    assert json.loads(out.getvalue())["Jobs"][jid]["Variable_List"]["A"] == "3,4"
+    with pytest.raises(CommandError, match="illegal -v value .* \\(a quote is not closed\\)"):
+        submit("-v", "A='1,2")
+
+
 def test_a_script_with_dos_line_ends_is_refused_at_both_doors(rig, capsys):
     # (read from a file or stdin here its CR LF became LF unseen and the job ran; sent to a
     # running server it kept each CR, so `#PBS -N x` named the job "x\r": Torque and

@@ -49,6 +49,34 @@ def directives(script: str, prefix: str) -> list[tuple[str, str]]:
     return opts
 
 
+def variable_list(text: str, what: str = "-v") -> list[tuple[str, str | None]]:
+    """-v's `NAME[=VALUE],...` as (name, value or None); a value may be quoted, in single or
+    double quotes, to hold commas (`-v "A='x,y',B=2"`), and the quotes go, as OpenPBS reads it."""
+    out, i, n = [], 0, len(text)
+    while i < n:
+        j = i
+        while j < n and text[j] not in "=,":
+            j += 1
+        name, value = text[i:j].strip(), None
+        if j < n and text[j] == "=":
+            parts, j = [], j + 1
+            while j < n and text[j] != ",":
+                if text[j] in "'\"":
+                    end = text.find(text[j], j + 1)
+                    if end < 0:
+                        raise UsageError(f"illegal {what} value {text!r} (a quote is not closed)")
+                    parts.append(text[j + 1:end])
+                    j = end + 1
+                else:
+                    parts.append(text[j])
+                    j += 1
+            value = "".join(parts)
+        if name:
+            out.append((name, value))
+        i = j + 1
+    return out
+
+
 #: resources whose value is itself a comma-separated list (`nidmask=10..20,30..60`)
 LIST_RES = {"nidmask"}
 

@@ -121,7 +121,8 @@ def alter_changes(job: Job, options: dict[str, str], resources: dict[str, str], 
     places a nidmask; `consumables` are the site's, which -l may ask for."""
     from .attributes import (COUNT_RES, build_request, consumption, cput_of, parse_depend, parse_job_name, parse_join,
                              parse_keep, parse_mail_points, parse_memory, parse_names, parse_path, parse_priority,
-                             parse_start_after, parse_umask, resolve_depend, resolve_path, with_nidmask)
+                             parse_start_after, parse_umask, resolve_depend, resolve_path, variable_list,
+                             with_nidmask)
     changes: dict = {}
     extra = dict(job.extra)
     if resources:
@@ -182,9 +183,8 @@ def alter_changes(job: Job, options: dict[str, str], resources: dict[str, str], 
         extra["rerunnable"] = options["r"] == "y"
     if "v" in options:
         variables = dict(extra.get("variables", {}))
-        for item in filter(None, options["v"].split(",")):
-            k, _, v = item.partition("=")
-            variables[k] = v
+        for k, v in variable_list(options["v"]):
+            variables[k] = v or ""
         extra["variables"] = variables
     if extra != job.extra:
         changes["extra"] = extra

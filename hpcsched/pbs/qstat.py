@@ -7,6 +7,7 @@ other ids still print.
 from __future__ import annotations
 
 import json
+import re
 import sys
 from xml.sax.saxutils import escape
 
@@ -170,8 +171,8 @@ def _comment(job: Job) -> str:
 
 
 def _plain(value) -> str:
-    if isinstance(value, dict):
-        return ",".join(f"{k}={v}" for k, v in value.items())
+    if isinstance(value, dict):  # (Variable_List: a comma inside a value is escaped, as OpenPBS shows it)
+        return ",".join(f"{k}={str(v).replace(',', chr(92) + ',')}" for k, v in value.items())
     return str(value)
 
 
@@ -192,7 +193,7 @@ def _fold(line: str, fold: bool, width: int) -> list[str]:
     if not fold or len(line) <= width:
         return [line]
     lines, cur = [], ""
-    for piece in line.split(","):
+    for piece in re.split(r"(?<!\\),", line):  # (not at an escaped comma)
         cand = f"{cur},{piece}" if cur else piece
         if cur and len(cand) + 1 > width:
             lines.append(cur + ",")

@@ -27,7 +27,7 @@ from . import front as commands
 from .attributes import (ALL_INDICES, DependSpec, build_request, consumption, cput_of, directives, merge, parse_array,
                          parse_depend, parse_job_name, parse_join, parse_keep, parse_mail_points, parse_memory,
                          parse_names, parse_path, parse_priority, parse_start_after, parse_umask, resolve_depend,
-                         resolve_path, with_nidmask)
+                         resolve_path, variable_list, with_nidmask)
 from .common import Command
 from .errors import UsageError
 from .options import QSUB as QSUB_TABLE
@@ -93,9 +93,8 @@ def make_job(options: dict[str, str], resources: dict[str, str], script: str, sc
         variables["PBS_O_INITDIR"] = workdir
     if "V" in options:
         variables.update({k: v for k, v in env.items() if k not in variables})
-    for item in filter(None, (x.strip() for x in options.get("v", "").split(","))):
-        k, eq, v = item.partition("=")
-        variables[k] = v if eq else env.get(k, "")
+    for k, v in variable_list(options.get("v", "")):
+        variables[k] = v if v is not None else env.get(k, "")
     job = Job(name=name, owner=user, group=group, account=options.get("A", ""), queue=queue,
               request=request, walltime=walltime or 0.0, priority=priority,
               start_after=parse_start_after(options["a"], now) if "a" in options else None, deadline=deadline,
