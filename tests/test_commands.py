@@ -806,6 +806,40 @@ def test_qsig_on_an_array_signals_its_running_subjobs_and_says_so_once_if_none_r
     assert signalled == {1: None, 2: [10], 3: None, 4: None, 5: None}
 
 
+def test_qsig_suspend_and_resume_are_for_operators_and_stop_the_walltime(rig, monkeypatch, capsys):
+    # (Torque: a suspended job shows S and is not charged walltime; operators and managers
+    # only.  They were plain SIGSTOP and SIGCONT: state R, walltime running, any owner)
+    from hpcsched.pbs import common
+    jid = submit("-l", "walltime=1:00:00")
+    monkeypatch.setenv("HPCSCHED_USER", "olga")  # (an operator: qrun)
+    assert qctl.QRUN([jid], out=io.StringIO()) == 0
+    monkeypatch.setenv("HPCSCHED_USER", "alice")
+    assert qctl.QSIG(["-s", "suspend", jid], out=io.StringIO()) == common.UNAUTHORIZED
+    assert qctl.QSIG(["-s", "STOP", jid], out=io.StringIO()) == 0  # (a plain signal is hers to send)
+    monkeypatch.setenv("HPCSCHED_USER", "olga")
+    start = time.time()
+    assert qctl.QSIG(["-s", "resume", jid], out=io.StringIO()) == common.BAD_STATE  # (not suspended)
+    assert qctl.QSIG(["-s", "suspend", jid], out=io.StringIO(), now=start + 100) == 0
+    assert qctl.QSIG(["-s", "suspend", jid], out=io.StringIO(), now=start + 150) == common.BAD_STATE
+    assert capsys.readouterr().err.count("qsig: Request invalid for state of job 1.headnode") == 2
+
+    def seen(now):
+        out = io.StringIO()
+        qstat.QSTAT(["-f", "-F", "json", jid], out=out, now=now)
+        j = json.loads(out.getvalue())["Jobs"][jid]
+        return j["job_state"], j["resources_used"]["walltime"]
+    assert seen(start + 1000) == ("S", "00:01:40")  # (the 100 s before it stopped)
+    assert qctl.QSIG(["-s", "resume", jid], out=io.StringIO(), now=start + 3700) == 0
+    assert seen(start + 3750)[0] == "R" and seen(start + 3750)[1] in ("00:02:30", "00:02:29", "00:02:31")
+    from hpcsched.store.journaled import Batch
+    from hpcsched.store.site import load_site
+    batch = Batch(load_site())
+    with batch.open(write=False):
+        job = batch.sched.jobs[int(jid.split(".")[0])]
+    assert job.extra["pending_signals"] == [19, 19, 18] and "suspended_at" not in job.extra
+    assert common.run_time(job, start + 3750) == pytest.approx(150, abs=2)
+
+
 def test_a_command_on_many_jobs_syncs_its_journal_once_and_reads_each_job_once(rig, monkeypatch):
     """qhold, qrls and qdel on an array's subjobs (or `qdel all`) append a record per job
     but fsync the journal once at the end: 100,000 subjobs waited for 100,000 fsyncs (over

@@ -263,6 +263,26 @@ def test_qsig_reaches_the_jobs_processes(live):
     assert cmd(env, work, "qsig", "-s", "NOPE", jid).returncode == 2
 
 
+def test_a_suspended_job_stops_and_its_walltime_stands_still(live):
+    env, home, work, start = live
+    start()
+    jid = cmd(env, work, "qsub", "-l", "walltime=3", stdin=(
+        "cd \"$PBS_O_WORKDIR\"; for i in 1 2 3 4 5 6 7 8; do echo $i >> ticks.log; sleep 0.25; done\n")).stdout.strip()
+    wait_for(env, work, jid, "R")
+    time.sleep(0.6)
+    import tomllib
+    manager = tomllib.loads((home / "config.toml").read_text())["managers"][0]
+    root = dict(env, HPCSCHED_USER=manager)  # (suspend and resume are for operators and managers)
+    assert cmd(root, work, "qsig", "-s", "suspend", jid).returncode == 0
+    time.sleep(0.6)  # (the server delivers it at its next pass)
+    ticks = (work / "ticks.log").read_text()
+    time.sleep(3.5)  # past its walltime, had the clock run
+    assert (work / "ticks.log").read_text() == ticks and state(env, work, jid)["job_state"] == "S"
+    assert cmd(root, work, "qsig", "-s", "resume", jid).returncode == 0
+    assert wait_for(env, work, jid)["exit_status"] == "0"
+    assert (work / "ticks.log").read_text().split() == [str(i) for i in range(1, 9)]
+
+
 def test_a_signal_the_kernel_refuses_never_stops_the_server(live):
     env, home, work, start = live
     server = start()

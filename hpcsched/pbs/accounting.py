@@ -17,7 +17,7 @@ from pathlib import Path
 from ..core.jobs import Job
 from ..core.timefmt import hms
 from . import mail
-from .common import display_id
+from .common import display_id, run_time
 
 
 def _record(kind: str, job: Job, server: str, now: float) -> str:
@@ -37,7 +37,7 @@ def _record(kind: str, job: Job, server: str, now: float) -> str:
     elif kind == "D" and job.extra.get("deleted_by") == "dependency":
         fields["Exit_status"] = DEPENDENCY_EXIT
         if job.start_time is not None:
-            fields["resources_used.walltime"] = hms(max(0.0, now - job.start_time))
+            fields["resources_used.walltime"] = hms(run_time(job, now))
     stamp = time.strftime("%m/%d/%Y %H:%M:%S", time.localtime(now))
     body = " ".join(f"{k}={v}" for k, v in fields.items())
     return f"{stamp};{kind};{display_id(job, server)};{body}\n"

@@ -111,7 +111,23 @@ _LETTERS = {flavor: {QUEUED: "Q", HELD: "H", DEP_HOLD: "H", DEP_FAIL: "H",
 
 
 def state_letter(job: Job, flavor: str) -> str:
+    if job.state == RUNNING and "suspended_at" in job.extra:
+        return "S"  # (qsig -s suspend: it holds its nodes, stopped)
     return _LETTERS[flavor][job.state]
+
+
+def suspended(job: Job, now: float) -> float:
+    """Seconds the job has been suspended (qsig -s suspend) up to `now`: its walltime stands
+    still meanwhile, as in Torque."""
+    x = job.extra
+    return x.get("suspended_for", 0.0) + (now - x["suspended_at"] if "suspended_at" in x else 0.0)
+
+
+def run_time(job: Job, now: float) -> float:
+    """The walltime the job has used: from its start to its end (or `now`), less the time it
+    was suspended."""
+    end = job.end_time if job.end_time is not None else now
+    return max(0.0, end - job.start_time - suspended(job, end))
 
 
 def hold_letters(job: Job) -> str:

@@ -13,7 +13,7 @@ import sys
 
 from ..core.jobs import Job
 from ..core.timefmt import hms
-from .common import display_id
+from .common import display_id, run_time
 
 BEGIN, END, ABORT = "b", "e", "a"
 MAIL_TIMEOUT = 10.0
@@ -40,7 +40,7 @@ def message(job: Job, server: str, what: str) -> str:
     if job.end_time is not None:
         lines.append(f"Exit_status={job.exit_status if job.exit_status is not None else -1}")
         if job.start_time is not None:
-            lines.append(f"resources_used.walltime={hms(max(0.0, job.end_time - job.start_time))}")
+            lines.append(f"resources_used.walltime={hms(run_time(job, job.end_time))}")
     return "\n".join(lines) + "\n"
 
 

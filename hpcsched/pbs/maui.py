@@ -76,8 +76,8 @@ def showq(opts: list[tuple[str, str]], operands: list[str], out, now: float) -> 
     w("ACTIVE JOBS--------------------\n")
     w(f"{'JOBNAME':<18} {'USERNAME':<12} {'STATE':>8} {'PROC':>5} {'REMAINING':>11}  {'STARTTIME':>19}\n\n")
     for j in active:
-        state = "Running" if j.state == RUNNING else "Exiting"
-        w(f"{j.id:<18} {j.owner:<12} {state:>8} {procs(j):>5} {dhms(j.start_time + j.walltime - now):>11}  "
+        state = "Exiting" if j.state != RUNNING else "Suspended" if "suspended_at" in j.extra else "Running"
+        w(f"{j.id:<18} {j.owner:<12} {state:>8} {procs(j):>5} {dhms(j.walltime - common.run_time(j, now)):>11}  "
           f"{when(j.start_time):>19}\n")
     pct = 100.0 * used / total_procs if total_procs else 0.0
     w(f"\n{len(active):>6} Active Job{'s' if len(active) != 1 else ''}   {used} of {total_procs} Processors "
@@ -126,7 +126,7 @@ def checkjob(opts: list[tuple[str, str]], operands: list[str], out, now: float) 
     w(f"checking job {job.id}\n\n")
     w(f"State: {state}\n")
     w(f"Creds:  user:{job.owner}  group:{job.group or '-'}  account:{job.account or '-'}  class:{job.queue}\n")
-    used = (job.end_time or now) - job.start_time if job.start_time is not None else 0.0
+    used = common.run_time(job, now) if job.start_time is not None else 0.0
     w(f"WallTime: {dhms(used)} of {dhms(job.walltime)}\n")
     w(f"SubmitTime: {when(job.submit_time)}\n")
     w(f"  (Time Queued  Total: {dhms(now - job.submit_time if job.start_time is None else job.start_time - job.submit_time)}"

@@ -349,7 +349,7 @@ QRUN = Command("qrun", "H:", "usage: qrun [-H host[+host...]] job_id ...", qrun,
 
 def qsig(opts: list[tuple[str, str]], ids: list[str], out, now: float) -> int:
     """Send a signal to running jobs (the server delivers it to each job's processes);
-    `suspend` and `resume` are SIGSTOP and SIGCONT."""
+    `suspend` and `resume` (operators) are SIGSTOP and SIGCONT, and the job is S meanwhile."""
     import signal as _signal
     given = dict(opts).get("s", "SIGTERM")
     name = {"suspend": "SIGSTOP", "resume": "SIGCONT"}.get(given, given)
@@ -361,11 +361,19 @@ def qsig(opts: list[tuple[str, str]], ids: list[str], out, now: float) -> int:
         raise UsageError(f"illegal signal {given!r}")
 
     def send(batch: Batch, job: Job, opts: dict) -> None:
-        if not common.may_touch(batch.site, whoami(), job):
+        if not common.may_touch(batch.site, whoami(), job) \
+                or given in ("suspend", "resume") and not batch.site.is_operator(whoami()):
             raise common.deny("qsig", job, batch.site)
-        if job.state != RUNNING:
-            raise InvalidState("not running")
-        batch.do("process", id=job.id, set={"pending_signals": [*job.extra.get("pending_signals", []), sig]})
+        x, clear = job.extra, []
+        change = {"pending_signals": [*x.get("pending_signals", []), sig]}
+        if job.state != RUNNING or given == "suspend" and "suspended_at" in x \
+                or given == "resume" and "suspended_at" not in x:
+            raise InvalidState("not running" if job.state != RUNNING else f"not a job to {given}")
+        if given == "suspend":  # (state S: its walltime stands still until it resumes)
+            change["suspended_at"] = now
+        elif given == "resume":
+            change["suspended_for"], clear = common.suspended(job, now), ["suspended_at"]
+        batch.do("process", now, id=job.id, set=change, clear=clear)
 
     return act("qsig", ids, send, dict(opts), only=lambda job: job.state == RUNNING)  # (an array: its running subjobs)
 

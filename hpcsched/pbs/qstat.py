@@ -88,8 +88,7 @@ def attributes(job: Job, site: Site, now: float, jobs: dict | None = None, flavo
     x = job.extra
     a: dict = {"Job_Name": job.name, "Job_Owner": f"{job.owner}@{x.get('submit_host', site.server)}"}
     if job.start_time is not None:
-        end = job.end_time if job.end_time is not None else now
-        a["resources_used"] = {"cput": x.get("cput", "00:00:00"), "walltime": hms(max(0.0, end - job.start_time))}
+        a["resources_used"] = {"cput": x.get("cput", "00:00:00"), "walltime": hms(common.run_time(job, now))}
     a["job_state"] = letter(job, flavor)
     a["queue"] = job.queue
     a["server"] = site.server
@@ -248,7 +247,7 @@ def alternate_listing(jobs: list[Job], site: Site, nodes: bool, one_line: bool, 
         tsk = r.cores or r.nodes * r.ppn
         mem = mem_text(r.mem * (1 if r.cores else r.nodes)) if r.mem else "--"
         sess = str(j.extra.get("session", "--")) if j.state in (RUNNING, EXITING) else "--"
-        elapsed = hms(((j.end_time or now) - j.start_time)) if j.start_time is not None else "--"
+        elapsed = hms(common.run_time(j, now)) if j.start_time is not None else "--"
         row = (f"{common.display_id(j, site.server)[:23]:<23} {j.owner[:11]:<11} {j.queue[:8]:<8} "
                f"{j.name[:16]:<16} {sess:>6} {r.nodes if not r.cores else '--':>5} {tsk:>6} {mem:>9} "
                f"{hms(j.walltime):>9} {letter(j, site.flavor)} {elapsed:>9}")

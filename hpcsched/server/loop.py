@@ -301,7 +301,8 @@ class Server:
                 if job.extra.get("rerunnable", True) and job.state == RUNNING:
                     accounting.write(self.home, "R", job, self.site.server, now)
                     self.batch.do("requeue", now, id=job.id)
-                    self._note(job, now, clear=["launched", "pid", "pid_start", "signal", "signalled_at", "over"])
+                    self._note(job, now, clear=["launched", "pid", "pid_start", "signal", "signalled_at", "over",
+                                               "suspended_at", "suspended_for"])
                     return
                 status = LOST
             self._finish(job, status, now)
@@ -320,14 +321,14 @@ class Server:
         self._escalate(job, pid, now)
 
     def _escalate(self, job: Job, pid: int, now: float, journal: bool = True) -> None:
-        """A job past its walltime or its CPU time (-l cput), or deleted, gets SIGTERM, then
-        SIGKILL after the grace."""
+        """A job past its walltime (which stands still while it is suspended) or its CPU time
+        (-l cput), or deleted, gets SIGTERM, then SIGKILL after the grace."""
         over_cpu = job.extra.get("over") == "cput"
         if not over_cpu and job.cput > 0 and job.state == RUNNING and group_cpu(pid) >= job.cput:
             over_cpu = True
             if journal:
                 self._note(job, now, set={"over": "cput"})
-        if job.state == EXITING or now >= job.start_time + job.walltime or over_cpu:
+        if job.state == EXITING or common.run_time(job, now) >= job.walltime or over_cpu:
             sent, at = job.extra.get("signal"), job.extra.get("signalled_at", now)
             if not sent and job.id in self.sent:  # sent while the store could not say so
                 sent, at = self.sent[job.id]
