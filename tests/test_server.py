@@ -281,6 +281,17 @@ def test_a_suspended_job_stops_and_its_walltime_stands_still(live):
     assert cmd(root, work, "qsig", "-s", "resume", jid).returncode == 0
     assert wait_for(env, work, jid)["exit_status"] == "0"
     assert (work / "ticks.log").read_text().split() == [str(i) for i in range(1, 9)]
+    # deleted while suspended, it is continued with its SIGTERM, so it need not wait for the
+    # SIGKILL after the grace
+    jid = cmd(env, work, "qsub", "-l", "walltime=60", stdin=(
+        "cd \"$PBS_O_WORKDIR\"; trap 'echo term >> term.log; exit 3' TERM; while :; do sleep 0.1; done\n")).stdout.strip()
+    wait_for(env, work, jid, "R")
+    time.sleep(0.5)
+    assert cmd(root, work, "qsig", "-s", "suspend", jid).returncode == 0
+    time.sleep(0.6)
+    assert cmd(root, work, "qdel", jid).returncode == 0
+    wait_for(env, work, jid)
+    assert (work / "term.log").read_text() == "term\n"
 
 
 def test_a_signal_the_kernel_refuses_never_stops_the_server(live):

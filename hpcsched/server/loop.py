@@ -373,14 +373,16 @@ class Server:
         self.batch.do("process", now, id=job.id, **change)
 
     def _signal(self, job: Job, pid: int, sig: int, now: float, journal: bool = True) -> None:
-        """`sig` to the job's process group and to every process of the job that left it."""
-        try:
-            os.killpg(pid, sig)
-        except ProcessLookupError:
-            pass
-        except PermissionError:  # a pid that is no longer the job's wrapper
-            pass
-        self.tracker.signal(job.id, job.run_count, sig, scan=not self._in_cgroup(job))
+        """`sig` to the job's process group and to every process of the job that left it (a
+        suspended job is continued too, so that it can act on the signal)."""
+        for s in (sig, signal.SIGCONT) if "suspended_at" in job.extra and sig != signal.SIGKILL else (sig,):
+            try:
+                os.killpg(pid, s)
+            except ProcessLookupError:
+                pass
+            except PermissionError:  # a pid that is no longer the job's wrapper
+                pass
+            self.tracker.signal(job.id, job.run_count, s, scan=not self._in_cgroup(job))
         self.sent[job.id] = (int(sig), now)
         if journal:
             self._note(job, now, set={"signal": int(sig), "signalled_at": now})
