@@ -49,7 +49,7 @@ LETTERS = {"qsub": "aAcCdehIjJklmMNopqrStuvVwWz", "qalter": "aAehjklmMNoprSvW", 
            "qrls": "h", "qsig": "s", "qrun": "H", "qmove": "", "qselect": "uqsNAlhx", "qstat": "afinu1xQqrsBtFJ",
            "checkjob": "v", "showq": "ribcu", "showres": "n", "setres": "nsdepugaq", "releaseres": "",
            "showbf": "", "mdiag": "pf", "pbsnodes": "aloicrNxqvF", "qmgr": "c", "tracejob": "n",
-           "shownids": "", "pbsyod": "", "schedctl": "QTSsB"}
+           "shownids": "", "pbsyod": "", "schedctl": "QTSsB", "qstart": "", "qstop": "", "qenable": "", "qdisable": ""}
 FLAGS = set("hIVzfix1QBtJaroblcvpqwd")  # letters tried bare as well as with a value
 #: qsub and qalter take the most input: they get more of the cases
 WEIGHTED = sorted(set(LETTERS) - {"pbsyod"}) + ["qsub"] * 12 + ["qalter"] * 4

@@ -270,3 +270,27 @@ def test_schedctl_score_and_big_run_monday(rig, monkeypatch):
         order = [j.id for j in batch.sched.policy.order([jobs[i] for i in (1, 2, 3, 4)], batch.sched.context(0))]
     assert scores == {small: 50.0, two: 51.0, four: 52.0, parked: 0.0}
     assert order == [3, 2, 1, 4]  # the big run first, largest first; backfill last (read back from the journal)
+
+
+def test_qstart_qstop_qenable_qdisable_are_qmgrs_queue_switches(rig, monkeypatch, capsys):
+    from hpcsched.pbs import common
+    from hpcsched.pbs.common import CommandError
+    from hpcsched.store.journaled import Batch
+    from hpcsched.store.site import load_site
+    monkeypatch.setenv("HPCSCHED_USER", "root")  # (a manager)
+    assert run(qmgr.QSTOP, "batch@headnode")[0] == 0
+    jid = submit()
+    with Batch.of(load_site()).open() as batch:
+        assert batch.do("pass").started == []  # (a stopped queue takes jobs and starts none)
+    assert run(qmgr.QDISABLE, "batch", "nosuch")[0] == 170  # (each queue on its own)
+    assert "qdisable: obj=nosuch svr=default: Unknown queue" in capsys.readouterr().err
+    with pytest.raises(CommandError, match="not enabled") as e:
+        submit()
+    assert e.value.status == common.LIMITS
+    assert run(qmgr.QENABLE, "batch")[0] == run(qmgr.QSTART, "batch")[0] == 0
+    with Batch.of(load_site()).open() as batch:
+        assert [s.job_id for s in batch.do("pass").started] == [int(jid.split(".")[0])]
+    assert json.loads((rig / "home" / "qmgr.json").read_text())["queues"]["batch"] == {"enabled": True, "started": True}
+    monkeypatch.setenv("HPCSCHED_USER", "alice")
+    assert run(qmgr.QSTOP, "batch")[0] == common.UNAUTHORIZED
+    assert "qstop: obj=batch svr=default: Unauthorized Request" in capsys.readouterr().err

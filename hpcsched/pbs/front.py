@@ -35,7 +35,7 @@ COMMANDS = {name: f"{module}:{name.upper()}" for module, names in (
     ("qsub", ["qsub"]), ("qstat", ["qstat"]),
     ("qctl", ["qalter", "qdel", "qhold", "qmove", "qrls", "qrun", "qselect", "qsig"]),
     ("maui", ["checkjob", "mdiag", "releaseres", "setres", "showbf", "showq", "showres"]),
-    ("psc", ["pbsyod", "shownids"]), ("partlist", ["partlist"]), ("pbsnodes", ["pbsnodes"]), ("qmgr", ["qmgr"]),
+    ("psc", ["pbsyod", "shownids"]), ("partlist", ["partlist"]), ("pbsnodes", ["pbsnodes"]), ("qmgr", ["qmgr", "qstart", "qstop", "qenable", "qdisable"]),
     ("tracejob", ["tracejob"]), ("schedctl", ["schedctl"]),
     ("gold", ["mybalance", "gbalance", "gstatement", "gdeposit", "gchalloc", "gcharge", "grefund"]))
     for name in names}

@@ -343,3 +343,24 @@ def qmgr(opts: list[tuple[str, str]], operands: list[str], out, now: float) -> i
 
 
 QMGR = Command("qmgr", "c:aenz", "usage: qmgr [-c command] [-a] [-e] [-n] [-z] < script", qmgr, changes=True)
+
+
+def _queue_switch(prog: str, attr: str, value: str):
+    """qstart, qstop, qenable, qdisable: qmgr's `set queue Q attr = value` for each queue
+    named (PBS's shorthands; managers only); a queue that fails says so and the rest go on."""
+    def switch(opts: list[tuple[str, str]], operands: list[str], out, now: float) -> int:
+        if not operands:
+            raise UsageError("give a queue name")
+        status = 0
+        for queue in operands:
+            try:
+                Qmgr(out).run(f"set queue {queue.split('@')[0]} {attr} = {value}")
+            except common.CommandError as e:
+                sys.stderr.write(f"{prog}: {str(e).removeprefix('qmgr: ').removeprefix('qmgr ')}\n")
+                status = status or e.status
+        return status
+    return Command(prog, "", f"usage: {prog} queue ...", switch, changes=True)
+
+
+QSTART, QSTOP = _queue_switch("qstart", "started", "True"), _queue_switch("qstop", "started", "False")
+QENABLE, QDISABLE = _queue_switch("qenable", "enabled", "True"), _queue_switch("qdisable", "enabled", "False")
