@@ -840,6 +840,26 @@ def test_qsig_suspend_and_resume_are_for_operators_and_stop_the_walltime(rig, mo
     assert common.run_time(job, start + 3750) == pytest.approx(150, abs=2)
 
 
+def test_qrerun_marks_running_jobs_for_the_server_and_refuses_what_may_not_rerun(rig, monkeypatch, capsys):
+    from hpcsched.pbs import common
+    from hpcsched.store.journaled import Batch
+    from hpcsched.store.site import load_site
+    keep, norerun, waiting = submit(), submit("-r", "n"), submit("-l", "nodes=4:ppn=4")
+    monkeypatch.setenv("HPCSCHED_USER", "olga")  # (an operator)
+    assert qctl.QRUN([keep], out=io.StringIO()) == 0 and qctl.QRUN([norerun], out=io.StringIO()) == 0
+    assert qctl.QRERUN([norerun], out=io.StringIO()) == common.BAD_STATE
+    assert "qrerun: Job is not rerunnable 2.headnode (qrerun -f forces it)" in capsys.readouterr().err
+    assert qctl.QRERUN([waiting], out=io.StringIO()) == common.BAD_STATE  # (not running)
+    assert qctl.QRERUN([keep], out=io.StringIO()) == qctl.QRERUN(["-f", norerun], out=io.StringIO()) == 0
+    assert qctl.QRERUN([keep], out=io.StringIO()) == common.BAD_STATE  # (asked already)
+    batch = Batch(load_site())
+    with batch.open(write=False):
+        marked = {j.id: j.extra.get("rerun") for j in batch.sched.jobs.values()}
+    assert marked == {1: True, 2: True, 3: None}
+    monkeypatch.setenv("HPCSCHED_USER", "alice")
+    assert qctl.QRERUN([keep], out=io.StringIO()) == common.UNAUTHORIZED
+
+
 def test_a_command_on_many_jobs_syncs_its_journal_once_and_reads_each_job_once(rig, monkeypatch):
     """qhold, qrls and qdel on an array's subjobs (or `qdel all`) append a record per job
     but fsync the journal once at the end: 100,000 subjobs waited for 100,000 fsyncs (over

@@ -294,6 +294,24 @@ def test_a_suspended_job_stops_and_its_walltime_stands_still(live):
     assert (work / "term.log").read_text() == "term\n"
 
 
+def test_qrerun_kills_a_running_job_and_runs_it_again(live):
+    import tomllib
+    env, home, work, start = live
+    start()
+    manager = tomllib.loads((home / "config.toml").read_text())["managers"][0]
+    jid = cmd(env, work, "qsub", "-l", "walltime=60", stdin=(
+        "cd \"$PBS_O_WORKDIR\"; echo run >> runs.log; [ -e again ] && exit 0; touch again\n"
+        "trap 'echo term >> runs.log; exit 5' TERM; while :; do sleep 0.1; done\n")).stdout.strip()
+    wait_for(env, work, jid, "R")
+    time.sleep(0.5)
+    assert cmd(env, work, "qrerun", jid).returncode == 159  # (operators and managers only)
+    assert cmd(dict(env, HPCSCHED_USER=manager), work, "qrerun", jid).returncode == 0
+    done = wait_for(env, work, jid)
+    assert done["exit_status"] == "0" and done["run_count"] == "2"
+    assert (work / "runs.log").read_text().split() == ["run", "term", "run"]
+    assert [e.kind for e in accounting.read(home) if e.job_id == jid] == ["Q", "S", "R", "S", "E"]
+
+
 def test_a_signal_the_kernel_refuses_never_stops_the_server(live):
     env, home, work, start = live
     server = start()

@@ -379,3 +379,25 @@ def qsig(opts: list[tuple[str, str]], ids: list[str], out, now: float) -> int:
 
 
 QSIG = Command("qsig", "s:", "usage: qsig [-s signal] job_id ...", qsig, changes=True)
+
+
+def qrerun(opts: list[tuple[str, str]], ids: list[str], out, now: float) -> int:
+    """Torque's and OpenPBS's qrerun (operators): the server kills the running job (SIGTERM,
+    then SIGKILL after the grace) and puts it back in the queue, its run count one up.  A
+    job submitted with -r n is refused unless -f forces it."""
+    force = any(letter == "f" for letter, _ in opts)
+
+    def rerun(batch: Batch, job: Job, opts: dict) -> None:
+        if not batch.site.is_operator(whoami()):
+            raise common.deny("qrerun", job, batch.site)
+        if job.state != RUNNING or job.extra.get("rerun"):
+            raise InvalidState("not running")
+        if not job.extra.get("rerunnable", True) and not force:
+            raise common.CommandError(f"Job is not rerunnable {common.display_id(job, batch.site.server)} "
+                                      f"(qrerun -f forces it)", common.BAD_STATE)
+        batch.do("process", now, id=job.id, set={"rerun": True})
+
+    return act("qrerun", ids, rerun, dict(opts), only=lambda job: job.state == RUNNING)
+
+
+QRERUN = Command("qrerun", "f", "usage: qrerun [-f] job_id ...", qrerun, changes=True)

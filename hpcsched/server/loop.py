@@ -289,6 +289,9 @@ class Server:
                 # a session's wrapper wrote its pid: kept from now on (the file is the
                 # owner's to rewrite; a later pid in it is not believed)
                 self._note(job, now, set={"pid": pid, "pid_start": start})
+        if not alive and job.extra.get("rerun") and job.state == RUNNING:
+            self._requeue(job, now)  # (qrerun: back to the queue however it ended)
+            return
         if not alive:
             status = self._read_int(self.jobdir(job) / "status")
             sent = job.extra.get("signal") or self.sent.get(job.id, (None,))[0]
@@ -299,10 +302,7 @@ class Server:
                 status = 256 + os.WTERMSIG(ws) if os.WIFSIGNALED(ws) else os.WEXITSTATUS(ws)
             if status is None:
                 if job.extra.get("rerunnable", True) and job.state == RUNNING:
-                    accounting.write(self.home, "R", job, self.site.server, now)
-                    self.batch.do("requeue", now, id=job.id)
-                    self._note(job, now, clear=["launched", "pid", "pid_start", "signal", "signalled_at", "over",
-                                               "suspended_at", "suspended_for"])
+                    self._requeue(job, now)
                     return
                 status = LOST
             self._finish(job, status, now)
@@ -320,15 +320,22 @@ class Server:
             self._note(job, now, clear=["pending_signals"])
         self._escalate(job, pid, now)
 
+    def _requeue(self, job: Job, now: float) -> None:
+        """Back to the queue, to run again (its process lost, or qrerun): an R record."""
+        accounting.write(self.home, "R", job, self.site.server, now)
+        self.batch.do("requeue", now, id=job.id)
+        self._note(job, now, clear=["launched", "pid", "pid_start", "signal", "signalled_at", "over",
+                                   "suspended_at", "suspended_for", "rerun"])
+
     def _escalate(self, job: Job, pid: int, now: float, journal: bool = True) -> None:
         """A job past its walltime (which stands still while it is suspended) or its CPU time
-        (-l cput), or deleted, gets SIGTERM, then SIGKILL after the grace."""
+        (-l cput), deleted or to be rerun, gets SIGTERM, then SIGKILL after the grace."""
         over_cpu = job.extra.get("over") == "cput"
         if not over_cpu and job.cput > 0 and job.state == RUNNING and group_cpu(pid) >= job.cput:
             over_cpu = True
             if journal:
                 self._note(job, now, set={"over": "cput"})
-        if job.state == EXITING or common.run_time(job, now) >= job.walltime or over_cpu:
+        if job.state == EXITING or job.extra.get("rerun") or common.run_time(job, now) >= job.walltime or over_cpu:
             sent, at = job.extra.get("signal"), job.extra.get("signalled_at", now)
             if not sent and job.id in self.sent:  # sent while the store could not say so
                 sent, at = self.sent[job.id]
