@@ -312,6 +312,24 @@ def test_qrerun_kills_a_running_job_and_runs_it_again(live):
     assert [e.kind for e in accounting.read(home) if e.job_id == jid] == ["Q", "S", "R", "S", "E"]
 
 
+def test_qterm_stops_the_server_and_its_running_jobs_go_on(live):
+    import tomllib
+    env, home, work, start = live
+    server = start()
+    manager = tomllib.loads((home / "config.toml").read_text())["managers"][0]
+    jid = cmd(env, work, "qsub", "-l", "walltime=60",
+              stdin="cd \"$PBS_O_WORKDIR\"; sleep 1.5; echo done > done.log\n").stdout.strip()
+    wait_for(env, work, jid, "R")
+    assert cmd(env, work, "qterm").returncode == 159  # (managers only)
+    assert cmd(dict(env, HPCSCHED_USER=manager), work, "qterm").returncode == 0
+    server.wait(10)  # (it stops after answering)
+    assert not (home / "commands.sock").exists()
+    time.sleep(1.8)
+    assert (work / "done.log").read_text() == "done\n"  # (the job ran on without it)
+    start()
+    assert wait_for(env, work, jid)["exit_status"] == "0"
+
+
 def test_a_signal_the_kernel_refuses_never_stops_the_server(live):
     env, home, work, start = live
     server = start()

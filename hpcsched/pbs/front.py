@@ -36,7 +36,7 @@ COMMANDS = {name: f"{module}:{name.upper()}" for module, names in (
     ("qctl", ["qalter", "qdel", "qhold", "qmove", "qrerun", "qrls", "qrun", "qselect", "qsig"]),
     ("maui", ["checkjob", "mdiag", "releaseres", "setres", "showbf", "showq", "showres"]),
     ("psc", ["pbsyod", "shownids"]), ("partlist", ["partlist"]), ("pbsnodes", ["pbsnodes"]), ("qmgr", ["qmgr", "qstart", "qstop", "qenable", "qdisable"]),
-    ("tracejob", ["tracejob"]), ("schedctl", ["schedctl"]),
+    ("tracejob", ["tracejob"]), ("schedctl", ["schedctl", "qterm"]),
     ("gold", ["mybalance", "gbalance", "gstatement", "gdeposit", "gchalloc", "gcharge", "grefund"]))
     for name in names}
 #: pbsyod runs the site's launcher as the caller's child, inside the job: never forwarded
