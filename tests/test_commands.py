@@ -829,6 +829,10 @@ def test_qsig_suspend_and_resume_are_for_operators_and_stop_the_walltime(rig, mo
         j = json.loads(out.getvalue())["Jobs"][jid]
         return j["job_state"], j["resources_used"]["walltime"]
     assert seen(start + 1000) == ("S", "00:01:40")  # (the 100 s before it stopped)
+    from hpcsched.pbs import maui
+    out = io.StringIO()
+    assert maui.CHECKJOB([jid], out=out, now=start + 1000) == 0
+    assert "State: Suspended\n" in out.getvalue() and "WallTime: 00:01:40 of 01:00:00" in out.getvalue()
     assert qctl.QSIG(["-s", "resume", jid], out=io.StringIO(), now=start + 3700) == 0
     assert seen(start + 3750)[0] == "R" and seen(start + 3750)[1] in ("00:02:30", "00:02:29", "00:02:31")
     from hpcsched.store.journaled import Batch

@@ -122,6 +122,8 @@ def checkjob(opts: list[tuple[str, str]], operands: list[str], out, now: float) 
     state = {QUEUED: "Idle", RUNNING: "Running", EXITING: "Running", HELD: "Hold",
              WAITING: "Deferred", DEP_HOLD: "Hold", DEP_FAIL: "Hold",
              COMPLETED: "Completed", DELETED: "Removed"}[job.state]
+    if job.state == RUNNING and "suspended_at" in job.extra:
+        state = "Suspended"
     w = out.write
     w(f"checking job {job.id}\n\n")
     w(f"State: {state}\n")
