@@ -218,7 +218,9 @@ def test_sweep_runs_in_a_pool_keeps_cell_order_and_reports_a_failing_cell(tmp_pa
 def test_sweep_as_a_job_array_then_collected(tmp_path, monkeypatch):
     grid = write_grid(tmp_path, '[base]\ndrain = false\n[grid]\nestimate = ["request", "perfect", "easy++"]\n')
     cells = sweep.load(grid)
-    out = tmp_path / "array"
+    out = tmp_path / "an array"
+    (tmp_path / "a sweep").mkdir()
+    monkeypatch.chdir(tmp_path / "a sweep")  # (written from a directory with no hpcsched in it)
     names = sweep.write_array(cells, str(out))
     assert names == ["cells.json", "sweep.pbs", "sweep.torque", "sweep.slurm"]
     assert "#PBS -J 0-2" in (out / "sweep.pbs").read_text() and "#PBS -t 0-2" in (out / "sweep.torque").read_text()
@@ -234,9 +236,12 @@ def test_sweep_as_a_job_array_then_collected(tmp_path, monkeypatch):
         sweep.run_one(str(out), 3)
     with pytest.raises(SimulationError, match="no array index is set"):
         sweep.cell_index(None)
-    # the script itself runs a cell, as a batch system would run one task
-    env = dict(os.environ, PBS_ARRAY_INDEX="1", PYTHONPATH=ROOT)
-    done = subprocess.run(["sh", str(out / "sweep.pbs")], env=env, capture_output=True, text=True, timeout=120)
+    # the script itself runs a cell, as a batch system would run one task: from a checkout,
+    # with no PYTHONPATH (`-m hpcsched` found no hpcsched there), paths with spaces
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    env["PBS_ARRAY_INDEX"] = "1"
+    done = subprocess.run(["sh", str(out / "sweep.pbs")], env=env, capture_output=True, text=True, timeout=120,
+                          cwd=str(tmp_path))
     assert done.returncode == 0, done.stderr
     assert all("row" in o for o in sweep.collect(str(out)))
 

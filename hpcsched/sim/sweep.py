@@ -29,6 +29,7 @@ import itertools
 import json
 import multiprocessing
 import os
+import shlex
 import sys
 import time
 import tomllib
@@ -192,8 +193,11 @@ def write_array(cells: list[dict], directory: str) -> list[str]:
         json.dump(cells, f, indent=1)
     last = len(cells) - 1
     here = os.path.abspath(directory)
-    command = (f'cd "{os.getcwd()}" && "{sys.executable}" -m hpcsched sweep --cell '
-               f'"${{PBS_ARRAY_INDEX:-${{PBS_ARRAYID:-$SLURM_ARRAY_TASK_ID}}}}" "{here}"')
+    # (PYTHONPATH: this hpcsched, installed or a checkout's; `-m hpcsched` found none in a checkout)
+    package = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    command = (f'cd {shlex.quote(os.getcwd())} && PYTHONPATH={shlex.quote(package)}${{PYTHONPATH:+:$PYTHONPATH}} '
+               f'{shlex.quote(sys.executable)} -m hpcsched sweep --cell '
+               f'"${{PBS_ARRAY_INDEX:-${{PBS_ARRAYID:-$SLURM_ARRAY_TASK_ID}}}}" {shlex.quote(here)}')
     scripts = {"sweep.pbs": f"#!/bin/sh\n#PBS -N hpcsched-sweep\n#PBS -J 0-{last}\n#PBS -l select=1:ncpus=1\n",
                "sweep.torque": f"#!/bin/sh\n#PBS -N hpcsched-sweep\n#PBS -t 0-{last}\n#PBS -l nodes=1:ppn=1\n",
                "sweep.slurm": f"#!/bin/sh\n#SBATCH --job-name=hpcsched-sweep\n#SBATCH --array=0-{last}\n"
