@@ -281,6 +281,9 @@ def test_a_suspended_job_stops_and_its_walltime_stands_still(live):
     assert cmd(root, work, "qsig", "-s", "resume", jid).returncode == 0
     assert wait_for(env, work, jid)["exit_status"] == "0"
     assert (work / "ticks.log").read_text().split() == [str(i) for i in range(1, 9)]
+    ended, = [e.fields for e in accounting.read(home) if e.job_id == jid and e.kind == "E"]
+    used = sum(int(x) * m for x, m in zip(ended["resources_used.walltime"].split(":"), (3600, 60, 1)))
+    assert 1 <= used <= 3 and ended["owner"].startswith("alice@")  # (the ~4 s it was stopped are not charged)
     # deleted while suspended, it is continued with its SIGTERM, so it need not wait for the
     # SIGKILL after the grace
     jid = cmd(env, work, "qsub", "-l", "walltime=60", stdin=(

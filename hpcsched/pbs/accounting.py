@@ -22,7 +22,8 @@ from .common import display_id, run_time
 
 def _record(kind: str, job: Job, server: str, now: float) -> str:
     fields = {"user": job.owner, "group": job.group or job.owner, "jobname": job.name, "queue": job.queue,
-              "ctime": int(job.submit_time), "qtime": int(job.submit_time)}
+              "ctime": int(job.submit_time), "qtime": int(job.submit_time),
+              "owner": f"{job.owner}@{job.extra.get('submit_host', server)}"}
     if job.account:
         fields["account"] = job.account
     if job.start_time is not None:
@@ -34,6 +35,8 @@ def _record(kind: str, job: Job, server: str, now: float) -> str:
     if kind in "EA":
         fields["end"] = int(now)
         fields["Exit_status"] = job.exit_status if job.exit_status is not None else -1
+        if job.start_time is not None:  # (what accounting tools read a run's length from)
+            fields["resources_used.walltime"] = hms(run_time(job, now))
     elif kind == "D" and job.extra.get("deleted_by") == "dependency":
         fields["Exit_status"] = DEPENDENCY_EXIT
         if job.start_time is not None:
