@@ -315,6 +315,19 @@ def test_qrerun_kills_a_running_job_and_runs_it_again(live):
     assert [e.kind for e in accounting.read(home) if e.job_id == jid] == ["Q", "S", "R", "S", "E"]
 
 
+def test_a_jobs_cpu_time_is_recorded_when_it_ends(live):
+    # (resources_used.cput was always 00:00:00: the server never read it; now the wait for
+    # the job's wrapper says what it and every process it waited for used)
+    env, home, work, start = live
+    start()
+    burn = "import time; t = time.process_time()\nwhile time.process_time() - t < 1.3: pass"
+    jid = cmd(env, work, "qsub", "-l", "walltime=60", stdin=f"{sys.executable} -c '{burn}'\n").stdout.strip()
+    done = wait_for(env, work, jid)
+    assert done["exit_status"] == "0" and done["resources_used.cput"] in ("00:00:01", "00:00:02")
+    ended, = [e.fields for e in accounting.read(home) if e.job_id == jid and e.kind == "E"]
+    assert ended["resources_used.cput"] == done["resources_used.cput"]
+
+
 def test_qterm_stops_the_server_and_its_running_jobs_go_on(live):
     import tomllib
     env, home, work, start = live

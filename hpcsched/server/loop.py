@@ -37,6 +37,7 @@ import time
 from pathlib import Path
 
 from ..core.jobs import ACTIVE, EXITING, FINISHED, RUNNING, Job
+from ..core.timefmt import hms
 from ..drain.moablog import DailyWriter
 from ..drain.samples import Sampler
 from ..pbs import accounting, common, forwarded, mail
@@ -96,6 +97,7 @@ class Server:
         self._stamp = config_stamp(self.home)
         self._configure(site)
         self.children: dict[int, int] = {}  # pid -> wait status, reaped
+        self.cpu: dict[int, float] = {}  # pid -> CPU seconds it and what it waited for used (its job's cput)
         self.sent: dict[int, tuple[int, float]] = {}  # job id -> (signal, when), as sent
         self.trouble = ""  # why the store cannot be written now ("" when it can)
         self.stopping = False
@@ -244,12 +246,13 @@ class Server:
     def _reap_children(self) -> None:
         while True:
             try:
-                pid, status = os.waitpid(-1, os.WNOHANG)
+                pid, status, usage = os.wait4(-1, os.WNOHANG)
             except ChildProcessError:
                 return
             if pid == 0:
                 return
             self.children[pid] = status
+            self.cpu[pid] = usage.ru_utime + usage.ru_stime
 
     def _pid(self, job: Job) -> int | None:
         """The pid of the job's wrapper: from its pid file, or as noted at launch."""
@@ -305,8 +308,10 @@ class Server:
                     self._requeue(job, now)
                     return
                 status = LOST
+            if pid in self.cpu:  # (a job this server launched: resources_used.cput)
+                self._note(job, now, set={"cput": hms(self.cpu[pid])})
             self._finish(job, status, now)
-            self.children.pop(pid, None)
+            self.children.pop(pid, None), self.cpu.pop(pid, None)
             return
         pending = job.extra.get("pending_signals")
         if pending:  # qsig: deliver, then forget (a signal the kernel refuses is dropped)
