@@ -326,6 +326,12 @@ def test_a_jobs_cpu_time_is_recorded_when_it_ends(live):
     assert done["exit_status"] == "0" and done["resources_used.cput"] in ("00:00:01", "00:00:02")
     ended, = [e.fields for e in accounting.read(home) if e.job_id == jid and e.kind == "E"]
     assert ended["resources_used.cput"] == done["resources_used.cput"]
+    # (reported with the end, as the core's cpu_time that fair share's cpu metric charges)
+    from hpcsched.store.journal import Store
+    with Store(home).locked(exclusive=False) as store:
+        records = store.read()[1]
+    end, = [r for r in records if r["op"] == "ended" and r["id"] == int(jid.split(".")[0])]
+    assert 1.2 <= end["cpu_time"] <= 3.0
 
 
 def test_qterm_stops_the_server_and_its_running_jobs_go_on(live):

@@ -118,3 +118,14 @@ def test_take_changed_names_every_record_whose_sums_moved():
     u.reset(700.0, lambda key: key == a)
     u.restore(u.to_dict(), [])
     assert u.generation == generation + 2  # (whoever keeps sums adds everything up again)
+
+
+def test_a_live_drivers_cpu_time_reported_at_the_end_is_charged_under_the_cpu_metric():
+    # (the server's jobs ended with no cpu_time: a live site's cpu metric charged nothing)
+    from hpcsched.config import build
+    from hpcsched.core.jobs import Job, Request
+    s = build({"nodes": [{"names": "n[1-2]"}], "usage": {"metric": "cpu", "half_life": 0}})
+    job = s.submit(Job(owner="ann", request=Request(nodes=1), walltime=600), now=0)
+    s.iterate(0)
+    s.job_ended(job.id, 300, 0, cpu_time=250.0)
+    assert job.cpu_time == 250.0 and s.usage.by("user", 300)["ann"] == pytest.approx(250.0)

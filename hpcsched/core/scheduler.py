@@ -665,13 +665,16 @@ class Scheduler:
         self._changed()
         return start
 
-    def job_ended(self, job_id: int, now: float, exit_status: int) -> Job:
+    def job_ended(self, job_id: int, now: float, exit_status: int, cpu_time: float | None = None) -> Job:
         """A running (or exiting) job has ended: free its nodes, charge its usage (its
-        `cpu_time`, as the driver set it, under the cpu metric), settle its dependants."""
+        `cpu_time`, as the driver set it or reports it now, under the cpu metric), settle
+        its dependants."""
         job = self.job(job_id)
         if job.state not in ACTIVE:
             raise InvalidState(f"job {job.id} is {job.state.value}, not running")
         job.end_time, job.exit_status = now, exit_status
+        if cpu_time is not None:
+            job.cpu_time = cpu_time
         if self.bank is not None:
             self._charge(job, now)
         self._move(job, COMPLETED, now)

@@ -37,8 +37,8 @@ def _record(kind: str, job: Job, server: str, now: float) -> str:
         fields["Exit_status"] = job.exit_status if job.exit_status is not None else -1
         if job.start_time is not None:  # (what accounting tools read a run's length from)
             fields["resources_used.walltime"] = hms(run_time(job, now))
-        if "cput" in job.extra:
-            fields["resources_used.cput"] = job.extra["cput"]
+        if job.cpu_time:
+            fields["resources_used.cput"] = hms(job.cpu_time)
     elif kind == "D" and job.extra.get("deleted_by") == "dependency":
         fields["Exit_status"] = DEPENDENCY_EXIT
         if job.start_time is not None:

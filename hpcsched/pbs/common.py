@@ -111,9 +111,12 @@ _LETTERS = {flavor: {QUEUED: "Q", HELD: "H", DEP_HOLD: "H", DEP_FAIL: "H",
 
 
 def state_letter(job: Job, flavor: str) -> str:
-    if job.state == RUNNING and "suspended_at" in job.extra:
-        return "S"  # (qsig -s suspend: it holds its nodes, stopped)
-    return _LETTERS[flavor][job.state]
+    return "S" if is_suspended(job) else _LETTERS[flavor][job.state]
+
+
+def is_suspended(job: Job) -> bool:
+    """Stopped by qsig -s suspend (state S): it keeps its nodes; its walltime stands still."""
+    return job.state == RUNNING and "suspended_at" in job.extra
 
 
 def suspended(job: Job, now: float) -> float:

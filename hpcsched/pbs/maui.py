@@ -76,7 +76,7 @@ def showq(opts: list[tuple[str, str]], operands: list[str], out, now: float) -> 
     w("ACTIVE JOBS--------------------\n")
     w(f"{'JOBNAME':<18} {'USERNAME':<12} {'STATE':>8} {'PROC':>5} {'REMAINING':>11}  {'STARTTIME':>19}\n\n")
     for j in active:
-        state = "Exiting" if j.state != RUNNING else "Suspended" if "suspended_at" in j.extra else "Running"
+        state = "Suspended" if common.is_suspended(j) else "Running" if j.state == RUNNING else "Exiting"
         w(f"{j.id:<18} {j.owner:<12} {state:>8} {procs(j):>5} {dhms(j.walltime - common.run_time(j, now)):>11}  "
           f"{when(j.start_time):>19}\n")
     pct = 100.0 * used / total_procs if total_procs else 0.0
@@ -119,11 +119,9 @@ def checkjob(opts: list[tuple[str, str]], operands: list[str], out, now: float) 
         job, = common.resolve(sched.jobs, operands[0], site.server)
     except (common.CommandError, ValueError):  # unknown, or an array's many subjobs
         raise common.CommandError(f"cannot locate job '{operands[0]}'", common.UNKNOWN_JOB) from None
-    state = {QUEUED: "Idle", RUNNING: "Running", EXITING: "Running", HELD: "Hold",
-             WAITING: "Deferred", DEP_HOLD: "Hold", DEP_FAIL: "Hold",
-             COMPLETED: "Completed", DELETED: "Removed"}[job.state]
-    if job.state == RUNNING and "suspended_at" in job.extra:
-        state = "Suspended"
+    state = "Suspended" if common.is_suspended(job) else {
+        QUEUED: "Idle", RUNNING: "Running", EXITING: "Running", HELD: "Hold", WAITING: "Deferred",
+        DEP_HOLD: "Hold", DEP_FAIL: "Hold", COMPLETED: "Completed", DELETED: "Removed"}[job.state]
     w = out.write
     w(f"checking job {job.id}\n\n")
     w(f"State: {state}\n")

@@ -88,7 +88,7 @@ def attributes(job: Job, site: Site, now: float, jobs: dict | None = None, flavo
     x = job.extra
     a: dict = {"Job_Name": job.name, "Job_Owner": f"{job.owner}@{x.get('submit_host', site.server)}"}
     if job.start_time is not None:
-        a["resources_used"] = {"cput": x.get("cput", "00:00:00"), "walltime": hms(common.run_time(job, now))}
+        a["resources_used"] = {"cput": hms(job.cpu_time), "walltime": hms(common.run_time(job, now))}
     a["job_state"] = letter(job, flavor)
     a["queue"] = job.queue
     a["server"] = site.server
@@ -212,7 +212,7 @@ def _cut_star(text: str, width: int) -> str:
 
 
 def time_use(job: Job) -> str:
-    return job.extra.get("cput", "0") if job.start_time is not None else "0"
+    return hms(job.cpu_time) if job.cpu_time else "0"
 
 
 def default_listing(jobs: list[Job], site: Site) -> list[str]:

@@ -37,7 +37,6 @@ import time
 from pathlib import Path
 
 from ..core.jobs import ACTIVE, EXITING, FINISHED, RUNNING, Job
-from ..core.timefmt import hms
 from ..drain.moablog import DailyWriter
 from ..drain.samples import Sampler
 from ..pbs import accounting, common, forwarded, mail
@@ -97,7 +96,7 @@ class Server:
         self._stamp = config_stamp(self.home)
         self._configure(site)
         self.children: dict[int, int] = {}  # pid -> wait status, reaped
-        self.cpu: dict[int, float] = {}  # pid -> CPU seconds it and what it waited for used (its job's cput)
+        self.cpu: dict[int, float] = {}  # pid -> CPU seconds it and what it waited for used (its job's cpu_time)
         self.sent: dict[int, tuple[int, float]] = {}  # job id -> (signal, when), as sent
         self.trouble = ""  # why the store cannot be written now ("" when it can)
         self.stopping = False
@@ -308,9 +307,7 @@ class Server:
                     self._requeue(job, now)
                     return
                 status = LOST
-            if pid in self.cpu:  # (a job this server launched: resources_used.cput)
-                self._note(job, now, set={"cput": hms(self.cpu[pid])})
-            self._finish(job, status, now)
+            self._finish(job, status, now, cpu_time=self.cpu.get(pid))  # (None: not this server's child)
             self.children.pop(pid, None), self.cpu.pop(pid, None)
             return
         pending = job.extra.get("pending_signals")
@@ -349,13 +346,14 @@ class Server:
             elif sent == signal.SIGTERM and now >= at + self.grace:
                 self._signal(job, pid, signal.SIGKILL, now, journal)
 
-    def _finish(self, job: Job, status: int, now: float, why: str = "") -> None:
+    def _finish(self, job: Job, status: int, now: float, why: str = "", cpu_time: float | None = None) -> None:
         """The job ended with `status`: record it (E, or A when the server lost or could
         not start it), mail its owner, and delete what depended on it failing."""
         # killed past its walltime (a deleted job is EXITING): the abort PBS mails about
         walltime = job.state == RUNNING and "signal" in job.extra
         self._clean(job)
-        self.batch.do("ended", now, id=job.id, exit_status=status)
+        self.batch.do("ended", now, id=job.id, exit_status=status,
+                      **({"cpu_time": cpu_time} if cpu_time is not None else {}))
         aborted = status == LOST
         accounting.write(self.home, "A" if aborted else "E", job, self.site.server, now)
         if aborted or walltime:
@@ -387,6 +385,7 @@ class Server:
     def _signal(self, job: Job, pid: int, sig: int, now: float, journal: bool = True) -> None:
         """`sig` to the job's process group and to every process of the job that left it (a
         suspended job is continued too, so that it can act on the signal)."""
+        # (a deleted job is EXITING, not S: its mark says it is stopped)
         for s in (sig, signal.SIGCONT) if "suspended_at" in job.extra and sig != signal.SIGKILL else (sig,):
             try:
                 os.killpg(pid, s)

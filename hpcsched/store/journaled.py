@@ -70,7 +70,7 @@ def apply(sched: Scheduler, rec: dict):
     if op == "run":
         return sched.run_now(rec["id"], now, tuple(rec.get("nodes", ())))
     if op == "ended":
-        return sched.job_ended(rec["id"], now, rec["exit_status"])
+        return sched.job_ended(rec["id"], now, rec["exit_status"], rec.get("cpu_time"))
     if op == "requeue":
         return sched.requeue(rec["id"], now)
     if op == "forget":
