@@ -144,6 +144,13 @@ def test_qstat_f_shows_every_attribute_the_job_was_given(rig, monkeypatch, flavo
     (["-l", "nodes=" + "9" * 5000], 2, "nodes must be a positive integer"),
     (["-l", "mem=" + "9" * 400 + "tb"], 2, "illegal -l value: bad size"),  # (an OverflowError traceback)
     (["-l", "mem=١gb"], 2, "illegal -l value: bad size"),
+    # the limits the server keeps a job to are checked here (they were taken unread)
+    (["-l", "vmem=abc"], 2, "illegal -l value: bad size 'abc'"),
+    (["-l", "pvmem=1x"], 2, "illegal -l value: bad size '1x'"),
+    (["-l", "file=lots"], 2, "illegal -l value: bad size 'lots'"),
+    (["-l", "nice=20"], 2, "illegal -l value: nice must be an integer from -20 to 19, not '20'"),
+    (["-l", "nice=high"], 2, "illegal -l value: nice must be an integer from -20 to 19, not 'high'"),
+    (["-l", "pcput=soon"], 2, "illegal -l value: pcput 'soon'"),
     (["-t", "1-99999999999999999999"], 2, "illegal array request"),
     (["-t", "1-100000000"], 2, "array request too large (at most 100000 subjobs)"),
     (["-J", "1-9%99999999999"], 2, "illegal array request"),
@@ -894,7 +901,8 @@ def test_a_command_on_many_jobs_syncs_its_journal_once_and_reads_each_job_once(r
 @pytest.mark.parametrize("argv,message", [
     (["-l", "nodes=1:ppn=²"], "ppn must be a positive integer, not '²'"), (["-l", "walltime=²"], "illegal -l value"),
     (["-o", "a\x00b"], "illegal character (NUL)"), (["-M", "a b"], "illegal -M value"), (["-k", "q"], "illegal -k value"),
-    (["-N", "a\x07b"], "illegal -N value"), (["-W", "depend=afterok:abc"], "illegal -W value: depend=afterok:abc")])
+    (["-N", "a\x07b"], "illegal -N value"), (["-W", "depend=afterok:abc"], "illegal -W value: depend=afterok:abc"),
+    (["-l", "vmem=lots"], "bad size 'lots'"), (["-l", "nice=-21"], "nice must be an integer from -20 to 19")])
 def test_qalter_refuses_bad_values_in_one_line_and_changes_nothing(rig, capsys, argv, message):
     jid = submit("-N", "kept")
     journal = (rig / "home" / "journal.jsonl").read_bytes()

@@ -400,6 +400,23 @@ sleep 3004
     job = live.wait(jid, timeout=30)
     assert job.exit_status >= 256
     assert gone("sleep 300"), processes("sleep 300")
+    # pbs_mom's word on it, written into her error file as her
+    err = Path(pwd.getpwnam(ALICE).pw_dir, f"job.sh.e{jid}")
+    assert err.read_text().startswith("=>> PBS: job killed: walltime 2 exceeded limit 2\n")
+    assert err.stat().st_uid == pwd.getpwnam(ALICE).pw_uid
+
+
+def test_a_job_takes_its_limits_and_no_nice_its_owner_may_not(live, users):
+    """The server (root) sets the job's limits before it becomes the owner, and its nice
+    value after: a negative nice is root's to give, not the owner's to ask."""
+    show = "ulimit -v; ulimit -t; nice\n"
+    low = submit(live, ALICE, show, "-l", "pvmem=600mb,pcput=90,nice=-5", name="low.sh")
+    high = submit(live, ALICE, show, "-l", "nice=7", name="high.sh")
+    home = users[ALICE].pw_dir
+    for jid in (low, high):
+        assert live.wait(jid).exit_status == 0
+    assert Path(home, f"low.sh.o{low}").read_text().split() == [str(600 * 1024), "90", "0"]
+    assert Path(home, f"high.sh.o{high}").read_text().split() == ["unlimited", "unlimited", "7"]
 
 
 def test_qdel_kills_what_left_the_session(live):

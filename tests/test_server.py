@@ -140,6 +140,10 @@ def test_walltime_kill_and_qdel_of_running_job(live):
     assert wait_for(env, work, over)["exit_status"] in ("271", "265")
     ended = {e.job_id: e.fields["Exit_status"] for e in accounting.read(home) if e.kind == "E"}
     assert ended[over] in ("271", "265")
+    # pbs_mom's word on it, in the job's error file (qdel'd jobs get none)
+    said = (work / f"STDIN.e{over.split('.')[0]}").read_text()
+    assert said.startswith("=>> PBS: job killed: walltime 1 exceeded limit 1\n")
+    assert "job killed" not in (work / f"STDIN.e{gone.split('.')[0]}").read_text()
 
 
 def _alive(word: str) -> bool:
@@ -183,6 +187,53 @@ def test_a_job_past_its_cpu_time_is_killed_and_says_so(live):
     batch = Batch(load_site(home))
     with batch.open(write=False):
         assert batch.sched.jobs[int(job)].extra.get("over") == "cput"
+
+
+def test_a_job_past_its_memory_is_killed_and_says_so(live):
+    """-l mem is the job's resident memory, summed over its processes and watched by the
+    server (it was taken and never looked at); the peak is resources_used.mem."""
+    env, home, work, start = live
+    start()
+    hog = f"{sys.executable} -c 'import time; x = bytearray(120 * 2 ** 20); x[::4096] = b\"1\" * len(x[::4096]); time.sleep(30)'\n"
+    jid = cmd(env, work, "qsub", "-N", "hog", "-l", "mem=40mb,walltime=60", stdin=hog).stdout.strip()
+    small = cmd(env, work, "qsub", "-N", "small", "-l", "mem=400mb,walltime=60", stdin="sleep 1\n").stdout.strip()
+    began = time.time()
+    done = wait_for(env, work, jid)
+    assert done["exit_status"] in ("271", "265") and time.time() - began < 20
+    said = (work / f"hog.e{jid.split('.')[0]}").read_text()
+    assert said.startswith("=>> PBS: job killed: mem ") and said.split("\n")[0].endswith(" exceeded limit 40960kb")
+    assert int(done["resources_used.mem"].removesuffix("kb")) > 40960
+    ended = {e.job_id: e.fields for e in accounting.read(home) if e.kind == "E"}
+    assert ended[jid]["resources_used.mem"] == done["resources_used.mem"]
+    from hpcsched.store.journaled import Batch
+    from hpcsched.store.site import load_site
+    batch = Batch(load_site(home))
+    with batch.open(write=False):
+        assert batch.sched.jobs[int(jid.split(".")[0])].extra["over"] == "mem"
+    # a job within its memory runs to its end, its peak (a shell and a sleep) reported
+    fine = wait_for(env, work, small)
+    assert fine["exit_status"] == "0" and 0 < int(fine["resources_used.mem"].removesuffix("kb")) < 409600
+    ended = {e.job_id: e.fields for e in accounting.read(home) if e.kind == "E"}
+    assert ended[small]["resources_used.vmem"] == fine["resources_used.vmem"]
+
+
+def test_a_job_runs_under_its_kernel_limits(live):
+    """pcput, file, pmem, vmem/pvmem and nice, as pbs_mom sets them on the job's processes."""
+    env, home, work, start = live
+    start()
+    show = ("import os, resource as r\n"
+            "print(*[r.getrlimit(getattr(r, n))[0] for n in ('RLIMIT_CPU', 'RLIMIT_FSIZE', 'RLIMIT_DATA', 'RLIMIT_AS')], os.nice(0))\n")
+    (work / "show.py").write_text(show)
+    jid = cmd(env, work, "qsub", "-N", "lim", "-l", "pcput=00:01:30,file=2kb,pmem=300mb,vmem=900mb,pvmem=600mb,nice=5",
+              stdin=f"cd \"$PBS_O_WORKDIR\"; {sys.executable} show.py; head -c 5000 /dev/zero > big; wc -c < big\n"
+              ).stdout.strip()
+    assert wait_for(env, work, jid)["exit_status"] == "0"  # (head died of SIGXFSZ, with 2 KB written)
+    shown = (work / f"lim.o{jid.split('.')[0]}").read_text().split()
+    assert shown == ["90", "2048", str(300 * 2 ** 20), str(600 * 2 ** 20), "5", "2048"]
+    plain = cmd(env, work, "qsub", "-N", "plain", stdin=f"cd \"$PBS_O_WORKDIR\"; {sys.executable} show.py\n").stdout.strip()
+    assert wait_for(env, work, plain)["exit_status"] == "0"
+    inf = str(__import__("resource").RLIM_INFINITY)
+    assert (work / f"plain.o{plain.split('.')[0]}").read_text().split()[:2] == [inf, inf]
 
 
 def test_dependency_chain_runs_in_order_and_failed_parent_stops_child(live):
@@ -664,6 +715,9 @@ def test_jobs_start_at_home_with_their_umask_kept_files_and_mail(live):
     about = {jid: [m for m in mails if f"Subject: PBS JOB {jid}\n" in m] for jid in (told, kept, over)}
     assert [m.splitlines()[0] for m in about[told]] == ["To: bob@example.org"] * 2
     assert "Begun execution" in about[told][0] and "Execution terminated\nExit_status=0" in about[told][1]
+    import re  # (what the job used, in Torque's order)
+    assert re.search(r"Exit_status=0\nresources_used.cput=00:00:0\d\nresources_used.mem=\d+kb\n"
+                     r"resources_used.vmem=\d+kb\nresources_used.walltime=00:00:0\d$", about[told][1])
     assert about[kept] == []  # -m a (the default) and it ended well
     assert len(about[over]) == 1 and "To: alice\n" in about[over][0]
     assert "Aborted by PBS Server\nJob exceeded its walltime limit" in about[over][0]

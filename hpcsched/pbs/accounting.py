@@ -17,7 +17,7 @@ from pathlib import Path
 from ..core.jobs import Job
 from ..core.timefmt import hms
 from . import mail
-from .common import display_id, run_time
+from .common import display_id, memory_used, run_time
 
 
 def _record(kind: str, job: Job, server: str, now: float) -> str:
@@ -39,6 +39,7 @@ def _record(kind: str, job: Job, server: str, now: float) -> str:
             fields["resources_used.walltime"] = hms(run_time(job, now))
         if job.cpu_time:
             fields["resources_used.cput"] = hms(job.cpu_time)
+        fields.update((f"resources_used.{k}", v) for k, v in memory_used(job).items())
     elif kind == "D" and job.extra.get("deleted_by") == "dependency":
         fields["Exit_status"] = DEPENDENCY_EXIT
         if job.start_time is not None:

@@ -5,6 +5,7 @@ value is one line with exit status 2 (a UsageError, after which the command prin
 usage line, or a CommandError)."""
 from __future__ import annotations
 
+import math
 import os
 import re
 import shlex
@@ -115,14 +116,18 @@ def merge(cmdline: list[tuple[str, str]], script: list[tuple[str, str]]) -> tupl
 _MEM = re.compile(r"^([0-9]{1,18})\s*([kmgtp]?)(b|w)?$", re.I)
 
 
-def parse_memory(text: str) -> int:
-    """`8gb` -> 8192 (MB, rounded up); plain numbers are bytes, as PBS reads them."""
+def parse_size(text: str) -> int:
+    """A PBS size in bytes: `8gb` -> 8589934592; plain numbers are bytes, a word is 8."""
     m = _MEM.match(text.strip())
     if not m:
         raise UsageError(f"illegal -l value: bad size {text!r}")
     n = int(m.group(1)) * (8 if (m.group(3) or "b").lower() == "w" else 1)
-    scale = {"": 1, "k": 2 ** 10, "m": 2 ** 20, "g": 2 ** 30, "t": 2 ** 40, "p": 2 ** 50}[m.group(2).lower()]
-    return -(-n * scale // 2 ** 20)  # (whole numbers: a float overflows past 1e308)
+    return n * {"": 1, "k": 2 ** 10, "m": 2 ** 20, "g": 2 ** 30, "t": 2 ** 40, "p": 2 ** 50}[m.group(2).lower()]
+
+
+def parse_memory(text: str) -> int:
+    """`8gb` -> 8192 (MB, rounded up), as the planner counts memory."""
+    return -(-parse_size(text) // 2 ** 20)  # (whole numbers: a float overflows past 1e308)
 
 
 def positive(text: str, what: str) -> int:
@@ -132,7 +137,7 @@ def positive(text: str, what: str) -> int:
 
 
 TORQUE_RES = {"nodes", "ppn", "procs", "pmem", "vmem", "pvmem"}
-KNOWN_RES = TORQUE_RES | {"walltime", "mem", "ncpus", "select", "place", "cput", "file", "host", "nice",
+KNOWN_RES = TORQUE_RES | {"walltime", "mem", "ncpus", "select", "place", "cput", "pcput", "file", "host", "nice",
                           "mpiprocs", "naccelerators", "ngpus", "software", "arch", "size", "nidmask"}
 #: ways of asking for processors; a job uses one of them
 COUNT_RES = ("select", "nodes", "procs", "ncpus", "size")
@@ -150,6 +155,7 @@ def build_request(res: dict[str, str], declared=()) -> tuple[Request, float | No
     for name in res:
         if name not in KNOWN_RES and name not in declared:
             raise common.CommandError(f"Unknown resource type {name}", common.USAGE)
+    limits(res)  # (checked here: the server sets them when the job starts)
     if "select" in res or "place" in res:
         mixed = sorted(TORQUE_RES & set(res))
         if mixed:
@@ -278,6 +284,28 @@ def count(text: str, what: str) -> int:
     if not re.fullmatch(r"[0-9]{1,18}", text):
         raise UsageError(f"illegal -l value: {what} must be a non-negative integer, not {text!r}")
     return int(text)
+
+
+#: the limits the server keeps a job to (server/limits.py), as pbs_mom does: sizes in bytes
+SIZE_LIMITS = ("mem", "vmem", "pvmem", "pmem", "file")
+NICE = range(-20, 20)
+
+
+def limits(res: dict[str, str]) -> dict[str, int]:
+    """The job's limits from its -l resources: sizes (mem, vmem, pvmem, pmem, file) in
+    bytes, pcput in seconds, nice; a bad value is refused.  (A select job's `mem` is in
+    its chunks: Resource_List.mem, see qstat.resource_list.)"""
+    out = {name: parse_size(res[name]) for name in SIZE_LIMITS if name in res}
+    if "pcput" in res:
+        try:
+            out["pcput"] = math.ceil(parse_duration(res["pcput"]))
+        except (InvalidRequest, OverflowError):
+            raise UsageError(f"illegal -l value: pcput {res['pcput']!r}") from None
+    if "nice" in res:
+        if not re.fullmatch(r"[-+]?[0-9]{1,3}", res["nice"]) or int(res["nice"]) not in NICE:
+            raise UsageError(f"illegal -l value: nice must be an integer from -20 to 19, not {res['nice']!r}")
+        out["nice"] = int(res["nice"])
+    return out
 
 
 def cput_of(res: dict[str, str]) -> float:

@@ -133,6 +133,17 @@ def run_time(job: Job, now: float) -> float:
     return max(0.0, end - job.start_time - suspended(job, end))
 
 
+def memory_used(job: Job) -> dict[str, str]:
+    """resources_used.mem and .vmem as PBS shows them: the peaks the server measured over
+    the job's processes, in kilobytes (nothing for a job it has not measured)."""
+    return {name: kb(job.extra[f"used_{name}"]) for name in ("mem", "vmem") if f"used_{name}" in job.extra}
+
+
+def kb(size: int) -> str:
+    """Bytes as PBS shows a size it measured: whole kilobytes, rounded up."""
+    return f"{-(-size // 1024)}kb"
+
+
 def hold_letters(job: Job) -> str:
     """PBS Hold_Types: some of u, o, s (dependency holds count as s), or n."""
     kinds = {h.value for h in job.holds}

@@ -1,7 +1,8 @@
 """`hpcsched server`: run jobs for real on a test rig, driving the same scheduling core.
 
-Each step: reap ended jobs, enforce walltimes (SIGTERM, then SIGKILL after a grace; the
-job ends with exit status 256 + the signal), stop deleted jobs, run the scheduling pass
+Each step: reap ended jobs, enforce walltimes and the limits the server watches (CPU
+time, memory: limits.py; SIGTERM, then SIGKILL after a grace; the job ends with exit
+status 256 + the signal), stop deleted jobs, run the scheduling pass
 (recorded in the store's journal like any change) and launch what it started.  Steps run
 every `interval` seconds and at once when a command pokes the server's socket or a job
 ends (SIGCHLD), with no polling in between.
@@ -46,7 +47,7 @@ from ..store.journaled import Batch
 from ..store.layout import INTERACTIVE, WRAPPER
 from ..core.errors import SchedulerError
 from ..store.site import SOCKET, Site, config_stamp, load_site, user_name
-from . import privilege, tracking
+from . import limits, privilege, tracking
 
 LOST = -1  # exit status of a job whose process vanished without one
 INTERACTIVE_WAIT = 60.0  # seconds a started interactive job waits for its qsub -I
@@ -67,25 +68,7 @@ def process_start(pid: int) -> str | None:
     return fields[19]
 
 
-CPUT_POLL = 1.0  # seconds between looks at the CPU time of a job with a cput limit
-
-
-def group_cpu(pgid: int) -> float:
-    """CPU seconds used by the processes of group `pgid` and the children they reaped (the
-    job's processes: the launcher makes each job its own process group), from /proc."""
-    ticks, total = os.sysconf("SC_CLK_TCK"), 0
-    for entry in os.scandir("/proc"):
-        if not entry.name.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry.name}/stat") as f:
-                data = f.read()
-        except OSError:
-            continue
-        fields = data[data.rindex(")") + 2:].split()
-        if int(fields[2]) == pgid:  # fields after the name: state ppid pgrp ... utime stime cutime cstime
-            total += sum(int(x) for x in fields[11:15])
-    return total / ticks
+POLL = 1.0  # seconds between looks at what a job uses, when it has a cput, mem or vmem limit
 
 
 class Server:
@@ -97,6 +80,8 @@ class Server:
         self._configure(site)
         self.children: dict[int, int] = {}  # pid -> wait status, reaped
         self.cpu: dict[int, float] = {}  # pid -> CPU seconds it and what it waited for used (its job's cpu_time)
+        self.peaks: dict[int, tuple[int, int]] = {}  # job id -> its peak (mem, vmem) so far, in bytes
+        self._usage: limits.Usage | None = None  # this step's look at /proc, taken when first needed
         self.sent: dict[int, tuple[int, float]] = {}  # job id -> (signal, when), as sent
         self.trouble = ""  # why the store cannot be written now ("" when it can)
         self.stopping = False
@@ -174,6 +159,7 @@ class Server:
         """Reap, enforce, plan, launch; returns how many jobs were launched."""
         self._reap_children()
         self._reload()
+        self._usage = None
         launched = 0
         with self.batch.open(write=True):
             now = time.time() if now is None else now
@@ -326,25 +312,79 @@ class Server:
         """Back to the queue, to run again (its process lost, or qrerun): an R record."""
         accounting.write(self.home, "R", job, self.site.server, now)
         self.batch.do("requeue", now, id=job.id)
+        self.peaks.pop(job.id, None)
         self._note(job, now, clear=["launched", "pid", "pid_start", "signal", "signalled_at", "over",
-                                   "suspended_at", "suspended_for", "rerun"])
+                                   "suspended_at", "suspended_for", "rerun", "used_mem", "used_vmem"])
 
     def _escalate(self, job: Job, pid: int, now: float, journal: bool = True) -> None:
-        """A job past its walltime (which stands still while it is suspended) or its CPU time
-        (-l cput), deleted or to be rerun, gets SIGTERM, then SIGKILL after the grace."""
-        over_cpu = job.extra.get("over") == "cput"
-        if not over_cpu and job.cput > 0 and job.state == RUNNING and group_cpu(pid) >= job.cput:
-            over_cpu = True
-            if journal:
-                self._note(job, now, set={"over": "cput"})
-        if job.state == EXITING or job.extra.get("rerun") or common.run_time(job, now) >= job.walltime or over_cpu:
+        """A job past a limit (its walltime, which stands still while it is suspended, its
+        CPU time or its memory: _past), deleted or to be rerun, gets SIGTERM, then SIGKILL
+        after the grace."""
+        past = self._past(job, pid, now, journal)
+        if job.state == EXITING or job.extra.get("rerun") or past:
             sent, at = job.extra.get("signal"), job.extra.get("signalled_at", now)
             if not sent and job.id in self.sent:  # sent while the store could not say so
                 sent, at = self.sent[job.id]
             if not sent:
+                if past and past[1]:
+                    self._tell(job, f"=>> PBS: job killed: {past[1]}")
                 self._signal(job, pid, signal.SIGTERM, now, journal)
             elif sent == signal.SIGTERM and now >= at + self.grace:
                 self._signal(job, pid, signal.SIGKILL, now, journal)
+
+    def _past(self, job: Job, pid: int, now: float, journal: bool) -> tuple[str, str] | None:
+        """The limit a running job is past, with pbs_mom's words for it ('' once said), or
+        None; what it uses is noted on the way (_peaks).  A job past its CPU time or memory
+        is marked (`over`): its end is that limit's abort."""
+        if job.state != RUNNING:
+            return None
+        use = self._use(job, pid)
+        if journal:
+            self._peaks(job, use, now)
+        if job.extra.get("over"):
+            return job.extra["over"], ""
+        used = common.run_time(job, now)
+        if used >= job.walltime:
+            return "walltime", f"walltime {int(used)} exceeded limit {int(job.walltime)}"
+        found = limits.over(job, self._limits(job), use)
+        if found and journal:
+            self._note(job, now, set={"over": found[0]})
+        return found
+
+    def _use(self, job: Job, pid: int) -> limits.Use:
+        """What the job's processes use now (this step's one look at /proc)."""
+        if self._usage is None:
+            self._usage = limits.Usage()
+        members = self.tracker.pids(job.id, job.run_count, scan=False) if self._in_cgroup(job) else ()
+        return self._usage.of(pid, members)
+
+    def _limits(self, job: Job) -> dict[str, int]:
+        """The job's limits the server keeps it to (none on a `command` launcher's host:
+        its processes are elsewhere)."""
+        return {} if self.launcher else limits.asked(job)
+
+    def _peaks(self, job: Job, use: limits.Use, now: float) -> None:
+        """Keep the job's peak memory (resources_used.mem and .vmem); noted when one has
+        grown by an eighth since last noted, and at its end (_finish)."""
+        peak = self.peaks.get(job.id) or (job.extra.get("used_mem", 0), job.extra.get("used_vmem", 0))
+        peak = self.peaks[job.id] = (max(peak[0], use.mem), max(peak[1], use.vmem))
+        noted = (job.extra.get("used_mem", 0), job.extra.get("used_vmem", 0))
+        if any(p > n + n // 8 for p, n in zip(peak, noted)):
+            self._note(job, now, set={"used_mem": peak[0], "used_vmem": peak[1]})
+
+    def _tell(self, job: Job, line: str) -> None:
+        """Write pbs_mom's word on a job it kills at the end of the job's error file (its
+        output file when they are joined), with the owner's rights."""
+        if job.extra.get("interactive") or "launched" not in job.extra:
+            return
+        try:
+            owner = privilege.Owner.of(job.owner) if self.as_owners else None
+            *_, into = self._streams(job, owner)
+            with privilege.acting_as(owner) if owner else contextlib.nullcontext():
+                with open(into, "a") as f:
+                    f.write(line + "\n")
+        except (KeyError, OSError):
+            pass  # (an owner gone, a file the owner removed: the kill goes on)
 
     def _finish(self, job: Job, status: int, now: float, why: str = "", cpu_time: float | None = None) -> None:
         """The job ended with `status`: record it (E, or A when the server lost or could
@@ -352,12 +392,15 @@ class Server:
         # killed past its walltime (a deleted job is EXITING): the abort PBS mails about
         walltime = job.state == RUNNING and "signal" in job.extra
         self._clean(job)
+        peak = self.peaks.pop(job.id, None)
+        if peak and peak != (job.extra.get("used_mem", 0), job.extra.get("used_vmem", 0)):
+            self._note(job, now, set={"used_mem": peak[0], "used_vmem": peak[1]})
         self.batch.do("ended", now, id=job.id, exit_status=status,
                       **({"cpu_time": cpu_time} if cpu_time is not None else {}))
         aborted = status == LOST
         accounting.write(self.home, "A" if aborted else "E", job, self.site.server, now)
         if aborted or walltime:
-            limit = "cput" if job.extra.get("over") == "cput" else "walltime"
+            limit = job.extra.get("over", "walltime")
             why = why or (f"Job exceeded its {limit} limit. Job was aborted" if walltime
                           else "Job lost: its process vanished without an exit status")
             mail.send(self.site, job, mail.ABORT, f"Aborted by PBS Server\n{why}")
@@ -417,15 +460,7 @@ class Server:
         script = d / "script"
         home = owner.home if owner else _home(job)
         workdir = x.get("workdir") or home  # PBS starts a job in its owner's home unless -d/-w
-        submit_dir = x.get("submit_dir") or workdir  # default output files go where qsub ran
-        seq = common.output_seq(job, self.site.flavor)
-        out = _path(x.get("output"), submit_dir, f"{job.name}.o{seq}")
-        err = _path(x.get("error"), submit_dir, f"{job.name}.e{seq}")
-        keep = x.get("keep", "n")  # -k o/e: that stream stays in the owner's home instead
-        if "o" in keep:
-            out = os.path.join(home, f"{job.name}.o{seq}")
-        if "e" in keep:
-            err = os.path.join(home, f"{job.name}.e{seq}")
+        out, err, _ = self._streams(job, owner)
         join = x.get("join", "n")
         shell = x.get("shell") or (owner.shell if owner else "/bin/sh")
         env = self._environment(job, d / "nodes", d / "tmp", workdir, home, shell)
@@ -469,9 +504,12 @@ class Server:
                         raise NotADirectoryError(errno.ENOTDIR, f"cannot enter {workdir}")
                     stdout = files.enter_context(open(out if join != "eo" else err, "ab"))
                     stderr = files.enter_context(open(err, "ab")) if join == "n" else subprocess.STDOUT
+                asked = self._limits(job)
+                rlimits, nice = limits.rlimits(asked), asked.get("nice")
                 proc = subprocess.Popen(argv, cwd=None if owner else workdir, env=env, stdin=subprocess.DEVNULL,
                                         stdout=stdout, stderr=stderr, start_new_session=True,
-                                        preexec_fn=privilege.becoming(owner, workdir, cgroup) if owner else None)
+                                        preexec_fn=privilege.becoming(owner, workdir, cgroup, rlimits, nice)
+                                        if owner or rlimits or nice else None)
         except (OSError, ValueError, subprocess.SubprocessError) as e:
             # a bad path is this job's failure, not the server's
             return self._not_started(job, now, getattr(e, "strerror", None) or str(e))
@@ -484,6 +522,21 @@ class Server:
         accounting.write(self.home, "S", job, self.site.server, now)
         mail.send(self.site, job, mail.BEGIN, "Begun execution")
         return 1
+
+    def _streams(self, job: Job, owner: privilege.Owner | None) -> tuple[str, str, str]:
+        """(output file, error file, the file the job's stderr goes to) by -o, -e, -j, -k."""
+        x = job.extra
+        home = owner.home if owner else _home(job)
+        submit_dir = x.get("submit_dir") or x.get("workdir") or home  # default files go where qsub ran
+        seq = common.output_seq(job, self.site.flavor)
+        out = _path(x.get("output"), submit_dir, f"{job.name}.o{seq}")
+        err = _path(x.get("error"), submit_dir, f"{job.name}.e{seq}")
+        keep = x.get("keep", "n")  # -k o/e: that stream stays in the owner's home instead
+        if "o" in keep:
+            out = os.path.join(home, f"{job.name}.o{seq}")
+        if "e" in keep:
+            err = os.path.join(home, f"{job.name}.e{seq}")
+        return out, err, out if x.get("join", "n") == "oe" else err
 
     def _gpus(self, job: Job) -> dict[str, list[int]]:
         """Which GPUs of each of its nodes the job gets: the lowest ones no other running job
@@ -663,8 +716,8 @@ class Server:
                     sent, at = self.sent[job.id]
                 if not sent:
                     due = min(due, job.start_time + job.walltime)
-                    if job.cput > 0:
-                        due = min(due, now + CPUT_POLL)
+                    if job.cput > 0 or self._limits(job).keys() & {"mem", "vmem"}:
+                        due = min(due, now + POLL)
                 elif sent == signal.SIGTERM:
                     due = min(due, at + self.grace)
                 # (after SIGKILL its end pokes the server: SIGCHLD)

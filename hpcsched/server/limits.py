@@ -1,0 +1,116 @@
+"""A running job's limits and what it uses, as pbs_mom keeps them.
+
+Set by the kernel on every process of the job (limits the launch gives the job's first
+process, which all it starts inherit):
+
+    pcput        RLIMIT_CPU    CPU seconds of each process (SIGXCPU, then SIGKILL)
+    file         RLIMIT_FSIZE  the largest file a process may write
+    pmem         RLIMIT_DATA   each process's data (heap) size
+    vmem, pvmem  RLIMIT_AS     each process's address space: the smaller, never below pmem
+    nice         the job's nice value (a negative one only where the kernel allows it)
+
+Watched by the server over all of the job's processes together, from one look at /proc
+per step (`Usage`): `cput` (CPU seconds), `mem` (resident memory) and `vmem` (virtual
+memory).  A job past one is killed as a job past its walltime is.  The peaks of `mem` and
+`vmem` are the job's resources_used.mem and .vmem, as Torque reports them.
+"""
+from __future__ import annotations
+
+import os
+import resource
+from typing import Iterable, NamedTuple
+
+from ..core.jobs import Job
+from ..pbs import attributes
+from ..pbs.common import kb
+
+#: the largest limit the kernel takes; past it a limit is none (RLIM_INFINITY)
+_RLIM_MAX = 2 ** 63 - 1
+_PAGE = os.sysconf("SC_PAGE_SIZE")
+_TICKS = os.sysconf("SC_CLK_TCK")
+
+
+def asked(job: Job) -> dict[str, int]:
+    """The job's limits (attributes.limits: bytes, seconds, nice), with a select job's
+    memory (asked in its chunks) as its `mem`."""
+    res = job.extra.get("resources", {})
+    try:
+        out = attributes.limits(res)
+    except Exception:  # (a store written before the checks: a value qsub refuses now is none)
+        out = {}
+    if "mem" not in out and "select" in res and job.request.mem:
+        out["mem"] = job.request.mem * job.request.nodes * 2 ** 20
+    return out
+
+
+def rlimits(limits: dict[str, int]) -> list[tuple[int, int]]:
+    """(RLIMIT_*, value) pairs the kernel keeps each process of the job to."""
+    out = []
+    if "pcput" in limits:
+        out.append((resource.RLIMIT_CPU, max(1, limits["pcput"])))
+    if "file" in limits:
+        out.append((resource.RLIMIT_FSIZE, limits["file"]))
+    if "pmem" in limits:
+        out.append((resource.RLIMIT_DATA, limits["pmem"]))
+    space = [limits[k] for k in ("vmem", "pvmem") if k in limits]
+    if space:
+        out.append((resource.RLIMIT_AS, max(min(space), limits.get("pmem", 0))))
+    return [(kind, value) for kind, value in out if value <= _RLIM_MAX]
+
+
+def apply(rlims: list[tuple[int, int]]) -> None:
+    """Set each limit, soft and hard (in the job's first process, before it runs the job).
+    Without privilege a limit above the present hard one stays at that hard one."""
+    for kind, value in rlims:
+        hard = resource.getrlimit(kind)[1]
+        if hard != resource.RLIM_INFINITY and value > hard and os.geteuid() != 0:
+            value = hard
+        resource.setrlimit(kind, (value, value))
+
+
+class Use(NamedTuple):
+    cpu: float  # seconds, with the children the processes reaped
+    mem: int  # resident bytes
+    vmem: int  # virtual bytes
+
+
+class Usage:
+    """One look at every process in /proc: what each process group (a job's wrapper leads
+    its own) and any set of processes (a job's cgroup) uses."""
+
+    def __init__(self):
+        self.procs: dict[int, tuple[int, Use]] = {}  # pid -> (process group, use)
+        for name in os.listdir("/proc"):
+            if not name.isdigit():
+                continue
+            try:
+                with open(f"/proc/{name}/stat") as f:
+                    data = f.read()
+            except OSError:
+                continue
+            # after the command's name: state ppid pgrp ... utime(11) stime cutime cstime
+            # ... vsize(20) rss(21, pages)
+            fields = data[data.rindex(")") + 2:].split()
+            if fields[0] == "Z":
+                continue
+            cpu = sum(int(x) for x in fields[11:15]) / _TICKS
+            self.procs[int(name)] = (int(fields[2]), Use(cpu, int(fields[21]) * _PAGE, int(fields[20])))
+
+    def of(self, pgid: int, members: Iterable[int] = ()) -> Use:
+        """The sum over process group `pgid` and the processes `members`."""
+        pids = {pid for pid, (group, _) in self.procs.items() if group == pgid}
+        pids.update(pid for pid in members if pid in self.procs)
+        uses = [self.procs[pid][1] for pid in pids]
+        return Use(sum(u.cpu for u in uses), sum(u.mem for u in uses), sum(u.vmem for u in uses))
+
+
+def over(job: Job, limits: dict[str, int], use: Use) -> tuple[str, str] | None:
+    """(the limit, what pbs_mom says: 'mem 2048kb exceeded limit 1024kb') for a job past its
+    cput, mem or vmem; else None."""
+    if job.cput > 0 and use.cpu >= job.cput:
+        return "cput", f"cput {int(use.cpu)} exceeded limit {int(job.cput)}"
+    for name in ("mem", "vmem"):
+        if name in limits and getattr(use, name) > limits[name]:
+            return name, f"{name} {kb(getattr(use, name))} exceeded limit {kb(limits[name])}"
+    return None
+
