@@ -659,6 +659,49 @@ def test_a_launch_is_journaled_as_a_process_record_without_the_script(rig):
         os.killpg(launch["set"]["pid"], signal.SIGKILL)
 
 
+def test_peak_memory_is_noted_with_the_end_and_at_most_every_status_interval(rig):
+    """resources_used.mem costs no journal write a step: a running job's peak is noted
+    when it has grown by an eighth and PEAK_EVERY seconds have passed, and with its end
+    (the ended record carries it: one record, as before)."""
+    import io
+    import json
+
+    from hpcsched.pbs import qctl, qsub
+    from hpcsched.server import loop as server
+    from hpcsched.store.journaled import Batch
+    from hpcsched.store.site import load_site
+    qsub.submit(["-l", "walltime=600"], stdin=io.StringIO("sleep 600\n"), cwd=str(rig), env={})
+    srv = server.Server(load_site(), grace=1)
+
+    def records():
+        return [json.loads(line) for line in (rig / "home" / "journal.jsonl").read_text().splitlines()]
+    t0 = time.time()
+    srv.step(t0)
+    job_pid(rig / "home", "1")
+    time.sleep(0.2)
+    srv.step(t0 + 1)
+    srv.step(t0 + 2)
+    assert not [r for r in records() if "used_mem" in r.get("set", {})]  # (steps within the interval)
+    srv.step(t0 + server.PEAK_EVERY + 1)
+    noted = [r for r in records() if "used_mem" in r.get("set", {})]
+    assert len(noted) == 1 and noted[0]["op"] == "process" and noted[0]["set"]["used_mem"] > 0
+    srv.step(t0 + server.PEAK_EVERY + 2)  # (no growth: no note)
+    assert len([r for r in records() if "used_mem" in r.get("set", {})]) == 1
+    assert qctl.QDEL(["1"], out=io.StringIO()) == 0
+    for _ in range(100):
+        srv.step(t0 + server.PEAK_EVERY + 3)
+        ended = [r for r in records() if r["op"] == "ended"]
+        if ended:
+            break
+        time.sleep(0.05)
+    end, = ended
+    assert end["set"]["used_mem"] >= noted[0]["set"]["used_mem"]
+    assert len([r for r in records() if "used_mem" in r.get("set", {})]) == 2
+    batch = Batch(load_site())  # a replay restores it
+    with batch.open(write=False):
+        assert batch.sched.job(1).extra["used_mem"] == end["set"]["used_mem"]
+
+
 def test_node_log_writes_moab_samples_that_hpcsched_drain_reads(rig):
     """node_log = true: after every pass, one Moab status line per node, one file per day."""
     import io

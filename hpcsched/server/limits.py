@@ -80,6 +80,7 @@ class Usage:
 
     def __init__(self):
         self.procs: dict[int, tuple[int, Use]] = {}  # pid -> (process group, use)
+        self.groups: dict[int, set[int]] = {}  # process group -> its pids
         for name in os.listdir("/proc"):
             if not name.isdigit():
                 continue
@@ -94,12 +95,13 @@ class Usage:
             if fields[0] == "Z":
                 continue
             cpu = sum(int(x) for x in fields[11:15]) / _TICKS
-            self.procs[int(name)] = (int(fields[2]), Use(cpu, int(fields[21]) * _PAGE, int(fields[20])))
+            pid, group = int(name), int(fields[2])
+            self.procs[pid] = (group, Use(cpu, int(fields[21]) * _PAGE, int(fields[20])))
+            self.groups.setdefault(group, set()).add(pid)
 
     def of(self, pgid: int, members: Iterable[int] = ()) -> Use:
         """The sum over process group `pgid` and the processes `members`."""
-        pids = {pid for pid, (group, _) in self.procs.items() if group == pgid}
-        pids.update(pid for pid in members if pid in self.procs)
+        pids = self.groups.get(pgid, set()) | {pid for pid in members if pid in self.procs}
         uses = [self.procs[pid][1] for pid in pids]
         return Use(sum(u.cpu for u in uses), sum(u.mem for u in uses), sum(u.vmem for u in uses))
 

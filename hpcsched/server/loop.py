@@ -69,6 +69,7 @@ def process_start(pid: int) -> str | None:
 
 
 POLL = 1.0  # seconds between looks at what a job uses, when it has a cput, mem or vmem limit
+PEAK_EVERY = 45.0  # seconds between notes of a running job's peak memory (pbs_mom's status interval)
 
 
 class Server:
@@ -81,7 +82,10 @@ class Server:
         self.children: dict[int, int] = {}  # pid -> wait status, reaped
         self.cpu: dict[int, float] = {}  # pid -> CPU seconds it and what it waited for used (its job's cpu_time)
         self.peaks: dict[int, tuple[int, int]] = {}  # job id -> its peak (mem, vmem) so far, in bytes
-        self._usage: limits.Usage | None = None  # this step's look at /proc, taken when first needed
+        self._usage: limits.Usage | None = None  # the last look at /proc, and when (one a POLL at most)
+        self._looked = 0.0
+        self._launches = 0  # jobs launched since that look
+        self._uses: dict[tuple[int, int], limits.Use] = {}  # (job id, pid) -> its sum in that look
         self.sent: dict[int, tuple[int, float]] = {}  # job id -> (signal, when), as sent
         self.trouble = ""  # why the store cannot be written now ("" when it can)
         self.stopping = False
@@ -159,7 +163,7 @@ class Server:
         """Reap, enforce, plan, launch; returns how many jobs were launched."""
         self._reap_children()
         self._reload()
-        self._usage = None
+        self._look(now)
         launched = 0
         with self.batch.open(write=True):
             now = time.time() if now is None else now
@@ -207,6 +211,7 @@ class Server:
                 started.append(job)  # (the wrapper's mkdir keeps it from running twice)
         for job in started:
             launched += self._launch(job, now)
+        self._launches += launched
         return launched
 
     def _enforce_only(self, now: float) -> None:
@@ -314,7 +319,7 @@ class Server:
         self.batch.do("requeue", now, id=job.id)
         self.peaks.pop(job.id, None)
         self._note(job, now, clear=["launched", "pid", "pid_start", "signal", "signalled_at", "over",
-                                   "suspended_at", "suspended_for", "rerun", "used_mem", "used_vmem"])
+                                   "suspended_at", "suspended_for", "rerun", "used_mem", "used_vmem", "used_at"])
 
     def _escalate(self, job: Job, pid: int, now: float, journal: bool = True) -> None:
         """A job past a limit (its walltime, which stands still while it is suspended, its
@@ -338,7 +343,7 @@ class Server:
         is marked (`over`): its end is that limit's abort."""
         if job.state != RUNNING:
             return None
-        use = self._use(job, pid)
+        use = self._use(job, pid, now)
         if journal:
             self._peaks(job, use, now)
         if job.extra.get("over"):
@@ -351,12 +356,24 @@ class Server:
             self._note(job, now, set={"over": found[0]})
         return found
 
-    def _use(self, job: Job, pid: int) -> limits.Use:
-        """What the job's processes use now (this step's one look at /proc)."""
+    def _look(self, now: float | None) -> None:
+        """Look at /proc for what running jobs use, before a step takes the store's lock: a
+        POLL after the last look, or after a launch (so a short job is seen at least once).
+        A look costs about a millisecond a hundred processes, and steps come faster."""
+        now = time.time() if now is None else now
+        if (self._launches or abs(now - self._looked) >= POLL) and \
+                self.batch.sched is not None and \
+                any(j.state == RUNNING and "launched" in j.extra for j in self.batch.sched.jobs.values()):
+            self._usage, self._looked, self._uses, self._launches = limits.Usage(), now, {}, 0
+
+    def _use(self, job: Job, pid: int, now: float) -> limits.Use:
+        """What the job's processes use, as the last look saw them."""
         if self._usage is None:
-            self._usage = limits.Usage()
-        members = self.tracker.pids(job.id, job.run_count, scan=False) if self._in_cgroup(job) else ()
-        return self._usage.of(pid, members)
+            self._usage, self._looked, self._uses = limits.Usage(), now, {}
+        if (job.id, pid) not in self._uses:
+            members = self.tracker.pids(job.id, job.run_count, scan=False) if self._in_cgroup(job) else ()
+            self._uses[job.id, pid] = self._usage.of(pid, members)
+        return self._uses[job.id, pid]
 
     def _limits(self, job: Job) -> dict[str, int]:
         """The job's limits the server keeps it to (none on a `command` launcher's host:
@@ -364,13 +381,16 @@ class Server:
         return {} if self.launcher else limits.asked(job)
 
     def _peaks(self, job: Job, use: limits.Use, now: float) -> None:
-        """Keep the job's peak memory (resources_used.mem and .vmem); noted when one has
-        grown by an eighth since last noted, and at its end (_finish)."""
-        peak = self.peaks.get(job.id) or (job.extra.get("used_mem", 0), job.extra.get("used_vmem", 0))
-        peak = self.peaks[job.id] = (max(peak[0], use.mem), max(peak[1], use.vmem))
-        noted = (job.extra.get("used_mem", 0), job.extra.get("used_vmem", 0))
-        if any(p > n + n // 8 for p, n in zip(peak, noted)):
-            self._note(job, now, set={"used_mem": peak[0], "used_vmem": peak[1]})
+        """Keep the job's peak memory (resources_used.mem and .vmem): noted with its end, and
+        while it runs when one has grown by an eighth, at most every PEAK_EVERY seconds (as
+        pbs_mom reports to pbs_server: one journal write a job, not one a step)."""
+        x = job.extra
+        old = self.peaks.get(job.id) or (x.get("used_mem", 0), x.get("used_vmem", 0))
+        peak = self.peaks[job.id] = (max(old[0], use.mem), max(old[1], use.vmem))
+        noted = (x.get("used_mem", 0), x.get("used_vmem", 0))
+        if any(p > n + n // 8 for p, n in zip(peak, noted)) and \
+                now >= x.get("used_at", x.get("launched", now)) + PEAK_EVERY:
+            self._note(job, now, set={"used_mem": peak[0], "used_vmem": peak[1], "used_at": now})
 
     def _tell(self, job: Job, line: str) -> None:
         """Write pbs_mom's word on a job it kills at the end of the job's error file (its
@@ -393,10 +413,9 @@ class Server:
         walltime = job.state == RUNNING and "signal" in job.extra
         self._clean(job)
         peak = self.peaks.pop(job.id, None)
-        if peak and peak != (job.extra.get("used_mem", 0), job.extra.get("used_vmem", 0)):
-            self._note(job, now, set={"used_mem": peak[0], "used_vmem": peak[1]})
+        noted = {"set": {"used_mem": peak[0], "used_vmem": peak[1]}} if peak else {}
         self.batch.do("ended", now, id=job.id, exit_status=status,
-                      **({"cpu_time": cpu_time} if cpu_time is not None else {}))
+                      **({"cpu_time": cpu_time} if cpu_time is not None else {}), **noted)
         aborted = status == LOST
         accounting.write(self.home, "A" if aborted else "E", job, self.site.server, now)
         if aborted or walltime:

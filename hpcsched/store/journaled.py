@@ -70,7 +70,10 @@ def apply(sched: Scheduler, rec: dict):
     if op == "run":
         return sched.run_now(rec["id"], now, tuple(rec.get("nodes", ())))
     if op == "ended":
-        return sched.job_ended(rec["id"], now, rec["exit_status"], rec.get("cpu_time"))
+        ended = sched.job_ended(rec["id"], now, rec["exit_status"], rec.get("cpu_time"))
+        # what the server knew of its process at the end (its peak memory), as `process` sets it
+        sched.job(rec["id"]).extra.update(rec.get("set", {}))
+        return ended
     if op == "requeue":
         return sched.requeue(rec["id"], now)
     if op == "forget":

@@ -57,7 +57,7 @@ OPS = {
     "alter": {"id": _id, "changes": _table},
     "pass": {},
     "run": {"id": _id, "nodes?": _words},
-    "ended": {"id": _id, "exit_status": _status, "cpu_time?": lambda v: _number(v) and v >= 0},
+    "ended": {"id": _id, "exit_status": _status, "cpu_time?": lambda v: _number(v) and v >= 0, "set?": _table},
     "requeue": {"id": _id},
     "forget": {"ids": _ids},
     "reservation": {"reservation": _table},
