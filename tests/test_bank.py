@@ -61,6 +61,18 @@ def test_a_job_is_charged_nodes_times_hours_times_its_queue_factor_at_its_end():
     assert b.queue == "backfill" and s.bank.accounts["incite"].balance(4 * H) == 4  # factor 0: free
 
 
+def test_a_suspended_job_is_charged_for_the_walltime_it_used():
+    # (as resources_used.walltime, which Gold's charge reads, leaves out the time suspended)
+    s = build()
+    j = s.submit(Job(account="incite", request=Request(nodes=2), walltime=4 * H), 0)
+    s.iterate(0)
+    s.suspend(j.id, H)
+    s.resume(j.id, 2 * H)
+    s.suspend(j.id, 2.5 * H)
+    s.job_ended(j.id, 3 * H, 0)  # (deleted while suspended: 1.5 h run of 3)
+    assert s.bank.accounts["incite"].balance(3 * H) == 10 - 3
+
+
 def test_kraken_charges_whole_machine_jobs_for_the_machine_at_half_price():
     s = config.build(config.loads(ALCF.replace("charge_factors", "whole_machine = 0.85\nwhole_machine_rate = 0.5\n"
                                                                  "unit = \"core-hours\"\ncharge_factors")))

@@ -188,6 +188,49 @@ def test_overrunning_job_still_casts_a_shadow():
     assert plan.reserved[2][0] == 450
 
 
+def test_a_suspended_job_holds_its_nodes_for_what_its_walltime_has_left():
+    """Suspended (qsig -s suspend), a job keeps its nodes and its walltime stands still: it
+    is expected to end later by the time it has been stopped, and the planner counts on
+    that (it counted on start + walltime, and past that on an overrun's grace)."""
+    s = scheduler(4, overrun_grace=300)
+    a = s.submit(job(2, 100), 0)
+    s.iterate(0)
+    big = s.submit(job(4, 100), 5)
+    assert s.iterate(5).reserved[big.id][0] == 100
+    s.suspend(a.id, 10)
+    assert s.iterate(60).reserved[big.id][0] == 150  # (50 s stopped so far)
+    # what fits before that end backfills: 2 nodes for 50 s ending at 110 delay nobody now
+    small = s.submit(job(2, 50), 60)
+    plan = s.iterate(60)
+    assert started(plan) == [small.id] and plan.reserved[big.id][0] == 150
+    s.job_ended(small.id, 70, 0)
+    # past its walltime while stopped, it is not an overrun about to end
+    assert s.iterate(180).reserved[big.id][0] == 270
+    s.resume(a.id, 200)  # (190 s stopped: it has 90 s to run)
+    assert a.suspended_at is None and a.suspended_for == 190
+    assert s.iterate(250).reserved[big.id][0] == 290
+    s.job_ended(a.id, 290, 0)
+    assert started(s.iterate(290)) == [big.id]
+
+
+def test_suspension_is_for_running_jobs_kept_in_the_state_and_gone_with_a_requeue():
+    from hpcsched import InvalidState
+    s = scheduler(2, depth=ALL)
+    a, waiting = s.submit(job(2, 100), 0), s.submit(job(2, 100), 0)
+    s.iterate(0)
+    with pytest.raises(InvalidState):
+        s.suspend(waiting.id, 5)
+    with pytest.raises(InvalidState):
+        s.resume(a.id, 5)  # (not suspended)
+    s.suspend(a.id, 10)
+    with pytest.raises(InvalidState):
+        s.suspend(a.id, 20)
+    copy = scheduler(2, depth=ALL).restore(s.to_dict())
+    assert copy.iterate(50).reserved[waiting.id][0] == 140 == s.iterate(50).reserved[waiting.id][0]
+    s.requeue(a.id, 60)
+    assert (a.suspended_at, a.suspended_for) == (None, 0.0)
+
+
 def test_shared_nodes_pack_jobs():
     s = scheduler(2, cores=4, shared=True)
     for _ in range(3):

@@ -1,4 +1,5 @@
 """Properties of the planner on random workloads, and a naive EASY oracle."""
+import math
 import random
 import re
 
@@ -212,7 +213,7 @@ def kept_against_each_in_turn(seed: int, depth: float) -> tuple[int, int]:
     fast = scheduler(machine, depth=depth, overrun_grace=rng.choice([30, 300]))
     turn = scheduler(machine, depth=depth, overrun_grace=fast.settings.overrun_grace)
     turn._hold_in_base = lambda now: None  # no counts in place: each tried in turn
-    now, ends, in_place, filtered = 0.0, {}, 0, 0
+    now, ends, in_place, filtered, stopped_end = 0.0, {}, 0, 0, {}
     for step in range(150):
         now += rng.choice([0, 1, 5, 30, 120])
         what = rng.random()
@@ -230,6 +231,14 @@ def kept_against_each_in_turn(seed: int, depth: float) -> tuple[int, int]:
             jid, act = queued[rng.randrange(len(queued))], rng.random()
             event = (("alter", jid, float(rng.choice([10, 60, 300, 1000]))) if act < 0.4 else
                      ("delete", jid) if act < 0.7 else ("hold", jid))
+        elif what < 0.95 and ends:  # (qsig -s suspend / resume: its end moves on meanwhile)
+            jid = sorted(ends)[rng.randrange(len(ends))]
+            stopped = fast.job(jid).suspended_at is not None
+            event = ("resume" if stopped else "suspend", jid) if fast.job(jid).state == State.RUNNING else None
+            if event and stopped:
+                ends[jid] = stopped_end.pop(jid) + now - fast.job(jid).suspended_at
+            elif event:
+                stopped_end[jid], ends[jid] = ends[jid], math.inf  # (it ends only if deleted meanwhile)
         else:
             event = None
         for s in (fast, turn):

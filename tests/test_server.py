@@ -702,6 +702,29 @@ def test_peak_memory_is_noted_with_the_end_and_at_most_every_status_interval(rig
         assert batch.sched.job(1).extra["used_mem"] == end["set"]["used_mem"]
 
 
+def test_a_job_suspended_past_its_walltime_does_not_make_the_server_spin(rig, monkeypatch):
+    """The server's next step is due at a running job's walltime, which stands still while
+    it is suspended: it was start + walltime, so a job suspended past it made the server
+    step every 50 ms until it resumed."""
+    import io
+
+    from hpcsched.pbs import qctl, qsub
+    from hpcsched.server import loop as server
+    from hpcsched.store.site import load_site
+    qsub.submit(["-l", "walltime=5"], stdin=io.StringIO("sleep 60\n"), cwd=str(rig), env={})
+    srv = server.Server(load_site(), interval=15, grace=1)
+    t0 = time.time()
+    srv.step(t0)
+    monkeypatch.setenv("HPCSCHED_USER", "olga")
+    assert qctl.QSIG(["-s", "suspend", "1"], out=io.StringIO(), now=t0 + 2) == 0
+    srv.step(t0 + 2)
+    assert srv._deadline(t0 + 100) == t0 + 115  # (not t0 + 100.05)
+    assert qctl.QSIG(["-s", "resume", "1"], out=io.StringIO(), now=t0 + 100) == 0
+    srv.step(t0 + 100)
+    assert srv._deadline(t0 + 100) == pytest.approx(t0 + 103)  # (3 s of its walltime left)
+    os.killpg(job_pid(rig / "home", "1"), signal.SIGKILL)
+
+
 def test_node_log_writes_moab_samples_that_hpcsched_drain_reads(rig):
     """node_log = true: after every pass, one Moab status line per node, one file per day."""
     import io

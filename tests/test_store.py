@@ -433,3 +433,43 @@ def test_a_configuration_the_state_does_not_fit_is_one_line_and_leaves_the_store
     with batch.open(write=False):
         assert [j.state.name for j in batch.sched.jobs.values()] == ["RUNNING", "HELD"]
     assert any("(config) no longer applies" in w for w in batch.store.warnings)
+
+
+def test_a_suspension_an_older_store_kept_in_a_jobs_extra_reaches_the_core(rig):
+    """hpcsched before the core knew of suspension kept it in the job's extra (process
+    records, snapshots): loaded now, those are the suspend and resume they were, so the
+    job stays S and the planner knows its end moved."""
+    from test_commands import submit
+    from test_maui_psc import server_pass
+
+    from hpcsched.store.journal import Store
+    from hpcsched.store.journaled import Batch
+    from hpcsched.store.site import load_site
+    home = rig / "home"
+    submit("-l", "nodes=1"), submit("-l", "nodes=1")
+    server_pass()
+    batch = Batch(load_site())
+    with batch.open(write=True):  # (the records qsig wrote then)
+        t = batch.sched.job(1).start_time
+        batch.do("process", t + 10, id=1, set={"suspended_at": t + 10, "pending_signals": [19]})
+        batch.do("process", t + 20, id=2, set={"suspended_at": t + 20, "pending_signals": [19]})
+        batch.do("process", t + 50, id=2, set={"suspended_for": 30.0, "pending_signals": [19, 18]},
+                 clear=["suspended_at"])
+    fresh = Batch(load_site())
+    with fresh.open(write=False):
+        one, two = fresh.sched.job(1), fresh.sched.job(2)
+        assert (one.suspended_at, one.suspended_for) == (t + 10, 0.0)
+        assert (two.suspended_at, two.suspended_for) == (None, 30.0)
+        assert not {"suspended_at", "suspended_for"} & (one.extra.keys() | two.extra.keys())
+        state = fresh.sched.to_dict()
+        seq, config = fresh.seq, dict(zip(("toml", "overlay"), fresh.source))
+    for d in state["jobs"]:  # a snapshot of then: job 1 suspended (twice), job 2 resumed
+        d.pop("suspended_at", None), d.pop("suspended_for", None)
+        d["extra"].update({1: {"suspended_at": t + 10, "suspended_for": 5.0}, 2: {"suspended_for": 30.0}}[d["id"]])
+    with Store(home).locked():
+        Store(home).compact(state, seq, config)
+    old = Batch(load_site())
+    with old.open(write=False):
+        one, two = old.sched.job(1), old.sched.job(2)
+        assert (one.suspended_at, one.suspended_for, two.suspended_at, two.suspended_for) == (t + 10, 5.0, None, 30.0)
+        assert old.sched._paused == {one.id}  # (the planner holds its nodes on)

@@ -237,6 +237,8 @@ class Job:
     score_at_start: float | None = None
     run_count: int = 0
     cpu_time: float = 0.0  # CPU-seconds used, as the driver reports it at the end (0: unknown)
+    suspended_at: float | None = None  # suspended since (its walltime stands still meanwhile)
+    suspended_for: float = 0.0  # seconds of this run it was suspended before that
     consumes: dict = field(default_factory=dict)  # the site's consumables it uses: name -> amount
     cput: float = 0.0  # CPU time it asks for (s; 0: none given), which queues may limit
     disk: int = 0  # scratch disk it asks for (MB; 0: none given)
@@ -255,6 +257,15 @@ class Job:
     def cores(self) -> tuple[tuple[int, ...], ...]:
         """Allocated core indices, parallel to `nodes`."""
         return self.allocation.cores if self.allocation is not None else ()
+
+    def suspended(self, now: float) -> float:
+        """Seconds this run has been suspended up to `now`."""
+        return self.suspended_for + (now - self.suspended_at if self.suspended_at is not None else 0.0)
+
+    def planned_end(self, now: float) -> float:
+        """When a running job is expected to end: its start and walltime, later by the time
+        it has been suspended (a suspended job's end moves on with `now`)."""
+        return self.start_time + self.walltime + self.suspended(now)
 
     # --- state machine -------------------------------------------------------------
     def move_to(self, new: State, now: float) -> None:

@@ -48,6 +48,13 @@ ALTERABLE = frozenset({"name", "walltime", "request", "queue", "priority", "star
 ALTERABLE_RUNNING = frozenset({"name", "walltime", "comment", "extra"})
 
 
+def _base_end(job: Job) -> float:
+    """A running job's end as the kept profile of running jobs holds it: its start and
+    walltime, later by the time it was suspended before any present suspension (that one
+    is added each pass: Scheduler._profile)."""
+    return job.start_time + job.walltime + job.suspended_for
+
+
 @dataclass
 class Settings:
     """Planner settings (the site config's top-level planning keys)."""
@@ -136,6 +143,7 @@ class Scheduler:
         self._holds_in: Profile | None = None
         self._ends: list[tuple[float, int]] = []  # (start + walltime, job id) of running jobs
         self._overrun: set[int] = set()  # running past their walltime
+        self._paused: set[int] = set()  # suspended: they hold their units, their ends move on with the clock
         # for a static policy, the runnable jobs kept in priority order between passes, so
         # a pass reads only as far as it walks and passes over what cannot start (see
         # backlog.py)
@@ -230,13 +238,14 @@ class Scheduler:
             if units:
                 self.busy ^= units
             if self._base is not None and units:
-                self._base.release(units, now, job.start_time + job.walltime)
+                self._base.release(units, now, _base_end(job))
             if freed is not None:  # its units are free from now, not from its expected end
-                end = job.start_time + job.walltime
+                end = job.planned_end(now)
                 if jid in self._overrun:
                     end = max(end, now + max(self.settings.overrun_grace, 1.0))
                 freed.append((now, end))
             self._overrun.discard(jid)
+            self._paused.discard(jid)
         if new == QUEUED:
             self._queued[jid] = job
             self._enorder(job)
@@ -437,6 +446,8 @@ class Scheduler:
         if self.bank is not None:
             self._restand(now)
         self.usage.accrue(now)  # running jobs are charged as they run, not only at their end
+        if self._paused:  # a suspended job's hold on its units grew: every kept count is asked again
+            self._changed()
         depth = self.settings.depth
         if self._front:
             self._front = {j for j in self._front if j in self.jobs and self.jobs[j].state in PENDING}
@@ -450,7 +461,7 @@ class Scheduler:
         # runs past its walltime (a pass expects it to end a grace period from its own now),
         # nor, with limits, once a job started after one the walk passed (see Walk.late),
         # nor after a walk gave up a reservation a job it passed over was judged beside.
-        clean = (walk is not None and not self._dirty and not self._overrun and not walk.dropped
+        clean = (walk is not None and not self._dirty and not self._overrun and not self._paused and not walk.dropped
                  and not (walk.gate is not None and walk.late) and walk.profile.advance(now))
         if not self._queued:
             # nothing to start or reserve: the plan is empty (estimates are still there)
@@ -702,7 +713,32 @@ class Scheduler:
             raise InvalidState(f"job {job.id} is {job.state.value}, not running")
         self._move(job, QUEUED, now)  # frees its nodes (it needs the start time)
         job.allocation, job.start_time = None, None
+        job.suspended_at, job.suspended_for = None, 0.0  # (a new run's walltime is whole)
         self._settle(job, now)
+        return job
+
+    def suspend(self, job_id: int, now: float) -> Job:
+        """A running job is suspended (qsig -s suspend, scontrol suspend): it keeps its
+        units and its walltime stands still, so its expected end moves on with the clock."""
+        job = self.job(job_id)
+        if job.state != RUNNING or job.suspended_at is not None:
+            raise InvalidState(f"job {job.id} is {'suspended' if job.state == RUNNING else job.state.value}, "
+                               "not running")
+        job.suspended_at = now
+        self._paused.add(job.id)
+        self._overrun.discard(job.id)  # (past its walltime, it is not expected to end soon any more)
+        self._changed()
+        return job
+
+    def resume(self, job_id: int, now: float) -> Job:
+        """A suspended job runs on: it is expected to end what its walltime has left from now."""
+        job = self.job(job_id)
+        if job.state != RUNNING or job.suspended_at is None:
+            raise InvalidState(f"job {job.id} is {'not suspended' if job.state == RUNNING else job.state.value}")
+        job.suspended_for, job.suspended_at = job.suspended(now), None
+        self._paused.discard(job.id)
+        self._base = None  # (its end moved: running jobs' ends are built again)
+        self._changed()
         return job
 
     def hold(self, job_id: int, now: float, kind: Hold = Hold.USER) -> Job:
@@ -864,12 +900,13 @@ class Scheduler:
         self.bank.post(kind, project, amount, now, job=job, note=note, user=user)
 
     def charge_so_far(self, job: Job, now: float) -> float:
-        """What a running (or ending) job has cost its project up to `now`."""
+        """What a running (or ending) job has cost its project up to `now`: the walltime it
+        used (time suspended is not charged, as resources_used.walltime does not count it)."""
         if self.bank.unit == "core-hours":
             units, machine = job.request.processors, self._cores
         else:
             units, machine = self.size(job), self.topology.node_count
-        return self.bank.job_charge(job.queue, units, machine, now - job.start_time)
+        return self.bank.job_charge(job.queue, units, machine, now - job.start_time - job.suspended(now))
 
     def _charge(self, job: Job, now: float) -> None:
         """Charge an ending job to its project, and its use of billed reservations."""
@@ -1051,8 +1088,8 @@ class Scheduler:
         base = self._base
         if base is None:
             base = self._base = Profile.from_running(now, self.topology.available(), [
-                (j.start_time + j.walltime, self._units[j.id]) for j in self._active.values()])
-            self._ends = [(j.start_time + j.walltime, j.id) for j in self._active.values()]
+                (_base_end(j), self._units[j.id]) for j in self._active.values()])
+            self._ends = [(_base_end(j), j.id) for j in self._active.values()]
             heapq.heapify(self._ends)
         if holds:
             self._hold_in_base(now)
@@ -1065,12 +1102,17 @@ class Scheduler:
         while self._ends and self._ends[0][0] <= now:
             end, jid = heapq.heappop(self._ends)
             job = self._active.get(jid)
-            if job is not None and job.start_time + job.walltime == end:
+            if job is not None and _base_end(job) == end and jid not in self._paused:
                 self._overrun.add(jid)
         if self._overrun:
             grace = max(self.settings.overrun_grace, 1.0)
             for jid in sorted(self._overrun):
                 profile.occupy(self._units[jid], now, now + grace)
+        for jid in sorted(self._paused):  # a suspended job holds its units for what its walltime has left
+            job = self._active[jid]
+            t0, t1 = max(now, _base_end(job)), job.planned_end(now)
+            if t1 > t0:
+                profile.occupy(self._units[jid], t0, t1)
         return profile
 
     def _holds(self) -> dict[int, tuple[float, float, int]]:
@@ -1222,6 +1264,8 @@ class Scheduler:
                     self._waiting.add(job.id)
                 elif job.state in ACTIVE:
                     self._active[job.id] = job
+                    if job.suspended_at is not None:
+                        self._paused.add(job.id)
                     self._count_running(self._tally, job, 1)
                     units = self._units[job.id] = self.topology.units_of(job.nodes, job.cores)
                     self.busy |= units

@@ -116,21 +116,14 @@ def state_letter(job: Job, flavor: str) -> str:
 
 def is_suspended(job: Job) -> bool:
     """Stopped by qsig -s suspend (state S): it keeps its nodes; its walltime stands still."""
-    return job.state == RUNNING and "suspended_at" in job.extra
-
-
-def suspended(job: Job, now: float) -> float:
-    """Seconds the job has been suspended (qsig -s suspend) up to `now`: its walltime stands
-    still meanwhile, as in Torque."""
-    x = job.extra
-    return x.get("suspended_for", 0.0) + (now - x["suspended_at"] if "suspended_at" in x else 0.0)
+    return job.state == RUNNING and job.suspended_at is not None
 
 
 def run_time(job: Job, now: float) -> float:
     """The walltime the job has used: from its start to its end (or `now`), less the time it
     was suspended."""
     end = job.end_time if job.end_time is not None else now
-    return max(0.0, end - job.start_time - suspended(job, end))
+    return max(0.0, end - job.start_time - job.suspended(end))
 
 
 def memory_used(job: Job) -> dict[str, str]:

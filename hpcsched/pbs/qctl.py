@@ -364,16 +364,14 @@ def qsig(opts: list[tuple[str, str]], ids: list[str], out, now: float) -> int:
         if not common.may_touch(batch.site, whoami(), job) \
                 or given in ("suspend", "resume") and not batch.site.is_operator(whoami()):
             raise common.deny("qsig", job, batch.site)
-        x, clear = job.extra, []
-        change = {"pending_signals": [*x.get("pending_signals", []), sig]}
-        if job.state != RUNNING or given == "suspend" and "suspended_at" in x \
-                or given == "resume" and "suspended_at" not in x:
+        change = {"pending_signals": [*job.extra.get("pending_signals", []), sig]}
+        if job.state != RUNNING or given == "suspend" and job.suspended_at is not None \
+                or given == "resume" and job.suspended_at is None:
             raise InvalidState("not running" if job.state != RUNNING else f"not a job to {given}")
-        if given == "suspend":  # (state S: its walltime stands still until it resumes)
-            change["suspended_at"] = now
-        elif given == "resume":
-            change["suspended_for"], clear = common.suspended(job, now), ["suspended_at"]
-        batch.do("process", now, id=job.id, set=change, clear=clear)
+        # suspend: state S, its walltime stands still and the planner expects it to end that
+        # much later; resume: it runs on (with the signal the server sends, in one record)
+        op = given if given in ("suspend", "resume") else "process"
+        batch.do(op, now, id=job.id, set=change)
 
     return act("qsig", ids, send, dict(opts), only=lambda job: job.state == RUNNING)  # (an array: its running subjobs)
 

@@ -55,6 +55,8 @@ def _server_lines(records: list[dict], job_id: int) -> list[tuple[float, str]]:
             out.append((now, "Job deleted at request of its owner or an operator"))
         elif op == "requeue":
             out.append((now, "Job requeued"))
+        elif op in ("suspend", "resume"):
+            out.append((now, f"Job {'suspended' if op == 'suspend' else 'resumed'} at request of an operator (qsig)"))
         elif op == "process" and "comment" in rec:
             out.append((now, rec["comment"]))
         elif op == "process" and "launched" in rec.get("set", {}):

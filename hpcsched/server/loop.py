@@ -319,7 +319,7 @@ class Server:
         self.batch.do("requeue", now, id=job.id)
         self.peaks.pop(job.id, None)
         self._note(job, now, clear=["launched", "pid", "pid_start", "signal", "signalled_at", "over",
-                                   "suspended_at", "suspended_for", "rerun", "used_mem", "used_vmem", "used_at"])
+                                   "rerun", "used_mem", "used_vmem", "used_at"])
 
     def _escalate(self, job: Job, pid: int, now: float, journal: bool = True) -> None:
         """A job past a limit (its walltime, which stands still while it is suspended, its
@@ -448,7 +448,7 @@ class Server:
         """`sig` to the job's process group and to every process of the job that left it (a
         suspended job is continued too, so that it can act on the signal)."""
         # (a deleted job is EXITING, not S: its mark says it is stopped)
-        for s in (sig, signal.SIGCONT) if "suspended_at" in job.extra and sig != signal.SIGKILL else (sig,):
+        for s in (sig, signal.SIGCONT) if job.suspended_at is not None and sig != signal.SIGKILL else (sig,):
             try:
                 os.killpg(pid, s)
             except ProcessLookupError:
@@ -733,8 +733,8 @@ class Server:
                 sent, at = job.extra.get("signal"), job.extra.get("signalled_at", now)
                 if not sent and job.id in self.sent:
                     sent, at = self.sent[job.id]
-                if not sent:
-                    due = min(due, job.start_time + job.walltime)
+                if not sent and job.suspended_at is None:  # (a suspended job's walltime stands still)
+                    due = min(due, job.planned_end(now))
                     if job.cput > 0 or self._limits(job).keys() & {"mem", "vmem"}:
                         due = min(due, now + POLL)
                 elif sent == signal.SIGTERM:

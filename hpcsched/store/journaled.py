@@ -21,7 +21,7 @@ import contextlib
 import time
 
 from ..core.errors import ConfigError, InvalidRequest, InvalidState, Rejected, SchedulerError, UnknownJob
-from ..core.jobs import Hold, Job, Request
+from ..core.jobs import RUNNING, Hold, Job, Request
 from ..core.reservations import Reservation
 from ..core.scheduler import Scheduler
 from . import schema
@@ -76,6 +76,10 @@ def apply(sched: Scheduler, rec: dict):
         return ended
     if op == "requeue":
         return sched.requeue(rec["id"], now)
+    if op in ("suspend", "resume"):  # (with the signal it asks the server for, as `process` sets it)
+        job = (sched.suspend if op == "suspend" else sched.resume)(rec["id"], now)
+        job.extra.update(rec.get("set", {}))
+        return job
     if op == "forget":
         return [sched.forget(i) for i in rec["ids"]]
     if op == "reservation":
@@ -107,8 +111,23 @@ def apply(sched: Scheduler, rec: dict):
             job.extra.pop(key, None)
         if "comment" in rec:
             job.comment = rec["comment"]
+        _suspension_of_old(sched, job, now)
         return job
     raise StoreError(f"journal record {rec.get('seq')}: unknown operation {op!r}")
+
+
+def _suspension_of_old(sched: Scheduler, job: Job, now: float) -> None:
+    """A suspension a store of hpcsched 0.x (before the core knew of it) kept in the job's
+    `extra` (suspended_at, suspended_for), given to the core as the suspend and resume it was."""
+    x = job.extra
+    if "suspended_for" in x and "suspended_at" not in x and job.suspended_at is not None:
+        del x["suspended_for"]  # (what the resume at `now` works out again)
+        sched.resume(job.id, now)
+    elif "suspended_at" in x or "suspended_for" in x:
+        job.suspended_for = x.pop("suspended_for", job.suspended_for)
+        at = x.pop("suspended_at", None)
+        if at is not None and job.state == RUNNING and job.suspended_at is None:
+            sched.suspend(job.id, at)
 
 
 class Batch:
@@ -200,6 +219,8 @@ class Batch:
         if snapshot is not None:
             try:
                 sched.restore(snapshot["state"])
+                for job in sched.jobs.values():
+                    _suspension_of_old(sched, job, sched.last_pass or 0.0)
             except (SchedulerError, KeyError, TypeError) as e:
                 raise StoreError(f"{self.store.home / 'state.json'}: {e}") from None
             self.seq = snapshot.get("journal_seq", 0)
