@@ -129,3 +129,25 @@ def test_a_live_drivers_cpu_time_reported_at_the_end_is_charged_under_the_cpu_me
     s.iterate(0)
     s.job_ended(job.id, 300, 0, cpu_time=250.0)
     assert job.cpu_time == 250.0 and s.usage.by("user", 300)["ann"] == pytest.approx(250.0)
+
+
+def test_a_suspended_job_accrues_no_usage_until_it_resumes():
+    from hpcsched.config import build
+    from hpcsched.core.jobs import Job, Request
+    s = build({"nodes": [{"names": "n[1-4]"}], "usage": {"metric": "nodes", "half_life": 0}})
+    a = s.submit(Job(owner="ann", request=Request(nodes=2), walltime=9000), now=0)
+    b = s.submit(Job(owner="ann", request=Request(nodes=1), walltime=9000), now=0)
+    s.iterate(0)
+    s.suspend(a.id, 1000)
+    assert s.usage.by("user", 2000)["ann"] == pytest.approx(2 * 1000 + 2000)
+    s.resume(a.id, 3000)
+    s.iterate(3500)
+    state = s.to_dict()  # (a copy made while it runs again, and one while it is suspended)
+    s.suspend(a.id, 4000)
+    copy = build({"nodes": [{"names": "n[1-4]"}], "usage": {"metric": "nodes", "half_life": 0}}).restore(s.to_dict())
+    s.job_ended(a.id, 5000, 0)  # (ended while suspended)
+    s.job_ended(b.id, 6000, 0)
+    assert s.usage.by("user", 7000)["ann"] == pytest.approx(2 * 2000 + 6000)
+    assert copy.usage.by("user", 4500)["ann"] == pytest.approx(2 * 2000 + 4500)
+    again = build({"nodes": [{"names": "n[1-4]"}], "usage": {"metric": "nodes", "half_life": 0}}).restore(state)
+    assert again.usage.by("user", 3600)["ann"] == pytest.approx(2 * 1600 + 3600)

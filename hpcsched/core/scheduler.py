@@ -206,7 +206,10 @@ class Scheduler:
         return job.owner, job.group, job.account
 
     def _rate(self, job: Job) -> float:
-        """What a running job accrues a second in the site's usage metric."""
+        """What a running job accrues a second in the site's usage metric (nothing while
+        it is suspended)."""
+        if job.suspended_at is not None:
+            return 0.0
         metric = self.usage.metric
         return float(self.topology.occupies(job.request) if metric == "slots" else
                      self.size(job) if metric == "nodes" else 0)
@@ -719,11 +722,13 @@ class Scheduler:
 
     def suspend(self, job_id: int, now: float) -> Job:
         """A running job is suspended (qsig -s suspend, scontrol suspend): it keeps its
-        units and its walltime stands still, so its expected end moves on with the clock."""
+        units and its walltime stands still, so its expected end moves on with the clock;
+        it accrues no usage meanwhile."""
         job = self.job(job_id)
         if job.state != RUNNING or job.suspended_at is not None:
             raise InvalidState(f"job {job.id} is {'suspended' if job.state == RUNNING else job.state.value}, "
                                "not running")
+        self.usage.rerate(self.usage_key(job), -self._rate(job), now)
         job.suspended_at = now
         self._paused.add(job.id)
         self._overrun.discard(job.id)  # (past its walltime, it is not expected to end soon any more)
@@ -736,6 +741,7 @@ class Scheduler:
         if job.state != RUNNING or job.suspended_at is None:
             raise InvalidState(f"job {job.id} is {'not suspended' if job.state == RUNNING else job.state.value}")
         job.suspended_for, job.suspended_at = job.suspended(now), None
+        self.usage.rerate(self.usage_key(job), self._rate(job), now)
         self._paused.discard(job.id)
         self._base = None  # (its end moved: running jobs' ends are built again)
         self._changed()

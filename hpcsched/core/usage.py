@@ -137,6 +137,14 @@ class Usage:
         self.moved.add(key)
         self._add(rec, t, cpu if self.metric == "cpu" else 0.0, 1.0)
 
+    def rerate(self, key: Key, delta: float, t: float) -> None:
+        """A running job of `key` accrues `delta` more a second from `t` (a suspended job
+        gives its rate up until it resumes)."""
+        rec = self.record(key)
+        self._accrue(rec, t)
+        rec.rate = max(rec.rate + delta, 0.0)
+        self.moved.add(key)
+
     def accrue(self, t: float) -> None:
         """Charge every running record up to `t` (each pass)."""
         for rec in self.running.values():
