@@ -1,5 +1,4 @@
 """The limits the server keeps a running job to, and what it measures (server/limits.py)."""
-import resource
 import subprocess
 import sys
 
@@ -13,17 +12,35 @@ def job(resources: dict, request: Request = Request(), cput: float = 0.0) -> Job
     return Job(id=1, owner="alice", walltime=60, request=request, cput=cput, extra={"resources": resources})
 
 
-def test_kernel_limits_are_pbs_moms():
+def test_kernel_limits_are_pbs_moms_in_the_shells_units():
     asked = limits.asked(job({"pcput": "90", "file": "2kb", "pmem": "300mb", "vmem": "900mb", "pvmem": "600mb",
                               "nice": "5", "walltime": "60"}))
     assert asked == {"pcput": 90, "file": 2048, "pmem": 300 * MB, "vmem": 900 * MB, "pvmem": 600 * MB, "nice": 5}
-    assert limits.rlimits(asked) == [(resource.RLIMIT_CPU, 90), (resource.RLIMIT_FSIZE, 2048),
-                                     (resource.RLIMIT_DATA, 300 * MB), (resource.RLIMIT_AS, 600 * MB)]
-    # the address space is never below pmem; a limit past what the kernel takes is none
-    assert limits.rlimits({"pmem": 300 * MB, "vmem": 100 * MB}) == [(resource.RLIMIT_DATA, 300 * MB),
-                                                                  (resource.RLIMIT_AS, 300 * MB)]
-    assert limits.rlimits({"file": 2 ** 70, "pcput": 0}) == [(resource.RLIMIT_CPU, 1)]
-    assert limits.rlimits({"mem": 10 * MB}) == []  # (watched, not set: it is the job's whole)
+    assert limits.ulimits(asked) == f"-t 90 -f 4 -d {300 * 1024} -v {600 * 1024}"
+    # the address space is never below pmem; sizes round up; a limit past any machine's is none
+    assert limits.ulimits({"pmem": 300 * MB, "vmem": 100 * MB}) == f"-d {300 * 1024} -v {300 * 1024}"
+    assert limits.ulimits({"file": 1000, "vmem": 1}) == "-f 2 -v 1"
+    assert limits.ulimits({"file": 2 ** 70, "pcput": 0}) == "-t 1"
+    assert limits.ulimits({"mem": 10 * MB, "nice": 3}) == ""  # (mem is watched, nice taken at the start)
+
+
+def test_the_wrapper_sets_the_limits_for_the_job_alone(tmp_path):
+    """The job's wrapper writes its pid and status whatever the job's file limit, and a job
+    that cannot even start under its limits ends with the shell's status."""
+    from hpcsched.store.layout import WRAPPER
+    script = tmp_path / "job"
+    script.write_text("ulimit -t; ulimit -f; ulimit -v; echo ${HPCSCHED_LIMITS-unset}\n")
+
+    def run(given):
+        env = {"PATH": "/usr/bin:/bin", "HPCSCHED_LIMITS": given}
+        done = subprocess.run(["/bin/sh", "-c", WRAPPER, "w", str(tmp_path), "/bin/sh", str(script)], env=env,
+                              capture_output=True, text=True)
+        (tmp_path / "started").rmdir()
+        return done.returncode, done.stdout.split(), (tmp_path / "status").read_text().strip()
+    assert run("-t 90 -f 0 -v 614400") == (0, ["90", "0", "614400", "unset"], "0")
+    assert run("") == (0, ["unlimited", "unlimited", "unlimited", "unset"], "0")
+    status, _, recorded = run("-v 1")  # (no room to start the job's shell)
+    assert status != 0 and recorded == str(status)
 
 
 def test_a_select_jobs_memory_is_its_chunks_and_an_old_bad_value_is_no_limit():

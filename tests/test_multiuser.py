@@ -407,8 +407,8 @@ sleep 3004
 
 
 def test_a_job_takes_its_limits_and_no_nice_its_owner_may_not(live, users):
-    """The server (root) sets the job's limits before it becomes the owner, and its nice
-    value after: a negative nice is root's to give, not the owner's to ask."""
+    """The job's wrapper, as the owner, sets its limits; the server (root) gives it its nice
+    value after it becomes the owner: a negative nice is root's to give, not the owner's to ask."""
     show = "ulimit -v; ulimit -t; nice\n"
     low = submit(live, ALICE, show, "-l", "pvmem=600mb,pcput=90,nice=-5", name="low.sh")
     high = submit(live, ALICE, show, "-l", "nice=7", name="high.sh")

@@ -1,31 +1,31 @@
 """A running job's limits and what it uses, as pbs_mom keeps them.
 
-Set by the kernel on every process of the job (limits the launch gives the job's first
-process, which all it starts inherit):
+Set by the kernel on the job's processes (the job's wrapper sets them with `ulimit` just
+before it runs the job, so they travel with it to whichever host a launcher picks, and the
+wrapper's own files are not held to them), in the shell's units, rounded up:
 
-    pcput        RLIMIT_CPU    CPU seconds of each process (SIGXCPU, then SIGKILL)
-    file         RLIMIT_FSIZE  the largest file a process may write
-    pmem         RLIMIT_DATA   each process's data (heap) size
-    vmem, pvmem  RLIMIT_AS     each process's address space: the smaller, never below pmem
-    nice         the job's nice value (a negative one only where the kernel allows it)
+    pcput        ulimit -t  CPU seconds of each process (SIGXCPU, then SIGKILL)
+    file         ulimit -f  the largest file a process may write (512-byte blocks)
+    pmem         ulimit -d  each process's data (heap) size (KB)
+    vmem, pvmem  ulimit -v  each process's address space (KB): the smaller, never below pmem
 
-Watched by the server over all of the job's processes together, from one look at /proc
-per step (`Usage`): `cput` (CPU seconds), `mem` (resident memory) and `vmem` (virtual
-memory).  A job past one is killed as a job past its walltime is.  The peaks of `mem` and
-`vmem` are the job's resources_used.mem and .vmem, as Torque reports them.
+and `nice`, the job's nice value, taken as it starts (a negative one only where the kernel
+allows it).  Watched by the server over all of the job's processes together, from one
+look at /proc (`Usage`): `cput` (CPU seconds), `mem` (resident memory) and `vmem`
+(virtual memory).  A job past one is killed as a job past its walltime is.  The peaks of
+`mem` and `vmem` are the job's resources_used.mem and .vmem, as Torque reports them.
 """
 from __future__ import annotations
 
 import os
-import resource
 from typing import Iterable, NamedTuple
 
 from ..core.jobs import Job
 from ..pbs import attributes
 from ..pbs.common import kb
 
-#: the largest limit the kernel takes; past it a limit is none (RLIM_INFINITY)
-_RLIM_MAX = 2 ** 63 - 1
+#: the largest limit (in the shell's units) a limit is kept to; past it there is none
+_ULIMIT_MAX = 2 ** 53
 _PAGE = os.sysconf("SC_PAGE_SIZE")
 _TICKS = os.sysconf("SC_CLK_TCK")
 
@@ -43,29 +43,19 @@ def asked(job: Job) -> dict[str, int]:
     return out
 
 
-def rlimits(limits: dict[str, int]) -> list[tuple[int, int]]:
-    """(RLIMIT_*, value) pairs the kernel keeps each process of the job to."""
+def ulimits(limits: dict[str, int]) -> str:
+    """The job's kernel limits as `ulimit` flags and values ('-t 90 -f 4'), for its wrapper."""
     out = []
     if "pcput" in limits:
-        out.append((resource.RLIMIT_CPU, max(1, limits["pcput"])))
+        out.append(("-t", max(1, limits["pcput"])))
     if "file" in limits:
-        out.append((resource.RLIMIT_FSIZE, limits["file"]))
+        out.append(("-f", -(-limits["file"] // 512)))
     if "pmem" in limits:
-        out.append((resource.RLIMIT_DATA, limits["pmem"]))
+        out.append(("-d", -(-limits["pmem"] // 1024)))
     space = [limits[k] for k in ("vmem", "pvmem") if k in limits]
     if space:
-        out.append((resource.RLIMIT_AS, max(min(space), limits.get("pmem", 0))))
-    return [(kind, value) for kind, value in out if value <= _RLIM_MAX]
-
-
-def apply(rlims: list[tuple[int, int]]) -> None:
-    """Set each limit, soft and hard (in the job's first process, before it runs the job).
-    Without privilege a limit above the present hard one stays at that hard one."""
-    for kind, value in rlims:
-        hard = resource.getrlimit(kind)[1]
-        if hard != resource.RLIM_INFINITY and value > hard and os.geteuid() != 0:
-            value = hard
-        resource.setrlimit(kind, (value, value))
+        out.append(("-v", -(-max(min(space), limits.get("pmem", 0)) // 1024)))
+    return " ".join(f"{flag} {value}" for flag, value in out if value <= _ULIMIT_MAX)
 
 
 class Use(NamedTuple):

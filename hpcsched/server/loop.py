@@ -483,6 +483,9 @@ class Server:
         join = x.get("join", "n")
         shell = x.get("shell") or (owner.shell if owner else "/bin/sh")
         env = self._environment(job, d / "nodes", d / "tmp", workdir, home, shell)
+        asked = limits.asked(job)
+        if limits.ulimits(asked):  # (the wrapper sets them for the job: layout.WRAPPER)
+            env["HPCSCHED_LIMITS"] = limits.ulimits(asked)
         gpus = self._gpus(job)
         if gpus:  # Torque's GPU file (one `node-gpuN` a line) and the first node's devices
             env.update(PBS_GPUFILE=str(d / "gpus"), CUDA_VISIBLE_DEVICES=",".join(map(str, gpus[job.nodes[0]])))
@@ -523,12 +526,11 @@ class Server:
                         raise NotADirectoryError(errno.ENOTDIR, f"cannot enter {workdir}")
                     stdout = files.enter_context(open(out if join != "eo" else err, "ab"))
                     stderr = files.enter_context(open(err, "ab")) if join == "n" else subprocess.STDOUT
-                asked = self._limits(job)
-                rlimits, nice = limits.rlimits(asked), asked.get("nice")
+                nice = asked.get("nice")
                 proc = subprocess.Popen(argv, cwd=None if owner else workdir, env=env, stdin=subprocess.DEVNULL,
                                         stdout=stdout, stderr=stderr, start_new_session=True,
-                                        preexec_fn=privilege.becoming(owner, workdir, cgroup, rlimits, nice)
-                                        if owner or rlimits or nice else None)
+                                        preexec_fn=privilege.becoming(owner, workdir, cgroup, nice)
+                                        if owner or nice else None)
         except (OSError, ValueError, subprocess.SubprocessError) as e:
             # a bad path is this job's failure, not the server's
             return self._not_started(job, now, getattr(e, "strerror", None) or str(e))

@@ -20,8 +20,6 @@ import struct
 from dataclasses import dataclass
 from pathlib import Path
 
-from . import limits
-
 SITE_MODE = 0o711  # the site directory and jobs/, jobs/ID on a multi-user site
 COMMAND_SOCKET_MODE = 0o666  # the door: connecting is open to all, the kernel names the caller
 
@@ -67,13 +65,12 @@ def acting_as(owner: Owner):
         os.setgroups(groups)
 
 
-def becoming(owner: Owner | None, workdir: str, cgroup: str | None,
-             rlimits: list[tuple[int, int]] = (), nice: int | None = None):
-    """The launcher's child-side set-up (a preexec function): join the job's cgroup and
-    take its limits while still root, then become the owner (groups, gid, uid: no way
-    back), take its nice value with the owner's rights and enter the job's working
-    directory as the owner (without an owner, the job stays the server's user and Popen's
-    `cwd` enters the directory)."""
+def becoming(owner: Owner | None, workdir: str, cgroup: str | None, nice: int | None = None):
+    """The launcher's child-side set-up (a preexec function): join the job's cgroup while
+    still root, then become the owner (groups, gid, uid: no way back), take the job's nice
+    value with the owner's rights and enter the job's working directory as the owner
+    (without an owner, the job stays the server's user and Popen's `cwd` enters the
+    directory)."""
     def setup() -> None:
         if cgroup:
             try:
@@ -81,7 +78,6 @@ def becoming(owner: Owner | None, workdir: str, cgroup: str | None,
                     f.write("0")
             except OSError:
                 pass  # (the server then tracks the job by its id: tracking.py)
-        limits.apply(rlimits)
         if owner is not None:
             os.setgroups(list(owner.groups))
             os.setgid(owner.gid)

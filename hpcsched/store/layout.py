@@ -58,7 +58,10 @@ WRAPPER = (  # $1 job dir, $2 shell, $3 script: pid first, status last, both ato
     # signals sent to the job's group are for the job: the wrapper outlives them to record
     # its status (caught, not ignored, so the job still gets the default handling)
     "trap : HUP INT QUIT TERM USR1 USR2\n"
-    '"$2" "$3"\n'
+    # the job's limits (server/limits.py), set for the job alone, in a subshell
+    '( set -- $HPCSCHED_LIMITS -- "$2" "$3"; unset HPCSCHED_LIMITS\n'
+    '  while [ "$1" != -- ]; do ulimit "$1" "$2" 2>/dev/null; shift 2; done\n'
+    '  shift; exec "$1" "$2" )\n'
     's=$?\n'
     'echo $s > "$1/status.tmp" && mv "$1/status.tmp" "$1/status"\n'
     'exit $s\n')
