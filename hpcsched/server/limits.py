@@ -23,6 +23,7 @@ from typing import Iterable, NamedTuple
 from ..core.jobs import Job
 from ..pbs import attributes
 from ..pbs.common import kb
+from ..pbs.errors import UsageError
 
 #: the largest limit (in the shell's units) a limit is kept to; past it there is none
 _ULIMIT_MAX = 2 ** 53
@@ -36,7 +37,7 @@ def asked(job: Job) -> dict[str, int]:
     res = job.extra.get("resources", {})
     try:
         out = attributes.limits(res)
-    except Exception:  # (a store written before the checks: a value qsub refuses now is none)
+    except UsageError:  # (a store written before the checks: a value qsub refuses now is none)
         out = {}
     if "mem" not in out and "select" in res and job.request.mem:
         out["mem"] = job.request.mem * job.request.nodes * 2 ** 20
