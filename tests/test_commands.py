@@ -485,6 +485,9 @@ def test_qalter_changes_waiting_jobs_and_only_walltime_of_running_ones(rig, monk
     with batch.open(write=True):
         batch.do("pass")
     assert qctl.QALTER(["-l", "nodes=1", "1"]) == 170  # running: only walltime
+    for limit in ("vmem=2gb", "pvmem=1gb", "nice=5", "pcput=60"):  # (its limits were set as it started:
+        assert qctl.QALTER(["-l", limit, "1"]) == 170  # those that live only in its resources were taken)
+    assert "vmem" not in stat("-f", "1")[1]
     assert qctl.QALTER(["-l", "walltime=02:00:00", "1"]) == 159  # and only operators
     monkeypatch.setenv("HPCSCHED_USER", "olga")
     assert qctl.QALTER(["-l", "walltime=02:00:00", "1"]) == 0

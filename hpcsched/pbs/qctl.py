@@ -127,6 +127,10 @@ def alter_changes(job: Job, options: dict[str, str], resources: dict[str, str], 
     extra = dict(job.extra)
     if resources:
         merged = dict(extra.get("resources", {}))
+        if job.state not in PENDING and any(merged.get(k) != v for k, v in resources.items() if k != "walltime"):
+            # (as Torque: of a running job's resources only the walltime may change; its
+            # limits were set as it started)
+            raise InvalidState("running")
         if any(k in resources for k in COUNT_RES):
             for key in COUNT_RES + ("ppn", "place") + (() if "ngpus" in consumables else ("ngpus",)):
                 merged.pop(key, None)
