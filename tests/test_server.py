@@ -210,6 +210,7 @@ def test_a_job_past_its_memory_is_killed_and_says_so(live):
     batch = Batch(load_site(home))
     with batch.open(write=False):
         assert batch.sched.jobs[int(jid.split(".")[0])].extra["over"] == "mem"
+    assert "Job exceeded its mem limit: killed" in cmd(env, work, "tracejob", jid).stdout
     # a job within its memory runs to its end, its peak (a shell and a sleep) reported
     fine = wait_for(env, work, small)
     assert fine["exit_status"] == "0" and 0 < int(fine["resources_used.mem"].removesuffix("kb")) < 409600
@@ -335,6 +336,8 @@ def test_a_suspended_job_stops_and_its_walltime_stands_still(live):
     ended, = [e.fields for e in accounting.read(home) if e.job_id == jid and e.kind == "E"]
     used = sum(int(x) * m for x, m in zip(ended["resources_used.walltime"].split(":"), (3600, 60, 1)))
     assert 1 <= used <= 3 and ended["owner"].startswith("alice@")  # (the ~4 s it was stopped are not charged)
+    story = cmd(root, work, "tracejob", jid).stdout
+    assert story.index("Job suspended at request of an operator") < story.index("Job resumed at request")
     # deleted while suspended, it is continued with its SIGTERM, so it need not wait for the
     # SIGKILL after the grace
     jid = cmd(env, work, "qsub", "-l", "walltime=60", stdin=(

@@ -61,6 +61,8 @@ def _server_lines(records: list[dict], job_id: int) -> list[tuple[float, str]]:
             out.append((now, rec["comment"]))
         elif op == "process" and "launched" in rec.get("set", {}):
             out.append((now, "Job started by the server"))
+        elif op == "process" and "over" in rec.get("set", {}):
+            out.append((now, f"Job exceeded its {rec['set']['over']} limit: killed"))
     return out
 
 
