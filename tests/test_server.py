@@ -577,6 +577,11 @@ def test_interactive_session_runs_here_and_its_status_is_recorded(live):
     assert p.returncode == 3 and err == ""
     assert wait_for(env, work, jid)["exit_status"] == "3"
     assert [e.kind for e in accounting.read(home) if e.job_id == jid] == ["Q", "S", "E"]
+    # the session's shell runs under the job's limits too
+    p = interactive(env, work, "-l", "walltime=60,pcput=77,file=4kb")
+    show = f"{sys.executable} -c 'import resource as r; print(r.getrlimit(r.RLIMIT_FSIZE)[0])'"
+    out, err = p.communicate(f'ulimit -t; {show}; echo "${{HPCSCHED_LIMITS-unset}}"\n', timeout=30)
+    assert out.splitlines()[3:6] == ["77", "4096", "unset"] and p.returncode == 0
 
 
 def test_interactive_session_on_a_terminal(live):
