@@ -141,7 +141,7 @@ class Scheduler:
         # while `_base` is the profile `_holds_in` names
         self._base_holds: dict[int, tuple[float, float, int]] = {}
         self._holds_in: Profile | None = None
-        self._ends: list[tuple[float, int]] = []  # (start + walltime, job id) of running jobs
+        self._ends: list[tuple[float, int]] = []  # (_base_end, job id) of running jobs
         self._overrun: set[int] = set()  # running past their walltime
         self._paused: set[int] = set()  # suspended: they hold their units, their ends move on with the clock
         # for a static policy, the runnable jobs kept in priority order between passes, so
@@ -464,7 +464,7 @@ class Scheduler:
         # runs past its walltime (a pass expects it to end a grace period from its own now),
         # nor, with limits, once a job started after one the walk passed (see Walk.late),
         # nor after a walk gave up a reservation a job it passed over was judged beside.
-        clean = (walk is not None and not self._dirty and not self._overrun and not self._paused and not walk.dropped
+        clean = (walk is not None and not self._dirty and not self._overrun and not walk.dropped
                  and not (walk.gate is not None and walk.late) and walk.profile.advance(now))
         if not self._queued:
             # nothing to start or reserve: the plan is empty (estimates are still there)
