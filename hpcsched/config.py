@@ -35,7 +35,8 @@ CORE_KEYS = frozenset({"server_name", "backfill", "interval", "overrun_grace", "
 #: The keys of a site file the commands and the server read (store/site.py); the simulator
 #: takes a site's file whole and leaves these alone.
 DRIVER_KEYS = frozenset({"flavor", "operators", "managers", "keep_completed", "pbsyod_launcher",
-                         "server_interval", "kill_grace", "prejob_check", "launcher", "job_history_duration",
+                         "server_interval", "kill_grace", "prejob_check", "prologue", "epilogue",
+                         "prologue_timeout", "launcher", "job_history_duration",
                          "node_log", "scheduling", "mail_command", "submit_filter",
                          "multi_user", "acl_roots", "deadline_users"})
 

@@ -6,6 +6,7 @@ own); jobs and their files are their owners'; no process of a finished job is le
 server survives each attack and restarts cleanly.  Skipped unless run as root (CI is)."""
 from __future__ import annotations
 
+import grp
 import os
 import pwd
 import shutil
@@ -404,6 +405,18 @@ sleep 3004
     err = Path(pwd.getpwnam(ALICE).pw_dir, f"job.sh.e{jid}")
     assert err.read_text().startswith("=>> PBS: job killed: walltime 2 exceeded limit 2\n")
     assert err.stat().st_uid == pwd.getpwnam(ALICE).pw_uid
+
+
+def test_the_sites_scripts_run_as_the_server_and_write_into_the_owners_files_as_the_owner(site, users):
+    site.configure('prologue = ["sh", "-c", "echo pro $(id -un) $2 $3", "pro"]\n'
+                   'epilogue = ["sh", "-c", "echo epi $(id -un) $2 ${10}", "epi"]\n')
+    site.start()
+    jid = submit(site, ALICE, "id -un; exit 4\n")
+    assert site.wait(jid).exit_status == 4
+    out = Path(users[ALICE].pw_dir, f"job.sh.o{jid}")
+    group = grp.getgrgid(users[ALICE].pw_gid).gr_name
+    assert out.read_text().split("\n") == [f"pro root {ALICE} {group}", ALICE, f"epi root {ALICE} 4", ""]
+    assert out.stat().st_uid == users[ALICE].pw_uid
 
 
 def test_a_job_takes_its_limits_and_no_nice_its_owner_may_not(live, users):

@@ -198,6 +198,9 @@ def test_mail_points_decide_who_is_mailed_about_what():
     ('mail_command = "sendmail -t"', "mail_command: must be a command as a list of words"),
     ('launcher = "ssh"', "launcher: must be a command as a list of words"),
     ('prejob_check = ["ping", 3]', "prejob_check: must be a command as a list of words"),
+    ('prologue = "/etc/prologue"', "prologue: must be a command as a list of words"),
+    ('epilogue = [""]', "epilogue: must be a command as a list of words"),
+    ("prologue_timeout = -1", "prologue_timeout: must be a positive number of seconds"),
     ("server_interval = 0", "server_interval: must be a positive number of seconds"),
     ('kill_grace = "30"', "kill_grace: must be a positive number of seconds"),
     ("job_history_duration = nan", "job_history_duration: must be a positive number of seconds")])

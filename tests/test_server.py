@@ -196,7 +196,7 @@ def test_a_job_past_its_memory_is_killed_and_says_so(live):
     start()
     hog = f"{sys.executable} -c 'import time; x = bytearray(120 * 2 ** 20); x[::4096] = b\"1\" * len(x[::4096]); time.sleep(30)'\n"
     jid = cmd(env, work, "qsub", "-N", "hog", "-l", "mem=40mb,walltime=60", stdin=hog).stdout.strip()
-    small = cmd(env, work, "qsub", "-N", "small", "-l", "mem=400mb,walltime=60", stdin="sleep 1\n").stdout.strip()
+    small = cmd(env, work, "qsub", "-N", "small", "-l", "mem=400mb,walltime=60", stdin="sleep 2\n").stdout.strip()
     began = time.time()
     done = wait_for(env, work, jid)
     assert done["exit_status"] in ("271", "265") and time.time() - began < 20
@@ -790,11 +790,52 @@ def test_jobs_start_at_home_with_their_umask_kept_files_and_mail(live):
     assert [m.splitlines()[0] for m in about[told]] == ["To: bob@example.org"] * 2
     assert "Begun execution" in about[told][0] and "Execution terminated\nExit_status=0" in about[told][1]
     import re  # (what the job used, in Torque's order)
-    assert re.search(r"Exit_status=0\nresources_used.cput=00:00:0\d\nresources_used.mem=\d+kb\n"
-                     r"resources_used.vmem=\d+kb\nresources_used.walltime=00:00:0\d$", about[told][1])
+    assert re.search(r"Exit_status=0\nresources_used.cput=00:00:0\d\n(resources_used.mem=\d+kb\n"
+                     r"resources_used.vmem=\d+kb\n)?resources_used.walltime=00:00:0\d$", about[told][1])
     assert about[kept] == []  # -m a (the default) and it ended well
     assert len(about[over]) == 1 and "To: alice\n" in about[over][0]
     assert "Aborted by PBS Server\nJob exceeded its walltime limit" in about[over][0]
+
+
+SCRIPTS = ("prologue = [\"sh\", \"-c\", 'echo \"prologue $*\"; case $4 in abort) exit 1;; held) exit 2;; esac', \"pro\"]\n"
+           "epilogue = [\"sh\", \"-c\", 'echo \"epilogue $*\"', \"epi\"]\n")
+
+
+@pytest.mark.parametrize("live", [SCRIPTS], indirect=True)
+def test_the_sites_prologue_and_epilogue_run_around_each_job(live):
+    """Torque's site scripts: the prologue (job id, user, group, name, resource list, queue,
+    account) runs before the job, the epilogue (those, the session, what it used and its
+    exit status) after it, their output in the job's files; a prologue that exits 1
+    aborts the job, any other failure requeues it held."""
+    env, home, work, start = live
+    start()
+    ok = cmd(env, work, "qsub", "-N", "ok", "-A", "proj", "-l", "walltime=60", stdin="echo job; exit 5\n").stdout.strip()
+    abort = cmd(env, work, "qsub", "-N", "abort", stdin="echo never\n").stdout.strip()
+    held = cmd(env, work, "qsub", "-N", "held", stdin="echo never\n").stdout.strip()
+    assert wait_for(env, work, ok)["exit_status"] == "5"
+    out = (work / f"ok.o{ok.split('.')[0]}").read_text().splitlines()
+    assert out[0] == f"prologue {ok} alice alice ok nodect=1,ncpus=1,nodes=1:ppn=1,walltime=00:01:00 batch proj"
+    assert out[1] == "job"
+    epi = out[2].split()
+    assert epi[:5] == ["epilogue", ok, "alice", "alice", "ok"] and int(epi[5]) > 0
+    assert epi[7].startswith("cput=00:00:0") and epi[7].endswith(",walltime=00:00:00") and epi[8:] == ["batch", "proj", "5"]
+    gone = wait_for(env, work, abort)
+    assert gone["exit_status"] == "-1" and gone["comment"] == "launch failed: its prologue exited 1: job aborted"
+    assert "never" not in (work / f"abort.o{abort.split('.')[0]}").read_text()
+    assert [e.kind for e in accounting.read(home) if e.job_id == abort] == ["Q", "A"]
+    kept = wait_for(env, work, held, "H")
+    assert kept["Hold_Types"] == "s" and kept["comment"].startswith("its prologue exited 2: requeued and held")
+
+
+def test_a_site_script_that_overruns_is_killed_whole():
+    from hpcsched.server import scripts
+    began = time.time()
+    status, did = scripts.run(["sh", "-c", "sleep 3171 & sleep 3171"], [], {"PATH": "/usr/bin:/bin"},
+                              subprocess.DEVNULL, subprocess.DEVNULL, 0.3)
+    assert (status, did) == (None, "timed out after 0.3 s") and time.time() - began < 5
+    assert not _alive("sleep 3171")
+    assert scripts.run(["/nonexistent/prologue"], [], {}, None, None, 1)[1].startswith("could not run (")
+    assert scripts.run(["sh", "-c", "exit 2"], [], {}, None, None, 5) == (2, "exited 2")
 
 
 def test_qmgr_changes_reach_a_running_server(live):

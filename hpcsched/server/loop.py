@@ -47,7 +47,7 @@ from ..store.journaled import Batch
 from ..store.layout import INTERACTIVE, WRAPPER
 from ..core.errors import SchedulerError
 from ..store.site import SOCKET, Site, config_stamp, load_site, user_name
-from . import limits, privilege, tracking
+from . import limits, privilege, scripts, tracking
 
 LOST = -1  # exit status of a job whose process vanished without one
 INTERACTIVE_WAIT = 60.0  # seconds a started interactive job waits for its qsub -I
@@ -101,6 +101,9 @@ class Server:
         self.interval = float(interval if interval is not None else cfg.get("server_interval", 15.0))
         self.grace = float(grace if grace is not None else cfg.get("kill_grace", 30.0))
         self.check = cfg.get("prejob_check")  # a command list run per node before a job starts
+        # Torque's site scripts around every batch job (scripts.py)
+        self.prologue, self.epilogue = cfg.get("prologue"), cfg.get("epilogue")
+        self.script_timeout = float(cfg.get("prologue_timeout", scripts.TIMEOUT))
         # the `command` launcher: run the job's wrapper through a template such as
         # ["ssh", "{host}", "{command}"] on the job's first node; absent: `local`
         self.launcher = cfg.get("launcher")
@@ -413,6 +416,8 @@ class Server:
         walltime = job.state == RUNNING and "signal" in job.extra
         self._clean(job)
         peak = self.peaks.pop(job.id, None)
+        if self.epilogue and "pid" in job.extra:
+            self._epilogue(job, status, now, cpu_time, peak)
         noted = {"set": {"used_mem": peak[0], "used_vmem": peak[1]}} if peak else {}
         self.batch.do("ended", now, id=job.id, exit_status=status,
                       **({"cpu_time": cpu_time} if cpu_time is not None else {}), **noted)
@@ -426,6 +431,31 @@ class Server:
         else:
             mail.send(self.site, job, mail.END, "Execution terminated")
         accounting.dependency_deletions(self.batch, now)
+
+    def _epilogue(self, job: Job, status: int, now: float, cpu_time: float | None,
+                  peak: tuple[int, int] | None) -> None:
+        """The site's epilogue for a job that ran, its output after the job's own."""
+        try:
+            owner = privilege.Owner.of(job.owner) if self.as_owners else None
+            out, err, _ = self._streams(job, owner)
+            join = job.extra.get("join", "n")
+            with contextlib.ExitStack() as files:
+                with privilege.acting_as(owner) if owner else contextlib.nullcontext():  # (as the job's own)
+                    stdout = files.enter_context(open(out if join != "eo" else err, "ab"))
+                    stderr = files.enter_context(open(err, "ab")) if join == "n" else subprocess.STDOUT
+                args = scripts.epilogue_args(job, self.site.server, job.extra.get("session", job.extra["pid"]),
+                                             scripts.used(job, cpu_time, peak, now), status)
+                code, did = scripts.run(self.epilogue, args, self._script_env(job), stdout, stderr,
+                                        self.script_timeout)
+        except (KeyError, OSError) as e:  # (an owner gone, a file the owner took away)
+            code, did = None, f"could not run ({getattr(e, 'strerror', None) or e})"
+        if code != 0:
+            print(f"hpcsched server: job {job.id}: epilogue {did}", file=sys.stderr)
+
+    def _script_env(self, job: Job) -> dict[str, str]:
+        """The environment of the site's prologue and epilogue."""
+        return {"PATH": "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", "HPCSCHED_HOME": str(self.home),
+                "PBS_JOBID": common.display_id(job, self.site.server), "PBS_NODEFILE": str(self.jobdir(job) / "nodes")}
 
     def _in_cgroup(self, job: Job) -> bool:
         """Is every process of the job in its run's cgroup (no need to look for its mark)?"""
@@ -526,11 +556,23 @@ class Server:
                         raise NotADirectoryError(errno.ENOTDIR, f"cannot enter {workdir}")
                     stdout = files.enter_context(open(out if join != "eo" else err, "ab"))
                     stderr = files.enter_context(open(err, "ab")) if join == "n" else subprocess.STDOUT
+                if self.prologue:
+                    status, did = scripts.run(self.prologue, scripts.prologue_args(job, self.site.server),
+                                              self._script_env(job), stdout, stderr, self.script_timeout)
+                    if status != 0:
+                        raise _Refused(status, did)
                 nice = asked.get("nice")
                 proc = subprocess.Popen(argv, cwd=None if owner else workdir, env=env, stdin=subprocess.DEVNULL,
                                         stdout=stdout, stderr=stderr, start_new_session=True,
                                         preexec_fn=privilege.becoming(owner, workdir, cgroup, nice)
                                         if owner or nice else None)
+        except _Refused as e:  # the site's prologue: abort, or back to the queue, held
+            if e.status == scripts.ABORT:
+                return self._not_started(job, now, f"its prologue {e.did}: job aborted")
+            self.batch.do("requeue", now, id=job.id)
+            self.batch.do("hold", now, id=job.id, kind="s")
+            self._note(job, now, comment=f"its prologue {e.did}: requeued and held (qrls -h s releases it)")
+            return 0
         except (OSError, ValueError, subprocess.SubprocessError) as e:
             # a bad path is this job's failure, not the server's
             return self._not_started(job, now, getattr(e, "strerror", None) or str(e))
@@ -811,6 +853,14 @@ def _real_dir(path: Path) -> None:
     """OSError unless `path` is a directory itself (not a link to one)."""
     if not stat.S_ISDIR(path.lstat().st_mode):
         raise NotADirectoryError(errno.ENOTDIR, f"{path.name} is not a directory")
+
+
+class _Refused(Exception):
+    """The site's prologue said the job may not run now."""
+
+    def __init__(self, status: int | None, did: str):
+        super().__init__(did)
+        self.status, self.did = status, did
 
 
 def _put(path: Path, text: str, owner: privilege.Owner | None, mode: int = 0o600) -> None:

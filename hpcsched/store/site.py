@@ -220,6 +220,7 @@ def _load_site(home: Path) -> Site:
         raise ConfigError("scheduling: must be true or false")
     for key, example in (("mail_command", '["sendmail", "-t"]'), ("launcher", '["ssh", "{host}", "{command}"]'),
                          ("prejob_check", '["ping", "-c1", "{node}"]'), ("pbsyod_launcher", '["aprun", "-n", "{np}"]'),
+                         ("prologue", '["/etc/hpcsched/prologue"]'), ("epilogue", '["/etc/hpcsched/epilogue"]'),
                          ("submit_filter", '["/etc/hpcsched/submit_filter"] or "module:function"')):
         words = config.get(key, [])
         if key == "submit_filter" and isinstance(words, str):
@@ -227,7 +228,7 @@ def _load_site(home: Path) -> Site:
             continue
         if not isinstance(words, list) or not all(isinstance(p, str) and p for p in words):
             raise ConfigError(f"{key}: must be a command as a list of words, e.g. {example}")
-    for key in ("server_interval", "kill_grace", "job_history_duration"):
+    for key in ("server_interval", "kill_grace", "job_history_duration", "prologue_timeout"):
         value = config.get(key, 1)
         if not isinstance(value, (int, float)) or isinstance(value, bool) or not math.isfinite(value) or value <= 0:
             raise ConfigError(f"{key}: must be a positive number of seconds")

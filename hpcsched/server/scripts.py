@@ -1,0 +1,81 @@
+"""A site's prologue and epilogue: Torque's scripts around every batch job.
+
+The server runs `prologue` (as itself: root on a multi-user site) just before it starts a
+job's wrapper, and `epilogue` just after the job ends, each with Torque's arguments and
+with its output at the end of the job's output and error files:
+
+    prologue  job id, user, group, job name, resource list, queue, account
+    epilogue  job id, user, group, job name, session id, resource list, resources used,
+              queue, account, exit status
+
+The prologue decides whether the job runs: status 0 runs it; 1 aborts it; any other
+status, a timeout (`prologue_timeout`, Torque's $prologalarm: 300 s) or a script that
+cannot run puts the job back in the queue, with a system hold so that a broken script does
+not start it again at every pass.  The epilogue's status is only reported.
+"""
+from __future__ import annotations
+
+import grp
+import os
+import pwd
+import signal
+import subprocess
+
+from ..core.jobs import Job
+from ..core.timefmt import hms
+from ..pbs import common, qstat
+
+TIMEOUT = 300.0  # seconds a script may take (Torque's $prologalarm)
+ABORT = 1  # the prologue status that aborts the job
+
+
+def run(command: list[str], args: list[str], env: dict[str, str], stdout, stderr,
+        timeout: float) -> tuple[int | None, str]:
+    """Run the script with `args` after its own words: (its status or None, what it did)."""
+    try:
+        p = subprocess.Popen([*command, *args], stdin=subprocess.DEVNULL, stdout=stdout, stderr=stderr, env=env,
+                             start_new_session=True)
+    except (OSError, ValueError, subprocess.SubprocessError) as e:
+        return None, f"could not run ({getattr(e, 'strerror', None) or e})"
+    try:
+        status = p.wait(timeout)
+    except subprocess.TimeoutExpired:
+        try:
+            os.killpg(p.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        p.wait()
+        return None, f"timed out after {timeout:g} s"
+    return status, f"exited {status}"
+
+
+def prologue_args(job: Job, server: str) -> list[str]:
+    return [common.display_id(job, server), job.owner, group_of(job), job.name, resource_list(job), job.queue,
+            job.account]
+
+
+def epilogue_args(job: Job, server: str, session: int, used: str, status: int) -> list[str]:
+    return [common.display_id(job, server), job.owner, group_of(job), job.name, str(session), resource_list(job),
+            used, job.queue, job.account, str(status)]
+
+
+def used(job: Job, cpu_time: float | None, peak: tuple[int, int] | None, now: float) -> str:
+    """resources_used as the epilogue gets it: cput=..,mem=..kb,vmem=..kb,walltime=.."""
+    mem = {"mem": common.kb(peak[0]), "vmem": common.kb(peak[1])} if peak else common.memory_used(job)
+    parts = {"cput": hms(cpu_time if cpu_time is not None else job.cpu_time), **mem,
+             "walltime": hms(common.run_time(job, now))}
+    return ",".join(f"{k}={v}" for k, v in parts.items())
+
+
+def resource_list(job: Job) -> str:
+    return ",".join(f"{k}={v}" for k, v in qstat.resource_list(job).items())
+
+
+def group_of(job: Job) -> str:
+    """The group the job runs under: its -W group_list's, else its owner's own."""
+    if job.group:
+        return job.group
+    try:
+        return grp.getgrgid(pwd.getpwnam(job.owner).pw_gid).gr_name
+    except (KeyError, OSError):
+        return job.owner
