@@ -125,6 +125,17 @@ def test_jobs_run_write_output_and_are_accounted(live):
     assert kinds == ["Q", "S", "E"]
 
 
+def test_pbsdsh_runs_a_program_on_each_of_the_jobs_vnodes(live):
+    env, home, work, start = live
+    start()
+    show = "sh -c 'echo $PBS_VNODENUM $PBS_NODENUM $PBS_JOBID'"
+    jid = cmd(env, work, "qsub", "-N", "dsh", "-l", "nodes=2:ppn=2,walltime=60",
+              stdin=f"{BIN}/pbsdsh {show} | sort; echo ---; {BIN}/pbsdsh -u {show} | sort\n").stdout.strip()
+    assert wait_for(env, work, jid)["exit_status"] == "0"
+    assert (work / f"dsh.o{jid.split('.')[0]}").read_text().splitlines() == [
+        f"0 0 {jid}", f"1 0 {jid}", f"2 1 {jid}", f"3 1 {jid}", "---", f"0 0 {jid}", f"2 1 {jid}"]
+
+
 def test_walltime_kill_and_qdel_of_running_job(live):
     env, home, work, start = live
     start()

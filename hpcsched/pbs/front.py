@@ -35,12 +35,12 @@ COMMANDS = {name: f"{module}:{name.upper()}" for module, names in (
     ("qsub", ["qsub"]), ("qstat", ["qstat"]),
     ("qctl", ["qalter", "qdel", "qhold", "qmove", "qrerun", "qrls", "qrun", "qselect", "qsig"]),
     ("maui", ["checkjob", "mdiag", "releaseres", "setres", "showbf", "showq", "showres"]),
-    ("psc", ["pbsyod", "shownids"]), ("partlist", ["partlist"]), ("pbsnodes", ["pbsnodes"]), ("qmgr", ["qmgr", "qstart", "qstop", "qenable", "qdisable"]),
+    ("psc", ["pbsyod", "shownids"]), ("pbsdsh", ["pbsdsh"]), ("partlist", ["partlist"]), ("pbsnodes", ["pbsnodes"]), ("qmgr", ["qmgr", "qstart", "qstop", "qenable", "qdisable"]),
     ("tracejob", ["tracejob"]), ("schedctl", ["schedctl", "qterm"]),
     ("gold", ["mybalance", "gbalance", "gstatement", "gdeposit", "gchalloc", "gcharge", "grefund"]))
     for name in names}
-#: pbsyod runs the site's launcher as the caller's child, inside the job: never forwarded
-LOCAL_ONLY = frozenset({"pbsyod"})
+#: pbsyod and pbsdsh run programs as the caller's children, inside the job: never forwarded
+LOCAL_ONLY = frozenset({"pbsyod", "pbsdsh"})
 SOCKET = "commands.sock"
 CLIENT_TIMEOUT = 60.0  # seconds a command waits for the server (connect, send, answer)
 MAGIC = b"hpcsched1"
