@@ -838,15 +838,33 @@ def test_the_sites_prologue_and_epilogue_run_around_each_job(live):
     assert kept["Hold_Types"] == "s" and kept["comment"].startswith("its prologue exited 2: requeued and held")
 
 
-def test_a_site_script_that_overruns_is_killed_whole():
-    from hpcsched.server import scripts
-    began = time.time()
-    status, did = scripts.run(["sh", "-c", "sleep 3171 & sleep 3171"], [], {"PATH": "/usr/bin:/bin"},
-                              subprocess.DEVNULL, subprocess.DEVNULL, 0.3)
-    assert (status, did) == (None, "timed out after 0.3 s") and time.time() - began < 5
-    assert not _alive("sleep 3171")
-    assert scripts.run(["/nonexistent/prologue"], [], {}, None, None, 1)[1].startswith("could not run (")
-    assert scripts.run(["sh", "-c", "exit 2"], [], {}, None, None, 5) == (2, "exited 2")
+SLOW = ("prologue = [\"sh\", \"-c\", 'case $4 in slow) sleep 3173;; esac', \"pro\"]\n"
+        "prologue_timeout = 1.5\n")
+
+
+@pytest.mark.parametrize("live", [SLOW], indirect=True)
+def test_a_prologue_runs_beside_the_server_and_one_that_overruns_is_killed_whole(live):
+    """The server goes on while a prologue runs (other jobs start, commands answer); one
+    past prologue_timeout is killed with all it started, and its job requeued held; a job
+    deleted meanwhile takes its prologue with it."""
+    env, home, work, start = live
+    start()
+    slow = cmd(env, work, "qsub", "-N", "slow", stdin="echo never\n").stdout.strip()
+    wait_for(env, work, slow, "R")
+    began = time.time()  # (the rig's other node)
+    quick = cmd(env, work, "qsub", "-N", "quick", stdin="true\n").stdout.strip()
+    assert wait_for(env, work, quick)["exit_status"] == "0" and time.time() - began < 1.2
+    gone = cmd(env, work, "qsub", "-N", "slow", stdin="echo never\n").stdout.strip()
+    wait_for(env, work, gone, "R")
+    assert cmd(env, work, "qdel", gone).returncode == 0
+    assert wait_for(env, work, gone)["job_state"] == "C"
+    kept = wait_for(env, work, slow, "H")
+    assert kept["comment"] == "its prologue timed out after 1.5 s: requeued and held (qrls -h s releases it)"
+    deadline = time.time() + 5
+    while _alive("sleep 3173") and time.time() < deadline:
+        time.sleep(0.1)
+    assert not _alive("sleep 3173")  # (neither prologue left anything behind)
+    assert "never" not in (work / f"slow.o{slow.split('.')[0]}").read_text()
 
 
 def test_qmgr_changes_reach_a_running_server(live):

@@ -103,6 +103,9 @@ class Server:
         self.check = cfg.get("prejob_check")  # a command list run per node before a job starts
         # Torque's site scripts around every batch job (scripts.py)
         self.prologue, self.epilogue = cfg.get("prologue"), cfg.get("epilogue")
+        self.prologues: dict[tuple[int, int], tuple[subprocess.Popen, float]] = getattr(self, "prologues", {})
+        self.prologued: set[tuple[int, int]] = getattr(self, "prologued", set())  # runs whose prologue passed
+        self.epilogues: list[tuple[subprocess.Popen, int, float]] = getattr(self, "epilogues", [])  # running
         self.script_timeout = float(cfg.get("prologue_timeout", scripts.TIMEOUT))
         # the `command` launcher: run the job's wrapper through a template such as
         # ["ssh", "{host}", "{command}"] on the job's first node; absent: `local`
@@ -195,6 +198,7 @@ class Server:
                      if jid in sched.jobs and sched.jobs[jid].state in ACTIVE}
         for job in [j for j in sched.jobs.values() if j.state in ACTIVE]:
             self._watch(job, now)
+        self._scripts_ended(now)
         # finished jobs leave the server after the flavor's retention, so the store
         # holds what is live plus a bounded history
         old = [j.id for j in sched.jobs.values()
@@ -321,6 +325,7 @@ class Server:
         accounting.write(self.home, "R", job, self.site.server, now)
         self.batch.do("requeue", now, id=job.id)
         self.peaks.pop(job.id, None)
+        self._forget_prologue(job)
         self._note(job, now, clear=["launched", "pid", "pid_start", "signal", "signalled_at", "over",
                                    "rerun", "used_mem", "used_vmem", "used_at"])
 
@@ -415,6 +420,7 @@ class Server:
         # killed past its walltime (a deleted job is EXITING): the abort PBS mails about
         walltime = job.state == RUNNING and "signal" in job.extra
         self._clean(job)
+        self._forget_prologue(job)
         peak = self.peaks.pop(job.id, None)
         if self.epilogue and "pid" in job.extra:
             self._epilogue(job, status, now, cpu_time, peak)
@@ -432,25 +438,112 @@ class Server:
             mail.send(self.site, job, mail.END, "Execution terminated")
         accounting.dependency_deletions(self.batch, now)
 
+    def _prologue(self, job: Job, owner: privilege.Owner | None, now: float) -> int:
+        """The site's prologue for this run of the job: started (its output in the job's
+        files), or, once it has ended, the job launched, aborted (status 1) or requeued
+        held (any other end, a timeout); the server goes on meanwhile.  Returns how many
+        jobs were launched."""
+        run = (job.id, job.run_count)
+        if run not in self.prologues:
+            args = scripts.prologue_args(job, self.site.server)
+            proc, did = self._script(self.prologue, args, job, owner)
+            if proc is None:
+                return self._prologue_failed(job, None, did, now)
+            self.prologues[run] = (proc, now)
+            return 0
+        proc, began = self.prologues[run]
+        status = self._ended(proc)
+        if status is not None:
+            did = f"exited {status}" if status >= 0 else f"was killed by signal {-status}"
+        elif now >= began + self.script_timeout:
+            self._kill_script(proc)
+            did = f"timed out after {self.script_timeout:g} s"
+        else:
+            return 0  # (its end pokes the server: SIGCHLD)
+        del self.prologues[run]
+        if status != 0:
+            return self._prologue_failed(job, status, did, now)
+        self.prologued.add(run)
+        return self._launch(job, now)
+
+    def _forget_prologue(self, job: Job) -> None:
+        """The run ends (or goes back to the queue): its prologue, if still running, is killed."""
+        run = (job.id, job.run_count)
+        self.prologued.discard(run)
+        if run in self.prologues:
+            self._kill_script(self.prologues.pop(run)[0])
+
+    def _prologue_failed(self, job: Job, status: int | None, did: str, now: float) -> int:
+        """A prologue that exited 1 aborts the job; any other failure puts it back in the
+        queue with a system hold, so that a broken script does not start it at every pass."""
+        if status == scripts.ABORT:
+            return self._not_started(job, now, f"its prologue {did}: job aborted")
+        self.batch.do("requeue", now, id=job.id)
+        self.batch.do("hold", now, id=job.id, kind="s")
+        self._note(job, now, comment=f"its prologue {did}: requeued and held (qrls -h s releases it)")
+        return 0
+
     def _epilogue(self, job: Job, status: int, now: float, cpu_time: float | None,
                   peak: tuple[int, int] | None) -> None:
-        """The site's epilogue for a job that ran, its output after the job's own."""
-        try:
+        """The site's epilogue for a job that ran, its output after the job's own; the
+        server goes on meanwhile (its status is reported when it ends: _scripts_ended)."""
+        owner = None
+        with contextlib.suppress(KeyError):
             owner = privilege.Owner.of(job.owner) if self.as_owners else None
+        args = scripts.epilogue_args(job, self.site.server, job.extra.get("session", job.extra["pid"]),
+                                     scripts.used(job, cpu_time, peak, now), status)
+        proc, did = self._script(self.epilogue, args, job, owner)
+        if proc is None:
+            print(f"hpcsched server: job {job.id}: epilogue {did}", file=sys.stderr)
+        else:
+            self.epilogues.append((proc, job.id, now))
+
+    def _scripts_ended(self, now: float) -> None:
+        """Report epilogues that ended badly, and kill those past their time."""
+        running = []
+        for proc, jid, began in self.epilogues:
+            status = self._ended(proc)
+            if status is None and now >= began + self.script_timeout:
+                self._kill_script(proc)
+                print(f"hpcsched server: job {jid}: epilogue timed out after {self.script_timeout:g} s",
+                      file=sys.stderr)
+            elif status is None:
+                running.append((proc, jid, began))
+            elif status:
+                print(f"hpcsched server: job {jid}: epilogue "
+                      f"{f'exited {status}' if status > 0 else f'was killed by signal {-status}'}", file=sys.stderr)
+        self.epilogues = running
+
+    def _ended(self, proc: subprocess.Popen) -> int | None:
+        """A site script's exit status (negative: the signal that killed it), or None while
+        it runs: as the step's reaping found it (its status then taken, so that a job's
+        wrapper that gets the pid next is not given it), else from the process itself."""
+        if proc.pid in self.children:
+            proc.returncode = os.waitstatus_to_exitcode(self.children.pop(proc.pid))
+            self.cpu.pop(proc.pid, None)
+        return proc.poll()
+
+    def _kill_script(self, proc: subprocess.Popen) -> None:
+        """SIGKILL to a site script's session, and its leader reaped now."""
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        if self._ended(proc) is None:
+            proc.wait()
+
+    def _script(self, command: list[str], args: list[str], job: Job,
+                owner: privilege.Owner | None) -> tuple[subprocess.Popen | None, str]:
+        """Start a site script for `job`, its output at the end of the job's files (opened
+        with the owner's rights): (the process, or None, and what went wrong)."""
+        try:
             out, err, _ = self._streams(job, owner)
             join = job.extra.get("join", "n")
             with contextlib.ExitStack() as files:
-                with privilege.acting_as(owner) if owner else contextlib.nullcontext():  # (as the job's own)
+                with privilege.acting_as(owner) if owner else contextlib.nullcontext():
                     stdout = files.enter_context(open(out if join != "eo" else err, "ab"))
                     stderr = files.enter_context(open(err, "ab")) if join == "n" else subprocess.STDOUT
-                args = scripts.epilogue_args(job, self.site.server, job.extra.get("session", job.extra["pid"]),
-                                             scripts.used(job, cpu_time, peak, now), status)
-                code, did = scripts.run(self.epilogue, args, self._script_env(job), stdout, stderr,
-                                        self.script_timeout)
-        except (KeyError, OSError) as e:  # (an owner gone, a file the owner took away)
-            code, did = None, f"could not run ({getattr(e, 'strerror', None) or e})"
-        if code != 0:
-            print(f"hpcsched server: job {job.id}: epilogue {did}", file=sys.stderr)
+                return scripts.start(command, args, self._script_env(job), stdout, stderr), ""
+        except (OSError, ValueError, subprocess.SubprocessError) as e:
+            return None, f"could not run ({getattr(e, 'strerror', None) or e})"
 
     def _script_env(self, job: Job) -> dict[str, str]:
         """The environment of the site's prologue and epilogue."""
@@ -494,11 +587,14 @@ class Server:
     def _launch(self, job: Job, now: float) -> int:
         """Start the job's wrapper (as its owner on a multi-user site run by root).  A user's
         error (an unknown owner, a path the owner may not write, a planted file) is this
-        job's failure: it ends, aborted, with the reason in its comment and mail."""
+        job's failure: it ends, aborted, with the reason in its comment and mail.  Where the
+        site has a prologue, the job starts once it has passed (_prologue)."""
         try:
             owner = privilege.Owner.of(job.owner) if self.as_owners else None
         except KeyError:
             return self._not_started(job, now, f"no such user on this host: {job.owner}")
+        if self.prologue and (job.id, job.run_count) not in self.prologued and not job.extra.get("interactive"):
+            return self._prologue(job, owner, now)
         try:
             d = self._rundir(job, owner)
         except OSError as e:
@@ -556,23 +652,11 @@ class Server:
                         raise NotADirectoryError(errno.ENOTDIR, f"cannot enter {workdir}")
                     stdout = files.enter_context(open(out if join != "eo" else err, "ab"))
                     stderr = files.enter_context(open(err, "ab")) if join == "n" else subprocess.STDOUT
-                if self.prologue:
-                    status, did = scripts.run(self.prologue, scripts.prologue_args(job, self.site.server),
-                                              self._script_env(job), stdout, stderr, self.script_timeout)
-                    if status != 0:
-                        raise _Refused(status, did)
                 nice = asked.get("nice")
                 proc = subprocess.Popen(argv, cwd=None if owner else workdir, env=env, stdin=subprocess.DEVNULL,
                                         stdout=stdout, stderr=stderr, start_new_session=True,
                                         preexec_fn=privilege.becoming(owner, workdir, cgroup, nice)
                                         if owner or nice else None)
-        except _Refused as e:  # the site's prologue: abort, or back to the queue, held
-            if e.status == scripts.ABORT:
-                return self._not_started(job, now, f"its prologue {e.did}: job aborted")
-            self.batch.do("requeue", now, id=job.id)
-            self.batch.do("hold", now, id=job.id, kind="s")
-            self._note(job, now, comment=f"its prologue {e.did}: requeued and held (qrls -h s releases it)")
-            return 0
         except (OSError, ValueError, subprocess.SubprocessError) as e:
             # a bad path is this job's failure, not the server's
             return self._not_started(job, now, getattr(e, "strerror", None) or str(e))
@@ -750,6 +834,8 @@ class Server:
                     due, last = False, now
                     deadline = self._deadline(time.time())
         finally:
+            for proc, _ in self.prologues.values():  # (a restarted server runs them again)
+                self._kill_script(proc)
             try:
                 live = {(j.id, j.run_count) for j in self.batch.sched.jobs.values() if j.state in ACTIVE}
             except Exception:  # (a store that never loaded: keep every cgroup)
@@ -784,6 +870,8 @@ class Server:
                 elif sent == signal.SIGTERM:
                     due = min(due, at + self.grace)
                 # (after SIGKILL its end pokes the server: SIGCHLD)
+        for began in [b for _, b in self.prologues.values()] + [b for *_, b in self.epilogues]:
+            due = min(due, began + self.script_timeout)  # (their ends poke it too)
         return max(due, now + 0.05)  # (never a busy loop)
 
     def _bind(self, name: str, kind: int) -> socket.socket:
@@ -853,14 +941,6 @@ def _real_dir(path: Path) -> None:
     """OSError unless `path` is a directory itself (not a link to one)."""
     if not stat.S_ISDIR(path.lstat().st_mode):
         raise NotADirectoryError(errno.ENOTDIR, f"{path.name} is not a directory")
-
-
-class _Refused(Exception):
-    """The site's prologue said the job may not run now."""
-
-    def __init__(self, status: int | None, did: str):
-        super().__init__(did)
-        self.status, self.did = status, did
 
 
 def _put(path: Path, text: str, owner: privilege.Owner | None, mode: int = 0o600) -> None:

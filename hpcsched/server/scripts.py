@@ -11,14 +11,14 @@ with its output at the end of the job's output and error files:
 The prologue decides whether the job runs: status 0 runs it; 1 aborts it; any other
 status, a timeout (`prologue_timeout`, Torque's $prologalarm: 300 s) or a script that
 cannot run puts the job back in the queue, with a system hold so that a broken script does
-not start it again at every pass.  The epilogue's status is only reported.
+not start it again at every pass.  The epilogue's status is only reported.  The server
+goes on while they run (it reaps them as it reaps jobs); the job's end is recorded as its
+epilogue starts.
 """
 from __future__ import annotations
 
 import grp
-import os
 import pwd
-import signal
 import subprocess
 
 from ..core.jobs import Job
@@ -29,24 +29,11 @@ TIMEOUT = 300.0  # seconds a script may take (Torque's $prologalarm)
 ABORT = 1  # the prologue status that aborts the job
 
 
-def run(command: list[str], args: list[str], env: dict[str, str], stdout, stderr,
-        timeout: float) -> tuple[int | None, str]:
-    """Run the script with `args` after its own words: (its status or None, what it did)."""
-    try:
-        p = subprocess.Popen([*command, *args], stdin=subprocess.DEVNULL, stdout=stdout, stderr=stderr, env=env,
-                             start_new_session=True)
-    except (OSError, ValueError, subprocess.SubprocessError) as e:
-        return None, f"could not run ({getattr(e, 'strerror', None) or e})"
-    try:
-        status = p.wait(timeout)
-    except subprocess.TimeoutExpired:
-        try:
-            os.killpg(p.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
-        p.wait()
-        return None, f"timed out after {timeout:g} s"
-    return status, f"exited {status}"
+def start(command: list[str], args: list[str], env: dict[str, str], stdout, stderr) -> subprocess.Popen:
+    """Start the script with `args` after its own words, in a session of its own (so that
+    a timeout kills all of it).  OSError if it cannot run."""
+    return subprocess.Popen([*command, *args], stdin=subprocess.DEVNULL, stdout=stdout, stderr=stderr, env=env,
+                            start_new_session=True)
 
 
 def prologue_args(job: Job, server: str) -> list[str]:
