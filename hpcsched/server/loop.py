@@ -541,7 +541,9 @@ class Server:
                 with privilege.acting_as(owner) if owner else contextlib.nullcontext():
                     stdout = files.enter_context(open(out if join != "eo" else err, "ab"))
                     stderr = files.enter_context(open(err, "ab")) if join == "n" else subprocess.STDOUT
-                return scripts.start(command, args, self._script_env(job), stdout, stderr), ""
+                # (a session of its own: a timeout kills all it started)
+                return subprocess.Popen([*command, *args], stdin=subprocess.DEVNULL, stdout=stdout, stderr=stderr,
+                                        env=self._script_env(job), start_new_session=True), ""
         except (OSError, ValueError, subprocess.SubprocessError) as e:
             return None, f"could not run ({getattr(e, 'strerror', None) or e})"
 

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import grp
 import pwd
-import subprocess
 
 from ..core.jobs import Job
 from ..core.timefmt import hms
@@ -27,13 +26,6 @@ from ..pbs import common, qstat
 
 TIMEOUT = 300.0  # seconds a script may take (Torque's $prologalarm)
 ABORT = 1  # the prologue status that aborts the job
-
-
-def start(command: list[str], args: list[str], env: dict[str, str], stdout, stderr) -> subprocess.Popen:
-    """Start the script with `args` after its own words, in a session of its own (so that
-    a timeout kills all of it).  OSError if it cannot run."""
-    return subprocess.Popen([*command, *args], stdin=subprocess.DEVNULL, stdout=stdout, stderr=stderr, env=env,
-                            start_new_session=True)
 
 
 def prologue_args(job: Job, server: str) -> list[str]:
