@@ -43,7 +43,7 @@ def pbsdsh(opts: list[tuple[str, str]], argv: list[str], out, now: float) -> int
     if "h" in o:
         name, _, k = o["h"].partition("/")
         found = [v for v in where if v[1] == name]
-        if not (k.isdigit() or not k) or len(found) <= int(k or 0):
+        if not (k.isascii() and k.isdigit() or not k) or len(found) <= int(k or 0):
             raise common.CommandError(f"{o['h']} not found", 1)
         where = [found[int(k or 0)]]
     elif node is not None or copies is not None:
