@@ -215,23 +215,29 @@ def cmd_drain(args) -> int:
         else:
             print(f"hpcsched drain: {p}: no such file", file=sys.stderr)
             return 1
+    skipped = [] if args.skip_bad else None
     try:
-        jobs = records.merge(args.jobs or [], functools.partial(swf_job_records, ppn=args.ppn))
+        jobs = records.merge(args.jobs or [], functools.partial(swf_job_records, ppn=args.ppn), skipped)
         accounts, quality = moablog.read(logs, Accounts(node_count=args.nodes or 0))
     except (OSError, EOFError, ValueError, SchedulerError) as e:
         print(f"hpcsched drain: {e}", file=sys.stderr)
         return 1
     report = accounts.report(jobs, basis=args.basis, groups=groups, gap=args.gap, top=args.top)
     report["quality"] = quality.to_json()
+    if skipped is not None:
+        report["quality"]["job_lines_skipped"] = skipped
     if args.json:
         json.dump(report, sys.stdout, indent=1)
         print()
     else:
         print(text(report))
         print(f"read {quality.files} files, {quality.lines} lines: {quality.samples} samples, "
-              f"{quality.unrelated} other lines, {quality.malformed} malformed status lines")
+              f"{quality.unrelated} other lines, {quality.malformed} malformed status lines"
+              + (f"; skipped {len(skipped)} malformed job records" if skipped else ""))
     for e in quality.errors:
         print(f"hpcsched drain: malformed: {e}", file=sys.stderr)
+    for e in skipped or ():
+        print(f"hpcsched drain: skipped: {e}", file=sys.stderr)
     return 0
 
 
@@ -513,6 +519,8 @@ def main(argv=None) -> int:
     r.add_argument("--gap", type=float, default=900.0, help="a node is short on a day missing more seconds (900)")
     r.add_argument("--top", type=int, default=10, help="jobs listed for failure to launch and sliding (10)")
     r.add_argument("--json", action="store_true", help="the report as JSON")
+    r.add_argument("--skip-bad", action="store_true",
+                   help="pass over (and name) job record lines that do not parse, instead of stopping")
     r.set_defaults(func=cmd_drain)
     args = ap.parse_args(argv)
     if args.command == "sweep" and args.jobs is not None and args.jobs < 1:

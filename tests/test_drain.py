@@ -526,6 +526,32 @@ def test_drain_command(tmp_path, logs):
         assert "Traceback" not in bad.stderr and (code == 2 or args[-1].split("/")[-1] in bad.stderr)
 
 
+def test_drain_skip_bad_passes_over_job_records_that_do_not_parse_and_names_them(tmp_path, logs):
+    # (one damaged line of a site's accounting log refused the whole log; as simulate
+    # --skip-bad does for a trace, drain --skip-bad passes over it and says so)
+    acct = tmp_path / "acct"
+    acct.write_text("12/31/2014 00:10:00;S;7.bw;user=a Resource_List.nodect=2 start=1420006200\n"
+                    "garbled line\n"
+                    "12/31/2014 00:12:00;E;8.bw;user=a start=soon end=1420006400\n")
+    swf = tmp_path / "t.swf"
+    swf.write_text("; UnixStartTime: 1000\n1 0 5 10 8 -1 -1 8 20 -1 1 1 1 -1 1 -1 -1 -1\n2 x\n")
+    env = dict(os.environ, PYTHONPATH=ROOT)
+    run = [sys.executable, "-m", "hpcsched.cli", "drain", *logs, "--jobs", str(acct), "--jobs", str(swf)]
+    refused = subprocess.run(run, capture_output=True, text=True, env=env)
+    assert refused.returncode == 1 and refused.stderr == f"hpcsched drain: {acct}:2: not <date>;<type>;<job id>;<attributes>\n"
+    out = subprocess.run([*run, "--skip-bad", "--json"], capture_output=True, text=True, env=env)
+    assert out.returncode == 0, out.stderr
+    rep = json.loads(out.stdout)
+    first, second, third = rep["quality"]["job_lines_skipped"]
+    assert (first, second) == (f"{acct}:2: not <date>;<type>;<job id>;<attributes>",
+                               f"{acct}:3: a number that does not parse")
+    assert third.startswith(f"{swf}: 1 malformed line (the first: line 3") and third.endswith(")")
+    assert rep["by_size"][0]["drained_jobs"] == 1  # (job 7, read from the good line)
+    assert out.stderr.count("hpcsched drain: skipped: ") == 3
+    text = subprocess.run([*run, "--skip-bad"], capture_output=True, text=True, env=env)
+    assert text.returncode == 0 and "; skipped 3 malformed job records" in text.stdout
+
+
 def test_records_readers(tmp_path):
     res = tmp_path / "results.json"
     res.write_text(json.dumps({"epoch": 100, "jobs": [{"job": 4, "size": 3, "start": 10, "end": 20,
@@ -533,7 +559,7 @@ def test_records_readers(tmp_path):
     assert records.read(str(res)) == {"4": JobRecord("4", 3, 110.0, 120.0, True)}
     swf = tmp_path / "t.swf"
     swf.write_text("; UnixStartTime: 1000\n1 0 5 10 8 -1 -1 8 20 -1 1 1 1 -1 1 -1 -1 -1\n")
-    assert records.read(str(swf), lambda p: swf_job_records(p, ppn=4)) == {"1": JobRecord("1", 2, 1005.0, 1015.0)}
+    assert records.read(str(swf), lambda p, skipped: swf_job_records(p, skipped, ppn=4)) == {"1": JobRecord("1", 2, 1005.0, 1015.0)}
     with pytest.raises(ValueError):
         records.read(str(swf))
 

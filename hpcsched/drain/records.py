@@ -2,7 +2,8 @@
 
 Every reader returns {job id: JobRecord}, the id as Moab's reservation lists name the job
 (a Torque id's number: "1292428.bw" -> "1292428").  A job's last record wins (a rerun job
-ends once more).  A line a reader cannot use raises ValueError naming file and line.
+ends once more).  A line a reader cannot use raises ValueError naming file and line, or,
+given a `skipped` list, is passed over and named there (`hpcsched drain --skip-bad`).
 """
 from __future__ import annotations
 
@@ -13,9 +14,9 @@ from pathlib import Path
 from .accounts import JobRecord
 
 
-def read(path: str, swf=None) -> dict[str, JobRecord]:
-    """By content: results.json (a simulation's), an SWF trace (read by `swf(path)`, the
-    simulator's reader: see sim/simulate.py), or a Torque accounting log."""
+def read(path: str, swf=None, skipped: list[str] | None = None) -> dict[str, JobRecord]:
+    """By content: results.json (a simulation's), an SWF trace (read by `swf(path,
+    skipped)`, the simulator's reader: see sim/simulate.py), or a Torque accounting log."""
     opener = gzip.open if str(path).endswith(".gz") else open
     with opener(path, "rt", encoding="utf-8", errors="replace") as f:
         head = f.read(4096)
@@ -24,8 +25,8 @@ def read(path: str, swf=None) -> dict[str, JobRecord]:
     if head.lstrip().startswith(";") or _swf_like(head):
         if swf is None:
             raise ValueError(f"{path}: an SWF trace, and no SWF reader was given")
-        return swf(path)
-    return torque(path)
+        return swf(path, skipped)
+    return torque(path, skipped)
 
 
 def _swf_like(head: str) -> bool:
@@ -55,7 +56,7 @@ def results_json(path: str) -> dict[str, JobRecord]:
         raise ValueError(f"{path}: not a results.json of hpcsched simulate ({e})") from None
 
 
-def torque(path: str) -> dict[str, JobRecord]:
+def torque(path: str, skipped: list[str] | None = None) -> dict[str, JobRecord]:
     """A Torque/PBS accounting log (hpcsched's own, or a site's): S and E records.  Size is
     Resource_List.nodect, else the hosts in exec_host; a job with S and no E is running."""
     out: dict[str, JobRecord] = {}
@@ -65,30 +66,36 @@ def torque(path: str) -> dict[str, JobRecord]:
             if not line.strip():
                 continue
             parts = line.rstrip("\n").split(";", 3)
-            if len(parts) != 4:
-                raise ValueError(f"{path}:{n}: not <date>;<type>;<job id>;<attributes>")
-            _, kind, jid, body = parts
-            if kind not in ("S", "E"):
-                continue
-            fields = dict(kv.split("=", 1) for kv in body.split() if "=" in kv)
-            jid = jid.split(".", 1)[0]
             try:
-                size = int(fields["Resource_List.nodect"]) if "Resource_List.nodect" in fields else \
-                    len({h.split("/", 1)[0] for h in fields.get("exec_host", "").split("+") if h}) or 1
-                start = float(fields["start"]) if "start" in fields else None
-                end = float(fields["end"]) if kind == "E" and "end" in fields else None
-            except ValueError:
-                raise ValueError(f"{path}:{n}: a number that does not parse") from None
+                if len(parts) != 4:
+                    raise ValueError(f"{path}:{n}: not <date>;<type>;<job id>;<attributes>")
+                _, kind, jid, body = parts
+                if kind not in ("S", "E"):
+                    continue
+                fields = dict(kv.split("=", 1) for kv in body.split() if "=" in kv)
+                jid = jid.split(".", 1)[0]
+                try:
+                    size = int(fields["Resource_List.nodect"]) if "Resource_List.nodect" in fields else \
+                        len({h.split("/", 1)[0] for h in fields.get("exec_host", "").split("+") if h}) or 1
+                    start = float(fields["start"]) if "start" in fields else None
+                    end = float(fields["end"]) if kind == "E" and "end" in fields else None
+                except ValueError:
+                    raise ValueError(f"{path}:{n}: a number that does not parse") from None
+            except ValueError as e:
+                if skipped is None:
+                    raise
+                skipped.append(str(e))
+                continue
             if kind == "E" and start is None and end is not None:
                 continue  # ended without running (deleted while queued)
             out[jid] = JobRecord(jid, size, start, end)
     return out
 
 
-def merge(paths, swf=None) -> dict[str, JobRecord]:
+def merge(paths, swf=None, skipped: list[str] | None = None) -> dict[str, JobRecord]:
     """Every record of `paths` (files, or directories of daily files), later ones winning."""
     jobs: dict[str, JobRecord] = {}
     for p in paths:
         for q in (sorted(Path(p).iterdir()) if Path(p).is_dir() else [p]):
-            jobs.update(read(str(q), swf))
+            jobs.update(read(str(q), swf, skipped))
     return jobs

@@ -532,16 +532,20 @@ def job_records(finished: list[Finished], epoch: float = 0.0) -> dict[str, JobRe
             for f in finished}
 
 
-def swf_job_records(path: str, ppn: int = 1) -> dict[str, JobRecord]:
+def swf_job_records(path: str, skipped: list[str] | None = None, ppn: int = 1) -> dict[str, JobRecord]:
     """An SWF trace's jobs as drain job records (times offset by its UnixStartTime):
-    size = processors / ppn, rounded up."""
+    size = processors / ppn, rounded up.  With `skipped`, malformed lines are passed over
+    and counted there."""
     epoch = float(swf.header(path).unix_start_time or 0)
-    out = {}
-    for r in swf.read(path):
+    out, stats = {}, swf.ReadStats()
+    for r in swf.read(path, skip_bad=skipped is not None, stats=stats):
         procs = r.procs if r.procs > 0 else r.req_procs
         start = r.submit + r.wait + epoch if r.wait >= 0 else None
         end = start + r.run if start is not None and r.run >= 0 else None
         out[str(r.job)] = JobRecord(str(r.job), max(1, math.ceil(procs / ppn)), start, end)
+    if stats.skipped:
+        skipped.append(f"{path}: {stats.skipped} malformed line{'s' if stats.skipped > 1 else ''} "
+                       f"(the first: {stats.first_bad})")
     return out
 
 
