@@ -102,6 +102,14 @@ def job_pid(home, jid, run=1):
     raise AssertionError(f"job {jid} never wrote its pid")
 
 
+def ready(*paths, timeout=15.0):
+    """Until the job has written each of `paths` (it has set its traps), however loaded the machine."""
+    deadline = time.time() + timeout
+    while not all(p.exists() for p in paths):
+        assert time.time() < deadline, f"never written: {[str(p) for p in paths if not p.exists()]}"
+        time.sleep(0.05)
+
+
 def wait_for(env, work, jid, states="C", timeout=20.0):
     end = time.time() + timeout
     while time.time() < end:
@@ -303,11 +311,10 @@ def test_a_signal_to_one_subjob_reaches_it_alone(live):
     env, home, work, start = live
     start()
     arr = cmd(env, work, "qsub", "-t", "1-2", "-l", "walltime=60", stdin=(
-        "cd \"$PBS_O_WORKDIR\"; trap 'echo got $PBS_ARRAYID >> sig.log; exit 7' USR1\n"
+        "cd \"$PBS_O_WORKDIR\"; trap 'echo got $PBS_ARRAYID >> sig.log; exit 7' USR1; touch ready$PBS_ARRAYID\n"
         "for i in 1 2 3 4 5 6 7 8 9 10 11 12; do sleep 0.25; done\n")).stdout.strip()
     one, two = arr.replace("[]", "[1]"), arr.replace("[]", "[2]")
-    wait_for(env, work, one, "R"), wait_for(env, work, two, "R")
-    time.sleep(0.5)  # let the traps be set
+    ready(work / "ready1", work / "ready2")
     assert cmd(env, work, "qsig", "-s", "USR1", two).returncode == 0
     assert wait_for(env, work, two)["exit_status"] == "7" and wait_for(env, work, one)["exit_status"] == "0"
     assert (work / "sig.log").read_text() == "got 2\n"
@@ -317,9 +324,9 @@ def test_qsig_reaches_the_jobs_processes(live):
     env, home, work, start = live
     start()
     jid = cmd(env, work, "qsub", "-l", "walltime=60",
-              stdin="cd \"$PBS_O_WORKDIR\"; trap 'echo got USR1 >> sig.log; exit 7' USR1\nwhile :; do sleep 0.1; done\n").stdout.strip()
-    wait_for(env, work, jid, "R")
-    time.sleep(0.5)  # let the trap be set
+              stdin="cd \"$PBS_O_WORKDIR\"; trap 'echo got USR1 >> sig.log; exit 7' USR1; touch ready\n"
+                    "while :; do sleep 0.1; done\n").stdout.strip()
+    ready(work / "ready")
     assert cmd(env, work, "qsig", "-s", "USR1", jid).returncode == 0
     assert wait_for(env, work, jid)["exit_status"] == "7"
     assert (work / "sig.log").read_text() == "got USR1\n"
@@ -352,9 +359,9 @@ def test_a_suspended_job_stops_and_its_walltime_stands_still(live):
     # deleted while suspended, it is continued with its SIGTERM, so it need not wait for the
     # SIGKILL after the grace
     jid = cmd(env, work, "qsub", "-l", "walltime=60", stdin=(
-        "cd \"$PBS_O_WORKDIR\"; trap 'echo term >> term.log; exit 3' TERM; while :; do sleep 0.1; done\n")).stdout.strip()
-    wait_for(env, work, jid, "R")
-    time.sleep(0.5)
+        "cd \"$PBS_O_WORKDIR\"; trap 'echo term >> term.log; exit 3' TERM; touch ready\n"
+        "while :; do sleep 0.1; done\n")).stdout.strip()
+    ready(work / "ready")
     assert cmd(root, work, "qsig", "-s", "suspend", jid).returncode == 0
     time.sleep(0.6)
     assert cmd(root, work, "qdel", jid).returncode == 0
@@ -368,10 +375,10 @@ def test_qrerun_kills_a_running_job_and_runs_it_again(live):
     start()
     manager = tomllib.loads((home / "config.toml").read_text())["managers"][0]
     jid = cmd(env, work, "qsub", "-l", "walltime=60", stdin=(
-        "cd \"$PBS_O_WORKDIR\"; echo run >> runs.log; [ -e again ] && exit 0; touch again\n"
-        "trap 'echo term >> runs.log; exit 5' TERM; while :; do sleep 0.1; done\n")).stdout.strip()
+        "cd \"$PBS_O_WORKDIR\"; trap 'echo term >> runs.log; exit 5' TERM\n"
+        "echo run >> runs.log; [ -e again ] && exit 0; touch again; while :; do sleep 0.1; done\n")).stdout.strip()
     wait_for(env, work, jid, "R")
-    time.sleep(0.5)
+    ready(work / "again")
     assert cmd(env, work, "qrerun", jid).returncode == 159  # (operators and managers only)
     assert cmd(dict(env, HPCSCHED_USER=manager), work, "qrerun", jid).returncode == 0
     done = wait_for(env, work, jid)
@@ -537,8 +544,8 @@ def test_a_vanished_rerunnable_job_is_requeued_and_runs_again(rig):
     qsub.submit(["-l", "walltime=60"], stdin=io.StringIO("cd \"$PBS_O_WORKDIR\"; echo run >> runs.log\nsleep 30\n"), cwd=str(rig), env={})
     srv = server.Server(load_site(), grace=1)
     assert srv.step() == 1
-    time.sleep(0.5)
     first = srv.jobdir(srv.batch.sched.job(1))
+    ready(first / "pid", rig / "runs.log")
     pid = int((first / "pid").read_text())
     os.killpg(pid, signal.SIGKILL)  # gone, and the wrapper never wrote a status
     time.sleep(0.3)
@@ -549,7 +556,9 @@ def test_a_vanished_rerunnable_job_is_requeued_and_runs_again(rig):
     assert job.run_count == 2 and srv.jobdir(job) != first
     kinds = [e.kind for e in accounting.read(rig / "home")]
     assert "R" in kinds
-    time.sleep(0.5)
+    deadline = time.time() + 15
+    while (rig / "runs.log").read_text() != "run\nrun\n" and time.time() < deadline:
+        time.sleep(0.05)
     assert (rig / "runs.log").read_text() == "run\nrun\n"
     os.killpg(int((srv.jobdir(job) / "pid").read_text()), signal.SIGKILL)
 
