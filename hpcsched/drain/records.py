@@ -65,31 +65,38 @@ def torque(path: str, skipped: list[str] | None = None) -> dict[str, JobRecord]:
         for n, line in enumerate(f, 1):
             if not line.strip():
                 continue
-            parts = line.rstrip("\n").split(";", 3)
             try:
-                if len(parts) != 4:
-                    raise ValueError(f"{path}:{n}: not <date>;<type>;<job id>;<attributes>")
-                _, kind, jid, body = parts
-                if kind not in ("S", "E"):
-                    continue
-                fields = dict(kv.split("=", 1) for kv in body.split() if "=" in kv)
-                jid = jid.split(".", 1)[0]
-                try:
-                    size = int(fields["Resource_List.nodect"]) if "Resource_List.nodect" in fields else \
-                        len({h.split("/", 1)[0] for h in fields.get("exec_host", "").split("+") if h}) or 1
-                    start = float(fields["start"]) if "start" in fields else None
-                    end = float(fields["end"]) if kind == "E" and "end" in fields else None
-                except ValueError:
-                    raise ValueError(f"{path}:{n}: a number that does not parse") from None
+                rec = _torque_record(line, f"{path}:{n}")
             except ValueError as e:
                 if skipped is None:
                     raise
                 skipped.append(str(e))
                 continue
-            if kind == "E" and start is None and end is not None:
-                continue  # ended without running (deleted while queued)
-            out[jid] = JobRecord(jid, size, start, end)
+            if rec is not None:
+                out[rec.id] = rec
     return out
+
+
+def _torque_record(line: str, where: str) -> JobRecord | None:
+    """One accounting-log line's job record (None: not an S or E record of a job that ran)."""
+    parts = line.rstrip("\n").split(";", 3)
+    if len(parts) != 4:
+        raise ValueError(f"{where}: not <date>;<type>;<job id>;<attributes>")
+    _, kind, jid, body = parts
+    if kind not in ("S", "E"):
+        return None
+    fields = dict(kv.split("=", 1) for kv in body.split() if "=" in kv)
+    jid = jid.split(".", 1)[0]
+    try:
+        size = int(fields["Resource_List.nodect"]) if "Resource_List.nodect" in fields else \
+            len({h.split("/", 1)[0] for h in fields.get("exec_host", "").split("+") if h}) or 1
+        start = float(fields["start"]) if "start" in fields else None
+        end = float(fields["end"]) if kind == "E" and "end" in fields else None
+    except ValueError:
+        raise ValueError(f"{where}: a number that does not parse") from None
+    if kind == "E" and start is None and end is not None:
+        return None  # ended without running (deleted while queued)
+    return JobRecord(jid, size, start, end)
 
 
 def merge(paths, swf=None, skipped: list[str] | None = None) -> dict[str, JobRecord]:

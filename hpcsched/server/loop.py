@@ -3,7 +3,8 @@
 Each step: reap ended jobs, enforce walltimes and the limits the server watches (CPU
 time, memory: limits.py; SIGTERM, then SIGKILL after a grace; the job ends with exit
 status 256 + the signal), stop deleted jobs, run the scheduling pass
-(recorded in the store's journal like any change) and launch what it started.  Steps run
+(recorded in the store's journal like any change) and launch what it started, each after
+the site's prologue when there is one (scripts.py; it runs beside the server).  Steps run
 every `interval` seconds and at once when a command pokes the server's socket or a job
 ends (SIGCHLD), with no polling in between.
 
