@@ -53,12 +53,17 @@ def test_tasks_run_at_once_or_one_after_another(job, capfd):
 
 def test_a_task_that_fails_is_named_and_pbsdsh_still_ends_well(job, capfd):
     # (as Torque's pbsdsh, whose status says only that every task was spawned and ended)
+    handlers = [signal.getsignal(s) for s in (signal.SIGHUP, signal.SIGINT, signal.SIGTERM)]
     assert PBSDSH(["sh", "-c", 'exit $((PBS_VNODENUM == 1 ? 3 : 0))']) == 0
     assert capfd.readouterr().err == "pbsdsh: task 1 exit status 3\n"
     assert PBSDSH(["-v", "-n", "0", "true"]) == 0
     assert capfd.readouterr().err == "pbsdsh: spawned task 0\npbsdsh: task 0 exit status 0\n"
+    assert PBSDSH(["-s", "-v", "-c", "2", "false"]) == 0  # (each told once, in turn)
+    assert capfd.readouterr().err == ("pbsdsh: spawned task 0\npbsdsh: task 0 exit status 1\n"
+                                      "pbsdsh: spawned task 1\npbsdsh: task 1 exit status 1\n")
     assert PBSDSH(["-n", "0", "/nonexistent/program"]) == 0
     assert "pbsdsh: spawn failed on node 0: /nonexistent/program: No such file or directory" in capfd.readouterr().err
+    assert [signal.getsignal(s) for s in (signal.SIGHUP, signal.SIGINT, signal.SIGTERM)] == handlers  # (its caller's again)
 
 
 @pytest.mark.parametrize("argv,status,message", [

@@ -51,36 +51,39 @@ def pbsdsh(opts: list[tuple[str, str]], argv: list[str], out, now: float) -> int
             raise common.CommandError(f"only {len(where)} nodes available", 1)
         where = [where[node]] if node is not None else where[:copies]
     launcher = _launcher()
-    tasks: dict[subprocess.Popen, int] = {}
+    tasks: dict[subprocess.Popen, int] = {}  # running: process -> its vnode
 
     def forward(sig, frame):  # (Torque's pbsdsh kills its tasks with what it got, and stops)
-        for p in tasks:
+        for p, vnode in tasks.items():
             if p.poll() is None:
-                print(f"pbsdsh: killing task {tasks[p]} signal {sig}", file=sys.stderr)
+                print(f"pbsdsh: killing task {vnode} signal {sig}", file=sys.stderr)
                 p.send_signal(sig)
         sys.exit(1)
-    for sig in (signal.SIGHUP, signal.SIGINT, signal.SIGTERM):
-        signal.signal(sig, forward)
-    for n, (vnode, host) in enumerate(where):
-        ids = {"PBS_TASKNUM": str(FIRST_TASK + n), "PBS_NODENUM": str(order.index(host)),
-               "PBS_VNODENUM": str(vnode)}
-        command = argv
-        if launcher:
-            line = shlex.join(["env", *(f"{k}={v}" for k, v in ids.items()), *argv])
-            command = [p.replace("{host}", host).replace("{command}", line).replace("{user}", whoami())
-                       for p in launcher]
-        try:
-            p = subprocess.Popen(command, env={**os.environ, **ids}, stdin=subprocess.DEVNULL)
-        except OSError as e:
-            print(f"pbsdsh: spawn failed on node {vnode}: {command[0]}: {e.strerror}", file=sys.stderr)
-            continue
-        tasks[p] = vnode
-        if "v" in o:
-            print(f"pbsdsh: spawned task {vnode}", file=sys.stderr)
-        if "s" in o:
-            _ended(p, vnode, "v" in o)
-    for p, vnode in tasks.items():
-        _ended(p, vnode, "v" in o)
+    before = {sig: signal.signal(sig, forward) for sig in (signal.SIGHUP, signal.SIGINT, signal.SIGTERM)}
+    try:
+        for n, (vnode, host) in enumerate(where):
+            ids = {"PBS_TASKNUM": str(FIRST_TASK + n), "PBS_NODENUM": str(order.index(host)),
+                   "PBS_VNODENUM": str(vnode)}
+            command = argv
+            if launcher:
+                line = shlex.join(["env", *(f"{k}={v}" for k, v in ids.items()), *argv])
+                command = [part.replace("{host}", host).replace("{command}", line).replace("{user}", whoami())
+                           for part in launcher]
+            try:
+                task = subprocess.Popen(command, env={**os.environ, **ids}, stdin=subprocess.DEVNULL)
+            except OSError as e:
+                print(f"pbsdsh: spawn failed on node {vnode}: {command[0]}: {e.strerror}", file=sys.stderr)
+                continue
+            tasks[task] = vnode
+            if "v" in o:
+                print(f"pbsdsh: spawned task {vnode}", file=sys.stderr)
+            if "s" in o:  # (one after another)
+                _ended(task, tasks.pop(task), "v" in o)
+        for task, vnode in list(tasks.items()):
+            _ended(task, vnode, "v" in o)
+    finally:
+        for sig, handler in before.items():
+            signal.signal(sig, handler)
     return 0
 
 
