@@ -596,8 +596,10 @@ class Server:
             owner = privilege.Owner.of(job.owner) if self.as_owners else None
         except KeyError:
             return self._not_started(job, now, f"no such user on this host: {job.owner}")
-        if self.prologue and (job.id, job.run_count) not in self.prologued and not job.extra.get("interactive"):
-            return self._prologue(job, owner, now)
+        if self.prologue and not job.extra.get("interactive"):
+            if (job.id, job.run_count) not in self.prologued:
+                return self._prologue(job, owner, now)
+            self.prologued.discard((job.id, job.run_count))  # (passed: this launch takes it)
         try:
             d = self._rundir(job, owner)
         except OSError as e:
