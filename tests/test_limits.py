@@ -41,6 +41,7 @@ def test_the_wrapper_sets_the_limits_for_the_job_alone(tmp_path):
     assert run("") == (0, ["unlimited", "unlimited", "unlimited", "unset"], "0")
     status, _, recorded = run("-v 1")  # (no room to start the job's shell)
     assert status != 0 and recorded == str(status)
+    assert run("-t") == (0, ["unlimited", "unlimited", "unlimited", "unset"], "0")  # (malformed: it still ends)
 
 
 def test_a_select_jobs_memory_is_its_chunks_and_an_old_bad_value_is_no_limit():

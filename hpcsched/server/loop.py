@@ -614,6 +614,8 @@ class Server:
         join = x.get("join", "n")
         shell = x.get("shell") or (owner.shell if owner else "/bin/sh")
         env = self._environment(job, d / "nodes", d / "tmp", workdir, home, shell)
+        for name in ("HPCSCHED_LIMITS", "HPCSCHED_CGROUP"):  # the wrapper's, only as the server sets them
+            env.pop(name, None)
         asked = limits.asked(job)
         if limits.ulimits(asked):  # (the wrapper sets them for the job: layout.WRAPPER)
             env["HPCSCHED_LIMITS"] = limits.ulimits(asked)

@@ -60,8 +60,8 @@ WRAPPER = (  # $1 job dir, $2 shell, $3 script: pid first, status last, both ato
     "trap : HUP INT QUIT TERM USR1 USR2\n"
     # the job's limits (server/limits.py), set for the job alone, in a subshell
     '( set -- $HPCSCHED_LIMITS -- "$2" "$3"; unset HPCSCHED_LIMITS\n'
-    '  while [ "$1" != -- ]; do ulimit "$1" "$2" 2>/dev/null; shift 2; done\n'
-    '  shift; exec "$1" "$2" )\n'
+    '  while [ $# -gt 3 ] && [ "$1" != -- ]; do ulimit "$1" "$2" >/dev/null 2>&1; shift 2; done\n'
+    '  shift $(($# - 2)); exec "$1" "$2" )\n'
     's=$?\n'
     'echo $s > "$1/status.tmp" && mv "$1/status.tmp" "$1/status"\n'
     'exit $s\n')
