@@ -15,6 +15,7 @@ from .. import __version__ as VERSION
 from ..core.errors import ConfigError, SchedulerError
 from ..core.jobs import (ACTIVE, COMPLETED, DELETED, DEP_FAIL, DEP_HOLD, EXITING, HELD, QUEUED, RUNNING, WAITING,
                          Hold, Job)
+from ..core.timefmt import hms
 from . import options
 from .errors import SYSTEM, USAGE, CommandError, UsageError
 
@@ -124,6 +125,12 @@ def run_time(job: Job, now: float) -> float:
     was suspended."""
     end = job.end_time if job.end_time is not None else now
     return max(0.0, end - job.start_time - job.suspended(end))
+
+
+def resources_used(job: Job, now: float) -> dict[str, str]:
+    """resources_used as qstat -f, the end mail and the epilogue show it, in Torque's order
+    (cput, mem, vmem, walltime): up to `now`, or to the job's end."""
+    return {"cput": hms(job.cpu_time), **memory_used(job), "walltime": hms(run_time(job, now))}
 
 
 def memory_used(job: Job) -> dict[str, str]:

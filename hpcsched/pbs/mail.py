@@ -12,8 +12,7 @@ import subprocess
 import sys
 
 from ..core.jobs import Job
-from ..core.timefmt import hms
-from .common import display_id, memory_used, run_time
+from .common import display_id, resources_used
 
 BEGIN, END, ABORT = "b", "e", "a"
 MAIL_TIMEOUT = 10.0
@@ -39,10 +38,8 @@ def message(job: Job, server: str, what: str) -> str:
     lines.append(what)
     if job.end_time is not None:
         lines.append(f"Exit_status={job.exit_status if job.exit_status is not None else -1}")
-        if job.start_time is not None:  # (Torque's order)
-            lines.append(f"resources_used.cput={hms(job.cpu_time)}")
-            lines.extend(f"resources_used.{k}={v}" for k, v in memory_used(job).items())
-            lines.append(f"resources_used.walltime={hms(run_time(job, job.end_time))}")
+        if job.start_time is not None:
+            lines.extend(f"resources_used.{k}={v}" for k, v in resources_used(job, job.end_time).items())
     return "\n".join(lines) + "\n"
 
 

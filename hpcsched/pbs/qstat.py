@@ -88,8 +88,7 @@ def attributes(job: Job, site: Site, now: float, jobs: dict | None = None, flavo
     x = job.extra
     a: dict = {"Job_Name": job.name, "Job_Owner": f"{job.owner}@{x.get('submit_host', site.server)}"}
     if job.start_time is not None:
-        a["resources_used"] = {"cput": hms(job.cpu_time), **common.memory_used(job),
-                               "walltime": hms(common.run_time(job, now))}
+        a["resources_used"] = common.resources_used(job, now)
     a["job_state"] = letter(job, flavor)
     a["queue"] = job.queue
     a["server"] = site.server

@@ -423,11 +423,11 @@ class Server:
         self._clean(job)
         self._forget_prologue(job)
         peak = self.peaks.pop(job.id, None)
-        if self.epilogue and "pid" in job.extra:
-            self._epilogue(job, status, now, cpu_time, peak)
         noted = {"set": {"used_mem": peak[0], "used_vmem": peak[1]}} if peak else {}
         self.batch.do("ended", now, id=job.id, exit_status=status,
                       **({"cpu_time": cpu_time} if cpu_time is not None else {}), **noted)
+        if self.epilogue and "pid" in job.extra:
+            self._epilogue(job, now)
         aborted = status == LOST
         accounting.write(self.home, "A" if aborted else "E", job, self.site.server, now)
         if aborted or walltime:
@@ -484,15 +484,14 @@ class Server:
         self._note(job, now, comment=f"its prologue {did}: requeued and held (qrls -h s releases it)")
         return 0
 
-    def _epilogue(self, job: Job, status: int, now: float, cpu_time: float | None,
-                  peak: tuple[int, int] | None) -> None:
-        """The site's epilogue for a job that ran, its output after the job's own; the
-        server goes on meanwhile (its status is reported when it ends: _scripts_ended)."""
+    def _epilogue(self, job: Job, now: float) -> None:
+        """The site's epilogue for a job that ran and whose end is recorded, its output after
+        the job's own; the server goes on meanwhile (its status is reported when it ends:
+        _scripts_ended)."""
         owner = None
         with contextlib.suppress(KeyError):
             owner = privilege.Owner.of(job.owner) if self.as_owners else None
-        args = scripts.epilogue_args(job, self.site.server, job.extra.get("session", job.extra["pid"]),
-                                     scripts.used(job, cpu_time, peak, now), status)
+        args = scripts.epilogue_args(job, self.site.server, job.extra.get("session", job.extra["pid"]))
         proc, did = self._script(self.epilogue, args, job, owner)
         if proc is None:
             print(f"hpcsched server: job {job.id}: epilogue {did}", file=sys.stderr)
@@ -536,12 +535,8 @@ class Server:
         """Start a site script for `job`, its output at the end of the job's files (opened
         with the owner's rights): (the process, or None, and what went wrong)."""
         try:
-            out, err, _ = self._streams(job, owner)
-            join = job.extra.get("join", "n")
             with contextlib.ExitStack() as files:
-                with privilege.acting_as(owner) if owner else contextlib.nullcontext():
-                    stdout = files.enter_context(open(out if join != "eo" else err, "ab"))
-                    stderr = files.enter_context(open(err, "ab")) if join == "n" else subprocess.STDOUT
+                stdout, stderr = self._open_files(job, owner, files)
                 # (a session of its own: a timeout kills all it started)
                 return subprocess.Popen([*command, *args], stdin=subprocess.DEVNULL, stdout=stdout, stderr=stderr,
                                         env=self._script_env(job), start_new_session=True), ""
@@ -610,8 +605,6 @@ class Server:
         script = d / "script"
         home = owner.home if owner else _home(job)
         workdir = x.get("workdir") or home  # PBS starts a job in its owner's home unless -d/-w
-        out, err, _ = self._streams(job, owner)
-        join = x.get("join", "n")
         shell = x.get("shell") or (owner.shell if owner else "/bin/sh")
         env = self._environment(job, d / "nodes", d / "tmp", workdir, home, shell)
         for name in ("HPCSCHED_LIMITS", "HPCSCHED_CGROUP"):  # the wrapper's, only as the server sets them
@@ -657,8 +650,7 @@ class Server:
                 with privilege.acting_as(owner) if owner else contextlib.nullcontext():
                     if owner and not (os.path.isdir(workdir) and os.access(workdir, os.X_OK, effective_ids=True)):
                         raise NotADirectoryError(errno.ENOTDIR, f"cannot enter {workdir}")
-                    stdout = files.enter_context(open(out if join != "eo" else err, "ab"))
-                    stderr = files.enter_context(open(err, "ab")) if join == "n" else subprocess.STDOUT
+                stdout, stderr = self._open_files(job, owner, files)
                 nice = asked.get("nice")
                 proc = subprocess.Popen(argv, cwd=None if owner else workdir, env=env, stdin=subprocess.DEVNULL,
                                         stdout=stdout, stderr=stderr, start_new_session=True,
@@ -676,6 +668,16 @@ class Server:
         accounting.write(self.home, "S", job, self.site.server, now)
         mail.send(self.site, job, mail.BEGIN, "Begun execution")
         return 1
+
+    def _open_files(self, job: Job, owner: privilege.Owner | None, files: contextlib.ExitStack) -> tuple:
+        """The job's output and error files opened to append to, with the owner's rights
+        (kept open by `files`): (stdout, stderr), stderr STDOUT when -j joins them."""
+        out, err, _ = self._streams(job, owner)
+        join = job.extra.get("join", "n")
+        with privilege.acting_as(owner) if owner else contextlib.nullcontext():
+            stdout = files.enter_context(open(out if join != "eo" else err, "ab"))
+            stderr = files.enter_context(open(err, "ab")) if join == "n" else subprocess.STDOUT
+        return stdout, stderr
 
     def _streams(self, job: Job, owner: privilege.Owner | None) -> tuple[str, str, str]:
         """(output file, error file, the file the job's stderr goes to) by -o, -e, -j, -k."""

@@ -21,7 +21,6 @@ import grp
 import pwd
 
 from ..core.jobs import Job
-from ..core.timefmt import hms
 from ..pbs import common, qstat
 
 TIMEOUT = 300.0  # seconds a script may take (Torque's $prologalarm)
@@ -33,17 +32,11 @@ def prologue_args(job: Job, server: str) -> list[str]:
             job.account]
 
 
-def epilogue_args(job: Job, server: str, session: int, used: str, status: int) -> list[str]:
+def epilogue_args(job: Job, server: str, session: int) -> list[str]:
+    """For a job whose end is recorded (its exit status, CPU time and peaks known)."""
+    used = ",".join(f"{k}={v}" for k, v in common.resources_used(job, job.end_time).items())
     return [common.display_id(job, server), job.owner, group_of(job), job.name, str(session), resource_list(job),
-            used, job.queue, job.account, str(status)]
-
-
-def used(job: Job, cpu_time: float | None, peak: tuple[int, int] | None, now: float) -> str:
-    """resources_used as the epilogue gets it: cput=..,mem=..kb,vmem=..kb,walltime=.."""
-    mem = {"mem": common.kb(peak[0]), "vmem": common.kb(peak[1])} if peak else common.memory_used(job)
-    parts = {"cput": hms(cpu_time if cpu_time is not None else job.cpu_time), **mem,
-             "walltime": hms(common.run_time(job, now))}
-    return ",".join(f"{k}={v}" for k, v in parts.items())
+            used, job.queue, job.account, str(job.exit_status)]
 
 
 def resource_list(job: Job) -> str:
