@@ -7,6 +7,7 @@ import time
 import pytest
 from test_commands import submit
 
+from hpcsched.core.jobs import QUEUED
 from hpcsched.pbs import maui, psc
 from hpcsched.store.journaled import Batch
 from hpcsched.store.site import load_site
@@ -225,3 +226,108 @@ def test_hpcsched_usage_lists_and_operators_reset_or_set_it(rig, monkeypatch, ca
     capsys.readouterr()
     assert cli.main(["usage"]) == 0
     assert float(capsys.readouterr().out.split()[1]) < 0.01  # (reset: only what ran since)
+
+
+def _estimates(out):
+    """showstart's (start, completion) offsets in seconds."""
+    rows = [l.split(" in ", 1)[1].split(" on ")[0].strip() for l in out.splitlines() if l.startswith("Estimated")]
+    return [(-1 if r.startswith("-") else 1) * sum(int(p) * u for p, u in zip(reversed(r.lstrip("-").split(":")),
+                                                                           (1, 60, 3600, 86400))) for r in rows]
+
+
+def test_showstart_gives_the_plans_start_and_completion(busy):
+    started = maui.load()[1].sched.jobs[1].start_time
+    now = time.time() + 10
+    # job 2 waits for job 1's nodes: its reservation, an hour after job 1 started
+    status, out = run("showstart", "2")
+    assert status == 0 and out.startswith("job 2 requires 1 proc for 00:30:00\n\nEstimated Rsv based start in ")
+    start, end = _estimates(out)
+    assert abs(start - (started + 3600 - now)) <= 1 and end - start == 1800
+    # a running job: when it started (in the past) and when its walltime runs out
+    status, out = run("showstart", "1.headnode")
+    start, end = _estimates(out)
+    assert status == 0 and "requires 16 procs for 01:00:00" in out
+    assert abs(start - (started - now)) <= 1 and end - start == 3600
+    # a job not submitted: the whole machine once job 2's reservation has passed; 4 procs
+    # for an hour beside job 2
+    status, out = run("showstart", "16@1:00:00")
+    assert status == 0 and out.startswith("job 16@1:00:00 requires 16 procs for 01:00:00\n")
+    assert abs(_estimates(out)[0] - (started + 3600 + 1800 - now)) <= 1
+    assert abs(_estimates(run("showstart", "4@3600")[1])[0] - (started + 3600 - now)) <= 1
+
+
+def test_showstart_refuses_what_it_cannot_estimate(busy, capsys):
+    assert run("showstart", "3") == (1, "")
+    assert "showstart: cannot estimate job 3's start: it is held" in capsys.readouterr().err
+    assert run("showstart", "99")[0] == 153 and run("showstart", "x.y.z")[0] == 153
+    for bad in ("0@60", "4@", "4@soon", "@60", "4@-5", "4@inf", "4@0"):
+        assert run("showstart", bad) == (2, "")
+        assert f"bad job shape {bad!r}" in capsys.readouterr().err
+    assert run("showstart")[0] == 2 and run("showstart", "1", "2")[0] == 2
+
+
+def _rows(out, first):
+    """The job rows of showq's section headed `first`: each row's columns."""
+    lines = out.splitlines()
+    k = next(i for i, l in enumerate(lines) if l.startswith(first)) + 3
+    rows = []
+    while lines[k]:
+        rows.append(lines[k].split())
+        k += 1
+    return rows
+
+
+def test_showq_lists_jobs_in_the_passs_order_and_filters_them(busy, monkeypatch, capsys):
+    monkeypatch.setenv("HPCSCHED_USER", "bob")
+    submit("-p", "100", "-l", "walltime=00:20:00")  # 4: bob's, first in the FIFO's priority order
+    monkeypatch.setenv("HPCSCHED_USER", "alice")
+    submit("-l", "walltime=00:20:00")  # 5
+    status, out = run("showq")
+    assert status == 0 and [r[0] for r in _rows(out, "IDLE JOBS")] == ["4", "2", "5"]
+    assert [r[:3] for r in _rows(out, "BLOCKED JOBS")] == [["3", "alice", "Hold"]]
+    status, out = run("showq", "-u", "bob")
+    assert status == 0 and out.endswith("Total Jobs: 1   Active Jobs: 0   Idle Jobs: 1   Blocked Jobs: 0\n")
+    assert [r[0] for r in _rows(run("showq", "-w", "user=alice")[1], "IDLE JOBS")] == ["2", "5"]
+    assert "Total Jobs: 0 " in run("showq", "-w", "class=nosuch")[1]
+    # -i: the priority order, the head job (EASY's reservation) starred
+    status, out = run("showq", "-i")
+    rows = _rows(out, "eligible jobs")
+    assert status == 0 and [r[0] for r in rows] == ["4*", "2", "5"]
+    assert out.endswith("3 eligible jobs\n\nTotal jobs: 3\n")
+    # -r: running jobs, with their first node; -b: blocked jobs only
+    rows = _rows(run("showq", "-r")[1], "ACTIVE JOBS")
+    assert [r[:2] + r[4:7] for r in rows] == [["1", "R", "-", "node01", "16"]]
+    status, out = run("showq", "-b")
+    assert "IDLE" not in out and "ACTIVE" not in out and [r[0] for r in _rows(out, "BLOCKED JOBS")] == ["3"]
+    # -c: finished jobs that ran, with exit status and CPU efficiency
+    started = maui.load()[1].sched.jobs[1].start_time
+    with Batch.of(load_site()).open() as batch:
+        batch.do("ended", started + 600, id=1, exit_status=3, cpu_time=4800.0)
+    rows = _rows(run("showq", "-c")[1], "completed jobs")
+    assert [r[:4] + r[7:10] for r in rows] == [["1", "C", "3", "50.00", "node01", "16", "00:10:00"]]
+    for bad in (["-w", "qos=x"], ["-w", "user="], ["-u", ""], ["-r", "-c"]):
+        assert run("showq", *bad) == (2, "")
+    assert "give one of -r, -i, -b, -c" in capsys.readouterr().err
+
+
+def test_a_command_the_server_answers_leaves_its_scheduler_as_its_store_has_it(rig):
+    # (checkjob, showbf and showres ran their pass on the server's own scheduler: a job
+    # that pass started was RUNNING there, never launched, and the server's pass passed it by)
+    submit("-l", "nodes=1,walltime=00:10:00")
+    batch = Batch(load_site())
+    batch.keep()  # as the server keeps it: the commands it answers share it
+    try:
+        with batch.open(write=False):
+            pass
+        for argv in (["checkjob", "1"], ["showq"], ["showq", "-i"], ["showbf"], ["showres"], ["showstart", "1"],
+                     ["showstart", "4@60"]):
+            assert run(*argv)[0] == 0
+        assert "job can start now: it starts at the next scheduling pass" in run("checkjob", "1")[1]
+        site = load_site()
+        (site.home / "config.toml").write_text("scheduling = false\n" + (site.home / "config.toml").read_text())
+        assert "job can start now, but scheduling is stopped" in run("checkjob", "1")[1]
+        assert batch.sched.jobs[1].state == QUEUED and batch.sched.last_pass is None
+        with batch.open():
+            assert [s.job_id for s in batch.do("pass", time.time()).started] == [1]
+    finally:
+        batch.release()

@@ -430,6 +430,8 @@ def test_qsub_counts_software_against_a_consumable_and_shows_the_quota(rig, caps
     assert status == 0 and 'exceeds limit "consumables/total"' in out
     # nodes are free for it now, but it does not start now: the estimate says so
     assert "Estimated start: unknown while the limit holds it back (nodes free for it at " in out
+    status, out = run("showstart", "2")
+    assert status == 0 and out.endswith("\n(a limit holds the job back: the estimate counts free nodes only)\n")
     from hpcsched.pbs import qsub as qsub_mod
     from hpcsched.pbs.common import CommandError
     with pytest.raises(CommandError, match="Unknown consumable idl"):

@@ -272,3 +272,19 @@ def test_gpu_jobs_run_on_gpu_nodes_and_never_share_a_gpu():
                     held[name] = held.get(name, 0) + j.request.gpus
             assert all(held[n] <= gpus[n] for n in held), (backfill, t, held)
         assert started > 60
+
+
+@pytest.mark.parametrize("dynamic", [False, True])
+def test_order_is_the_order_a_pass_walks(dynamic):
+    """`Scheduler.order` lists the waiting jobs as the pass takes them: on one busy node,
+    conservative backfill reserves them one after another in that order."""
+    from hpcsched.policies.multifactor import Multifactor
+    sched = scheduler(n=1, depth=float("inf"), policy=Multifactor(weight_fairshare=0.0, weight_user=1000.0) if dynamic else None)
+    sched.submit(job(wall=100.0), 0.0)
+    sched.iterate(0.0)
+    for k, (owner, prio, at) in enumerate([("a", 0, 1.0), ("b", 5, 2.0), ("a", 5, 3.0), ("c", -3, 4.0)]):
+        sched.submit(job(wall=10.0 * (k + 1), owner=owner, priority=prio), at)
+    order = [j.id for j in sched.order(50.0)]
+    assert sorted(order) == [2, 3, 4, 5] and order != [2, 3, 4, 5]  # (priority, not arrival)
+    plan = sched.iterate(50.0)
+    assert sorted(plan.reserved, key=lambda i: plan.reserved[i][0]) == order

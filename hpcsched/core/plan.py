@@ -66,6 +66,9 @@ class Plan:
     # the reason of a job the walk passed over unread, with a whole subtree the gate held
     # back (see Walk.closer): worked out when asked, against the pass's final counts
     passed_reason: Callable[[int], str | None] | None = None
+    # the earliest start of a job (waiting, or one not submitted) in this pass's final plan,
+    # after every start and reservation made (None: not within the planning horizon)
+    earliest: Callable[[Job], float | None] | None = None
     _estimate: Callable[[int], float | None] | None = None
     _estimates: dict[int, float | None] = field(default_factory=dict)
 

@@ -526,10 +526,7 @@ class Scheduler:
             self._booked, self._booked_counts = plan.reserved, plan.held
             self._moved |= plan.moved
 
-        def estimate(job_id: int) -> float | None:
-            job = self.jobs.get(job_id)
-            if job is None or job.state not in (QUEUED, WAITING):
-                return None
+        def earliest(job: Job) -> float | None:
             if not profiles:
                 profiles.append(self._profile(now))
             request = self.placed(job)
@@ -537,7 +534,11 @@ class Scheduler:
                                          self.topology.need(request), max(now, job.start_after or now))
             return found[0] if found else None
 
-        plan._estimate = estimate
+        def estimate(job_id: int) -> float | None:
+            job = self.jobs.get(job_id)
+            return earliest(job) if job is not None and job.state in (QUEUED, WAITING) else None
+
+        plan.earliest, plan._estimate = earliest, estimate
         plan.profile = profiles[0] if profiles else None
         return plan
 
@@ -561,6 +562,10 @@ class Scheduler:
         for jid, why in held.items():
             self.jobs[jid].comment = "Not Running: " + why
         self._commented = set(held)
+
+    def order(self, now: float) -> list[Job]:
+        """The runnable jobs in the order a pass at `now` walks them (showq lists them so)."""
+        return list(self._prioritise(now, None)[0])
 
     def _prioritise(self, now: float, ctx: Context | None) -> tuple[Iterable[Job], Job]:
         """The runnable jobs in priority order, and the last of them."""

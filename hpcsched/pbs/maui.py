@@ -1,4 +1,5 @@
-"""Maui/Moab-style commands: showq, checkjob, showres, showbf, setres, releaseres, mdiag -p/-f.
+"""Maui/Moab-style commands: showq, checkjob, showstart, showres, showbf, setres, releaseres,
+mdiag -p/-f.
 
 They show the core's own decisions: a read-only command runs the scheduling pass on the
 loaded state in memory (nothing is saved), so reasons and estimated starts are exactly
@@ -20,6 +21,7 @@ from ..machines.bluegene import BlueGene
 from ..store.journaled import Batch
 from ..store.site import load_site, whoami
 from . import common
+from .attributes import build_request
 from .common import Command
 from .errors import UsageError
 
@@ -54,36 +56,67 @@ def load(write: bool = False):
 
 
 def preview(batch: Batch, now: float):
-    """The decisions the next pass would make, on an in-memory copy of the state."""
-    sched = batch.sched
-    before = {jid: job.state for jid, job in sched.jobs.items()}
-    plan = sched.iterate(now)
-    return before, plan
+    """(scheduler, plan): the decisions the next pass would make, on a scheduler that is
+    thrown away after the command (Batch.scratch)."""
+    sched = batch.scratch()
+    return sched, sched.iterate(now)
+
+
+#: showq -w's constraints: what each compares with
+_CONSTRAINTS = {"user": lambda j: j.owner, "group": lambda j: j.group, "acct": lambda j: j.account,
+                "class": lambda j: j.queue}
 
 
 def showq(opts: list[tuple[str, str]], operands: list[str], out, now: float) -> int:
+    """Maui's showq: active jobs (soonest to end first), idle jobs in the order the next
+    pass takes them, blocked jobs; `-r`, `-i`, `-b`, `-c` one section in more detail
+    (running, eligible, blocked, completed), `-u USER` or `-w user=|group=|acct=|class=`
+    only those jobs."""
     if operands:
         raise UsageError(f"unexpected argument {operands[0]!r}")
+    keep = []
+    for letter, value in ((k, v) for k, v in opts if k in "uw"):
+        name, _, wanted = value.partition("=") if letter == "w" else ("user", "", value)
+        if name not in _CONSTRAINTS or not wanted:
+            raise UsageError(f"bad constraint {value!r} (give -w user=|group=|acct=|class=NAME)")
+        keep.append((_CONSTRAINTS[name], wanted))
+    views = [letter for letter, _ in opts if letter in "ribc"]
+    if len(views) > 1:
+        raise UsageError("give one of -r, -i, -b, -c")
     site, batch = load()
-    sched = batch.sched
-    jobs = sorted((j for j in sched.jobs.values() if j.state not in FINISHED), key=lambda j: j.id)
-    total_procs = sum(n.cores for n in sched.topology.all_nodes())
-    active = [j for j in jobs if j.state in ACTIVE]
-    idle = [j for j in jobs if j.state == QUEUED]
-    blocked = [j for j in jobs if j.state in PENDING and j.state != QUEUED]
-    used = sum(procs(j) for j in active)
+    sched = batch.scratch()  # (the order and the -i pass are worked out on it)
+    mine = lambda j: all(f(j) == wanted for f, wanted in keep)  # noqa: E731
+    jobs = [j for j in sched.jobs.values() if mine(j)]
+    view = views[0] if views else ""
     w = out.write
-    w("ACTIVE JOBS--------------------\n")
-    w(f"{'JOBNAME':<18} {'USERNAME':<12} {'STATE':>8} {'PROC':>5} {'REMAINING':>11}  {'STARTTIME':>19}\n\n")
-    for j in active:
-        state = "Suspended" if common.is_suspended(j) else "Running" if j.state == RUNNING else "Exiting"
-        w(f"{j.id:<18} {j.owner:<12} {state:>8} {procs(j):>5} {dhms(j.walltime - common.run_time(j, now)):>11}  "
-          f"{when(j.start_time):>19}\n")
-    pct = 100.0 * used / total_procs if total_procs else 0.0
-    w(f"\n{len(active):>6} Active Job{'s' if len(active) != 1 else ''}   {used} of {total_procs} Processors "
-      f"Active ({pct:.2f}%)\n\n")
+    if view == "c":
+        return _completed(sorted((j for j in jobs if j.state in FINISHED and j.start_time is not None),
+                                 key=lambda j: (j.end_time or 0.0, j.id)), w)
+    active = sorted((j for j in jobs if j.state in ACTIVE),
+                    key=lambda j: (j.planned_end(now), j.id))  # (Maui: soonest to end first)
+    rank = {j.id: k for k, j in enumerate(sched.order(now))}
+    idle = sorted((j for j in jobs if j.id in rank), key=lambda j: rank[j.id])
+    blocked = sorted((j for j in jobs if j.state in PENDING and j.id not in rank), key=lambda j: j.id)
+    if view == "r":
+        return _running(active, sched, now, w)
+    if view == "i":
+        return _eligible(idle, sched.iterate(now), now, w)
+    total_procs = sum(n.cores for n in sched.topology.all_nodes())
+    if not view:
+        used = sum(procs(j) for j in active)
+        w("ACTIVE JOBS--------------------\n")
+        w(f"{'JOBNAME':<18} {'USERNAME':<12} {'STATE':>8} {'PROC':>5} {'REMAINING':>11}  {'STARTTIME':>19}\n\n")
+        for j in active:
+            state = "Suspended" if common.is_suspended(j) else "Running" if j.state == RUNNING else "Exiting"
+            w(f"{j.id:<18} {j.owner:<12} {state:>8} {procs(j):>5} {dhms(j.planned_end(now) - now):>11}  "
+              f"{when(j.start_time):>19}\n")
+        pct = 100.0 * used / total_procs if total_procs else 0.0
+        w(f"\n{len(active):>6} Active Job{'s' if len(active) != 1 else ''}   {used} of {total_procs} Processors "
+          f"Active ({pct:.2f}%)\n\n")
     for title, group, state in (("IDLE JOBS----------------------", idle, None),
                                 ("BLOCKED JOBS----------------", blocked, "blocked")):
+        if view and state is None:
+            continue
         w(title + "\n")
         w(f"{'JOBNAME':<18} {'USERNAME':<12} {'STATE':>8} {'PROC':>5} {'WCLIMIT':>11}  {'QUEUETIME':>19}\n\n")
         for j in group:
@@ -91,8 +124,71 @@ def showq(opts: list[tuple[str, str]], operands: list[str], out, now: float) -> 
                                                   DEP_HOLD: "Hold", DEP_FAIL: "Hold"}.get(j.state, "Blocked")
             w(f"{j.id:<18} {j.owner:<12} {label:>8} {procs(j):>5} {dhms(j.walltime):>11}  {when(j.submit_time):>19}\n")
         w(f"\n{len(group)} {'Idle' if state is None else 'Blocked'} Job{'s' if len(group) != 1 else ''}\n\n")
-    w(f"Total Jobs: {len(jobs)}   Active Jobs: {len(active)}   Idle Jobs: {len(idle)}   "
-      f"Blocked Jobs: {len(blocked)}\n")
+    if view:
+        w(f"Total Jobs: {len(blocked)}\n")
+    else:
+        w(f"Total Jobs: {len(active) + len(idle) + len(blocked)}   Active Jobs: {len(active)}   "
+          f"Idle Jobs: {len(idle)}   Blocked Jobs: {len(blocked)}\n")
+    return 0
+
+
+def _xfactor(waited: float, walltime: float) -> str:
+    """Maui's expansion factor: (time waited + walltime) / walltime."""
+    return f"{(waited + walltime) / walltime:.1f}" if walltime > 0 else "--"
+
+
+def _group(j: Job) -> str:
+    return j.group or "-"
+
+
+def _running(active: list[Job], sched, now: float, w) -> int:
+    """showq -r: running jobs with their expansion factor, group and first node."""
+    w("ACTIVE JOBS--------------------\n")
+    w(f"{'JOBNAME':<18} {'S':>1} {'XFACTOR':>8} {'USERNAME':>12} {'GROUP':>10} {'MHOST':>12} {'PROCS':>5} "
+      f"{'REMAINING':>11}  {'STARTTIME':>19}\n\n")
+    for j in active:
+        letter = "S" if common.is_suspended(j) else "R" if j.state == RUNNING else "E"
+        w(f"{j.id:<18} {letter:>1} {_xfactor(j.start_time - j.submit_time, j.walltime):>8} {j.owner:>12} "
+          f"{_group(j):>10} {(j.nodes or ('-',))[0]:>12} {procs(j):>5} {dhms(j.planned_end(now) - now):>11}  "
+          f"{when(j.start_time):>19}\n")
+    nodes = {n for j in active for n in j.nodes}
+    all_nodes = sum(1 for _ in sched.topology.all_nodes())
+    used, total = sum(procs(j) for j in active), sum(n.cores for n in sched.topology.all_nodes())
+    w(f"\n{len(active):>6} active job{'s' if len(active) != 1 else ''}   {used} of {total} processors in use "
+      f"({100.0 * used / total if total else 0.0:.2f}%)\n")
+    w(f"{'':>6} {len(nodes)} of {all_nodes} nodes active ({100.0 * len(nodes) / all_nodes if all_nodes else 0.0:.2f}%)"
+      f"\n\nTotal jobs: {len(active)}\n")
+    return 0
+
+
+def _eligible(idle: list[Job], plan, now: float, w) -> int:
+    """showq -i: eligible jobs in the order the next pass takes them, with their priority;
+    `*` marks a job the pass (`plan`) gives a reservation."""
+    w("eligible jobs----------------------\n")
+    w(f"{'JOBNAME':<18} {'PRIORITY':>10} {'XFACTOR':>8} {'USERNAME':>12} {'GROUP':>10} {'PROCS':>5} "
+      f"{'WCLIMIT':>11} {'CLASS':>10}  {'SYSTEMQUEUETIME':>19}\n\n")
+    for j in idle:
+        name = f"{j.id}{'*' if j.id in plan.reserved else ''}"
+        w(f"{name:<18} {j.score:>10.6g} {_xfactor(now - j.submit_time, j.walltime):>8} {j.owner:>12} "
+          f"{_group(j):>10} {procs(j):>5} {dhms(j.walltime):>11} {j.queue:>10}  {when(j.submit_time):>19}\n")
+    w(f"\n{len(idle)} eligible job{'s' if len(idle) != 1 else ''}\n\nTotal jobs: {len(idle)}\n")
+    return 0
+
+
+def _completed(done: list[Job], w) -> int:
+    """showq -c: jobs that ran and are finished (the store keeps them), last to end last,
+    with exit status and CPU efficiency (CPU time over processors x walltime used)."""
+    w("completed jobs------------------------\n")
+    w(f"{'JOBNAME':<18} {'S':>1} {'CCODE':>6} {'EFFIC':>7} {'XFACTOR':>8} {'USERNAME':>12} {'GROUP':>10} "
+      f"{'MHOST':>12} {'PROCS':>5} {'WALLTIME':>11}  {'STARTTIME':>19}\n\n")
+    for j in done:
+        used = common.run_time(j, j.end_time if j.end_time is not None else j.start_time)
+        effic = f"{100.0 * j.cpu_time / (procs(j) * used):.2f}" if j.cpu_time and used > 0 and procs(j) else "--"
+        ccode = "--" if j.exit_status is None else j.exit_status
+        w(f"{j.id:<18} {'C' if j.state == COMPLETED else 'R':>1} {ccode:>6} {effic:>7} "
+          f"{_xfactor(j.start_time - j.submit_time, j.walltime):>8} {j.owner:>12} {_group(j):>10} "
+          f"{(j.nodes or ('-',))[0]:>12} {procs(j):>5} {dhms(used):>11}  {when(j.start_time):>19}\n")
+    w(f"\n{len(done)} completed job{'s' if len(done) != 1 else ''}\n\nTotal jobs: {len(done)}\n")
     return 0
 
 
@@ -144,9 +240,10 @@ def checkjob(opts: list[tuple[str, str]], operands: list[str], out, now: float) 
         w(f"Allocated Nodes: {nodelist.compress(list(job.nodes))}\n")
     w("\n")
     if job.state in PENDING:
-        before, plan = preview(batch, now)
+        _, plan = preview(batch, now)
         if any(s.job_id == job.id for s in plan.started):
-            w("job can start now: it starts at the next scheduling pass\n")
+            w("job can start now: it starts at the next scheduling pass\n" if site.config.get("scheduling", True)
+              else "job can start now, but scheduling is stopped (schedctl --start starts it again)\n")
         elif job.state == QUEUED:
             w(f"job cannot run: {plan.reason(job.id)}\n")
             if job.id in plan.reserved and isinstance(sched.topology, BlueGene):
@@ -220,13 +317,65 @@ def showres(opts: list[tuple[str, str]], operands: list[str], out, now: float) -
     return status
 
 
+def showstart(opts: list[tuple[str, str]], operands: list[str], out, now: float) -> int:
+    """Moab's showstart: when a job (or a job of PROCS@DURATION, not submitted) would start
+    and end in the plan the next pass makes, after every start and reservation it makes."""
+    if len(operands) != 1:
+        raise UsageError("give one job id or PROCS@DURATION")
+    what = operands[0]
+    if "@" in what:
+        shape = re.fullmatch(r"([1-9]\d*)@(.+)", what)
+        try:
+            walltime = parse_duration(shape[2]) if shape else 0.0
+        except InvalidRequest:
+            walltime = 0.0
+        if not 0 < walltime < float("inf"):
+            raise UsageError(f"bad job shape {what!r} (give PROCS@DURATION, the duration [[DD:]HH:]MM:SS)")
+    else:
+        common.parse_ref(what)  # malformed: said before the store is read
+    site, batch = load()
+    sched = batch.sched
+    if "@" in what:  # a job as `qsub -l procs=PROCS,walltime=DURATION` would give it
+        job = Job(owner=whoami(), queue=sched.router.default, request=build_request({"procs": shape[1]})[0],
+                  walltime=walltime, submit_time=now)
+        _, plan = preview(batch, now)
+        start, name = plan.earliest(job), what
+    else:
+        try:
+            job, = common.resolve(sched.jobs, what, site.server)
+        except (common.CommandError, ValueError):  # unknown, or an array's many subjobs
+            raise common.CommandError(f"cannot locate job '{what}'", common.UNKNOWN_JOB) from None
+        name = str(job.id)
+        if job.state in FINISHED:
+            raise common.CommandError(f"job {job.id} has {'completed' if job.state == COMPLETED else 'been removed'}", 1)
+        if job.state in PENDING and job.state not in (QUEUED, WAITING):
+            raise common.CommandError(f"cannot estimate job {job.id}'s start: " + (
+                "it is held" if job.state == HELD else "it waits for its dependencies" if job.state == DEP_HOLD
+                else "a dependency can never be satisfied"), 1)
+        if job.state in ACTIVE:
+            start, plan = job.start_time, None
+        else:
+            _, plan = preview(batch, now)
+            start = plan.estimate(job.id)
+    w = out.write
+    w(f"job {name} requires {procs(job)} proc{'s' if procs(job) != 1 else ''} for {dhms(job.walltime)}\n\n")
+    if start is None:
+        w("Estimated Rsv based start: none within the planning horizon\n")
+        return 0
+    end = job.planned_end(now) if job.state in ACTIVE else start + job.walltime
+    w(f"Estimated Rsv based start in      {dhms(start - now):>14} on {when(start)}\n")
+    w(f"Estimated Rsv based completion in {dhms(end - now):>14} on {when(end)}\n")
+    if plan is not None and job.id in sched.jobs and plan.limited(job.id):
+        w("\n(a limit holds the job back: the estimate counts free nodes only)\n")
+    return 0
+
+
 def showbf(opts: list[tuple[str, str]], operands: list[str], out, now: float) -> int:
     if operands:
         raise UsageError(f"unexpected argument {operands[0]!r}")
     site, batch = load()
-    sched = batch.sched
     user = whoami()
-    _, plan = preview(batch, now)
+    sched, plan = preview(batch, now)
     profile = plan.profile or sched.profile(now)
     windows = profile.windows()
     w = out.write
@@ -421,8 +570,9 @@ def releaseres(opts: list[tuple[str, str]], operands: list[str], out, now: float
     return status
 
 
-SHOWQ = Command("showq", "", "usage: showq", showq)
+SHOWQ = Command("showq", "ribcu:w:", "usage: showq [-r|-i|-b|-c] [-u user] [-w user=|group=|acct=|class=NAME]", showq)
 CHECKJOB = Command("checkjob", "", "usage: checkjob JOBID", checkjob)
+SHOWSTART = Command("showstart", "", "usage: showstart JOBID | PROCS[@DURATION]", showstart)
 SHOWRES = Command("showres", "n", "usage: showres [-n] [RESID ...]", showres)
 SHOWBF = Command("showbf", "", "usage: showbf", showbf)
 SETRES = Command("setres", "n:s:d:e:p:u:g:a:A:q:L", "usage: setres [-n name] [-s start] [-d duration|-e end] [-p period] "

@@ -230,6 +230,16 @@ class Batch:
         self.mark = self.store.mark()
         return self.sched
 
+    def scratch(self) -> Scheduler:
+        """A scheduler a read-only command may run a pass on (checkjob, showq): the loaded
+        one, thrown away after the command, or in the server a copy, since the server's own
+        must stay as its store has it (a pass there would start jobs it never launches)."""
+        if Batch._kept.get(str(self.site.home)) is not self:
+            return self.sched
+        copy = self._configured(self.source)
+        copy.restore(self.sched.to_dict())
+        return copy
+
     def _configured(self, source: tuple[str, dict]) -> Scheduler:
         """A scheduler (no jobs) under a journaled configuration: the site's own if it is
         that one; else built from the journal's (the site's, if that no longer builds)."""
