@@ -901,6 +901,26 @@ def test_a_command_on_many_jobs_syncs_its_journal_once_and_reads_each_job_once(r
     assert states() == ["C"] * 51
 
 
+def test_t_names_the_subjobs_of_an_array_to_hold_release_or_delete(rig, capsys):
+    """Torque's `-t RANGE` with qhold, qrls and qdel: only those subjobs of the array."""
+    submit("-t", "1-6", "-l", "walltime=60")
+
+    def states():
+        return [line.split()[4] for line in stat("-t")[1].splitlines()[2:]]
+    assert qctl.QHOLD(["-t", "2-3,5", "1[]"], out=io.StringIO()) == 0
+    assert states() == ["Q", "H", "H", "Q", "H", "Q"]
+    assert qctl.QRLS(["-t", "3", "1.headnode"], out=io.StringIO()) == 0
+    assert states() == ["Q", "H", "Q", "Q", "H", "Q"]
+    assert qctl.QDEL(["-t", "4-6", "1[]"], out=io.StringIO()) == 0
+    assert states() == ["Q", "H", "Q", "C", "C", "C"]
+    assert qctl.QDEL(["-t", "9", "1[]"], out=io.StringIO()) == 153
+    assert "qdel: Unknown Job Id 1[9].headnode" in capsys.readouterr().err
+    for argv in (["-t", "1-3", "1[2]"], ["-t", "1%2", "1[]"], ["-t", "x", "1[]"], ["-t", "3-1", "1[]"]):
+        assert qctl.QDEL(argv, out=io.StringIO()) == 2
+    assert "-t takes an array's id (123[] or 123), not '1[2]'" in capsys.readouterr().err
+    assert states() == ["Q", "H", "Q", "C", "C", "C"]
+
+
 @pytest.mark.parametrize("argv,message", [
     (["-l", "nodes=1:ppn=²"], "ppn must be a positive integer, not '²'"), (["-l", "walltime=²"], "illegal -l value"),
     (["-o", "a\x00b"], "illegal character (NUL)"), (["-M", "a b"], "illegal -M value"), (["-k", "q"], "illegal -k value"),

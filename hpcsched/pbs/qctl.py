@@ -14,6 +14,7 @@ from ..core.jobs import EXITING, FINISHED, PENDING, RUNNING, Hold, Job
 from ..store.journaled import Batch
 from ..store.site import load_site, whoami
 from . import accounting, common
+from .attributes import parse_array
 from .common import Command
 from .errors import UsageError
 
@@ -23,10 +24,17 @@ def act(prog: str, ids: list[str], action: Callable[[Batch, Job, dict], None], o
     """Apply `action` to each job an id names (`all`: every job the caller may touch, if
     `every`), each on its own: one failing prints its line and the others go on.  Of an
     array's subjobs, those ending or finished are left alone, and with `only` those it
-    refuses (one line for the array if it refuses them all)."""
+    refuses (one line for the array if it refuses them all).  Torque's `-t RANGE` (in
+    `opts`) names the subjobs of each array id (`123[]` or `123`) in RANGE."""
     opts = opts or {}
     if not ids:
         raise UsageError("no job id given")
+    wanted = None
+    if "t" in opts:  # Torque's -t: those subjobs of each array named
+        if "%" in opts["t"]:
+            raise UsageError(f"illegal array range {opts['t']!r} (-t takes indices: 1-10,15)")
+        wanted = frozenset(parse_array(opts["t"])[0])
+        ids = [_array_of(text) for text in ids]
     site = load_site()
     user = whoami()
     batch = Batch.of(site)
@@ -41,6 +49,11 @@ def act(prog: str, ids: list[str], action: Callable[[Batch, Job, dict], None], o
         for text in named:
             try:
                 jobs = text if isinstance(text, list) else common.resolve(sched.jobs, text, site.server)
+                if wanted is not None:
+                    jobs = [j for j in jobs if j.array_index in wanted]
+                    if not jobs:
+                        raise common.CommandError(f"Unknown Job Id {text[:-1]}{opts['t']}].{site.server}",
+                                                  common.UNKNOWN_JOB)
             except common.CommandError as e:
                 sys.stderr.write(f"{prog}: {e}\n")
                 status = status or e.status
@@ -68,6 +81,14 @@ def act(prog: str, ids: list[str], action: Callable[[Batch, Job, dict], None], o
                     sys.stderr.write(f"{prog}: Job exceeds queue resource limits MSG={e}\n")
                     status = status or common.LIMITS
     return status
+
+
+def _array_of(text: str) -> str:
+    """`123[]` or `123[.server]` as -t reads it: the array's id, `123[]`."""
+    jid, index = common.parse_ref(text)
+    if index not in (None, common.ALL):
+        raise UsageError(f"-t takes an array's id (123[] or 123), not {text!r}")
+    return f"{jid}[]"
 
 
 def qdel(batch: Batch, job: Job, opts: dict) -> None:
@@ -101,11 +122,11 @@ def _holds(op: str):
 qhold, qrls = _holds("hold"), _holds("release")
 
 
-QDEL = Command("qdel", "W:px", "usage: qdel [-p] [-x] [-W delay|force] job_id ... | all",
-               lambda opts, ids, out, now: act("qdel", ids, qdel, every=True), changes=True)
-QHOLD = Command("qhold", "h:", "usage: qhold [-h u|o|s] job_id ...",
+QDEL = Command("qdel", "W:pxt:", "usage: qdel [-p] [-x] [-W delay|force] [-t array_range] job_id ... | all",
+               lambda opts, ids, out, now: act("qdel", ids, qdel, dict(opts), every=True), changes=True)
+QHOLD = Command("qhold", "h:t:", "usage: qhold [-h u|o|s] [-t array_range] job_id ...",
                 lambda opts, ids, out, now: act("qhold", ids, qhold, dict(opts)), changes=True)
-QRLS = Command("qrls", "h:", "usage: qrls [-h u|o|s] job_id ...",
+QRLS = Command("qrls", "h:t:", "usage: qrls [-h u|o|s] [-t array_range] job_id ...",
                lambda opts, ids, out, now: act("qrls", ids, qrls, dict(opts)), changes=True)
 
 
