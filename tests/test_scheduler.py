@@ -288,3 +288,21 @@ def test_order_is_the_order_a_pass_walks(dynamic):
     assert sorted(order) == [2, 3, 4, 5] and order != [2, 3, 4, 5]  # (priority, not arrival)
     plan = sched.iterate(50.0)
     assert sorted(plan.reserved, key=lambda i: plan.reserved[i][0]) == order
+
+
+def test_an_exiting_job_keeps_its_nodes_until_it_has_ended():
+    """`exiting`: its process ended and its epilogue runs (or qdel told it to stop): the
+    job is EXITING, with its exit status and CPU time, and no job starts on its nodes
+    until `job_ended`."""
+    sched = scheduler(n=2)
+    first = sched.submit(job(nodes=2), 0.0)
+    sched.iterate(0.0)
+    sched.submit(job(nodes=2), 1.0)
+    sched.exiting(first.id, 10.0, exit_status=3, cpu_time=12.5)
+    assert (first.state, first.exit_status, first.cpu_time) == (State.EXITING, 3, 12.5)
+    assert sched.iterate(10.0).started == []
+    sched.job_ended(first.id, 12.0, 3)
+    assert first.state == State.COMPLETED and first.cpu_time == 12.5
+    assert [s.job_id for s in sched.iterate(12.0).started] == [2]
+    with pytest.raises(InvalidState):
+        sched.exiting(first.id, 13.0)

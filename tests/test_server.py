@@ -848,6 +848,40 @@ def test_the_sites_prologue_and_epilogue_run_around_each_job(live):
     assert kept["Hold_Types"] == "s" and kept["comment"].startswith("its prologue exited 2: requeued and held")
 
 
+CLEANUP = ("epilogue = [\"sh\", \"-c\", 'echo \"cleanup $1 $(date +%s.%N)\"; case $4 in slow) sleep 1;; stuck) sleep 3174;; esac', \"epi\"]\n"
+           "prologue_timeout = 3\n")
+
+
+@pytest.mark.parametrize("live", [CLEANUP + MAILER], indirect=True)
+def test_a_job_keeps_its_nodes_while_its_epilogue_runs(live):
+    """As in Torque, a job is E while the site's epilogue runs and no job starts on its
+    nodes before the epilogue has ended; its end (and E record) come when the epilogue
+    ends, or is killed past prologue_timeout with all it started.  A job killed past its
+    walltime is still mailed about as aborted."""
+    env, home, work, start = live
+    start()
+    slow = cmd(env, work, "qsub", "-N", "slow", "-l", "nodes=2:ppn=2,walltime=60", stdin="exit 3\n").stdout.strip()
+    wait_for(env, work, slow, "E")
+    after = cmd(env, work, "qsub", "-N", "after", "-l", "nodes=2:ppn=2,walltime=60", stdin="true\n").stdout.strip()
+    seen = state(env, work, slow)
+    assert seen["job_state"] == "E" and state(env, work, after)["job_state"] == "Q"
+    done, later = wait_for(env, work, slow), wait_for(env, work, after)
+    cleaned = float((work / f"slow.o{slow.split('.')[0]}").read_text().split()[-1])
+    ends = {e.job_id: e for e in accounting.read(home) if e.kind == "E"}
+    assert done["exit_status"] == "3" and later["exit_status"] == "0"
+    # (records hold whole seconds: the epilogue slept one past `cleaned`)
+    assert int(ends[slow].fields["end"]) >= int(cleaned + 1) and int(ends[after].fields["start"]) >= int(cleaned + 1)
+    stuck = cmd(env, work, "qsub", "-N", "stuck", "-l", "walltime=60", stdin="true\n").stdout.strip()
+    wait_for(env, work, stuck, "E")
+    began = time.time()
+    assert wait_for(env, work, stuck)["exit_status"] == "0" and 1 < time.time() - began < 10
+    assert not _alive("sleep 3174")
+    over = cmd(env, work, "qsub", "-N", "over", "-l", "walltime=1", stdin="sleep 60\n").stdout.strip()
+    assert wait_for(env, work, over)["exit_status"] == str(256 + signal.SIGTERM)
+    mails = (home / "mail.out").read_text().split("\n.\n")
+    assert [m for m in mails if f"PBS JOB {over}\n" in m and "Job exceeded its walltime limit" in m]
+
+
 SLOW = ("prologue = [\"sh\", \"-c\", 'case $4 in slow) sleep 3173;; esac', \"pro\"]\n"
         "prologue_timeout = 1.5\n")
 

@@ -22,7 +22,7 @@ class State(str, Enum):
     DEP_HOLD = "dep_hold"  # a dependency is not yet satisfied
     DEP_FAIL = "dep_fail"  # a dependency can never be satisfied (Cobalt's dep_fail)
     RUNNING = "running"
-    EXITING = "exiting"  # told to stop (deleted or killed); its nodes are still in use
+    EXITING = "exiting"  # told to stop (deleted or killed), or its epilogue runs; its nodes are still in use
     COMPLETED = "completed"
     DELETED = "deleted"  # removed before it ever ran
 
@@ -78,12 +78,12 @@ TRANSITIONS: dict[State, frozenset[State]] = {
         DELETED,  # qdel
     }),
     RUNNING: frozenset({
-        EXITING,  # qdel of a running job: told to stop, its nodes still in use
+        EXITING,  # qdel told it to stop, or its process ended and its epilogue runs: nodes still in use
         COMPLETED,  # its process ended (job_ended)
         QUEUED,  # requeue: its launch failed, or it vanished and is rerunnable
     }),
     EXITING: frozenset({
-        COMPLETED,  # its process ended after the signal (job_ended)
+        COMPLETED,  # its process ended after the signal, or its epilogue ended (job_ended)
     }),
     COMPLETED: frozenset(),  # final (a retention policy forgets it)
     DELETED: frozenset(),  # final

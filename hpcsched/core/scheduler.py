@@ -709,9 +709,23 @@ class Scheduler:
             self._move(job, DELETED, now)
             self._dependants(job, self._deps.ended(job), True, now)
         elif job.state == RUNNING:
-            self._move(job, EXITING, now)
+            self.exiting(job_id, now)
         else:
             raise InvalidState(f"job {job.id} is {job.state.value}: nothing to delete")
+        return job
+
+    def exiting(self, job_id: int, now: float, exit_status: int | None = None, cpu_time: float | None = None) -> Job:
+        """A running job is ending: EXITING, its nodes held, until `job_ended`.  qdel asks
+        it to stop; or its process has ended (`exit_status`, `cpu_time`) and the site's
+        epilogue runs on its nodes, as Torque's job stays E until its epilogue is done."""
+        job = self.job(job_id)
+        if job.state not in ACTIVE:
+            raise InvalidState(f"job {job.id} is {job.state.value}, not running")
+        self._move(job, EXITING, now)
+        if exit_status is not None:
+            job.exit_status = exit_status
+        if cpu_time is not None:
+            job.cpu_time = cpu_time
         return job
 
     def requeue(self, job_id: int, now: float) -> Job:

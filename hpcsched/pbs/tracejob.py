@@ -49,6 +49,9 @@ def _server_lines(records: list[dict], job_id: int) -> list[tuple[float, str]]:
             out.append((now, "Job Modified: " + ", ".join(sorted(rec.get("changes", {})))))
         elif op == "run":
             out.append((now, "Job Run at request of an operator (qrun)"))
+        elif op == "exiting":
+            out.append((now, f"Job exiting: its process ended (Exit_status={rec.get('exit_status')}), "
+                             "its epilogue runs"))
         elif op == "ended":
             out.append((now, f"Exit_status={rec.get('exit_status')}"))
         elif op == "delete":

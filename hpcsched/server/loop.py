@@ -106,7 +106,7 @@ class Server:
         self.prologue, self.epilogue = cfg.get("prologue"), cfg.get("epilogue")
         self.prologues: dict[tuple[int, int], tuple[subprocess.Popen, float]] = getattr(self, "prologues", {})
         self.prologued: set[tuple[int, int]] = getattr(self, "prologued", set())  # runs whose prologue passed
-        self.epilogues: list[tuple[subprocess.Popen, int, float]] = getattr(self, "epilogues", [])  # running
+        self.epilogues: dict[int, tuple[subprocess.Popen, float]] = getattr(self, "epilogues", {})  # job id -> running
         self.script_timeout = float(cfg.get("prologue_timeout", scripts.TIMEOUT))
         # the `command` launcher: run the job's wrapper through a template such as
         # ["ssh", "{host}", "{command}"] on the job's first node; absent: `local`
@@ -199,7 +199,6 @@ class Server:
                      if jid in sched.jobs and sched.jobs[jid].state in ACTIVE}
         for job in [j for j in sched.jobs.values() if j.state in ACTIVE]:
             self._watch(job, now)
-        self._scripts_ended(now)
         # finished jobs leave the server after the flavor's retention, so the store
         # holds what is live plus a bounded history
         old = [j.id for j in sched.jobs.values()
@@ -273,6 +272,9 @@ class Server:
             if job.state == EXITING:  # deleted between its pass and its launch
                 self._finish(job, 256 + signal.SIGTERM, now)
             return
+        if "epilogue_at" in job.extra:  # its process has ended: its epilogue holds its nodes
+            self._after_epilogue(job, now)
+            return
         # the pid file names the wrapper that runs the job; the start time recorded at
         # launch (None: it had already ended) tells a reused pid from ours.  On a
         # multi-user site the file is the owner's to write: the pid the server saw at
@@ -306,8 +308,12 @@ class Server:
                     self._requeue(job, now)
                     return
                 status = LOST
-            self._finish(job, status, now, cpu_time=self.cpu.get(pid))  # (None: not this server's child)
-            self.children.pop(pid, None), self.cpu.pop(pid, None)
+            cpu = self.cpu.get(pid)  # (None: not this server's child)
+            if self.epilogue and not job.extra.get("interactive"):
+                self._epilogue(job, status, cpu, now)
+            else:
+                self._finish(job, status, now, cpu_time=cpu)
+            self.children.pop(pid, None), self.cpu.pop(pid, None)  # (forgotten once its end is in the store)
             return
         pending = job.extra.get("pending_signals")
         if pending:  # qsig: deliver, then forget (a signal the kernel refuses is dropped)
@@ -419,15 +425,13 @@ class Server:
         """The job ended with `status`: record it (E, or A when the server lost or could
         not start it), mail its owner, and delete what depended on it failing."""
         # killed past its walltime (a deleted job is EXITING): the abort PBS mails about
-        walltime = job.state == RUNNING and "signal" in job.extra
+        walltime = job.extra.get("killed", job.state == RUNNING and "signal" in job.extra)
         self._clean(job)
         self._forget_prologue(job)
         peak = self.peaks.pop(job.id, None)
         noted = {"set": {"used_mem": peak[0], "used_vmem": peak[1]}} if peak else {}
         self.batch.do("ended", now, id=job.id, exit_status=status,
                       **({"cpu_time": cpu_time} if cpu_time is not None else {}), **noted)
-        if self.epilogue and "pid" in job.extra:
-            self._epilogue(job, now)
         aborted = status == LOST
         accounting.write(self.home, "A" if aborted else "E", job, self.site.server, now)
         if aborted or walltime:
@@ -484,35 +488,45 @@ class Server:
         self._note(job, now, comment=f"its prologue {did}: requeued and held (qrls -h s releases it)")
         return 0
 
-    def _epilogue(self, job: Job, now: float) -> None:
-        """The site's epilogue for a job that ran and whose end is recorded, its output after
-        the job's own; the server goes on meanwhile (its status is reported when it ends:
-        _scripts_ended)."""
+    def _epilogue(self, job: Job, status: int, cpu_time: float | None, now: float) -> None:
+        """The job's process ended with `status`: it is E, its nodes held, while the site's
+        epilogue runs (as Torque's is), its output after the job's own; the server goes on
+        meanwhile, and records the job's end once the epilogue is done (_after_epilogue)."""
+        self._clean(job)  # (what the job left is killed before its epilogue, as pbs_mom does)
+        peak = self.peaks.pop(job.id, None)
+        noted = {"epilogue_at": now, **({"used_mem": peak[0], "used_vmem": peak[1]} if peak else {}),
+                 **({"killed": True} if job.state == RUNNING and "signal" in job.extra else {})}
+        self.batch.do("exiting", now, id=job.id, exit_status=status, set=noted,
+                      **({"cpu_time": cpu_time} if cpu_time is not None else {}))
         owner = None
         with contextlib.suppress(KeyError):
             owner = privilege.Owner.of(job.owner) if self.as_owners else None
-        args = scripts.epilogue_args(job, self.site.server, job.extra.get("session", job.extra["pid"]))
+        args = scripts.epilogue_args(job, self.site.server, job.extra.get("session", job.extra["pid"]), now)
         proc, did = self._script(self.epilogue, args, job, owner)
         if proc is None:
             print(f"hpcsched server: job {job.id}: epilogue {did}", file=sys.stderr)
+            self._finish(job, status, now)
         else:
-            self.epilogues.append((proc, job.id, now))
+            self.epilogues[job.id] = (proc, now)
 
-    def _scripts_ended(self, now: float) -> None:
-        """Report epilogues that ended badly, and kill those past their time."""
-        running = []
-        for proc, jid, began in self.epilogues:
-            status = self._ended(proc)
-            if status is None and now >= began + self.script_timeout:
-                self._kill_script(proc)
-                print(f"hpcsched server: job {jid}: epilogue timed out after {self.script_timeout:g} s",
-                      file=sys.stderr)
-            elif status is None:
-                running.append((proc, jid, began))
-            elif status:
-                print(f"hpcsched server: job {jid}: epilogue "
-                      f"{f'exited {status}' if status > 0 else f'was killed by signal {-status}'}", file=sys.stderr)
-        self.epilogues = running
+    def _after_epilogue(self, job: Job, now: float) -> None:
+        """Once the job's epilogue has ended (or timed out, or was lost with a server that
+        stopped), the job's end is recorded and its nodes freed; a bad end is reported."""
+        proc, began = self.epilogues.get(job.id, (None, now))
+        status = self._ended(proc) if proc is not None else None
+        if proc is None:
+            did = "was not seen to end (the server restarted)"
+        elif status is not None:
+            did = f"exited {status}" if status >= 0 else f"was killed by signal {-status}"
+        elif now >= began + self.script_timeout:
+            self._kill_script(proc)
+            did = f"timed out after {self.script_timeout:g} s"
+        else:
+            return  # (its end pokes the server: SIGCHLD)
+        self.epilogues.pop(job.id, None)
+        if status != 0:
+            print(f"hpcsched server: job {job.id}: epilogue {did}", file=sys.stderr)
+        self._finish(job, job.exit_status, now)
 
     def _ended(self, proc: subprocess.Popen) -> int | None:
         """A site script's exit status (negative: the signal that killed it), or None while
@@ -868,7 +882,7 @@ class Server:
         walltime or the end of a SIGTERM's grace (so enforcement keeps to the second)."""
         due = now + self.interval
         for job in self.batch.sched.jobs.values():
-            if job.state in ACTIVE and job.start_time is not None:
+            if job.state in ACTIVE and job.start_time is not None and "epilogue_at" not in job.extra:
                 sent, at = job.extra.get("signal"), job.extra.get("signalled_at", now)
                 if not sent and job.id in self.sent:
                     sent, at = self.sent[job.id]
@@ -879,7 +893,7 @@ class Server:
                 elif sent == signal.SIGTERM:
                     due = min(due, at + self.grace)
                 # (after SIGKILL its end pokes the server: SIGCHLD)
-        for began in [b for _, b in self.prologues.values()] + [b for *_, b in self.epilogues]:
+        for _, began in [*self.prologues.values(), *self.epilogues.values()]:
             due = min(due, began + self.script_timeout)  # (their ends poke it too)
         return max(due, now + 0.05)  # (never a busy loop)
 

@@ -11,9 +11,10 @@ with its output at the end of the job's output and error files:
 The prologue decides whether the job runs: status 0 runs it; 1 aborts it; any other
 status, a timeout (`prologue_timeout`, Torque's $prologalarm: 300 s) or a script that
 cannot run puts the job back in the queue, with a system hold so that a broken script does
-not start it again at every pass.  The epilogue's status is only reported.  The server
-goes on while they run (it reaps them as it reaps jobs); the job's end is recorded as its
-epilogue starts.
+not start it again at every pass.  While the epilogue runs the job is E and keeps its
+nodes (no job starts there before it has cleaned up); its end is recorded when the
+epilogue ends, or times out; its status is only reported.  The server goes on while they
+run (it reaps them as it reaps jobs).
 """
 from __future__ import annotations
 
@@ -32,9 +33,9 @@ def prologue_args(job: Job, server: str) -> list[str]:
             job.account]
 
 
-def epilogue_args(job: Job, server: str, session: int) -> list[str]:
-    """For a job whose end is recorded (its exit status, CPU time and peaks known)."""
-    used = ",".join(f"{k}={v}" for k, v in common.resources_used(job, job.end_time).items())
+def epilogue_args(job: Job, server: str, session: int, now: float) -> list[str]:
+    """For a job whose process has ended at `now` (its exit status, CPU time and peaks known)."""
+    used = ",".join(f"{k}={v}" for k, v in common.resources_used(job, now).items())
     return [common.display_id(job, server), job.owner, group_of(job), job.name, str(session), resource_list(job),
             used, job.queue, job.account, str(job.exit_status)]
 

@@ -74,6 +74,10 @@ def apply(sched: Scheduler, rec: dict):
         # what the server knew of its process at the end (its peak memory), as `process` sets it
         sched.job(rec["id"]).extra.update(rec.get("set", {}))
         return ended
+    if op == "exiting":  # (its process ended: its epilogue runs, with the peaks the server saw)
+        job = sched.exiting(rec["id"], now, rec.get("exit_status"), rec.get("cpu_time"))
+        job.extra.update(rec.get("set", {}))
+        return job
     if op == "requeue":
         return sched.requeue(rec["id"], now)
     if op in ("suspend", "resume"):  # (with the signal it asks the server for, as `process` sets it)

@@ -58,6 +58,7 @@ OPS = {
     "pass": {},
     "run": {"id": _id, "nodes?": _words},
     "ended": {"id": _id, "exit_status": _status, "cpu_time?": lambda v: _number(v) and v >= 0, "set?": _table},
+    "exiting": {"id": _id, "exit_status?": _status, "cpu_time?": lambda v: _number(v) and v >= 0, "set?": _table},
     "requeue": {"id": _id},
     "suspend": {"id": _id, "set?": _table},
     "resume": {"id": _id, "set?": _table},
