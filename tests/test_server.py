@@ -334,6 +334,34 @@ def test_qsig_reaches_the_jobs_processes(live):
     assert cmd(env, work, "qsig", "-s", "NOPE", jid).returncode == 2
 
 
+def test_qmsg_writes_into_a_running_jobs_files(live):
+    """qmsg: a line at the end of the job's error file (-E, the default), its output file
+    (-O), or both; once into a joined file; refused for a job that does not run."""
+    env, home, work, start = live
+    start()
+    apart = cmd(env, work, "qsub", "-N", "apart", "-l", "walltime=60", stdin=(
+        "cd \"$PBS_O_WORKDIR\"; echo first; touch ready1; while [ ! -e go1 ]; do sleep 0.05; done; echo last\n")).stdout.strip()
+    joined = cmd(env, work, "qsub", "-N", "joined", "-j", "oe", "-l", "walltime=60", stdin=(
+        "cd \"$PBS_O_WORKDIR\"; touch ready2; while [ ! -e go2 ]; do sleep 0.05; done\n")).stdout.strip()
+    ready(work / "ready1", work / "ready2")
+    assert cmd(env, work, "qmsg", "to the errors", apart).returncode == 0
+    assert cmd(env, work, "qmsg", "-O", "to the output", apart).returncode == 0
+    assert cmd(env, work, "qmsg", "-E", "-O", "to both", apart, joined).returncode == 0
+    deadline = time.time() + 10  # (the server writes them at its next step)
+    while "to both" not in (work / f"joined.o{joined.split('.')[0]}").read_text():
+        assert time.time() < deadline
+        time.sleep(0.05)
+    (work / "go1").touch(), (work / "go2").touch()
+    wait_for(env, work, apart), wait_for(env, work, joined)
+    seq = apart.split(".")[0]
+    assert (work / f"apart.e{seq}").read_text() == "to the errors\nto both\n"
+    assert (work / f"apart.o{seq}").read_text() == "first\nto the output\nto both\nlast\n"
+    assert (work / f"joined.o{joined.split('.')[0]}").read_text() == "to both\n"
+    done = cmd(env, work, "qmsg", "late", apart)
+    assert done.returncode == 170 and "Request invalid for state of job" in done.stderr
+    assert cmd(env, work, "qmsg", "no job").returncode == 2 and cmd(env, work, "qmsg").returncode == 2
+
+
 def test_a_suspended_job_stops_and_its_walltime_stands_still(live):
     env, home, work, start = live
     start()

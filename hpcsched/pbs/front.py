@@ -33,7 +33,7 @@ from ..store.layout import environ, getenv, home
 #: command name -> "module:NAME" of its Command (common.py), run in this process
 COMMANDS = {name: f"{module}:{name.upper()}" for module, names in (
     ("qsub", ["qsub"]), ("qstat", ["qstat"]),
-    ("qctl", ["qalter", "qdel", "qhold", "qmove", "qrerun", "qrls", "qrun", "qselect", "qsig"]),
+    ("qctl", ["qalter", "qdel", "qhold", "qmove", "qmsg", "qrerun", "qrls", "qrun", "qselect", "qsig"]),
     ("maui", ["checkjob", "mdiag", "releaseres", "setres", "showbf", "showq", "showres", "showstart"]),
     ("psc", ["pbsyod", "shownids"]), ("pbsdsh", ["pbsdsh"]), ("partlist", ["partlist"]), ("pbsnodes", ["pbsnodes"]), ("qmgr", ["qmgr", "qstart", "qstop", "qenable", "qdisable"]),
     ("tracejob", ["tracejob"]), ("schedctl", ["schedctl", "qterm"]),

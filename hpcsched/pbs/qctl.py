@@ -404,6 +404,32 @@ def qsig(opts: list[tuple[str, str]], ids: list[str], out, now: float) -> int:
 QSIG = Command("qsig", "s:", "usage: qsig [-s signal] job_id ...", qsig, changes=True)
 
 
+MESSAGE_MAX = 4096  # characters of one qmsg message
+
+
+def qmsg(opts: list[tuple[str, str]], operands: list[str], out, now: float) -> int:
+    """Torque's and OpenPBS's qmsg: a line for a running job's error file (-E, the
+    default), its output file (-O), or both; the server writes it there as the owner."""
+    if not operands:
+        raise UsageError("no message given")
+    message, ids = operands[0], operands[1:]
+    if "\0" in message or len(message) > MESSAGE_MAX:
+        raise UsageError(f"illegal message (NUL, or over {MESSAGE_MAX} characters)")
+    streams = "".join(sorted({letter for letter, _ in opts})) or "E"
+
+    def post(batch: Batch, job: Job, opts: dict) -> None:
+        if not common.may_touch(batch.site, whoami(), job):
+            raise common.deny("qmsg", job, batch.site)
+        if job.state != RUNNING or job.extra.get("interactive"):
+            raise InvalidState("not running")
+        batch.do("process", now, id=job.id, set={"messages": [*job.extra.get("messages", []), [streams, message]]})
+
+    return act("qmsg", ids, post, only=lambda job: job.state == RUNNING)
+
+
+QMSG = Command("qmsg", "EO", "usage: qmsg [-E] [-O] message_string job_id ...", qmsg, changes=True, permute=False)
+
+
 def qrerun(opts: list[tuple[str, str]], ids: list[str], out, now: float) -> int:
     """Torque's and OpenPBS's qrerun (operators): the server kills the running job (SIGTERM,
     then SIGKILL after the grace) and puts it back in the queue, its run count one up.  A

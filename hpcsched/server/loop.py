@@ -275,6 +275,10 @@ class Server:
         if "epilogue_at" in job.extra:  # its process has ended: its epilogue holds its nodes
             self._after_epilogue(job, now)
             return
+        if job.extra.get("messages"):  # qmsg: its lines in the job's files
+            for streams, text in job.extra["messages"]:
+                self._tell(job, text, streams)
+            self._note(job, now, clear=["messages"])
         # the pid file names the wrapper that runs the job; the start time recorded at
         # launch (None: it had already ended) tells a reused pid from ours.  On a
         # multi-user site the file is the owner's to write: the pid the server saw at
@@ -407,19 +411,22 @@ class Server:
                 now >= x.get("used_at", x.get("launched", now)) + PEAK_EVERY:
             self._note(job, now, set={"used_mem": peak[0], "used_vmem": peak[1], "used_at": now})
 
-    def _tell(self, job: Job, line: str) -> None:
-        """Write pbs_mom's word on a job it kills at the end of the job's error file (its
-        output file when they are joined), with the owner's rights."""
+    def _tell(self, job: Job, line: str, streams: str = "E") -> None:
+        """Write a line at the end of the job's error file (E: its output file when they are
+        joined) or output file (O), with the owner's rights: pbs_mom's word on a job it
+        kills, a qmsg."""
         if job.extra.get("interactive") or "launched" not in job.extra:
             return
         try:
             owner = privilege.Owner.of(job.owner) if self.as_owners else None
-            *_, into = self._streams(job, owner)
+            out, err, into = self._streams(job, owner)
+            paths = {into if s == "E" else err if job.extra.get("join") == "eo" else out for s in streams}
             with privilege.acting_as(owner) if owner else contextlib.nullcontext():
-                with open(into, "a") as f:
-                    f.write(line + "\n")
+                for path in sorted(paths):  # (joined: one file, the line once)
+                    with open(path, "a") as f:
+                        f.write(line + "\n")
         except (KeyError, OSError):
-            pass  # (an owner gone, a file the owner removed: the kill goes on)
+            pass  # (an owner gone, a file the owner removed: the server goes on)
 
     def _finish(self, job: Job, status: int, now: float, why: str = "", cpu_time: float | None = None) -> None:
         """The job ended with `status`: record it (E, or A when the server lost or could
