@@ -57,6 +57,10 @@ def test_checkjob_says_why_and_when(busy):
     assert "unknown while the limit" not in out  # (it waits for nodes alone: the estimate is its start)
     assert "job cannot run: job is held" in run("checkjob", "3")[1]
     assert run("checkjob", "99")[0] == 153
+    # -v: its request, and the reservation the pass gives it (on the first node job 1 frees)
+    status, out = run("checkjob", "-v", "2")
+    assert status == 0 and "\nResources: nodect=1,ncpus=1,nodes=1,walltime=00:30:00\nFeatures: [NONE]\n" in out
+    assert "\nReservation '2' (00:5" in out and "Duration: 00:30:00) on node01\n" in out
 
 
 def test_showres_lists_job_and_admin_reservations(busy, monkeypatch, capsys):

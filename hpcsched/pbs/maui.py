@@ -20,7 +20,7 @@ from ..core.timefmt import parse_duration
 from ..machines.bluegene import BlueGene
 from ..store.journaled import Batch
 from ..store.site import load_site, whoami
-from . import common
+from . import common, qstat
 from .attributes import build_request
 from .common import Command
 from .errors import UsageError
@@ -238,9 +238,19 @@ def checkjob(opts: list[tuple[str, str]], operands: list[str], out, now: float) 
         w(f"Holds:    {' '.join({'u': 'User', 'o': 'Operator', 's': 'System'}[h.value] for h in sorted(job.holds))}\n")
     if job.nodes:
         w(f"Allocated Nodes: {nodelist.compress(list(job.nodes))}\n")
+    verbose = bool(opts)  # -v: the job's request, comment and reservation as well
+    if verbose:
+        w(f"Resources: {','.join(f'{k}={v}' for k, v in qstat.resource_list(job).items())}\n")
+        w(f"Features: {''.join(f'[{f}]' for f in job.request.features) or '[NONE]'}\n")
+        if job.comment:
+            w(f"Comment: {job.comment}\n")
     w("\n")
     if job.state in PENDING:
         _, plan = preview(batch, now)
+        if verbose and job.id in plan.reserved:
+            t, alloc = plan.reserved[job.id]
+            w(f"Reservation '{job.id}' ({dhms(t - now)} -> {dhms(t + job.walltime - now)}  Duration: "
+              f"{dhms(job.walltime)}) on {nodelist.compress(list(alloc.nodes)) or '-'}\n")
         if any(s.job_id == job.id for s in plan.started):
             w("job can start now: it starts at the next scheduling pass\n" if site.config.get("scheduling", True)
               else "job can start now, but scheduling is stopped (schedctl --start starts it again)\n")
@@ -571,7 +581,7 @@ def releaseres(opts: list[tuple[str, str]], operands: list[str], out, now: float
 
 
 SHOWQ = Command("showq", "ribcu:w:", "usage: showq [-r|-i|-b|-c] [-u user] [-w user=|group=|acct=|class=NAME]", showq)
-CHECKJOB = Command("checkjob", "", "usage: checkjob JOBID", checkjob)
+CHECKJOB = Command("checkjob", "v", "usage: checkjob [-v] JOBID", checkjob)
 SHOWSTART = Command("showstart", "", "usage: showstart JOBID | PROCS[@DURATION]", showstart)
 SHOWRES = Command("showres", "n", "usage: showres [-n] [RESID ...]", showres)
 SHOWBF = Command("showbf", "", "usage: showbf", showbf)
