@@ -282,6 +282,7 @@ def test_order_is_the_order_a_pass_walks(dynamic):
     sched = scheduler(n=1, depth=float("inf"), policy=Multifactor(weight_fairshare=0.0, weight_user=1000.0) if dynamic else None)
     sched.submit(job(wall=100.0), 0.0)
     sched.iterate(0.0)
+    assert sched.order(0.0) == []  # (nothing waits)
     for k, (owner, prio, at) in enumerate([("a", 0, 1.0), ("b", 5, 2.0), ("a", 5, 3.0), ("c", -3, 4.0)]):
         sched.submit(job(wall=10.0 * (k + 1), owner=owner, priority=prio), at)
     order = [j.id for j in sched.order(50.0)]

@@ -565,7 +565,7 @@ class Scheduler:
 
     def order(self, now: float) -> list[Job]:
         """The runnable jobs in the order a pass at `now` walks them (showq lists them so)."""
-        return list(self._prioritise(now, None)[0])
+        return list(self._prioritise(now, None)[0]) if self._queued else []
 
     def _prioritise(self, now: float, ctx: Context | None) -> tuple[Iterable[Job], Job]:
         """The runnable jobs in priority order, and the last of them."""
