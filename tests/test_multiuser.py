@@ -9,6 +9,7 @@ from __future__ import annotations
 import grp
 import os
 import pwd
+import select
 import shutil
 import signal
 import socket
@@ -354,10 +355,11 @@ def test_a_client_refuses_a_socket_another_user_serves(users):
     os.chmod(home, 0o777)
     got = []
     r, w = os.pipe()
+    done_r, done_w = os.pipe()  # (closed once alice's qsub has returned: bob's listener may stop)
     pid = os.fork()
     if pid == 0:
         try:
-            os.close(r)
+            os.close(r), os.close(done_w)
             os.setgid(users[BOB].pw_gid)
             os.setuid(users[BOB].pw_uid)
             s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
@@ -365,19 +367,23 @@ def test_a_client_refuses_a_socket_another_user_serves(users):
             os.chmod(home / "commands.sock", 0o777)  # open to all, as the real one is
             s.listen(1)
             os.write(w, b"ready")
-            s.settimeout(5)
-            try:
+            # listen until the qsub is over, however long a loaded machine makes it (a
+            # fixed 5 s let the socket go stale first: qsub then ran without a server)
+            if s in select.select([s, done_r], [], [], 120)[0]:
                 conn, _ = s.accept()
                 conn.settimeout(2)
-                data = conn.recv(65536)
+                try:
+                    data = conn.recv(65536)
+                except OSError:
+                    data = b""
                 os._exit(3 if data else 0)
-            except OSError:
-                os._exit(0)
+            os._exit(0)
         finally:
             os._exit(2)
-    os.close(w)
+    os.close(w), os.close(done_r)
     os.read(r, 5)
     status, _, err = run_as(ALICE, home, "qsub", [], cwd="/", stdin=b"echo my secret\n")
+    os.close(done_w)
     _, ws = os.waitpid(pid, 0)
     got.append(os.waitstatus_to_exitcode(ws))
     shutil.rmtree(base, ignore_errors=True)
