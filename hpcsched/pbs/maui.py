@@ -84,21 +84,21 @@ def showq(opts: list[tuple[str, str]], operands: list[str], out, now: float) -> 
     if len(views) > 1:
         raise UsageError("give one of -r, -i, -b, -c")
     site, batch = load()
-    sched = batch.scratch()  # (the order and the -i pass are worked out on it)
+    view = views[0] if views else ""
+    sched = batch.scratch() if view in ("", "i") else batch.sched  # (the order and -i's pass are worked out on it)
     mine = lambda j: all(f(j) == wanted for f, wanted in keep)  # noqa: E731
     jobs = [j for j in sched.jobs.values() if mine(j)]
-    view = views[0] if views else ""
     w = out.write
     if view == "c":
         return _completed(sorted((j for j in jobs if j.state in FINISHED and j.start_time is not None),
                                  key=lambda j: (j.end_time or 0.0, j.id)), w)
     active = sorted((j for j in jobs if j.state in ACTIVE),
                     key=lambda j: (j.planned_end(now), j.id))  # (Maui: soonest to end first)
-    rank = {j.id: k for k, j in enumerate(sched.order(now))}
-    idle = sorted((j for j in jobs if j.id in rank), key=lambda j: rank[j.id])
-    blocked = sorted((j for j in jobs if j.state in PENDING and j.id not in rank), key=lambda j: j.id)
     if view == "r":
         return _running(active, sched, now, w)
+    blocked = sorted((j for j in jobs if j.state in PENDING and j.state != QUEUED), key=lambda j: j.id)
+    rank = {j.id: k for k, j in enumerate(sched.order(now))} if view != "b" else {}
+    idle = sorted((j for j in jobs if j.id in rank), key=lambda j: rank[j.id])
     if view == "i":
         return _eligible(idle, sched.iterate(now), now, w)
     total_procs = sum(n.cores for n in sched.topology.all_nodes())
@@ -182,7 +182,7 @@ def _completed(done: list[Job], w) -> int:
     w(f"{'JOBNAME':<18} {'S':>1} {'CCODE':>6} {'EFFIC':>7} {'XFACTOR':>8} {'USERNAME':>12} {'GROUP':>10} "
       f"{'MHOST':>12} {'PROCS':>5} {'WALLTIME':>11}  {'STARTTIME':>19}\n\n")
     for j in done:
-        used = common.run_time(j, j.end_time if j.end_time is not None else j.start_time)
+        used = common.run_time(j, j.end_time)
         effic = f"{100.0 * j.cpu_time / (procs(j) * used):.2f}" if j.cpu_time and used > 0 and procs(j) else "--"
         ccode = "--" if j.exit_status is None else j.exit_status
         w(f"{j.id:<18} {'C' if j.state == COMPLETED else 'R':>1} {ccode:>6} {effic:>7} "
@@ -375,7 +375,7 @@ def showstart(opts: list[tuple[str, str]], operands: list[str], out, now: float)
     end = job.planned_end(now) if job.state in ACTIVE else start + job.walltime
     w(f"Estimated Rsv based start in      {dhms(start - now):>14} on {when(start)}\n")
     w(f"Estimated Rsv based completion in {dhms(end - now):>14} on {when(end)}\n")
-    if plan is not None and job.id in sched.jobs and plan.limited(job.id):
+    if plan is not None and "@" not in what and plan.limited(job.id):  # (a job not submitted has no limits' word)
         w("\n(a limit holds the job back: the estimate counts free nodes only)\n")
     return 0
 
