@@ -963,3 +963,30 @@ def test_a_refusing_failing_or_hanging_filter_refuses_the_job_and_saves_nothing(
         submit("-l", "walltime=60")
     assert e.value.status == 1 and "administratively rejected by the queueing system" in str(e.value)
     assert message in str(e.value) and not (rig / "home" / "journal.jsonl").exists()
+
+
+def test_qsub_block_without_a_server_waits_on_the_store(rig, monkeypatch, tmp_path):
+    """-W block=true on a rig with no server running: qsub waits, reading the store, until
+    whatever runs the job records its end (here a pass and an end by hand)."""
+    import threading
+
+    from hpcsched.store.journaled import Batch
+    from hpcsched.store.site import load_site
+    (tmp_path / "job.sh").write_text("#!/bin/sh\ntrue\n")
+    out, result = io.StringIO(), []
+    monkeypatch.setattr(qsub, "blocked", lambda jid, remote, poll=1.0, real=qsub.blocked: real(jid, remote, 0.05))
+    waiter = threading.Thread(target=lambda: result.append(qsub.QSUB(["-W", "block=true", str(tmp_path / "job.sh")],
+                                                                      out=out)))
+    waiter.start()
+    deadline = time.time() + 10
+    while not out.getvalue():
+        assert time.time() < deadline
+        time.sleep(0.02)
+    jid = int(out.getvalue().split(".")[0])
+    time.sleep(0.2)
+    assert result == []  # (still waiting)
+    with Batch.of(load_site()).open() as batch:
+        batch.do("pass", time.time())
+        batch.do("ended", time.time(), id=jid, exit_status=4)
+    waiter.join(10)
+    assert result == [4]

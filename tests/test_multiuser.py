@@ -413,6 +413,15 @@ sleep 3004
     assert err.stat().st_uid == pwd.getpwnam(ALICE).pw_uid
 
 
+def test_qsub_block_waits_through_the_server_on_a_site_the_user_does_not_own(live, users):
+    # (the server submits the job; alice's qsub waits, asking the server, and exits with
+    # the job's status)
+    script(ALICE, "blocked.sh", "exit 6\n")
+    status, out, err = live.run(ALICE, "qsub", "-W", "block=true", "blocked.sh")
+    assert status == 6 and out.count("\n") == 1, err
+    assert live.wait(int(out.split(".")[0])).exit_status == 6
+
+
 def test_the_sites_scripts_run_as_the_server_and_write_into_the_owners_files_as_the_owner(site, users):
     site.configure('prologue = ["sh", "-c", "echo pro $(id -un) $2 $3", "pro"]\n'
                    'epilogue = ["sh", "-c", "echo epi $(id -un) $2 ${10}", "epi"]\n')

@@ -362,6 +362,32 @@ def test_qmsg_writes_into_a_running_jobs_files(live):
     assert cmd(env, work, "qmsg", "no job").returncode == 2 and cmd(env, work, "qmsg").returncode == 2
 
 
+def test_qsub_block_waits_for_the_jobs_end_and_exits_with_its_status(live):
+    """OpenPBS's qsub -W block=true: the id at once, then the job's exit status once it
+    has ended (271, and a line, for one deleted before it ran); refused in a directive, with
+    an array, or with a value other than true or false."""
+    import re
+    env, home, work, start = live
+    start()
+    done = cmd(env, work, "qsub", "-W", "block=true", "-l", "walltime=60", stdin="sleep 0.5; exit 3\n")
+    assert done.returncode == 3 and re.fullmatch(r"1\.\S+\n", done.stdout)  # (the id, then the wait)
+    assert state(env, work, done.stdout.strip())["exit_status"] == "3"
+    quiet = cmd(env, work, "qsub", "-z", "-W", "umask=022,block=True", stdin="true\n")
+    assert (quiet.returncode, quiet.stdout) == (0, "")
+    waiting = subprocess.Popen([os.path.join(BIN, "qsub"), "-h", "-W", "block=true"], stdin=subprocess.PIPE,
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, cwd=work)
+    waiting.stdin.write("true\n")
+    waiting.stdin.close()
+    jid = waiting.stdout.readline().strip()
+    assert cmd(env, work, "qdel", jid).returncode == 0
+    assert waiting.wait(20) == 271 % 256 and f"qsub: job {jid} was deleted before it ran" in waiting.stderr.read()
+    waiting.stdout.close(), waiting.stderr.close()
+    for argv, script in ((["-W", "block=maybe"], "true\n"), (["-t", "1-2", "-W", "block=true"], "true\n"),
+                         ([], "#PBS -W block=true\ntrue\n")):
+        refused = cmd(env, work, "qsub", *argv, stdin=script)
+        assert refused.returncode == 2 and refused.stdout == "", refused.stderr
+
+
 def test_a_suspended_job_stops_and_its_walltime_stands_still(live):
     env, home, work, start = live
     start()

@@ -62,9 +62,19 @@ def _reads_stdin(prog: str, argv: list[str]) -> bool:
     return not operands and ("I", "") not in opts
 
 
+def blocks(opts: list[tuple[str, str]]) -> bool:
+    """OpenPBS's `qsub -W block=true` on the command line: qsub waits for the job's end."""
+    return any(letter == "W" and any(part.strip().lower() == "block=true" for part in value.split(","))
+               for letter, value in opts)
+
+
 def _runs_here(prog: str, argv: list[str]) -> bool:
-    """pbsyod and `qsub -I` need the caller's own process (its job, its terminal)."""
-    return prog in LOCAL_ONLY or prog == "qsub" and ("I", "") in _qsub_options(argv)[0]
+    """pbsyod, `qsub -I` and `qsub -W block=true` need the caller's own process (its job,
+    its terminal, its wait)."""
+    if prog in LOCAL_ONLY:
+        return True
+    opts = _qsub_options(argv)[0] if prog == "qsub" else ()
+    return ("I", "") in opts or blocks(opts)
 
 
 class Impostor(Exception):

@@ -67,7 +67,11 @@ def make_job(options: dict[str, str], resources: dict[str, str], script: str, sc
             elif key == "umask":
                 parse_umask(val)
                 extra_w[key] = val
-            elif key in ("block", "stagein", "stageout", "x", "sandbox", "run_count"):
+            elif key == "block":
+                if val.strip().lower() not in ("true", "false"):
+                    raise UsageError(f"illegal -W value block={val} (true or false)")
+                extra_w[key] = val
+            elif key in ("stagein", "stageout", "x", "sandbox", "run_count"):
                 extra_w[key] = val
             else:
                 raise UsageError(f"illegal -W value {key}")
@@ -158,7 +162,10 @@ def submit_parsed(cmd: list[tuple[str, str]], rest: list[str], stdin=None, cwd: 
     if site.config.get("submit_filter") and not interactive and not python_filter:
         script = submit_filter(site.config["submit_filter"], words, script, cwd, env)
     prefix = next((v for letter, v in cmd if letter == "C"), env.get("PBS_DPREFIX", "#PBS"))
-    options, resources = merge(cmd, directives(script, prefix))
+    found = directives(script, prefix)
+    if commands.blocks(found):  # (qsub reads its own command line to know it must wait)
+        raise UsageError("-W block=true is an option of the qsub command line, not a directive")
+    options, resources = merge(cmd, found)
     user = whoami()
     if site.multi_user:
         _may_run_as(site, user)
@@ -169,6 +176,8 @@ def submit_parsed(cmd: list[tuple[str, str]], rest: list[str], stdin=None, cwd: 
     args = shlex.join(words)
     if args:
         job.extra["submit_args"] = args  # (qstat -f's submit_args, normalised: -l and its value apart)
+    if commands.blocks(cmd) and (interactive or "t" in options or "J" in options):
+        raise UsageError("-W block=true cannot be used with an array or an interactive job (-I)")
     if interactive:
         if "t" in options or "J" in options:
             raise UsageError("an interactive job (-I) cannot be an array")
@@ -381,11 +390,64 @@ def _waiting(jid: str, job_id: int, remote: bool) -> bool:
     return job is not None and job.end_time is None
 
 
+def blocked(jid: str, remote: bool, poll: float = 1.0) -> int:
+    """`-W block=true`: wait for the job's end and return its Exit_status as qstat -x shows
+    it (OpenPBS's qsub does so; 256 + the signal for one killed, 271 for one deleted before
+    it ran: the shell sees it modulo 256).  ^C stops the wait, not the job."""
+    import json
+    try:
+        while True:
+            argv = ["-x", "-f", "-F", "json", jid]
+            answer = commands.ask("qstat", argv)  # (a site the caller does not own has no other door)
+            if answer is None and not remote:
+                import io
+
+                from .qstat import QSTAT
+                out = io.StringIO()
+                answer = QSTAT(argv, out=out), out.getvalue(), b""
+            if answer is not None and answer[0] == common.UNKNOWN_JOB:
+                sys.stderr.write(f"qsub: job {jid} is gone (its record was not kept)\n")
+                return 1
+            try:
+                attrs = next(iter(json.loads(answer[1])["Jobs"].values()))
+            except (TypeError, ValueError, KeyError, StopIteration):
+                attrs = {}  # (no server for now, or a reply it could not read: asked again)
+            if attrs.get("job_state") == "F":
+                if "stime" not in attrs:
+                    sys.stderr.write(f"qsub: job {jid} was deleted before it ran\n")
+                return attrs.get("Exit_status", 1)
+            time.sleep(poll)
+    except KeyboardInterrupt:
+        sys.stderr.write(f"\nqsub: no longer waiting; job {jid} goes on\n")
+        return 130
+
+
 def qsub(opts: list[tuple[str, str]], operands: list[str], out, now: float) -> int:
-    """Submit, print the id (not with -z); with -I, wait for the job and run its session."""
+    """Submit, print the id (not with -z); with -I, wait for the job and run its session;
+    with -W block=true, wait for its end and exit with its exit status."""
+    argv = [part for letter, value in opts for part in (f"-{letter}", value) if part] + operands
     if ("I", "") in opts and sitemod.caller is None and not commands.owns_site():
-        return remote_session([part for letter, value in opts for part in (f"-{letter}", value) if part] + operands)
+        return remote_session(argv)
+    if commands.blocks(opts) and sitemod.caller is None and not commands.owns_site():
+        quiet = ("z", "") in opts  # (the id is needed here: asked for, not shown)
+        # (the server submits it, the wait is here)
+        answer = commands.ask("qsub", [a for a in argv if a != "-z"] if quiet else argv)
+        if answer is None:
+            sys.stderr.write("qsub: cannot connect to the hpcsched server (it is not running)\n")
+            return common.SYSTEM
+        status, said, err = answer
+        sys.stderr.write(err.decode(errors="replace"))
+        if not quiet:
+            out.write(said.decode(errors="replace"))
+            out.flush()
+        return status or blocked(said.decode().strip(), remote=True)
     jid, quiet = submit_parsed(opts, operands, now=now)
+    if commands.blocks(opts) and sitemod.caller is None:
+        if not quiet:
+            out.write(jid + "\n")
+            out.flush()
+        notify(load_site().home)  # the server starts it as soon as it can
+        return blocked(jid, remote=False)
     if ("I", "") in opts and sitemod.caller is not None:  # (the server, for remote_session)
         out.write(f"{jid}\n")
         return 0
