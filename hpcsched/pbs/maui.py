@@ -357,7 +357,8 @@ def showstart(opts: list[tuple[str, str]], operands: list[str], out, now: float)
             raise common.CommandError(f"cannot locate job '{what}'", common.UNKNOWN_JOB) from None
         name = str(job.id)
         if job.state in FINISHED:
-            raise common.CommandError(f"job {job.id} has {'completed' if job.state == COMPLETED else 'been removed'}", 1)
+            raise common.CommandError(f"job {job.id} has {'completed' if job.state == COMPLETED else 'been removed'}",
+                                      1)
         if job.state in PENDING and job.state not in (QUEUED, WAITING):
             raise common.CommandError(f"cannot estimate job {job.id}'s start: " + (
                 "it is held" if job.state == HELD else "it waits for its dependencies" if job.state == DEP_HOLD
