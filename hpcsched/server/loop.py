@@ -463,15 +463,10 @@ class Server:
                 return self._prologue_failed(job, None, did, now)
             self.prologues[run] = (proc, now)
             return 0
-        proc, began = self.prologues[run]
-        status = self._ended(proc)
-        if status is not None:
-            did = f"exited {status}" if status >= 0 else f"was killed by signal {-status}"
-        elif now >= began + self.script_timeout:
-            self._kill_script(proc)
-            did = f"timed out after {self.script_timeout:g} s"
-        else:
+        end = self._script_end(*self.prologues[run], now)
+        if end is None:
             return 0  # (its end pokes the server: SIGCHLD)
+        status, did = end
         del self.prologues[run]
         if status != 0:
             return self._prologue_failed(job, status, did, now)
@@ -519,21 +514,28 @@ class Server:
     def _after_epilogue(self, job: Job, now: float) -> None:
         """Once the job's epilogue has ended (or timed out, or was lost with a server that
         stopped), the job's end is recorded and its nodes freed; a bad end is reported."""
-        proc, began = self.epilogues.get(job.id, (None, now))
-        status = self._ended(proc) if proc is not None else None
-        if proc is None:
-            did = "was not seen to end (the server restarted)"
-        elif status is not None:
-            did = f"exited {status}" if status >= 0 else f"was killed by signal {-status}"
-        elif now >= began + self.script_timeout:
-            self._kill_script(proc)
-            did = f"timed out after {self.script_timeout:g} s"
+        if job.id in self.epilogues:
+            end = self._script_end(*self.epilogues[job.id], now)
+            if end is None:
+                return  # (its end pokes the server: SIGCHLD)
+            status, did = end
         else:
-            return  # (its end pokes the server: SIGCHLD)
+            status, did = None, "was not seen to end (the server restarted)"
         self.epilogues.pop(job.id, None)
         if status != 0:
             print(f"hpcsched server: job {job.id}: epilogue {did}", file=sys.stderr)
         self._finish(job, job.exit_status, now)
+
+    def _script_end(self, proc: subprocess.Popen, began: float, now: float) -> tuple[int | None, str] | None:
+        """A site script's end: (its status, what it did), a timeout killing it (None, ...),
+        or None while it runs within its time."""
+        status = self._ended(proc)
+        if status is not None:
+            return status, f"exited {status}" if status >= 0 else f"was killed by signal {-status}"
+        if now >= began + self.script_timeout:
+            self._kill_script(proc)
+            return None, f"timed out after {self.script_timeout:g} s"
+        return None
 
     def _ended(self, proc: subprocess.Popen) -> int | None:
         """A site script's exit status (negative: the signal that killed it), or None while
