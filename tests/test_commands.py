@@ -902,7 +902,7 @@ def test_a_command_on_many_jobs_syncs_its_journal_once_and_reads_each_job_once(r
 
 
 def test_t_names_the_subjobs_of_an_array_to_hold_release_or_delete(rig, capsys):
-    """Torque's `-t RANGE` with qhold, qrls and qdel: only those subjobs of the array."""
+    """Torque's `-t RANGE` with qhold, qrls, qalter and qdel: only those subjobs of the array."""
     submit("-t", "1-6", "-l", "walltime=60")
 
     def states():
@@ -911,6 +911,8 @@ def test_t_names_the_subjobs_of_an_array_to_hold_release_or_delete(rig, capsys):
     assert states() == ["Q", "H", "H", "Q", "H", "Q"]
     assert qctl.QRLS(["-t", "3", "1.headnode"], out=io.StringIO()) == 0
     assert states() == ["Q", "H", "Q", "Q", "H", "Q"]
+    assert qctl.QALTER(["-t", "1,3", "-N", "renamed", "1[]"], out=io.StringIO()) == 0
+    assert [full(f"1[{i}]")["Job_Name"] for i in (1, 2, 3)] == ["renamed", "STDIN", "renamed"]
     assert qctl.QDEL(["-t", "4-6", "1[]"], out=io.StringIO()) == 0
     assert states() == ["Q", "H", "Q", "C", "C", "C"]
     assert qctl.QDEL(["-t", "9", "1[]"], out=io.StringIO()) == 153

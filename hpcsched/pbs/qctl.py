@@ -132,7 +132,7 @@ QRLS = Command("qrls", "h:t:", "usage: qrls [-h u|o|s] [-t array_range] job_id .
 
 ALTER_USAGE = ("usage: qalter [-a date_time] [-A account] [-e path] [-h hold_list] [-j join] [-k keep] "
                "[-l resources] [-m mail] [-M users] [-N name] [-o path] [-p priority] [-r y|n] [-S shell] "
-               "[-v vars] [-W attrs] job_id ...")
+               "[-v vars] [-W attrs] [-t array_range] job_id ...")
 
 
 def alter_changes(job: Job, options: dict[str, str], resources: dict[str, str], now: float,
@@ -221,7 +221,8 @@ def alter_changes(job: Job, options: dict[str, str], resources: dict[str, str], 
 
 def qalter(opts: list[tuple[str, str]], ids: list[str], out, now: float) -> int:
     from .attributes import merge
-    options, resources = merge(opts, [])
+    subjobs = {letter: value for letter, value in opts if letter == "t"}  # (Torque's -t: which subjobs)
+    options, resources = merge([(k, v) for k, v in opts if k != "t"], [])
 
     def alter(batch: Batch, job: Job, _opts: dict) -> None:
         import time as _time
@@ -247,10 +248,10 @@ def qalter(opts: list[tuple[str, str]], ids: list[str], out, now: float) -> int:
                 raise common.deny("qalter", job, batch.site)
             batch.do("hold", id=job.id, kind=h)
 
-    return act("qalter", ids, alter)
+    return act("qalter", ids, alter, subjobs)
 
 
-QALTER = Command("qalter", "a:A:e:h:j:k:l:m:M:N:o:p:r:S:v:W:", ALTER_USAGE, qalter, changes=True, permute=False)
+QALTER = Command("qalter", "a:A:e:h:j:k:l:m:M:N:o:p:r:S:v:W:t:", ALTER_USAGE, qalter, changes=True, permute=False)
 
 
 def qmove(opts: list[tuple[str, str]], operands: list[str], out, now: float) -> int:
