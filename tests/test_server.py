@@ -346,6 +346,7 @@ def test_qmsg_writes_into_a_running_jobs_files(live):
     ready(work / "ready1", work / "ready2")
     assert cmd(env, work, "qmsg", "to the errors", apart).returncode == 0
     assert cmd(env, work, "qmsg", "-O", "to the output", apart).returncode == 0
+    assert cmd(env, work, "qmsg", "-O", "raw \udcff byte", apart).returncode == 0  # (a byte no UTF-8: it took the server down)
     assert cmd(env, work, "qmsg", "-E", "-O", "to both", apart, joined).returncode == 0
     deadline = time.time() + 10  # (the server writes them at its next step)
     while "to both" not in (work / f"joined.o{joined.split('.')[0]}").read_text():
@@ -355,7 +356,7 @@ def test_qmsg_writes_into_a_running_jobs_files(live):
     wait_for(env, work, apart), wait_for(env, work, joined)
     seq = apart.split(".")[0]
     assert (work / f"apart.e{seq}").read_text() == "to the errors\nto both\n"
-    assert (work / f"apart.o{seq}").read_text() == "first\nto the output\nto both\nlast\n"
+    assert (work / f"apart.o{seq}").read_bytes() == b"first\nto the output\nraw \xff byte\nto both\nlast\n"
     assert (work / f"joined.o{joined.split('.')[0]}").read_text() == "to both\n"
     done = cmd(env, work, "qmsg", "late", apart)
     assert done.returncode == 170 and "Request invalid for state of job" in done.stderr

@@ -423,8 +423,8 @@ class Server:
             paths = {into if s == "E" else err if job.extra.get("join") == "eo" else out for s in streams}
             with privilege.acting_as(owner) if owner else contextlib.nullcontext():
                 for path in sorted(paths):  # (joined: one file, the line once)
-                    with open(path, "a") as f:
-                        f.write(line + "\n")
+                    with open(path, "ab") as f:  # (a qmsg's bytes as its caller gave them)
+                        f.write(os.fsencode(line + "\n"))
         except (KeyError, OSError):
             pass  # (an owner gone, a file the owner removed: the server goes on)
 
