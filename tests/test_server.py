@@ -931,6 +931,20 @@ def test_a_job_keeps_its_nodes_while_its_epilogue_runs(live):
     began = time.time()
     assert wait_for(env, work, stuck)["exit_status"] == "0" and 1 < time.time() - began < 10
     assert not _alive("sleep 3174")
+    # a job stuck in E (or one that will not end) goes at once with qdel -W force (its
+    # owner) or -p (operators), its epilogue killed; a plain qdel cannot delete it twice
+    purged = cmd(env, work, "qsub", "-N", "stuck", "-l", "walltime=60", stdin="true\n").stdout.strip()
+    wait_for(env, work, purged, "E")
+    assert cmd(env, work, "qdel", purged).returncode == 170
+    assert cmd(env, work, "qdel", "-p", purged).returncode == 159  # (alice is no operator)
+    began = time.time()
+    assert cmd(env, work, "qdel", "-W", "force", purged).returncode == 0
+    assert wait_for(env, work, purged)["exit_status"] == "0" and time.time() - began < 2.5
+    assert not _alive("sleep 3174")
+    running = cmd(env, work, "qsub", "-l", "walltime=60", stdin="trap '' TERM; sleep 3175\n").stdout.strip()
+    wait_for(env, work, running, "R")
+    assert cmd(env, work, "qdel", "-W", "force", running).returncode == 0
+    assert wait_for(env, work, running)["exit_status"] == str(256 + signal.SIGKILL) and not _alive("sleep 3175")
     over = cmd(env, work, "qsub", "-N", "over", "-l", "walltime=1", stdin="sleep 60\n").stdout.strip()
     assert wait_for(env, work, over)["exit_status"] == str(256 + signal.SIGTERM)
     mails = (home / "mail.out").read_text().split("\n.\n")

@@ -92,10 +92,20 @@ def _array_of(text: str) -> str:
 
 
 def qdel(batch: Batch, job: Job, opts: dict) -> None:
-    if not common.may_touch(batch.site, whoami(), job):
+    """Delete a job; a running one is told to stop.  Torque's -p (operators) and OpenPBS's
+    -W force purge a running or exiting job: the server ends it at once, killing its
+    processes and any epilogue still running, for a job that will not end by itself."""
+    purge = "p" in opts or opts.get("W") == "force"
+    user = whoami()
+    if not common.may_touch(batch.site, user, job) or "p" in opts and not batch.site.is_operator(user):
         raise common.deny("qdel", job, batch.site)
     now = _time.time()
+    if purge and job.state == EXITING:
+        batch.do("process", now, id=job.id, set={"purge": True})
+        return  # (told to stop, or its epilogue runs: its D record is written already, or not due)
     batch.do("delete", now, id=job.id)
+    if purge and job.state == EXITING:
+        batch.do("process", now, id=job.id, set={"purge": True})
     accounting.write(batch.site.home, "D", job, batch.site.server, now)
     accounting.dependency_deletions(batch, now)
 

@@ -272,6 +272,11 @@ class Server:
             if job.state == EXITING:  # deleted between its pass and its launch
                 self._finish(job, 256 + signal.SIGTERM, now)
             return
+        if job.extra.get("purge"):  # qdel -p or -W force: it ends now, whatever it runs
+            if job.id in self.epilogues:
+                self._kill_script(self.epilogues.pop(job.id)[0])
+            self._finish(job, job.exit_status if "epilogue_at" in job.extra else 256 + signal.SIGKILL, now)
+            return
         if "epilogue_at" in job.extra:  # its process has ended: its epilogue holds its nodes
             self._after_epilogue(job, now)
             return
