@@ -100,11 +100,11 @@ def qdel(batch: Batch, job: Job, opts: dict) -> None:
     if not common.may_touch(batch.site, user, job) or "p" in opts and not batch.site.is_operator(user):
         raise common.deny("qdel", job, batch.site)
     now = _time.time()
-    if purge and job.state == EXITING:
+    if purge and job.state == EXITING:  # deleted already, or its epilogue runs: it goes now
         batch.do("process", now, id=job.id, set={"purge": True})
-        return  # (told to stop, or its epilogue runs: its D record is written already, or not due)
+        return
     batch.do("delete", now, id=job.id)
-    if purge and job.state == EXITING:
+    if purge and job.state == EXITING:  # (it was running: it goes now, not after the grace)
         batch.do("process", now, id=job.id, set={"purge": True})
     accounting.write(batch.site.home, "D", job, batch.site.server, now)
     accounting.dependency_deletions(batch, now)

@@ -508,7 +508,7 @@ class Server:
         owner = None
         with contextlib.suppress(KeyError):
             owner = privilege.Owner.of(job.owner) if self.as_owners else None
-        args = scripts.epilogue_args(job, self.site.server, job.extra.get("session", job.extra["pid"]), now)
+        args = scripts.epilogue_args(job, self.site.server, job.extra.get("session", job.extra.get("pid", 0)), now)
         proc, did = self._script(self.epilogue, args, job, owner)
         if proc is None:
             print(f"hpcsched server: job {job.id}: epilogue {did}", file=sys.stderr)
