@@ -147,8 +147,7 @@ def _running(active: list[Job], sched, now: float, w) -> int:
     w(f"{'JOBNAME':<18} {'S':>1} {'XFACTOR':>8} {'USERNAME':>12} {'GROUP':>10} {'MHOST':>12} {'PROCS':>5} "
       f"{'REMAINING':>11}  {'STARTTIME':>19}\n\n")
     for j in active:
-        letter = "S" if common.is_suspended(j) else "R" if j.state == RUNNING else "E"
-        w(f"{j.id:<18} {letter:>1} {_xfactor(j.start_time - j.submit_time, j.walltime):>8} {j.owner:>12} "
+        w(f"{j.id:<18} {common.state_letter(j, 'torque'):>1} {_xfactor(j.start_time - j.submit_time, j.walltime):>8} {j.owner:>12} "
           f"{_group(j):>10} {(j.nodes or ('-',))[0]:>12} {procs(j):>5} {dhms(j.planned_end(now) - now):>11}  "
           f"{when(j.start_time):>19}\n")
     nodes = {n for j in active for n in j.nodes}

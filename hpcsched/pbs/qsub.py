@@ -336,7 +336,7 @@ def session(jid: str, poll: float = 0.2, remote: bool = False) -> int:
             else:
                 ready = next(home.glob(f"jobs/{job_id}/run*/{INTERACTIVE}"), None)
             if ready is None and time.monotonic() - checked > 2:  # deleted while waiting?
-                if not _waiting(jid, job_id, remote):
+                if not _waiting(jid, remote):
                     print(f"qsub: job {jid} apparently deleted", flush=True)
                     return 1
                 checked = time.monotonic()
@@ -378,41 +378,46 @@ def session(jid: str, poll: float = 0.2, remote: bool = False) -> int:
     return status if status >= 0 else 128 - status
 
 
-def _waiting(jid: str, job_id: int, remote: bool) -> bool:
-    """Is the job still there and not ended (by the store, or by the server's qstat)?"""
-    if remote:
-        answer = commands.ask("qstat", ["-f", jid])
-        states = [line.split("=", 1)[1].strip() for line in (answer[1].decode(errors="replace").splitlines()
-                                                            if answer else []) if "job_state =" in line]
-        return answer is not None and answer[0] == 0 and states[:1] not in (["C"], ["F"])
-    with Batch.of(load_site()).open(write=False) as batch:
-        job = batch.sched.jobs.get(job_id)
-    return job is not None and job.end_time is None
+def _attributes(jid: str, remote: bool) -> dict | None:
+    """The job's attributes as `qstat -x -f -F json` gives them: by the server when one
+    answers, else read here (a site the caller owns; `remote`: one it does not own has no
+    other door); {} for a job no longer known, None while nobody answers."""
+    import json
+    argv = ["-x", "-f", "-F", "json", jid]
+    answer = commands.ask("qstat", argv)
+    if answer is None and not remote:
+        import io
+
+        from .qstat import QSTAT
+        out = io.StringIO()
+        answer = QSTAT(argv, out=out), out.getvalue(), b""
+    if answer is None:
+        return None
+    if answer[0] == common.UNKNOWN_JOB:
+        return {}
+    try:
+        return next(iter(json.loads(answer[1])["Jobs"].values()))
+    except (ValueError, KeyError, StopIteration):
+        return None  # (a reply it could not read: asked again)
+
+
+def _waiting(jid: str, remote: bool) -> bool:
+    """Is the job still there and not ended?"""
+    attrs = _attributes(jid, remote)
+    return bool(attrs) and attrs.get("job_state") != "F"
 
 
 def blocked(jid: str, remote: bool, poll: float = 1.0) -> int:
     """`-W block=true`: wait for the job's end and return its Exit_status as qstat -x shows
     it (OpenPBS's qsub does so; 256 + the signal for one killed, 271 for one deleted before
     it ran: the shell sees it modulo 256).  ^C stops the wait, not the job."""
-    import json
     try:
         while True:
-            argv = ["-x", "-f", "-F", "json", jid]
-            answer = commands.ask("qstat", argv)  # (a site the caller does not own has no other door)
-            if answer is None and not remote:
-                import io
-
-                from .qstat import QSTAT
-                out = io.StringIO()
-                answer = QSTAT(argv, out=out), out.getvalue(), b""
-            if answer is not None and answer[0] == common.UNKNOWN_JOB:
+            attrs = _attributes(jid, remote)
+            if attrs == {}:
                 sys.stderr.write(f"qsub: job {jid} is gone (its record was not kept)\n")
                 return 1
-            try:
-                attrs = next(iter(json.loads(answer[1])["Jobs"].values()))
-            except (TypeError, ValueError, KeyError, StopIteration):
-                attrs = {}  # (no server for now, or a reply it could not read: asked again)
-            if attrs.get("job_state") == "F":
+            if attrs is not None and attrs.get("job_state") == "F":
                 if "stime" not in attrs:
                     sys.stderr.write(f"qsub: job {jid} was deleted before it ran\n")
                 return attrs.get("Exit_status", 1)

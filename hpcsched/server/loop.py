@@ -416,6 +416,12 @@ class Server:
                 now >= x.get("used_at", x.get("launched", now)) + PEAK_EVERY:
             self._note(job, now, set={"used_mem": peak[0], "used_vmem": peak[1], "used_at": now})
 
+    def _last_peaks(self, job: Job) -> dict:
+        """The peaks the server saw of a job whose process has ended, to note with its end
+        (and forget here)."""
+        peak = self.peaks.pop(job.id, None)
+        return {"used_mem": peak[0], "used_vmem": peak[1]} if peak else {}
+
     def _tell(self, job: Job, line: str, streams: str = "E") -> None:
         """Write a line at the end of the job's error file (E: its output file when they are
         joined) or output file (O), with the owner's rights: pbs_mom's word on a job it
@@ -436,12 +442,11 @@ class Server:
     def _finish(self, job: Job, status: int, now: float, why: str = "", cpu_time: float | None = None) -> None:
         """The job ended with `status`: record it (E, or A when the server lost or could
         not start it), mail its owner, and delete what depended on it failing."""
-        # killed past its walltime (a deleted job is EXITING): the abort PBS mails about
-        walltime = job.extra.get("killed", job.state == RUNNING and "signal" in job.extra)
+        walltime = _killed(job)  # (the abort PBS mails about)
         self._clean(job)
         self._forget_prologue(job)
-        peak = self.peaks.pop(job.id, None)
-        noted = {"set": {"used_mem": peak[0], "used_vmem": peak[1]}} if peak else {}
+        peaks = self._last_peaks(job)
+        noted = {"set": peaks} if peaks else {}
         self.batch.do("ended", now, id=job.id, exit_status=status,
                       **({"cpu_time": cpu_time} if cpu_time is not None else {}), **noted)
         aborted = status == LOST
@@ -500,9 +505,8 @@ class Server:
         epilogue runs (as Torque's is), its output after the job's own; the server goes on
         meanwhile, and records the job's end once the epilogue is done (_after_epilogue)."""
         self._clean(job)  # (what the job left is killed before its epilogue, as pbs_mom does)
-        peak = self.peaks.pop(job.id, None)
-        noted = {"epilogue_at": now, **({"used_mem": peak[0], "used_vmem": peak[1]} if peak else {}),
-                 **({"killed": True} if job.state == RUNNING and "signal" in job.extra else {})}
+        noted = {"epilogue_at": now, **self._last_peaks(job),
+                 **({"killed": True} if _killed(job) else {})}
         self.batch.do("exiting", now, id=job.id, exit_status=status, set=noted,
                       **({"cpu_time": cpu_time} if cpu_time is not None else {}))
         owner = None
@@ -960,6 +964,12 @@ class Server:
 
     def _stop(self, *_):
         self.stopping = True
+
+
+def _killed(job: Job) -> bool:
+    """Was the job killed past a limit (its walltime, CPU time, memory)?  A deleted job is
+    EXITING when signalled; one whose epilogue has run was marked as its process ended."""
+    return job.extra.get("killed", job.state == RUNNING and "signal" in job.extra)
 
 
 def _home(job: Job) -> str:
