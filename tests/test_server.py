@@ -1102,6 +1102,73 @@ def test_a_full_disk_stops_changes_not_jobs_and_no_end_is_lost(rig, monkeypatch,
     assert "writable again" in capsys.readouterr().err
 
 
+def test_a_fault_in_the_servers_own_code_sets_that_job_aside_and_the_server_goes_on(rig, monkeypatch, capsys):
+    """A bug met while handling one job (its launch, its watch) or the pass ends that step
+    only: the error is logged once with its traceback, the job is set aside (a launch that
+    failed goes back to the queue held, its comment says why) and every other job runs."""
+    import io
+
+    from hpcsched.core.scheduler import Scheduler
+    from hpcsched.pbs import qsub
+    from hpcsched.server import loop as server
+    from hpcsched.store.journaled import Batch
+    from hpcsched.store.site import load_site
+    for _ in range(3):
+        qsub.submit(["-l", "nodes=1:ppn=4,walltime=60"], stdin=io.StringIO("sleep 0.2\n"), cwd=str(rig), env={})
+    srv = server.Server(load_site(), grace=0.5)
+    launch, watch = server.Server._launch, server.Server._watch
+
+    def broken_launch(self, job, now):
+        if job.id == 1:
+            raise RuntimeError("launch bug")
+        return launch(self, job, now)
+    monkeypatch.setattr(server.Server, "_launch", broken_launch)
+    assert srv.step() == 0  # (job 1 came first: the step ended there)
+    assert srv.step() == 2  # job 1 back in the queue, held; jobs 2 and 3 launched
+    batch = Batch(load_site())
+    with batch.open(write=False):
+        one = batch.sched.jobs[1]
+        assert one.state.name == "HELD" and "launched" not in one.extra
+        assert one.comment == ("the server could not launch it (RuntimeError: launch bug): "
+                                        "requeued and held (qrls -h s releases it)")
+
+    def broken_watch(self, job, now):
+        if job.id == 2:
+            raise ValueError("watch bug")
+        return watch(self, job, now)
+    monkeypatch.setattr(server.Server, "_watch", broken_watch)
+    deadline = time.time() + 10
+    while srv.step() == 0 and time.time() < deadline:
+        with batch.open(write=False):
+            if batch.sched.jobs[3].state.name == "COMPLETED":
+                break
+        time.sleep(0.1)
+    with batch.open(write=False):
+        assert batch.sched.jobs[3].state.name == "COMPLETED"  # its neighbour's fault never stopped it
+        assert batch.sched.jobs[2].state.name == "RUNNING"  # set aside: not watched again within a minute
+    err = capsys.readouterr().err
+    assert err.count("internal error handling job 1: RuntimeError: launch bug; set aside") == 1
+    assert err.count("internal error handling job 2: ValueError: watch bug; set aside") == 1
+    assert "Traceback (most recent call last)" in err and "in broken_watch" in err
+    monkeypatch.setattr(server.Server, "_watch", watch)
+    srv.fault_retry = 0.0  # (its next try is due)
+    real = Scheduler.iterate
+    monkeypatch.setattr(Scheduler, "iterate", lambda self, now: 1 / 0)
+    assert srv.step() == 0
+    assert "internal error in its step: ZeroDivisionError" in capsys.readouterr().err
+    monkeypatch.setattr(Scheduler, "iterate", real)
+    deadline = time.time() + 10
+    while time.time() < deadline:
+        srv.step()
+        with batch.open(write=False):
+            if batch.sched.jobs[2].state.name == "COMPLETED":
+                break
+        time.sleep(0.1)
+    with batch.open(write=False):
+        assert (batch.sched.jobs[2].state.name, batch.sched.jobs[2].exit_status) == ("COMPLETED", 0)
+        assert batch.sched.jobs[2].run_count == 1  # seen to end, not lost and run again
+
+
 def test_gpu_jobs_get_their_own_devices(live):
     """Jobs sharing a GPU node get GPUs no other running job has: CUDA_VISIBLE_DEVICES and
     Torque's PBS_GPUFILE name them, and qstat -f shows them as exec_gpus."""

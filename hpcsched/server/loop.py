@@ -36,6 +36,7 @@ import stat
 import subprocess
 import sys
 import time
+import traceback
 from pathlib import Path
 
 from ..core.jobs import ACTIVE, EXITING, FINISHED, RUNNING, Job
@@ -54,6 +55,7 @@ LOST = -1  # exit status of a job whose process vanished without one
 INTERACTIVE_WAIT = 60.0  # seconds a started interactive job waits for its qsub -I
 STEP_EVERY = 0.2  # seconds: under a stream of commands, a poke's step waits no longer
 COMMAND_TIMEOUT = 10.0  # seconds a client may take to send its request or read the reply
+FAULT_RETRY = 60.0  # seconds before the server tries again what failed in its own code
 
 
 def process_start(pid: int) -> str | None:
@@ -89,6 +91,11 @@ class Server:
         self._uses: dict[tuple[int, int], limits.Use] = {}  # (job id, pid) -> its sum in that look
         self.sent: dict[int, tuple[int, float]] = {}  # job id -> (signal, when), as sent
         self.trouble = ""  # why the store cannot be written now ("" when it can)
+        # a fault in the server's own code (a bug, not a user's error) while handling a job
+        # (or the pass: key None): job id -> (when, what), so that it is set aside
+        self.faults: dict[int | None, tuple[float, str]] = {}
+        self._handling: int | None = None  # the job the step is busy with
+        self.fault_retry = FAULT_RETRY
         self.stopping = False
         self.passes = 0
         self.tracker = tracking.Tracker(self.home)
@@ -172,24 +179,50 @@ class Server:
         self._reload()
         self._look(now)
         launched = 0
-        with self.batch.open(write=True):
-            now = time.time() if now is None else now
-            try:
-                launched = self._step(now)
-            except StoreError as e:
-                # the store cannot be written (a full disk): nothing of this step was
-                # kept; running jobs go on and walltimes are still enforced, no job starts
-                # or ends in the store until it can be written again
-                if self.trouble != str(e):
-                    print(f"hpcsched server: {e}; running jobs go on, none starts until it is writable",
-                          file=sys.stderr)
-                self.trouble = str(e)
-                self._enforce_only(now)
-                return 0
+        self._handling = None
+        try:
+            with self.batch.open(write=True):
+                now = time.time() if now is None else now
+                try:
+                    launched = self._step(now)
+                except StoreError as e:
+                    # the store cannot be written (a full disk): nothing of this step was
+                    # kept; running jobs go on and walltimes are still enforced, no job
+                    # starts or ends in the store until it can be written again
+                    if self.trouble != str(e):
+                        print(f"hpcsched server: {e}; running jobs go on, none starts until it is writable",
+                              file=sys.stderr)
+                    self.trouble = str(e)
+                    self._enforce_only(now)
+                    return 0
+        except StoreError:
+            raise  # (a store that does not load: the server stops, saying why)
+        except Exception as e:
+            # a bug in the server's own code: this step ends (what it journaled stands, the
+            # rest is reloaded from the store), the job it was handling (or the pass) is
+            # set aside, and the server goes on with every other job, as pbs_server logs
+            # an error and carries on
+            self._fault(self._handling, time.time() if now is None else now, e)
+            return 0
         if self.trouble:
             print("hpcsched server: the store is writable again", file=sys.stderr)
             self.trouble = ""
         return launched
+
+    def _fault(self, job_id: int | None, now: float, e: Exception) -> None:
+        """Set aside what failed (a job's handling; None: the rest of the step, the pass)
+        for fault_retry seconds; the log says so once for each new error, with its traceback."""
+        what = f"{type(e).__name__}: {e}"
+        if self.faults.get(job_id, (0, ""))[1] != what:
+            whose = f"handling job {job_id}" if job_id is not None else "in its step"
+            print(f"hpcsched server: internal error {whose}: {what}; "
+                  f"set aside, tried again every {self.fault_retry:g} s\n{traceback.format_exc()}",
+                  file=sys.stderr, end="")
+        self.faults[job_id] = (now, what)
+
+    def _aside(self, job_id: int | None, now: float) -> bool:
+        """Is this job (or the pass) set aside after a fault, for now?"""
+        return job_id in self.faults and now < self.faults[job_id][0] + self.fault_retry
 
     def _step(self, now: float) -> int:
         """Reap, enforce, plan, launch (the store open); returns how many jobs were launched."""
@@ -197,8 +230,16 @@ class Server:
         sched = self.batch.sched
         self.sent = {jid: v for jid, v in self.sent.items()
                      if jid in sched.jobs and sched.jobs[jid].state in ACTIVE}
+        self.faults = {jid: v for jid, v in self.faults.items()
+                       if jid is None or (jid in sched.jobs and sched.jobs[jid].state in ACTIVE)}
         for job in [j for j in sched.jobs.values() if j.state in ACTIVE]:
-            self._watch(job, now)
+            self._handling = job.id
+            if job.id in self.faults and "launched" not in job.extra and job.state == RUNNING:
+                # its launch failed in the server's own code: back to the queue, held
+                self._held_back(job, now, f"the server could not launch it ({self.faults.pop(job.id)[1]})")
+            elif not self._aside(job.id, now):
+                self._watch(job, now)
+        self._handling = None
         # finished jobs leave the server after the flavor's retention, so the store
         # holds what is live plus a bounded history
         old = [j.id for j in sched.jobs.values()
@@ -206,8 +247,9 @@ class Server:
         if old:
             self.batch.do("forget", now, ids=old)
         started = []
-        if self.scheduling:  # qmgr's `scheduling = False`: running jobs go on, none starts
+        if self.scheduling and not self._aside(None, now):  # (qmgr's `scheduling = False`: none starts)
             plan = self.batch.do("pass", now)
+            self.faults.pop(None, None)
             if self.node_log is not None:
                 self._log_nodes(sched, plan, now)
             started = [sched.jobs[s.job_id] for s in plan.started]
@@ -217,7 +259,11 @@ class Server:
             if job.state == RUNNING and job not in started and "launched" not in job.extra:
                 started.append(job)  # (the wrapper's mkdir keeps it from running twice)
         for job in started:
+            if self._aside(job.id, now):
+                continue
+            self._handling = job.id
             launched += self._launch(job, now)
+        self._handling = None
         self._launches += launched
         return launched
 
@@ -495,9 +541,15 @@ class Server:
         queue with a system hold, so that a broken script does not start it at every pass."""
         if status == scripts.ABORT:
             return self._not_started(job, now, f"its prologue {did}: job aborted")
+        return self._held_back(job, now, f"its prologue {did}")
+
+    def _held_back(self, job: Job, now: float, why: str) -> int:
+        """The job could not start for a reason that may pass: back in the queue with a
+        system hold, so that it does not fail again at every pass."""
+        self._forget_prologue(job)
         self.batch.do("requeue", now, id=job.id)
         self.batch.do("hold", now, id=job.id, kind="s")
-        self._note(job, now, comment=f"its prologue {did}: requeued and held (qrls -h s releases it)")
+        self._note(job, now, comment=f"{why}: requeued and held (qrls -h s releases it)")
         return 0
 
     def _epilogue(self, job: Job, status: int, cpu_time: float | None, now: float) -> None:
