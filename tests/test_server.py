@@ -951,6 +951,34 @@ def test_a_job_keeps_its_nodes_while_its_epilogue_runs(live):
     assert [m for m in mails if f"PBS JOB {over}\n" in m and "Job exceeded its walltime limit" in m]
 
 
+RESTART = ("epilogue = [\"sh\", \"-c\", 'sleep 1.5; case $4 in stuck) sleep 3176;; esac; echo \"cleaned $(date +%s.%N)\"', \"epi\"]\n"
+           "prologue_timeout = 4\n")
+
+
+@pytest.mark.parametrize("live", [RESTART], indirect=True)
+def test_a_restarted_server_waits_for_the_epilogue_its_predecessor_started(live):
+    """An epilogue that outlives its server still holds the job's nodes: the next server
+    keeps the job E until the epilogue has ended, or kills it past prologue_timeout."""
+    env, home, work, start = live
+    server = start()
+    slow = cmd(env, work, "qsub", "-N", "slow", "-l", "nodes=2:ppn=2,walltime=60", stdin="true\n").stdout.strip()
+    wait_for(env, work, slow, "E")
+    server.send_signal(signal.SIGTERM), server.wait(10)
+    server = start()
+    after = cmd(env, work, "qsub", "-N", "after", "-l", "nodes=2:ppn=2,walltime=60", stdin="true\n").stdout.strip()
+    assert state(env, work, slow)["job_state"] == "E" and state(env, work, after)["job_state"] == "Q"
+    assert wait_for(env, work, slow)["exit_status"] == "0" and wait_for(env, work, after)["exit_status"] == "0"
+    cleaned = float((work / f"slow.o{slow.split('.')[0]}").read_text().split()[-1])
+    starts = {e.job_id: e for e in accounting.read(home) if e.kind == "S"}
+    assert int(starts[after].fields["start"]) >= int(cleaned)  # (records hold whole seconds)
+    stuck = cmd(env, work, "qsub", "-N", "stuck", "-l", "walltime=60", stdin="true\n").stdout.strip()
+    wait_for(env, work, stuck, "E")
+    server.send_signal(signal.SIGTERM), server.wait(10)
+    start()
+    assert _alive("sleep 3176") and state(env, work, stuck)["job_state"] == "E"
+    assert wait_for(env, work, stuck)["exit_status"] == "0" and not _alive("sleep 3176")
+
+
 SLOW = ("prologue = [\"sh\", \"-c\", 'case $4 in slow) sleep 3173;; esac', \"pro\"]\n"
         "prologue_timeout = 1.5\n")
 

@@ -319,8 +319,7 @@ class Server:
                 self._finish(job, 256 + signal.SIGTERM, now)
             return
         if job.extra.get("purge"):  # qdel -p or -W force: it ends now, whatever it runs
-            if job.id in self.epilogues:
-                self._kill_script(self.epilogues.pop(job.id)[0])
+            self._kill_epilogue(job)
             self._finish(job, job.exit_status if "epilogue_at" in job.extra else 256 + signal.SIGKILL, now)
             return
         if "epilogue_at" in job.extra:  # its process has ended: its epilogue holds its nodes
@@ -571,21 +570,42 @@ class Server:
             self._finish(job, status, now)
         else:
             self.epilogues[job.id] = (proc, now)
+            # (its pid and start time: a restarted server waits for it too)
+            self._note(job, now, set={"epilogue_pid": proc.pid, "epilogue_start": _wait_start(proc.pid)})
 
     def _after_epilogue(self, job: Job, now: float) -> None:
-        """Once the job's epilogue has ended (or timed out, or was lost with a server that
-        stopped), the job's end is recorded and its nodes freed; a bad end is reported."""
+        """Once the job's epilogue has ended (or timed out), the job's end is recorded and
+        its nodes freed; a bad end is reported.  One a server before a restart started is
+        waited for as well (its status unseen: not this server's child)."""
         if job.id in self.epilogues:
             end = self._script_end(*self.epilogues[job.id], now)
             if end is None:
                 return  # (its end pokes the server: SIGCHLD)
             status, did = end
+        elif self._orphan(job):
+            if now < job.extra["epilogue_at"] + self.script_timeout:
+                return  # (the server looks again every POLL: _deadline)
+            self._kill_epilogue(job)
+            status, did = None, f"timed out after {self.script_timeout:g} s"
         else:
-            status, did = None, "was not seen to end (the server restarted)"
+            status, did = None, "ended while the server was restarting"
         self.epilogues.pop(job.id, None)
         if status != 0:
             print(f"hpcsched server: job {job.id}: epilogue {did}", file=sys.stderr)
         self._finish(job, job.exit_status, now)
+
+    def _kill_epilogue(self, job: Job) -> None:
+        """Kill the job's epilogue, if one runs (this server's, or a server's before it)."""
+        if job.id in self.epilogues:
+            self._kill_script(self.epilogues.pop(job.id)[0])
+        elif self._orphan(job):
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(job.extra["epilogue_pid"], signal.SIGKILL)
+
+    def _orphan(self, job: Job) -> bool:
+        """Is the job's epilogue one a server before this one started, still running?"""
+        pid, start = job.extra.get("epilogue_pid"), job.extra.get("epilogue_start")
+        return job.id not in self.epilogues and None not in (pid, start) and process_start(pid) == start
 
     def _script_end(self, proc: subprocess.Popen, began: float, now: float) -> tuple[int | None, str] | None:
         """A site script's end: (its status, what it did), a timeout killing it (None, ...),
@@ -963,6 +983,8 @@ class Server:
                 elif sent == signal.SIGTERM:
                     due = min(due, at + self.grace)
                 # (after SIGKILL its end pokes the server: SIGCHLD)
+            elif job.state in ACTIVE and self._orphan(job):  # (its end pokes no one)
+                due = min(due, now + POLL)
         for _, began in [*self.prologues.values(), *self.epilogues.values()]:
             due = min(due, began + self.script_timeout)  # (their ends poke it too)
         return max(due, now + 0.05)  # (never a busy loop)

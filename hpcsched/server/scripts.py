@@ -14,7 +14,8 @@ cannot run puts the job back in the queue, with a system hold so that a broken s
 not start it again at every pass.  While the epilogue runs the job is E and keeps its
 nodes (no job starts there before it has cleaned up); its end is recorded when the
 epilogue ends, or times out; its status is only reported.  The server goes on while they
-run (it reaps them as it reaps jobs).
+run (it reaps them as it reaps jobs).  An epilogue outlives a server that stops: the next
+one waits for it by its pid and start time, as it finds running jobs again.
 """
 from __future__ import annotations
 
