@@ -42,13 +42,29 @@ def _job_cgroups() -> set[str]:
     return {os.path.join(root, n) for n in os.listdir(root) if n.startswith("hpcsched-")}
 
 
+def _sites_of_this_session(basetemp) -> set[str]:
+    """The cgroup names (`hpcsched-<key>`) of every site this session's tests made: those
+    under its tmp_paths and the multi-user tests' bases (so a session tidies its own jobs
+    alone, never another session's running beside it)."""
+    from pathlib import Path
+
+    from hpcsched.server.tracking import Tracker
+    homes = [config.parent for config in Path(basetemp).rglob("config.toml")]
+    multiuser = sys.modules.get("multiuser")
+    homes += [base / "site" for base in getattr(multiuser, "BASES", ())]
+    return {f"hpcsched-{Tracker(home, cgroups=False).key}" for home in homes}
+
+
 @pytest.fixture(scope="session", autouse=True)
-def _tidy_cgroups():
+def _tidy_cgroups(tmp_path_factory):
     """The servers the tests start make their jobs' cgroups (as root); those a test left
     (a server killed on purpose, a job still running at a test's end) go at the end."""
     before = _job_cgroups()
     yield
+    ours = _sites_of_this_session(tmp_path_factory.getbasetemp())
     for base in _job_cgroups() - before:
+        if os.path.basename(base) not in ours:
+            continue
         for name in os.listdir(base):
             path = os.path.join(base, name)
             if os.path.isdir(path):

@@ -164,8 +164,12 @@ class MultiSite:
             time.sleep(0.1)
 
 
+BASES: list[Path] = []  # every base this session made (conftest tidies their sites' cgroups)
+
+
 def new_base() -> Path:
     """A directory every user may pass through (pytest's own tmp is root's alone)."""
     base = Path(tempfile.mkdtemp(prefix="hpcsched-mu-"))
+    BASES.append(base)
     os.chmod(base, 0o755)
     return base
