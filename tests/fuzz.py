@@ -48,7 +48,7 @@ NASTY = ["", "-", "--", "0", "-1", "1", "2", "99", "1e999", "nan", "inf", "²", 
 LETTERS = {"qsub": "aAcCdehIjJklmMNopqrStuvVwWz", "qalter": "aAehjklmMNoprSvWt", "qdel": "Wpxt", "qhold": "ht",
            "qrls": "ht", "qsig": "s", "qmsg": "EO", "qrun": "H", "qrerun": "f", "qterm": "t", "qmove": "", "qselect": "uqsNAlhx", "qstat": "afinu1xQqrsBtFJ",
            "checkjob": "v", "showq": "ribcuw", "showres": "n", "setres": "nsdepugaq", "releaseres": "",
-           "showbf": "", "showstart": "", "mdiag": "pf", "pbsnodes": "aloicrNxqvF", "qmgr": "c", "tracejob": "n",
+           "showbf": "", "showstart": "", "checknode": "", "mdiag": "pf", "pbsnodes": "aloicrNxqvF", "qmgr": "c", "tracejob": "n",
            "shownids": "", "pbsyod": "", "schedctl": "QTSsB", "qstart": "", "qstop": "", "qenable": "", "qdisable": ""}
 FLAGS = set("hIVzfix1QBtJaroblcvpqwd")  # letters tried bare as well as with a value
 #: qsub and qalter take the most input: they get more of the cases

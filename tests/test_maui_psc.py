@@ -260,6 +260,36 @@ def test_showstart_gives_the_plans_start_and_completion(busy):
     assert abs(_estimates(run("showstart", "4@3600")[1])[0] - (started + 3600 - now)) <= 1
 
 
+def test_checknode_shows_a_nodes_state_and_what_holds_it_in_time_order(busy, capsys, monkeypatch):
+    # job 1 runs on all four nodes for an hour; job 2 is reserved where it ends; an
+    # advance reservation comes two hours on; an operator offlines node02 with a note
+    from hpcsched.core.reservations import Reservation
+    from hpcsched.pbs import pbsnodes
+    batch = Batch(load_site())
+    now = time.time()
+    with batch.open(write=True):
+        batch.do("reservation", now, reservation=Reservation("maint", now + 7200, 3600, nodes=("node01",)).to_dict())
+    status, out = run("checknode", "node01", later=0.0)
+    lines = out.splitlines()
+    assert status == 0 and lines[:6] == ["checking node node01", "", "State:      Busy",
+                                         "Configured Resources: PROCS: 4", "Dedicated  Resources: PROCS: 4",
+                                         "Features:   [NONE]"]
+    held = lines[lines.index("Reservations:") + 1:-1]
+    assert [h.split()[:2] for h in held] == [["Job", "'1'(x4)"], ["Job", "'2'(x1)"], ["User", "'maint'(x4)"]]
+    assert [h.rsplit(" ", 1)[1] for h in held] == ["(01:00:00)", "(00:30:00)", "(01:00:00)"]
+    assert held[2].split()[2:5] == ["02:00:00", "->", "03:00:00"]
+    assert lines[-1] == "JobList:  1"
+    monkeypatch.setenv("HPCSCHED_USER", "olga")  # (an operator)
+    assert pbsnodes.PBSNODES(["-o", "-N", "fan broken", "node02"], out=io.StringIO(), now=now) == 0
+    out = run("checknode", "node02")[1]
+    assert "State:      Draining\n" in out and "Note:       fan broken\n" in out
+    every = run("checknode", "ALL")[1]
+    assert [l for l in every.splitlines() if l.startswith("checking node")] == [
+        f"checking node node0{i}" for i in range(1, 5)]
+    assert run("checknode", "node09") == (1, "") and "checknode: cannot locate node 'node09'" in capsys.readouterr().err
+    assert run("checknode")[0] == 2 and run("checknode", "node01", "node02")[0] == 2
+
+
 def test_showstart_refuses_what_it_cannot_estimate(busy, capsys):
     assert run("showstart", "3") == (1, "")
     assert "showstart: cannot estimate job 3's start: it is held" in capsys.readouterr().err

@@ -34,7 +34,7 @@ from ..store.layout import environ, getenv, home
 COMMANDS = {name: f"{module}:{name.upper()}" for module, names in (
     ("qsub", ["qsub"]), ("qstat", ["qstat"]),
     ("qctl", ["qalter", "qdel", "qhold", "qmove", "qmsg", "qrerun", "qrls", "qrun", "qselect", "qsig"]),
-    ("maui", ["checkjob", "mdiag", "releaseres", "setres", "showbf", "showq", "showres", "showstart"]),
+    ("maui", ["checkjob", "checknode", "mdiag", "releaseres", "setres", "showbf", "showq", "showres", "showstart"]),
     ("psc", ["pbsyod", "shownids"]), ("pbsdsh", ["pbsdsh"]), ("partlist", ["partlist"]), ("pbsnodes", ["pbsnodes"]), ("qmgr", ["qmgr", "qstart", "qstop", "qenable", "qdisable"]),
     ("tracejob", ["tracejob"]), ("schedctl", ["schedctl", "qterm"]),
     ("gold", ["mybalance", "gbalance", "gstatement", "gdeposit", "gchalloc", "gcharge", "grefund"]))

@@ -1,5 +1,5 @@
-"""Maui/Moab-style commands: showq, checkjob, showstart, showres, showbf, setres, releaseres,
-mdiag -p/-f.
+"""Maui/Moab-style commands: showq, checkjob, checknode, showstart, showres, showbf, setres,
+releaseres, mdiag -p/-f.
 
 They show the core's own decisions: a read-only command runs the scheduling pass on the
 loaded state in memory (nothing is saved), so reasons and estimated starts are exactly
@@ -380,6 +380,76 @@ def showstart(opts: list[tuple[str, str]], operands: list[str], out, now: float)
     return 0
 
 
+def checknode(opts: list[tuple[str, str]], operands: list[str], out, now: float) -> int:
+    """Maui's checknode: a node's state, its processors configured and dedicated, its
+    features and note, and what holds it now and later (running jobs, the reservations the
+    next pass makes, advance reservations), in time order; `ALL` for every node."""
+    from .pbsnodes import jobs_on
+    if len(operands) != 1:
+        raise UsageError("give one node name (or ALL)")
+    site, batch = load()
+    sched = batch.sched
+    topo = sched.topology
+    known = {n.name: n for n in topo.all_nodes()}
+    if operands[0] != "ALL" and operands[0] not in known:
+        raise common.CommandError(f"cannot locate node '{operands[0]}'", 1)
+    names = list(known) if operands[0] == "ALL" else operands
+    on = jobs_on(sched, site.server)
+    holds: dict[str, list[tuple[float, str]]] = {}  # node -> (start, its line), in time order
+
+    def hold(nodes, cores, kind: str, name: str, start: float, end: float) -> None:
+        for node, n in zip(nodes, cores):
+            for listed in topo.covered(node):
+                count = n if listed == node else topo.node(listed).cores
+                holds.setdefault(listed, []).append(
+                    (start, f"{kind} '{name}'(x{count})  {dhms(start - now)} -> {dhms(end - now)} ({dhms(end - start)})"))
+    for job in sched.jobs.values():
+        if job.state in ACTIVE:
+            hold(job.nodes, [max(1, len(c)) for c in job.cores], "Job", str(job.id), job.start_time,
+                 job.planned_end(now))
+    _, plan = preview(batch, now)
+    for jid, (t, alloc) in plan.reserved.items():
+        hold(alloc.nodes, [max(1, len(c)) for c in alloc.cores], "Job", str(jid), t, t + sched.jobs[jid].walltime)
+    for r in sched.reservations.values():
+        for start, end in r.occurrences(now, float("inf")):
+            hold(r.nodes, [topo.node(n).cores if n in known else 1 for n in r.nodes],
+                 "Sys" if r.owner == "calendar" else "User", r.name, start, end)
+            break  # (the next occurrence of a standing one)
+    w = out.write
+    for k, name in enumerate(names):
+        node = known[name]
+        used = len(on.get(name, ()))
+        w(("\n" if k else "") + f"checking node {name}\n\n")
+        w(f"State:      {_node_state(node, used)}\n")
+        memory = f"  MEM: {node.memory}M" if node.memory else ""
+        gpus = f"  GPUS: {node.gpus}" if node.gpus else ""
+        w(f"Configured Resources: PROCS: {node.cores}{memory}{gpus}\n")
+        w(f"Dedicated  Resources: PROCS: {used}\n")
+        w(f"Features:   {''.join(f'[{f}]' for f in sorted(node.features)) or '[NONE]'}\n")
+        note = sched.node_notes.get(name) or ("failed a pre-job node scan (bad list)" if node.state.value == "bad" else "")
+        if note:
+            w(f"Note:       {note}\n")
+        lines = [line for _, line in sorted(holds.get(name, []), key=lambda h: h[0])]
+        if lines:
+            w("\nReservations:\n" + "".join(f"  {line}\n" for line in lines))
+        running = sorted({jid.split(".")[0] for _, jid in on.get(name, ())}, key=int)
+        w(f"JobList:  {','.join(running) or '[NONE]'}\n")
+    return 0
+
+
+def _node_state(node, used: int) -> str:
+    """Maui's word for a node: Down, Drained/Draining (offline, idle or not), Busy (no job
+    may start there: every processor dedicated, or an exclusive node's job), Running, Idle."""
+    state = node.state.value
+    if state in ("down", "bad"):
+        return "Down"
+    if state == "offline":
+        return "Draining" if used else "Drained"
+    if used and (used >= node.cores or not node.shared):
+        return "Busy"
+    return "Running" if used else "Idle"
+
+
 def showbf(opts: list[tuple[str, str]], operands: list[str], out, now: float) -> int:
     if operands:
         raise UsageError(f"unexpected argument {operands[0]!r}")
@@ -585,6 +655,7 @@ CHECKJOB = Command("checkjob", "v", "usage: checkjob [-v] JOBID", checkjob)
 SHOWSTART = Command("showstart", "", "usage: showstart JOBID | PROCS[@DURATION]", showstart)
 SHOWRES = Command("showres", "n", "usage: showres [-n] [RESID ...]", showres)
 SHOWBF = Command("showbf", "", "usage: showbf", showbf)
+CHECKNODE = Command("checknode", "", "usage: checknode NODE | ALL", checknode)
 SETRES = Command("setres", "n:s:d:e:p:u:g:a:A:q:L", "usage: setres [-n name] [-s start] [-d duration|-e end] [-p period] "
                  "[-u users] [-g groups] [-a accounts] [-A charge_account] [-q queue] [-L] hostlist|count=N", setres,
                  changes=True)
