@@ -46,11 +46,11 @@ NASTY = ["", "-", "--", "0", "-1", "1", "2", "99", "1e999", "nan", "inf", "²", 
          "mem=99999999999999999999999tb", "select=1:mem=9999999999999999999pb", "USR1"]
 
 LETTERS = {"qsub": "aAcCdehIjJklmMNopqrStuvVwWz", "qalter": "aAehjklmMNoprSvWt", "qdel": "Wpxt", "qhold": "ht",
-           "qrls": "ht", "qsig": "s", "qmsg": "EO", "qrun": "H", "qrerun": "f", "qterm": "t", "qmove": "", "qselect": "uqsNAlhx", "qstat": "afinu1xQqrsBtFJ",
+           "qrls": "ht", "qsig": "s", "qmsg": "EO", "qrun": "H", "qrerun": "f", "qterm": "t", "qmove": "", "qselect": "uqsNAlhx", "qstat": "afinu1xQqrsBtTFJ",
            "checkjob": "v", "showq": "ribcuw", "showres": "n", "setres": "nsdepugaq", "releaseres": "",
            "showbf": "", "showstart": "", "checknode": "", "mdiag": "pf", "pbsnodes": "aloicrNxqvF", "qmgr": "c", "tracejob": "n",
            "shownids": "", "pbsyod": "", "schedctl": "QTSsB", "qstart": "", "qstop": "", "qenable": "", "qdisable": ""}
-FLAGS = set("hIVzfix1QBtJaroblcvpqwd")  # letters tried bare as well as with a value
+FLAGS = set("hIVzfix1QBtTJaroblcvpqwd")  # letters tried bare as well as with a value
 #: qsub and qalter take the most input: they get more of the cases
 WEIGHTED = sorted(set(LETTERS) - {"pbsyod"}) + ["qsub"] * 12 + ["qalter"] * 4
 

@@ -441,6 +441,40 @@ def test_qstat_q_limits_and_the_running_idle_and_comment_listings(rig, monkeypat
     assert with_comments[2] == "   " + comment and with_comments[3].startswith(held)
 
 
+def test_qstat_T_lists_the_next_passs_estimated_starts_soonest_first(rig, monkeypatch):
+    """OpenPBS's -T: running jobs first, then the waiting ones by the start the next pass
+    estimates (HH:MM today, `Tu 15` within the week, ...), `--` for jobs that do not wait
+    for nodes (held), `?` past the planning horizon."""
+    import re
+    big, small, held = submit("-l", "nodes=4:ppn=4,walltime=02:00:00"), submit("-l", "nodes=4,walltime=00:30:00"), \
+        submit("-h", "-l", "walltime=00:10:00")
+    running = submit("-l", "nodes=4:ppn=4,walltime=01:00:00")
+    monkeypatch.setenv("HPCSCHED_USER", "olga")
+    assert qctl.QRUN([running], out=io.StringIO()) == 0
+    now = time.time() + 100
+    lines = stat("-T")[1].splitlines()
+    assert lines[2].strip() == "Est" and lines[3].split()[-1] == "Start"
+    rows = [l.split() for l in lines[6:]]
+    assert [r[0] for r in rows] == [running, big, small, held]  # (small waits for big's end)
+    assert [r[-1] for r in rows[::3]] == ["--", "--"]
+    for row, offset in zip(rows[1:3], (3600, 3600 + 7200)):
+        assert row[-1] == qstat.est_start(qctl_start(running) + offset, now)
+        assert re.fullmatch(r"\d\d:\d\d|[A-Z][a-z] \d\d", row[-1])
+    assert qstat.est_start(None, now) == "?"
+    t = time.mktime((2030, 3, 5, 12, 0, 0, 0, 0, -1))
+    assert qstat.est_start(t, t - 60) == "12:00"
+    assert qstat.est_start(t, t - 3 * 86400) == time.strftime("%a", time.localtime(t))[:2] + " 12"
+    assert qstat.est_start(t, t - 30 * 86400) == "Mar" and qstat.est_start(t, t - 200 * 86400) == "2030"
+
+
+def qctl_start(jid):
+    """A running job's start time, as its qstat -f says (stime is whole seconds)."""
+    from hpcsched.store.journaled import Batch
+    from hpcsched.store.site import load_site
+    with Batch(load_site()).open(write=False) as batch:
+        return batch.sched.jobs[int(jid.split(".")[0])].start_time
+
+
 def test_bad_config_is_one_line(rig):
     (rig / "home" / "config.toml").write_text('flavor = "slurm"\n[[nodes]]\nnames = "n1"\n')
     p = run("qstat")

@@ -23,7 +23,7 @@ from .attributes import depend_text
 from .common import Command
 from .errors import UsageError
 
-USAGE = ("usage: qstat [-f [-1]] [-F json|dsv] [-x] [-a] [-i] [-r] [-s] [-n [-1]] [-u user] [-Q] [-q] [-B] "
+USAGE = ("usage: qstat [-f [-1]] [-F json|dsv] [-x] [-a] [-i] [-r] [-s] [-T] [-n [-1]] [-u user] [-Q] [-q] [-B] "
          "[job_id ...]")
 
 
@@ -233,11 +233,14 @@ def default_listing(jobs: list[Job], site: Site) -> list[str]:
 
 
 def alternate_listing(jobs: list[Job], site: Site, nodes: bool, one_line: bool, now: float,
-                      comments: dict[int, str] | None = None) -> list[str]:
+                      comments: dict[int, str] | None = None, starts: dict[int, str] | None = None) -> list[str]:
     """qstat -a / -u / -n / -i / -r: the wide listing with requested resources and elapsed
-    time; -s (`comments`: job id -> comment) adds each job's comment on a line below it."""
-    lines = ["", f"{site.server}:",
-             f"{'':<82}Req'd       Req'd       Elap",
+    time; -s (`comments`: job id -> comment) adds each job's comment on a line below it;
+    -T (`starts`: job id -> its estimated start, shown) puts that in the last column."""
+    lines = ["", f"{site.server}:"]
+    if starts is not None:
+        lines.append(f"{'':<106}Est")
+    lines += [f"{'':<82}Req'd       Req'd       {'Start' if starts is not None else 'Elap'}",
              "Job ID                  Username    Queue    Jobname          SessID  NDS   TSK   Memory      "
              "Time    S   Time",
              "----------------------- ----------- -------- ---------------- ------ ----- ------ --------- "
@@ -248,6 +251,8 @@ def alternate_listing(jobs: list[Job], site: Site, nodes: bool, one_line: bool, 
         mem = mem_text(r.mem * (1 if r.cores else r.nodes)) if r.mem else "--"
         sess = str(j.extra.get("session", "--")) if j.state in (RUNNING, EXITING) else "--"
         elapsed = hms(common.run_time(j, now)) if j.start_time is not None else "--"
+        if starts is not None:
+            elapsed = starts.get(j.id, "--")
         row = (f"{common.display_id(j, site.server)[:23]:<23} {j.owner[:11]:<11} {j.queue[:8]:<8} "
                f"{j.name[:16]:<16} {sess:>6} {r.nodes if not r.cores else '--':>5} {tsk:>6} {mem:>9} "
                f"{hms(j.walltime):>9} {letter(j, site.flavor)} {elapsed:>9}")
@@ -326,7 +331,7 @@ def settings(opts: list[tuple[str, str]], ids: list[str]) -> dict:
     """What the options ask for: a flag's letter -> True, -F/-D/-u -> their values."""
     o = {"f": False, "one": False, "F": None, "D": "|", "x": False, "a": False, "n": False, "u": None,
          "Q": False, "q": False, "B": False, "H": False, "w": False, "t": False, "i": False, "r": False,
-         "s": False, "ids": ids}
+         "s": False, "T": False, "ids": ids}
     for letter, value in opts:
         o["one" if letter == "1" else letter] = value if letter in "FDu" else True
     if o["F"] not in (None, "json", "dsv"):
@@ -418,14 +423,38 @@ def qstat(opts: list[tuple[str, str]], ids: list[str], out, now: float) -> int:
             for fid, a in items:
                 out.write("\n".join(full_lines(fid, a, fold, 77 if torque else 78)) + "\n")
         return status
-    if o["a"] or o["n"] or o["u"] or o["i"] or o["r"] or o["s"]:
+    if o["a"] or o["n"] or o["u"] or o["i"] or o["r"] or o["s"] or o["T"]:
+        starts = None
+        if o["T"]:  # (OpenPBS's: the next pass's estimates, running jobs first, then soonest)
+            from .maui import preview
+            plan = preview(batch, now)[1]
+            when = {j.id: plan.estimate(j.id) for j in jobs if j.state == QUEUED}
+            starts = {jid: est_start(t, now) for jid, t in when.items()}
+            jobs.sort(key=lambda j: (j.start_time is None, j.start_time or 0.0,
+                                     when.get(j.id) is None, when.get(j.id) or 0.0))
         if jobs:
             comments = {j.id: sched.comment(j) for j in jobs} if o["s"] else None
-            out.write("\n".join(alternate_listing(jobs, site, o["n"], o["one"], now, comments)) + "\n")
+            out.write("\n".join(alternate_listing(jobs, site, o["n"], o["one"], now, comments, starts)) + "\n")
         return status
     if jobs:
         out.write("\n".join(default_listing(jobs, site)) + "\n")
     return status
+
+
+def est_start(t: float | None, now: float) -> str:
+    """OpenPBS's short estimated start: HH:MM today, `Tu 15` within a week, the month within
+    the year, else the year; `?` when no start is found within the planning horizon."""
+    if t is None:
+        return "?"
+    t = max(t, now)  # (a start the pass makes now)
+    day, today = common.local_time("%Y %j", t), common.local_time("%Y %j", now)
+    if day == today:
+        return common.local_time("%H:%M", t)
+    if t - now < 7 * 86400:
+        return common.local_time("%a", t)[:2] + common.local_time(" %H", t)
+    if day[:4] == today[:4]:
+        return common.local_time("%b", t)
+    return day[:4]
 
 
 def letter(job: Job, flavor: str) -> str:
@@ -463,4 +492,4 @@ def _kept(job: Job, site: Site, now: float) -> bool:
     return job.end_time is not None and now - job.end_time <= site.keep_completed
 
 
-QSTAT = Command("qstat", "fxanQqBHwtirs1F:D:u:", USAGE, qstat)
+QSTAT = Command("qstat", "fxanQqBHwtirsT1F:D:u:", USAGE, qstat)
