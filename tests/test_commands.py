@@ -957,6 +957,36 @@ def test_t_names_the_subjobs_of_an_array_to_hold_release_or_delete(rig, capsys):
     assert states() == ["Q", "H", "Q", "C", "C", "C"]
 
 
+def test_qalter_t_percent_changes_an_arrays_slot_limit(rig, monkeypatch, capsys):
+    """Torque's `qalter -t %N`: the slot limit of the whole array, running subjobs too; the
+    next pass starts up to it, and 0 lifts it; a range with a limit is refused."""
+    from hpcsched.store.journaled import Batch
+    from hpcsched.store.site import load_site
+    submit("-t", "1-6%1", "-l", "walltime=60")
+
+    def running_after_a_pass():
+        with Batch(load_site()).open() as batch:
+            batch.do("pass")
+            return sum(j.state.name == "RUNNING" for j in batch.sched.jobs.values()), \
+                {j.array_limit for j in batch.sched.jobs.values()}
+    assert running_after_a_pass() == (1, {1})
+    assert qctl.QALTER(["-t", "%3", "1[]"], out=io.StringIO()) == 0
+    assert running_after_a_pass() == (3, {3})
+    assert qctl.QALTER(["-t", "%0", "1"], out=io.StringIO()) == 0
+    assert running_after_a_pass() == (4, {0})  # (a job a node: the rig has four)
+    submit("-N", "single")
+    for argv in (["-t", "1-3%2", "1[]"], ["-t", "%x", "1[]"], ["-t", "%2", "1[3]"]):
+        assert qctl.QALTER(argv, out=io.StringIO()) == 2
+    assert qctl.QALTER(["-t", "%2", "7"], out=io.StringIO()) == 153  # (no such array)
+    assert "qalter: Unknown Job Id 7[].headnode" in capsys.readouterr().err
+    from hpcsched.core.errors import Rejected
+    with Batch(load_site()).open() as batch:  # (the core refuses a limit on a job of no array)
+        with pytest.raises(Rejected, match="a slot limit is a whole number >= 0 for an array's subjob"):
+            batch.do("alter", id=7, changes={"array_limit": 2})
+    monkeypatch.setenv("HPCSCHED_USER", "bob")
+    assert qctl.QALTER(["-t", "%1", "1[]"], out=io.StringIO()) == 159  # (not his array)
+
+
 @pytest.mark.parametrize("argv,message", [
     (["-l", "nodes=1:ppn=²"], "ppn must be a positive integer, not '²'"), (["-l", "walltime=²"], "illegal -l value"),
     (["-o", "a\x00b"], "illegal character (NUL)"), (["-M", "a b"], "illegal -M value"), (["-k", "q"], "illegal -k value"),

@@ -44,8 +44,9 @@ STANDBY = 1  # the tier of a job whose project is out of allocation under "stand
 
 #: What `alter` may change on a job that waits, and on one that runs.
 ALTERABLE = frozenset({"name", "walltime", "request", "queue", "priority", "start_after", "deadline", "account",
-                       "group", "dependencies", "comment", "extra", "score", "consumes", "cput", "disk"})
-ALTERABLE_RUNNING = frozenset({"name", "walltime", "comment", "extra"})
+                       "group", "dependencies", "comment", "extra", "score", "consumes", "cput", "disk",
+                       "array_limit"})
+ALTERABLE_RUNNING = frozenset({"name", "walltime", "comment", "extra", "array_limit"})
 
 
 def _base_end(job: Job) -> float:
@@ -807,6 +808,9 @@ class Scheduler:
             setattr(new, key, value)
         if "walltime" in changes and not (new.walltime > 0 and math.isfinite(new.walltime)):
             raise Rejected(f"walltime must be positive, not {new.walltime!r}")
+        if "array_limit" in changes and not (job.array_id and type(new.array_limit) is int
+                                             and new.array_limit >= 0):
+            raise Rejected(f"a slot limit is a whole number >= 0 for an array's subjob, not {new.array_limit!r}")
         if job.state in PENDING:
             self._count(job, -1)
             try:
@@ -830,6 +834,7 @@ class Scheduler:
             self._unorder(job)  # its key, walltime or need may change: it goes back in anew
         for key in ALTERABLE | {"submitted_queue", "standing"}:
             setattr(job, key, getattr(new, key))
+        self._array_limits += job.array_limit > 0  # (an array's new slot limit turns its gate on)
         if rerouted:
             job.submit_time = now  # (as if submitted now: it ranks after jobs already waiting)
         if queued:

@@ -230,9 +230,15 @@ def alter_changes(job: Job, options: dict[str, str], resources: dict[str, str], 
 
 
 def qalter(opts: list[tuple[str, str]], ids: list[str], out, now: float) -> int:
+    import re
+
     from .attributes import merge
     subjobs = {letter: value for letter, value in opts if letter == "t"}  # (Torque's -t: which subjobs)
     options, resources = merge([(k, v) for k, v in opts if k != "t"], [])
+    limit = re.fullmatch(r"%(\d{1,9})", subjobs.get("t", ""))
+    if limit:  # Torque's -t %N: the slot limit of each array named, on all its subjobs (0: none)
+        del subjobs["t"]
+        ids = [_array_of(text) for text in ids]
 
     def alter(batch: Batch, job: Job, _opts: dict) -> None:
         import time as _time
@@ -244,10 +250,12 @@ def qalter(opts: list[tuple[str, str]], ids: list[str], out, now: float) -> int:
                                        frozenset(batch.site.config.get("consumables", {})))
         if job.state in FINISHED:
             raise InvalidState("finished")
+        if limit:
+            changes["array_limit"] = int(limit[1])
         if "deadline" in changes:
             common.check_deadline(batch.site, user)
         if job.state not in PENDING:
-            if set(changes) - {"walltime", "name", "extra"}:
+            if set(changes) - {"walltime", "name", "extra", "array_limit"}:
                 raise InvalidState("running")
             if "walltime" in changes and not batch.site.is_operator(user):
                 raise common.deny("qalter", job, batch.site)
