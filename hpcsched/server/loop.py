@@ -175,12 +175,12 @@ class Server:
     # --- one step --------------------------------------------------------------------------
     def step(self, now: float | None = None) -> int:
         """Reap, enforce, plan, launch; returns how many jobs were launched."""
-        self._reap_children()
-        self._reload()
-        self._look(now)
         launched = 0
         self._handling = None
         try:
+            self._reap_children()
+            self._reload()
+            self._look(now)
             with self.batch.open(write=True):
                 now = time.time() if now is None else now
                 try:
