@@ -287,7 +287,22 @@ def test_checknode_shows_a_nodes_state_and_what_holds_it_in_time_order(busy, cap
     assert [l for l in every.splitlines() if l.startswith("checking node")] == [
         f"checking node node0{i}" for i in range(1, 5)]
     assert run("checknode", "node09") == (1, "") and "checknode: cannot locate node 'node09'" in capsys.readouterr().err
+    submit("-t", "0-1", "-l", "nodes=1,walltime=00:10:00")  # (its subjobs' ids: 4 and 5, as showq's)
+    monkeypatch.setenv("HPCSCHED_USER", "alice")
+    assert qdel_all_but_the_array() and [s.job_id for s in server_pass().started] == [4, 5]
+    lists = [l for l in run("checknode", "ALL")[1].splitlines() if l.startswith("JobList:")]
+    assert sorted(lists) == ["JobList:  4", "JobList:  5", "JobList:  [NONE]", "JobList:  [NONE]"]
     assert run("checknode")[0] == 2 and run("checknode", "node01", "node02")[0] == 2
+
+
+def qdel_all_but_the_array() -> bool:
+    """Delete jobs 1 to 3 (the busy rig's), ended at once as the server would end them."""
+    from hpcsched.pbs import qctl
+    assert qctl.QDEL(["1", "2", "3"], out=io.StringIO()) == 0
+    batch = Batch(load_site())
+    with batch.open(write=True):
+        batch.do("ended", id=1, exit_status=271)
+    return True
 
 
 def test_showstart_refuses_what_it_cannot_estimate(busy, capsys):

@@ -396,6 +396,7 @@ def checknode(opts: list[tuple[str, str]], operands: list[str], out, now: float)
     names = list(known) if operands[0] == "ALL" else operands
     on = jobs_on(sched, site.server)
     holds: dict[str, list[tuple[float, str]]] = {}  # node -> (start, its line), in time order
+    running: dict[str, list[int]] = {}  # node -> the jobs running there (Maui's ids: the core's)
 
     def hold(nodes, cores, kind: str, name: str, start: float, end: float) -> None:
         for node, n in zip(nodes, cores):
@@ -407,6 +408,8 @@ def checknode(opts: list[tuple[str, str]], operands: list[str], out, now: float)
         if job.state in ACTIVE:
             hold(job.nodes, [max(1, len(c)) for c in job.cores], "Job", str(job.id), job.start_time,
                  job.planned_end(now))
+            for listed in {n for node in job.nodes for n in topo.covered(node)}:
+                running.setdefault(listed, []).append(job.id)
     _, plan = preview(batch, now)
     for jid, (t, alloc) in plan.reserved.items():
         hold(alloc.nodes, [max(1, len(c)) for c in alloc.cores], "Job", str(jid), t, t + sched.jobs[jid].walltime)
@@ -432,8 +435,7 @@ def checknode(opts: list[tuple[str, str]], operands: list[str], out, now: float)
         lines = [line for _, line in sorted(holds.get(name, []), key=lambda h: h[0])]
         if lines:
             w("\nReservations:\n" + "".join(f"  {line}\n" for line in lines))
-        running = sorted({jid.split(".")[0] for _, jid in on.get(name, ())}, key=int)
-        w(f"JobList:  {','.join(running) or '[NONE]'}\n")
+        w(f"JobList:  {','.join(map(str, sorted(running.get(name, ())))) or '[NONE]'}\n")
     return 0
 
 
