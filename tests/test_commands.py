@@ -574,6 +574,11 @@ def test_job_arrays(rig, flag, spec, indices, capsys):
     subs = [l.split()[0] for l in stat("-t")[1].splitlines()[2:]]
     assert subs == [f"1[{i}].headnode" for i in indices]
     assert stat("-t", f"1[{indices[1]}]")[1].splitlines()[2].split()[0] == f"1[{indices[1]}].headnode"
+    # a subjob named by its index is itself without -t too (its array's row it was before)
+    shown = [l.split()[0] for l in stat(f"1[{indices[1]}]", "1[]")[1].splitlines()[2:]]
+    assert shown == ["1[].headnode", f"1[{indices[1]}].headnode"]
+    assert full("1[]")["job_array_request"] == {"1-4%2": "1-4%2", "0-6:3": "0,3,6", "1,3,5-6": "1,3,5-6"}[spec]
+    assert full(f"1[{indices[1]}]")["job_array_id"] == str(indices[1])
     batch = Batch(load_site())
     with batch.open(write=True):
         plan = batch.do("pass")
@@ -634,6 +639,10 @@ def test_openpbs_array_row_shows_begun(rig, monkeypatch):
     row = stat()[1].splitlines()[2].split()
     assert row[0] == "1[].headnode" and row[4] == "B"
     assert [l.split()[4] for l in stat("-t")[1].splitlines()[2:]] == ["R"] * 4 + ["Q"] * 4
+    array = full("1[]")
+    assert (array["array"], array["array_state_count"]) == ("True", "Queued:4 Running:4 Exiting:0 Expired:0")
+    assert (array["array_indices_submitted"], array["array_indices_remaining"]) == ("1-8", "5-8")
+    assert (full("1[6]")["array_id"], full("1[6]")["array_index"]) == ("1[].headnode", "6")
 
 
 def test_before_dependencies_make_the_named_job_wait(rig, monkeypatch):

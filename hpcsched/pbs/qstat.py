@@ -151,7 +151,40 @@ def attributes(job: Job, site: Site, now: float, jobs: dict | None = None, flavo
         a["comment"] = comment or _comment(job)
     if "submit_args" in x and not private:
         a["submit_args" if torque else "Submit_arguments"] = x["submit_args"]
+    if job.array_id:
+        a.update(array_attributes(job, jobs or {}, site.server, torque))
     return a
+
+
+def array_attributes(job: Job, jobs: dict, server: str, torque: bool) -> dict:
+    """An array's attributes: on its row (qstat without -t, index "") the indices asked
+    for with the slot limit (Torque's job_array_request) or OpenPBS's array, array_state_count
+    and indices; on a subjob, its index (and, OpenPBS, its array's id)."""
+    if job.array_index != "":
+        return {"job_array_id": job.array_index} if torque else \
+            {"array_id": f"{job.array_id}[].{server}", "array_index": job.array_index}
+    subs = [j for j in jobs.values() if j.array_id == job.array_id]
+    indices = _ranges(j.array_index for j in subs)
+    if torque:
+        return {"job_array_request": indices + (f"%{job.array_limit}" if job.array_limit else "")}
+    count = {"Queued": 0, "Running": 0, "Exiting": 0, "Expired": 0}
+    for j in subs:
+        count["Expired" if j.state in FINISHED else "Exiting" if j.state == EXITING
+              else "Running" if j.start_time is not None else "Queued"] += 1
+    waiting = [j.array_index for j in subs if j.start_time is None and j.state not in FINISHED]
+    return {"array": "True", "array_state_count": " ".join(f"{k}:{n}" for k, n in count.items()),
+            "array_indices_submitted": indices, "array_indices_remaining": _ranges(waiting) or "-"}
+
+
+def _ranges(indices) -> str:
+    """Sorted indices as ranges: 0-4,7,9-10."""
+    out: list[list[int]] = []
+    for i in sorted(indices):
+        if out and i == out[-1][1] + 1:
+            out[-1][1] = i
+        else:
+            out.append([i, i])
+    return ",".join(f"{lo}-{hi}" if hi > lo else f"{lo}" for lo, hi in out)
 
 
 def _path(given: str | None, default: str, job: Job, letter: str, site: Site) -> str:
@@ -358,7 +391,7 @@ def qstat(opts: list[tuple[str, str]], ids: list[str], out, now: float) -> int:
     history = (o["x"] and not torque) or o["H"]
     status = 0
     if o["ids"]:
-        jobs = []
+        jobs, subjobs = [], []  # (a subjob named by its index shows as itself, never its array's row)
         for text in o["ids"]:
             try:
                 named = common.resolve(sched.jobs, text, site.server)
@@ -376,9 +409,10 @@ def qstat(opts: list[tuple[str, str]], ids: list[str], out, now: float) -> int:
                                      f"or -H to obtain historical job information\n")
                     status = status or common.FINISHED
                     continue
-            jobs.extend(named)
+            (subjobs if common.parse_ref(text)[1] not in (None, common.ALL) else jobs).extend(named)
         if not o["t"]:
             jobs = _collapse(jobs, site.flavor)
+        jobs += subjobs
     else:
         jobs = [j for j in sched.jobs.values()
                 if j.state not in FINISHED or (history if not torque else (_kept(j, site, now) or o["x"]))]
@@ -389,7 +423,7 @@ def qstat(opts: list[tuple[str, str]], ids: list[str], out, now: float) -> int:
         jobs = [j for j in jobs if j.owner in users]
     if o["r"] != o["i"]:  # running (and exiting) jobs, or the others not finished ("idle")
         jobs = [j for j in jobs if (j.state in (RUNNING, EXITING)) == o["r"] and j.state not in FINISHED]
-    jobs.sort(key=lambda j: (j.array_id or j.id, j.array_index))
+    jobs.sort(key=lambda j: (j.array_id or j.id, -1 if j.array_index == "" else j.array_index))
     if o["f"] or o["F"] or (o["x"] and torque):
         # -F json is OpenPBS's format in either flavor: its keys and state letters (F, Exit_status)
         vocabulary = "openpbs" if o["F"] == "json" else site.flavor
