@@ -15,6 +15,7 @@ import pytest
 
 from hpcsched.pbs import qctl, qstat, qsub
 from hpcsched.pbs.common import CommandError
+from hpcsched.pbs.errors import UsageError
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -473,6 +474,33 @@ def qctl_start(jid):
     from hpcsched.store.site import load_site
     with Batch(load_site()).open(write=False) as batch:
         return batch.sched.jobs[int(jid.split(".")[0])].start_time
+
+
+def test_qsub_runs_a_program_given_after_dashes_and_a_script_with_F_arguments(rig, monkeypatch, capsys):
+    """OpenPBS's `qsub [options] -- program args`: no script read (stdin untouched), the job
+    named after the program, its script `exec program args`; Torque's -F: the script's
+    arguments, split as a shell splits them."""
+    from hpcsched.store.journaled import Batch
+    from hpcsched.store.site import load_site
+    monkeypatch.setenv("HPCSCHED_FLAVOR", "openpbs")
+    jid, _ = qsub.submit(["-l", "walltime=60", "--", "/bin/echo", "hello world", "-x"],
+                         stdin=io.StringIO("#PBS -N never\n"), cwd="/tmp", env={})
+    argv = ["-F", "a 'b c'", "-N", "withargs"]
+    with_args = submit(*argv)
+    with Batch(load_site()).open(write=False) as batch:
+        program, script = batch.sched.jobs[1], batch.sched.jobs[2]
+    assert program.name == "echo" and program.extra["script"] == "exec /bin/echo 'hello world' -x\n"
+    assert script.extra["arguments"] == ["a", "b c"]
+    attrs = full(jid)
+    assert attrs["Submit_arguments"] == "-l walltime=60 -- /bin/echo 'hello world' -x"
+    assert attrs["executable"] == "<jsdl-hpcpa:Executable>/bin/echo</jsdl-hpcpa:Executable>"
+    assert attrs["argument_list"] == ("<jsdl-hpcpa:Argument>hello world</jsdl-hpcpa:Argument>"
+                                      "<jsdl-hpcpa:Argument>-x</jsdl-hpcpa:Argument>")
+    assert full(with_args)["job_arguments"] == "a 'b c'"
+    for bad, message in ((["--"], "-- must be followed by a program"), (["-I", "--", "/bin/true"], "runs no program"),
+                         (["-F", "a 'b"], "illegal -F value")):
+        with pytest.raises(UsageError, match=message):
+            qsub.submit(bad, stdin=io.StringIO(""), cwd="/tmp", env={})
 
 
 def test_bad_config_is_one_line(rig):

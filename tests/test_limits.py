@@ -42,6 +42,12 @@ def test_the_wrapper_sets_the_limits_for_the_job_alone(tmp_path):
     status, _, recorded = run("-v 1")  # (no room to start the job's shell)
     assert status != 0 and recorded == str(status)
     assert run("-t") == (0, ["unlimited", "unlimited", "unlimited", "unset"], "0")  # (malformed: it still ends)
+    # the script's own arguments (qsub -F) follow it, a `--` among them included
+    script.write_text('ulimit -t; printf "[%s]" "$@"\n')
+    env = {"PATH": "/usr/bin:/bin", "HPCSCHED_LIMITS": "-t 90"}
+    done = subprocess.run(["/bin/sh", "-c", WRAPPER, "w", str(tmp_path), "/bin/sh", str(script), "a b", "--", "-t"],
+                          env=env, capture_output=True, text=True)
+    assert done.stdout.split("\n")[:2] == ["90", "[a b][--][-t]"]
 
 
 def test_a_select_jobs_memory_is_its_chunks_and_an_old_bad_value_is_no_limit():

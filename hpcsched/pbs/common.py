@@ -213,10 +213,11 @@ class Command:
     action: Callable[[list[tuple[str, str]], list[str], TextIO, float], int]
     changes: bool = False  # it changes the store: wake a waiting server after it
     permute: bool = True  # options may follow operands
+    dashes: bool = False  # a `--` ending the options is kept as an operand (qsub's)
 
     def parse(self, argv: list[str]) -> tuple[list[tuple[str, str]], list[str]]:
         """(options in order, operands) by the command's table; UsageError if malformed."""
-        return options.parse(argv, self.options, self.permute)
+        return options.parse(argv, self.options, self.permute, dashes=self.dashes)
 
     def __call__(self, argv: list[str] | None = None, out: TextIO | None = None, now: float | None = None) -> int:
         """Run the command (`argv` None: from the real command line): `--version`, one-line

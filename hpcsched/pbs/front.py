@@ -49,7 +49,7 @@ def _qsub_options(argv: list[str]) -> tuple[list[tuple[str, str]], list[str]]:
     from .errors import UsageError
     from .options import QSUB, parse
     try:
-        return parse(argv, QSUB, permute=False)
+        return parse(argv, QSUB, permute=False, dashes=True)
     except UsageError:
         return [], ["-"]  # the server reports the usage error
 
@@ -137,7 +137,7 @@ def _script_operand(prog: str, argv: list[str], cwd: str) -> bytes | None:
     if prog != "qsub":
         return None
     operands = _qsub_options(argv)[1]
-    if len(operands) != 1 or operands[0] == "-":
+    if len(operands) != 1 or operands[0] in ("-", "--"):  # (`-- program args`: nothing to read)
         return None
     path = operands[0] if operands[0].startswith("/") else f"{cwd}/{operands[0]}"
     try:

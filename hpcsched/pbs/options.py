@@ -13,12 +13,14 @@ module imports nothing heavier than the commands' errors.
 from .errors import UsageError
 
 #: qsub's table (qsub -I and a script operand decide, in the front door, where it runs)
-QSUB = "a:A:c:C:d:e:hIj:J:k:l:m:M:N:o:p:q:r:S:t:u:v:Vw:W:z"
+QSUB = "a:A:c:C:d:e:F:hIj:J:k:l:m:M:N:o:p:q:r:S:t:u:v:Vw:W:z"
 
 
-def parse(argv: list[str], table: str, permute: bool = True, where: str = ""
+def parse(argv: list[str], table: str, permute: bool = True, where: str = "", dashes: bool = False
           ) -> tuple[list[tuple[str, str]], list[str]]:
-    """(options in the order given as (letter, value), value "" for a flag; operands)."""
+    """(options in the order given as (letter, value), value "" for a flag; operands).
+    With `dashes`, a `--` that ends the options is kept as the first operand (OpenPBS's
+    `qsub -- executable args` tells a program to run from a script to read)."""
     takes_value = {c for i, c in enumerate(table) if table[i + 1:i + 2] == ":"}
     flags = set(table) - takes_value - {":"}
     opts: list[tuple[str, str]] = []
@@ -28,7 +30,7 @@ def parse(argv: list[str], table: str, permute: bool = True, where: str = ""
         arg = argv[i]
         i += 1
         if arg == "--":
-            operands.extend(argv[i:])
+            operands.extend((["--"] if dashes else []) + argv[i:])
             break
         if not arg.startswith("-") or arg == "-":
             if not permute:

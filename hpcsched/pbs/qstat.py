@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import re
+import shlex
 import sys
 from xml.sax.saxutils import escape
 
@@ -151,6 +152,13 @@ def attributes(job: Job, site: Site, now: float, jobs: dict | None = None, flavo
         a["comment"] = comment or _comment(job)
     if "submit_args" in x and not private:
         a["submit_args" if torque else "Submit_arguments"] = x["submit_args"]
+    if x.get("arguments") and not private:  # Torque's -F
+        a["job_arguments"] = shlex.join(x["arguments"])
+    if x.get("program") and not torque and not private:  # OpenPBS's `qsub -- program args`, as it shows them
+        a["executable"] = f"<jsdl-hpcpa:Executable>{x['program'][0]}</jsdl-hpcpa:Executable>"
+        if x["program"][1:]:
+            a["argument_list"] = "".join(f"<jsdl-hpcpa:Argument>{arg}</jsdl-hpcpa:Argument>"
+                                         for arg in x["program"][1:])
     if job.array_id:
         a.update(array_attributes(job, jobs or {}, site.server, torque))
     return a

@@ -36,7 +36,7 @@ from .options import parse as parse_argv
 USAGE = ("usage: qsub [-a date_time] [-A account_string] [-C directive_prefix] [-d path] [-e path] "
          "[-h] [-j oe|eo|n] [-l resource_list] [-m mail_options] [-M user_list] [-N name] [-o path] "
          "[-p priority] [-q destination] [-r y|n] [-S path] [-v variable_list] [-V] [-W attributes] "
-         "[-z] [script]")
+         "[-z] [-F \"args\"] [script | -- program [args]]")
 
 
 def make_job(options: dict[str, str], resources: dict[str, str], script: str, script_name: str,
@@ -120,7 +120,7 @@ sent_script: bytes | None = None
 def submit(argv: list[str], stdin=None, cwd: str | None = None, env: dict | None = None,
            now: float | None = None) -> tuple[str, bool]:
     """Everything qsub does; returns (job id, -z given).  CommandError on any refusal."""
-    return submit_parsed(*parse_argv(argv, QSUB_TABLE, permute=False), stdin, cwd, env, now)
+    return submit_parsed(*parse_argv(argv, QSUB_TABLE, permute=False, dashes=True), stdin, cwd, env, now)
 
 
 def submit_parsed(cmd: list[tuple[str, str]], rest: list[str], stdin=None, cwd: str | None = None,
@@ -130,12 +130,21 @@ def submit_parsed(cmd: list[tuple[str, str]], rest: list[str], stdin=None, cwd: 
     env = dict(os.environ if env is None else env)
     cwd = cwd or os.getcwd()
     now = time.time() if now is None else now
+    program = rest[1:] if rest[:1] == ["--"] else None  # OpenPBS's `qsub [options] -- program [args]`
+    if program is not None:
+        if not program or not program[0]:
+            raise UsageError("-- must be followed by a program to run (and its arguments)")
+        rest = []
     if len(rest) > 1:
         raise UsageError(f"too many arguments: {' '.join(rest[1:])}")
     interactive = any(letter == "I" for letter, _ in cmd)
+    if program is not None and interactive:
+        raise UsageError("an interactive job (-I) runs no program given after --")
     if interactive and sitemod.caller is None and not commands.server_answers():
         raise common.CommandError("interactive jobs (-I) need a running server (hpcsched server)", common.SYSTEM)
-    if interactive and not rest:
+    if program is not None:  # its script runs the program in the job's shell (no directives to read)
+        script, script_name = f"exec {shlex.join(program)}\n", program[0]
+    elif interactive and not rest:
         script, script_name = "", ""  # the terminal is the session's, not a script
     elif rest and sent_script is not None:  # read by the client, with its rights
         script, script_name = sent_script.decode("utf-8", errors="replace"), rest[0]
@@ -157,12 +166,13 @@ def submit_parsed(cmd: list[tuple[str, str]], rest: list[str], stdin=None, cwd: 
     if "\r\n" in script:  # the job's shell would read each CR as part of a word: Torque and OpenPBS refuse it
         raise common.CommandError("script is written in DOS/Windows text format", common.SYSTEM)
     site = load_site()
-    words = [part for letter, value in cmd for part in (f"-{letter}", value) if part] + rest
+    words = [part for letter, value in cmd for part in (f"-{letter}", value) if part] + rest + (
+        ["--", *program] if program is not None else [])
     python_filter = site.config.get("submit_filter") if isinstance(site.config.get("submit_filter"), str) else None
     if site.config.get("submit_filter") and not interactive and not python_filter:
         script = submit_filter(site.config["submit_filter"], words, script, cwd, env)
     prefix = next((v for letter, v in cmd if letter == "C"), env.get("PBS_DPREFIX", "#PBS"))
-    found = directives(script, prefix)
+    found = directives(script, prefix) if program is None else []
     if commands.blocks(found):  # (qsub reads its own command line to know it must wait)
         raise UsageError("-W block=true is an option of the qsub command line, not a directive")
     options, resources = merge(cmd, found)
@@ -173,6 +183,10 @@ def submit_parsed(cmd: list[tuple[str, str]], rest: list[str], stdin=None, cwd: 
                                   site.flavor, frozenset(site.config.get("consumables", {})))
     if job.deadline is not None:
         common.check_deadline(site, user)
+    if program is not None:
+        job.extra["program"] = program  # (qstat -f's executable and argument_list)
+    if "F" in options:  # Torque's -F: the arguments the job's script is run with
+        job.extra["arguments"] = script_arguments(options["F"])
     args = shlex.join(words)
     if args:
         job.extra["submit_args"] = args  # (qstat -f's submit_args, normalised: -l and its value apart)
@@ -236,6 +250,15 @@ def submit_parsed(cmd: list[tuple[str, str]], rest: list[str], stdin=None, cwd: 
                 raise common.CommandError(f"submit error (Job exceeds queue resource limits MSG={e})", common.LIMITS)
             raise common.CommandError(f"Job violates queue and/or server resource limits: {e}", common.LIMITS)
     return common.full_id(done.id, site.server), "z" in options
+
+
+def script_arguments(text: str) -> list[str]:
+    """Torque's -F "a b 'c d'": the words the job's script is run with, split as a shell
+    splits them (quotes keep a word whole)."""
+    try:
+        return shlex.split(text)
+    except ValueError as e:
+        raise UsageError(f"illegal -F value {text!r} ({e})") from None
 
 
 def _may_run_as(site, user: str) -> None:
@@ -464,4 +487,4 @@ def qsub(opts: list[tuple[str, str]], operands: list[str], out, now: float) -> i
     return 0
 
 
-QSUB = Command("qsub", QSUB_TABLE, USAGE, qsub, changes=True, permute=False)
+QSUB = Command("qsub", QSUB_TABLE, USAGE, qsub, changes=True, permute=False, dashes=True)

@@ -738,7 +738,7 @@ class Server:
             accounting.write(self.home, "S", job, self.site.server, now)
             mail.send(self.site, job, mail.BEGIN, "Begun execution")
             return 1
-        argv = ["/bin/sh", "-c", WRAPPER, "hpcsched-job", str(d), shell, str(script)]
+        argv = ["/bin/sh", "-c", WRAPPER, "hpcsched-job", str(d), shell, str(script), *x.get("arguments", ())]
         if self.launcher:
             line = shlex.join(argv)
             argv = [part.replace("{host}", job.nodes[0]).replace("{command}", line).replace("{user}", job.owner)

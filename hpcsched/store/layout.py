@@ -46,7 +46,7 @@ def home() -> str:
     return f"{data.rstrip('/') or ''}/hpcsched"
 
 
-WRAPPER = (  # $1 job dir, $2 shell, $3 script: pid first, status last, both atomically
+WRAPPER = (  # $1 job dir, $2 shell, $3 script, then the script's arguments: pid first, status last, both atomically
     # mkdir is atomic: if a restarted server launches a job whose first launch it could
     # not see, only one of the two wrappers runs it
     'mkdir "$1/started" 2>/dev/null || exit 0\n'
@@ -59,9 +59,10 @@ WRAPPER = (  # $1 job dir, $2 shell, $3 script: pid first, status last, both ato
     # its status (caught, not ignored, so the job still gets the default handling)
     "trap : HUP INT QUIT TERM USR1 USR2\n"
     # the job's limits (server/limits.py), set for the job alone, in a subshell
-    '( set -- $HPCSCHED_LIMITS -- "$2" "$3"; unset HPCSCHED_LIMITS\n'
-    '  while [ $# -gt 3 ] && [ "$1" != -- ]; do ulimit "$1" "$2" >/dev/null 2>&1; shift 2; done\n'
-    '  shift $(($# - 2)); exec "$1" "$2" )\n'
+    '( shell=$2 script=$3; shift 3; limits=$HPCSCHED_LIMITS; unset HPCSCHED_LIMITS\n'
+    '  set -- $limits -- "$@"\n'
+    '  while [ "$1" != -- ] && [ "$2" != -- ]; do ulimit "$1" "$2" >/dev/null 2>&1; shift 2; done\n'
+    '  while [ "$1" != -- ]; do shift; done; shift; exec "$shell" "$script" "$@" )\n'
     's=$?\n'
     'echo $s > "$1/status.tmp" && mv "$1/status.tmp" "$1/status"\n'
     'exit $s\n')
