@@ -135,15 +135,19 @@ def test_jobs_run_write_output_and_are_accounted(live):
 
 def test_a_program_after_dashes_and_a_scripts_F_arguments_reach_the_job(live):
     """Through the server: `qsub -- program args` runs the program with its arguments (the
-    client reads no file for it), and -F's words are the script's $1, $2, ..."""
+    client reads no file for it), and -F's words are the script's $1, $2, ...; -o naming
+    a directory puts the output there under its default name."""
     env, home, work, start = live
     start()
     (work / "show.sh").write_text('printf "[%s]" "$@"; echo " $#"\n')
-    script = cmd(env, work, "qsub", "-F", "one 'two words' -x", "show.sh").stdout.strip()
+    # -o naming a directory (one made after qsub, no slash): the default name in it, as PBS does
+    script = cmd(env, work, "qsub", "-h", "-F", "one 'two words' -x", "-o", str(work / "outs"), "show.sh").stdout.strip()
+    (work / "outs").mkdir()
+    assert cmd(env, work, "qrls", script).returncode == 0
     program = cmd(env, work, "qsub", "-l", "walltime=60", "--", "/bin/sh", "-c", 'echo "$0 got $1"', "me",
                   "it all").stdout.strip()
     assert wait_for(env, work, script)["exit_status"] == "0" and wait_for(env, work, program)["exit_status"] == "0"
-    assert (work / f"show.sh.o{script.split('.')[0]}").read_text() == "[one][two words][-x] 3\n"
+    assert (work / "outs" / f"show.sh.o{script.split('.')[0]}").read_text() == "[one][two words][-x] 3\n"
     assert (work / f"sh.o{program.split('.')[0]}").read_text() == "me got it all\n"
 
 

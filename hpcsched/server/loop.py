@@ -1084,9 +1084,11 @@ def _put(path: Path, text: str, owner: privilege.Owner | None, mode: int = 0o600
 
 
 def _path(given: str | None, workdir: str, default: str) -> str:
+    """An output or error file: -o/-e's path, or the default name in the directory it names
+    (ending in / or an existing directory, as PBS takes both), else in `workdir`."""
     if not given:
         return os.path.join(workdir, default)
-    return given + default if given.endswith("/") else given
+    return os.path.join(given, default) if given.endswith("/") or os.path.isdir(given) else given
 
 
 def _wait_start(pid: int) -> str | None:
