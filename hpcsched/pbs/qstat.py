@@ -468,8 +468,7 @@ def qstat(opts: list[tuple[str, str]], ids: list[str], out, now: float) -> int:
     if o["a"] or o["n"] or o["u"] or o["i"] or o["r"] or o["s"] or o["T"]:
         starts = None
         if o["T"]:  # (OpenPBS's: the next pass's estimates, running jobs first, then soonest)
-            from .maui import preview
-            plan = preview(batch, now)[1]
+            plan = batch.scratch().iterate(now)  # (maui.preview's: a pass whose decisions are thrown away)
             when = {j.id: plan.estimate(j.id) for j in jobs if j.state == QUEUED}
             starts = {jid: est_start(t, now) for jid, t in when.items()}
             jobs.sort(key=lambda j: (j.start_time is None, j.start_time or 0.0,
