@@ -45,12 +45,12 @@ NASTY = ["", "-", "--", "0", "-1", "1", "2", "99", "1e999", "nan", "inf", "²", 
          "999912312359", "23:59:59_12/31/99", "25:00_01/01", "+1:00:00", "253402300800", "1e308",
          "mem=99999999999999999999999tb", "select=1:mem=9999999999999999999pb", "USR1"]
 
-LETTERS = {"qsub": "aAcCdeFhIjJklmMNopqrStuvVwWz", "qalter": "aAehjklmMNoprSvWt", "qdel": "Wpxt", "qhold": "ht",
+LETTERS = {"qsub": "aAcCdeFhIjJklmMnNopqrStuvVwWz", "qalter": "aAehjklmMNoprSvWt", "qdel": "Wpxt", "qhold": "ht",
            "qrls": "ht", "qsig": "s", "qmsg": "EO", "qrun": "H", "qrerun": "f", "qterm": "t", "qmove": "", "qselect": "uqsNAlhx", "qstat": "afinu1xQqrsBtTFJ",
            "checkjob": "v", "showq": "ribcuw", "showres": "n", "setres": "nsdepugaq", "releaseres": "",
            "showbf": "", "showstart": "", "checknode": "", "mdiag": "pf", "pbsnodes": "aloicrNxqvF", "qmgr": "c", "tracejob": "n",
            "shownids": "", "pbsyod": "", "schedctl": "QTSsB", "qstart": "", "qstop": "", "qenable": "", "qdisable": ""}
-FLAGS = set("hIVzfix1QBtTJaroblcvpqwd")  # letters tried bare as well as with a value
+FLAGS = set("hIVzfix1QBtTJaroblcvpqwdn")  # letters tried bare as well as with a value
 #: qsub and qalter take the most input: they get more of the cases
 WEIGHTED = sorted(set(LETTERS) - {"pbsyod"}) + ["qsub"] * 12 + ["qalter"] * 4
 

@@ -1215,6 +1215,42 @@ def test_a_fault_in_the_servers_own_code_sets_that_job_aside_and_the_server_goes
         assert batch.sched.jobs[2].run_count == 1  # seen to end, not lost and run again
 
 
+def test_an_exclusive_job_has_its_shared_nodes_alone_and_its_nodefile_as_asked(rig):
+    """On shared nodes a place=excl job waits for a node no job uses, holds all its cores
+    (so no other job starts there while it runs), and its PBS_NODEFILE lists the
+    processors it asked for, not the cores it holds."""
+    import io
+
+    from hpcsched.pbs import qsub
+    from hpcsched.server import loop as server
+    from hpcsched.store.journaled import Batch
+    from hpcsched.store.site import load_site
+    config = rig / "home" / "config.toml"
+    config.write_text(config.read_text().replace('names = "node[01-04]"', 'names = "node[01-04]"\nshared = true'))
+    for script, argv in (("sleep 2\n", ["-l", "nodes=3:ppn=1,walltime=60"]),
+                         ('cat "$PBS_NODEFILE"\n', ["-l", "select=2:ncpus=2,place=excl,walltime=60", "-N", "ex"]),
+                         ("sleep 2\n", ["-l", "nodes=1:ppn=1,walltime=60"])):
+        qsub.submit(argv, stdin=io.StringIO(script), cwd=str(rig), env={})
+    srv = server.Server(load_site(), grace=0.5)
+    assert srv.step() == 2  # jobs 1 and 3 start; job 2 waits: only node04 has no job
+    batch = Batch(load_site())
+    with batch.open(write=False):
+        jobs = batch.sched.jobs
+        assert [jobs[i].state.name for i in (1, 2, 3)] == ["RUNNING", "QUEUED", "RUNNING"]
+        assert len(set(jobs[1].nodes) | set(jobs[3].nodes)) == 3
+    deadline = time.time() + 15
+    while time.time() < deadline:
+        srv.step()
+        with batch.open(write=False):
+            ex = batch.sched.jobs[2]
+            if ex.state.name == "COMPLETED":
+                break
+        time.sleep(0.1)
+    assert ex.state.name == "COMPLETED" and ex.exit_status == 0
+    assert all(len(cores) == 4 for cores in ex.cores)  # (every core of its two nodes)
+    assert sorted((rig / "ex.o2").read_text().split()) == sorted(n for n in ex.nodes for _ in range(2))
+
+
 def test_gpu_jobs_get_their_own_devices(live):
     """Jobs sharing a GPU node get GPUs no other running job has: CUDA_VISIBLE_DEVICES and
     Torque's PBS_GPUFILE name them, and qstat -f shows them as exec_gpus."""

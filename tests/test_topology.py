@@ -57,6 +57,29 @@ def test_shared_nodes_allocate_cores():
     assert p.choose(Request(nodes=1, ppn=2), tiers_of([free])) is None
 
 
+def test_an_exclusive_request_takes_whole_shared_nodes_and_only_idle_ones():
+    """OpenPBS's place=excl (Torque's -n): on shared nodes each chunk gets a node no other
+    job uses, and all of its cores; on whole-node pools nothing changes."""
+    p = NodePool([Node(f"s{i}", cores=4, shared=True) for i in range(3)])
+    one = p.choose(Request(nodes=1, ppn=1), tiers_of([p.available()]))
+    assert one.nodes == ("s0",) and one.cores == ((0,),)
+    free = p.available() ^ one.units
+    excl = Request(nodes=2, ppn=1, exclusive=True)
+    got = p.choose(excl, tiers_of([free]))
+    assert got.nodes == ("s1", "s2") and got.cores == ((0, 1, 2, 3),) * 2  # (s0 has a job: passed over)
+    assert p.choose(Request(nodes=3, ppn=1, exclusive=True), tiers_of([free])) is None
+    assert p.choose(Request(nodes=3, ppn=1), tiers_of([free])) is not None  # (shared, it fits)
+    assert p.occupies(excl) == 8 and p.occupies(Request(nodes=2, ppn=1)) == 2
+    assert p.processors(got.units) == 8
+    whole = NodePool([Node(f"n{i}", cores=4) for i in range(2)])
+    assert whole.choose(Request(nodes=1, exclusive=True), tiers_of([whole.available()])).nodes == ("n0",)
+    assert Request.from_dict(excl.to_dict()) == excl and "exclusive" not in Request(nodes=2).to_dict()
+    with pytest.raises(InvalidRequest, match="exclusive"):
+        Request(cores=4, exclusive=True)
+    with pytest.raises(InvalidRequest, match="exclusive"):
+        Request(nodes=1, exclusive=1)
+
+
 def test_one_core_fast_path_chooses_as_the_general_walk():
     """`_choose_core` (one core, no memory) against `_choose_general`, its reference, on
     mixed pools of shared and exclusive nodes and random tiers of free units."""

@@ -114,6 +114,8 @@ class Request:
     midplanes, nids) it may use: PSC's nidmask, a queue bound to part of the machine.
     `gpus` are GPUs per chunk: only nodes with that many may serve it, and on shared
     nodes they are bought as cores, as memory is (so no node's GPUs are given twice).
+    `exclusive`: each chunk's node is the job's alone (OpenPBS's place=excl, Torque's -n):
+    on shared nodes it takes every core of each node it gets.
     """
 
     nodes: int = 1
@@ -123,6 +125,7 @@ class Request:
     features: tuple[str, ...] = ()
     within: tuple[str, ...] = ()
     gpus: int = 0
+    exclusive: bool = False
 
     def __post_init__(self):
         for name in ("nodes", "ppn", "cores", "mem", "gpus"):
@@ -133,6 +136,9 @@ class Request:
             raise InvalidRequest("request needs nodes >= 1 and ppn >= 1, or cores >= 1")
         if self.gpus and self.cores:
             raise InvalidRequest("request gpus are per chunk (nodes x ppn), not with a core count")
+        if not isinstance(self.exclusive, bool) or (self.exclusive and self.cores):
+            raise InvalidRequest("request exclusive is true or false, and for chunks (nodes x ppn), "
+                                 "not a core count")
         object.__setattr__(self, "features", tuple(sorted(set(self.features))))
         object.__setattr__(self, "within", tuple(self.within))
 
@@ -150,7 +156,7 @@ class Request:
             raise InvalidRequest(f"unknown request field {sorted(d.keys() - _REQUEST_FIELDS)[0]!r}")
         # requests repeat across a store's jobs, and are immutable: share one object each
         key = (d.get("nodes", 1), d.get("ppn", 1), d.get("cores", 0), d.get("mem", 0),
-               tuple(d.get("features", ())), tuple(d.get("within", ())), d.get("gpus", 0))
+               tuple(d.get("features", ())), tuple(d.get("within", ())), d.get("gpus", 0), d.get("exclusive", False))
         req = _REQUESTS.get(key)
         if req is None:
             req = _REQUESTS[key] = cls(*key)

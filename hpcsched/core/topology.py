@@ -130,7 +130,8 @@ class Topology(ABC):
     def shape(self, request: Request) -> tuple:
         """A small hashable key: requests of one shape have the same eligible units, and a
         larger amount (nodes or cores) of one shape never fits where a smaller one fails."""
-        return (request.ppn, request.mem, request.features, bool(request.cores), request.within, request.gpus)
+        return (request.ppn, request.mem, request.features, bool(request.cores), request.within, request.gpus,
+                request.exclusive)
 
     @abstractmethod
     def need(self, request: Request) -> int:

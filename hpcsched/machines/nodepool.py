@@ -155,7 +155,9 @@ class NodePool(Topology):
 
     def _chunk_units(self, node: Node, request: Request) -> int:
         """Cores one chunk of `request` takes on shared `node` (memory and GPUs bought as
-        cores: the node's share of each that the chunk asks for)."""
+        cores: the node's share of each that the chunk asks for; an exclusive one, all)."""
+        if request.exclusive:
+            return node.cores
         units = request.ppn
         if request.mem and node.memory:
             units = max(units, math.ceil(request.mem * node.cores / node.memory))
@@ -199,7 +201,7 @@ class NodePool(Topology):
         return request.nodes
 
     def occupies(self, request: Request) -> int:
-        if not self.exclusive:
+        if not self.exclusive and not request.exclusive:
             return request.processors
         key = self.shape(request)
         cores = self._node_cores.get(key)

@@ -138,7 +138,10 @@ def positive(text: str, what: str) -> int:
 
 TORQUE_RES = {"nodes", "ppn", "procs", "pmem", "vmem", "pvmem"}
 KNOWN_RES = TORQUE_RES | {"walltime", "mem", "ncpus", "select", "place", "cput", "pcput", "file", "host", "nice",
-                          "mpiprocs", "naccelerators", "ngpus", "software", "arch", "size", "nidmask"}
+                          "mpiprocs", "naccelerators", "ngpus", "software", "arch", "size", "nidmask",
+                          "naccesspolicy"}
+#: Moab's -l naccesspolicy= words hpcsched keeps to: singlejob makes the job's nodes its own
+NACCESS = {"singlejob": True, "shared": False}
 #: ways of asking for processors; a job uses one of them
 COUNT_RES = ("select", "nodes", "procs", "ncpus", "size")
 #: OpenPBS's place=[arrangement][:sharing][:group=RESOURCE] words (checked; the planner chooses the nodes)
@@ -178,6 +181,10 @@ def build_request(res: dict[str, str], declared=()) -> tuple[Request, float | No
             raise UsageError(f"illegal -l value: walltime {res['walltime']!r}") from None
         if walltime <= 0:
             raise UsageError("illegal -l value: walltime must be positive")
+    if "naccesspolicy" in res and res["naccesspolicy"].lower() not in NACCESS:
+        raise UsageError(f"illegal -l value: naccesspolicy={res['naccesspolicy']} (give singlejob or shared)")
+    exclusive = bool({"excl", "exclhost"} & set(res.get("place", "").split(":"))) or \
+        NACCESS.get(res.get("naccesspolicy", "").lower(), False)
     nodes, ppn, cores, mem, gpus, features, hosts = 1, 1, 0, 0, 0, [], ()
     if "select" in res:
         nodes, shape, hosts = select_chunks(res["select"], declared)
@@ -204,8 +211,13 @@ def build_request(res: dict[str, str], declared=()) -> tuple[Request, float | No
         mem = -(-total // nodes) if not cores else total
     if "pmem" in res:
         mem = max(mem, parse_memory(res["pmem"]) * (ppn if not cores else cores))
+    if exclusive and cores:  # (exclusive is per chunk: a job-wide count is one chunk, as OpenPBS takes it)
+        if "ncpus" not in res or "procs" in res or "size" in res:
+            raise UsageError("illegal -l value: an exclusive job asks for chunks (select=, nodes= or ncpus=), "
+                             "not a processor count")
+        nodes, ppn, cores = 1, cores, 0
     return Request(nodes=nodes, ppn=ppn, cores=cores, mem=mem, gpus=gpus, features=tuple(features),
-                   within=hosts), walltime
+                   within=hosts, exclusive=exclusive), walltime
 
 
 def select_chunks(text: str, declared=()) -> tuple[int, dict[str, str], tuple[str, ...]]:

@@ -13,7 +13,7 @@ module imports nothing heavier than the commands' errors.
 from .errors import UsageError
 
 #: qsub's table (qsub -I and a script operand decide, in the front door, where it runs)
-QSUB = "a:A:c:C:d:e:F:hIj:J:k:l:m:M:N:o:p:q:r:S:t:u:v:Vw:W:z"
+QSUB = "a:A:c:C:d:e:F:hIj:J:k:l:m:M:nN:o:p:q:r:S:t:u:v:Vw:W:z"
 
 
 def parse(argv: list[str], table: str, permute: bool = True, where: str = "", dashes: bool = False

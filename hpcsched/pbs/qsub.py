@@ -36,7 +36,7 @@ from .options import parse as parse_argv
 USAGE = ("usage: qsub [-a date_time] [-A account_string] [-C directive_prefix] [-d path] [-e path] "
          "[-h] [-j oe|eo|n] [-l resource_list] [-m mail_options] [-M user_list] [-N name] [-o path] "
          "[-p priority] [-q destination] [-r y|n] [-S path] [-v variable_list] [-V] [-W attributes] "
-         "[-z] [-F \"args\"] [script | -- program [args]]")
+         "[-z] [-n] [-F \"args\"] [script | -- program [args]]")
 
 
 def make_job(options: dict[str, str], resources: dict[str, str], script: str, script_name: str,
@@ -45,6 +45,8 @@ def make_job(options: dict[str, str], resources: dict[str, str], script: str, sc
     """The job, what it waits on (`-W depend=after...`), and the jobs `before...` makes
     wait on it: parents are named, not yet looked up in the store.  `consumables`: the
     site's, which -l may ask for."""
+    if "n" in options:  # Torque's -n: the job's nodes are its own (kept as Moab's resource says it)
+        resources = {**resources, "naccesspolicy": "singlejob"}
     request, walltime = build_request(resources, consumables)
     name = parse_job_name(options.get("N", os.path.basename(script_name) if script_name else "STDIN"))
     dest = options.get("q", "")

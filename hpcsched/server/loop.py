@@ -721,7 +721,9 @@ class Server:
             env.update(PBS_GPUFILE=str(d / "gpus"), CUDA_VISIBLE_DEVICES=",".join(map(str, gpus[job.nodes[0]])))
         try:
             _put(script, x.get("script", ""), owner, 0o700)
-            _put(d / "nodes", "".join(f"{n}\n" * max(1, len(c)) for n, c in zip(job.nodes, job.cores)), owner)
+            # (a line per processor asked for: an exclusive job holds all of its nodes' cores)
+            per = job.request.ppn if job.request.exclusive else None
+            _put(d / "nodes", "".join(f"{n}\n" * (per or max(1, len(c))) for n, c in zip(job.nodes, job.cores)), owner)
             if gpus:
                 _put(d / "gpus", "".join(f"{n}-gpu{i}\n" for n, held in gpus.items() for i in held), owner)
             if x.get("interactive"):
