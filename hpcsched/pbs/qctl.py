@@ -5,6 +5,7 @@ and sets exit status 153, the others still go through.
 """
 from __future__ import annotations
 
+import re
 import sys
 import time as _time
 from typing import Callable
@@ -230,8 +231,6 @@ def alter_changes(job: Job, options: dict[str, str], resources: dict[str, str], 
 
 
 def qalter(opts: list[tuple[str, str]], ids: list[str], out, now: float) -> int:
-    import re
-
     from .attributes import merge
     subjobs = {letter: value for letter, value in opts if letter == "t"}  # (Torque's -t: which subjobs)
     options, resources = merge([(k, v) for k, v in opts if k != "t"], [])
