@@ -524,6 +524,41 @@ def test_exclusive_placement_is_asked_for_in_each_flavors_words(rig, capsys):
             submit(*argv)
 
 
+def test_query_other_jobs_false_keeps_each_user_to_their_own_jobs(rig, monkeypatch, capsys):
+    """qmgr's `set server query_other_jobs = False`: qstat, qselect, showq, checkjob,
+    showstart and tracejob show a user their own jobs alone (another's named is an
+    Unauthorized Request, 159); operators still see every job; true again, all are shown."""
+    from hpcsched.pbs import maui, qmgr, tracejob
+    mine, theirs = submit("-N", "mine"), None
+    monkeypatch.setenv("HPCSCHED_USER", "bob")
+    theirs = submit("-N", "theirs")
+
+    def seen(user):
+        monkeypatch.setenv("HPCSCHED_USER", user)
+        listed = [l.split()[0] for l in stat()[1].splitlines()[2:]]
+        out = io.StringIO()
+        qctl.QSELECT([], out=out)
+        shown = io.StringIO()
+        maui.SHOWQ([], out=shown)
+        queued = [l.split()[0] for l in shown.getvalue().splitlines() if l.split()[1:2] in (["alice"], ["bob"])]
+        return listed, out.getvalue().split(), queued
+    assert seen("alice") == ([mine, theirs], [mine, theirs], ["1", "2"])  # (true by default)
+    monkeypatch.setenv("HPCSCHED_USER", "root")
+    assert qmgr.QMGR(["-c", "set server query_other_jobs = False"], out=io.StringIO()) == 0
+    assert seen("alice") == ([mine], [mine], ["1"]) and seen("bob") == ([theirs], [theirs], ["2"])
+    assert seen("olga") == ([mine, theirs], [mine, theirs], ["1", "2"])  # (an operator)
+    capsys.readouterr()
+    monkeypatch.setenv("HPCSCHED_USER", "alice")
+    assert stat(theirs)[0] == 159 and stat(mine, theirs)[1].count("headnode") == 1
+    for command, argv in ((maui.CHECKJOB, ["2"]), (maui.SHOWSTART, ["2"]), (tracejob.TRACEJOB, ["2"])):
+        assert command(argv, out=io.StringIO()) == 159
+    assert capsys.readouterr().err.count("Unauthorized Request  2.headnode") == 5
+    assert maui.CHECKJOB(["1"], out=io.StringIO()) == 0 and tracejob.TRACEJOB(["1"], out=io.StringIO()) == 0
+    monkeypatch.setenv("HPCSCHED_USER", "root")
+    assert qmgr.QMGR(["-c", "set server query_other_jobs = True"], out=io.StringIO()) == 0
+    assert seen("alice")[0] == [mine, theirs]
+
+
 def test_bad_config_is_one_line(rig):
     (rig / "home" / "config.toml").write_text('flavor = "slurm"\n[[nodes]]\nnames = "n1"\n')
     p = run("qstat")

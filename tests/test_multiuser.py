@@ -279,6 +279,20 @@ def test_qstat_hides_an_environment_from_other_users(live):
     assert "s3cret" not in out
 
 
+def test_query_other_jobs_false_keeps_bob_to_his_own_jobs_through_the_server(live):
+    """qmgr's query_other_jobs = False, answered by the root server as each caller: bob
+    lists only his own jobs and may not name alice's; root still sees both."""
+    hers, his = submit(live, ALICE, "sleep 60\n", "-h"), submit(live, BOB, "sleep 60\n", "-h", name="his.sh")
+    assert live.run("root", "qmgr", "-c", "set server query_other_jobs = False")[0] == 0
+    status, out, _ = live.run(BOB, "qstat")
+    assert status == 0 and [l.split()[0].split(".")[0] for l in out.splitlines()[2:]] == [str(his)]
+    status, _, err = live.run(BOB, "qstat", "-f", str(hers))
+    assert status == 159 and "Unauthorized Request" in err
+    assert live.run(BOB, "checkjob", str(hers))[0] == 159
+    status, out, _ = live.run("root", "qstat")
+    assert [l.split()[0].split(".")[0] for l in out.splitlines()[2:]] == [str(hers), str(his)]
+
+
 def test_users_keep_submitting_after_a_compaction_and_accounting_is_the_servers(live, monkeypatch):
     for i in range(3):  # alice, then bob, writes the day's accounting file: both succeed
         for user in (ALICE, BOB):

@@ -162,6 +162,13 @@ def may_touch(site, user: str, job: Job, hold: str = "u") -> bool:
     return user == job.owner or site.is_operator(user)
 
 
+def may_see(site, user: str, job: Job) -> bool:
+    """qmgr's query_other_jobs (true by default): false, a user sees only their own jobs
+    (operators and managers see every one), in qstat, qselect, showq, checkjob, showstart
+    and tracejob alike."""
+    return site.config.get("query_other_jobs", True) or user == job.owner or site.is_operator(user)
+
+
 def deny(prog: str, job: Job, site) -> CommandError:
     return CommandError(f"Unauthorized Request  {display_id(job, site.server)}", UNAUTHORIZED)
 

@@ -86,7 +86,8 @@ def showq(opts: list[tuple[str, str]], operands: list[str], out, now: float) -> 
     site, batch = load()
     view = views[0] if views else ""
     sched = batch.scratch() if view in ("", "i") else batch.sched  # (the order and -i's pass are worked out on it)
-    mine = lambda j: all(f(j) == wanted for f, wanted in keep)  # noqa: E731
+    viewer = whoami()
+    mine = lambda j: all(f(j) == wanted for f, wanted in keep) and common.may_see(site, viewer, j)  # noqa: E731
     jobs = [j for j in sched.jobs.values() if mine(j)]
     w = out.write
     if view == "c":
@@ -214,6 +215,8 @@ def checkjob(opts: list[tuple[str, str]], operands: list[str], out, now: float) 
         job, = common.resolve(sched.jobs, operands[0], site.server)
     except (common.CommandError, ValueError):  # unknown, or an array's many subjobs
         raise common.CommandError(f"cannot locate job '{operands[0]}'", common.UNKNOWN_JOB) from None
+    if not common.may_see(site, whoami(), job):  # (qmgr's query_other_jobs = false)
+        raise common.deny("checkjob", job, site)
     state = "Suspended" if common.is_suspended(job) else {
         QUEUED: "Idle", RUNNING: "Running", EXITING: "Running", HELD: "Hold", WAITING: "Deferred",
         DEP_HOLD: "Hold", DEP_FAIL: "Hold", COMPLETED: "Completed", DELETED: "Removed"}[job.state]
@@ -354,6 +357,8 @@ def showstart(opts: list[tuple[str, str]], operands: list[str], out, now: float)
             job, = common.resolve(sched.jobs, what, site.server)
         except (common.CommandError, ValueError):  # unknown, or an array's many subjobs
             raise common.CommandError(f"cannot locate job '{what}'", common.UNKNOWN_JOB) from None
+        if not common.may_see(site, whoami(), job):  # (qmgr's query_other_jobs = false)
+            raise common.deny("showstart", job, site)
         name = str(job.id)
         if job.state in FINISHED:
             raise common.CommandError(f"job {job.id} has {'completed' if job.state == COMPLETED else 'been removed'}",

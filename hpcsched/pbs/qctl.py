@@ -325,8 +325,9 @@ def qselect(opts: list[tuple[str, str]], operands: list[str], out, now: float) -
         pass
     from ..core.timefmt import parse_duration
     from .attributes import parse_memory
+    viewer = whoami()
     for job in sorted(batch.sched.jobs.values(), key=lambda j: j.id):
-        if job.state in FINISHED and not crit.get("x"):
+        if job.state in FINISHED and not crit.get("x") or not common.may_see(site, viewer, job):
             continue
         letter = common.state_letter(job, site.flavor)
         if "u" in crit and job.owner not in ",".join(crit["u"]).split(","):

@@ -97,8 +97,9 @@ SERVER_ATTRS = {
     "operators": ("operators", _users, lambda v: ",".join(f"{u}@*" for u in v)),
     "keep_completed": ("keep_completed", _int, lambda v: str(int(v))),
     "scheduler_iteration": ("server_interval", lambda t: float(_int(t)), lambda v: str(int(v))),
+    "query_other_jobs": ("query_other_jobs", _bool, str),
 }
-_SERVER_DEFAULTS = {"scheduling": True, "keep_completed": 300, "server_interval": 15}
+_SERVER_DEFAULTS = {"scheduling": True, "keep_completed": 300, "server_interval": 15, "query_other_jobs": True}
 
 
 def split_command(line: str) -> tuple[str, str, str, list[tuple[str, str, str]]]:

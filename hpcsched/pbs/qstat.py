@@ -398,6 +398,7 @@ def qstat(opts: list[tuple[str, str]], ids: list[str], out, now: float) -> int:
         return 0
     history = (o["x"] and not torque) or o["H"]
     status = 0
+    viewer = whoami()
     if o["ids"]:
         jobs, subjobs = [], []  # (a subjob named by its index shows as itself, never its array's row)
         for text in o["ids"]:
@@ -406,6 +407,10 @@ def qstat(opts: list[tuple[str, str]], ids: list[str], out, now: float) -> int:
             except common.CommandError as e:
                 sys.stderr.write(f"qstat: {e}\n")
                 status = e.status
+                continue
+            if not all(common.may_see(site, viewer, j) for j in named):  # (qmgr's query_other_jobs = false)
+                sys.stderr.write(f"qstat: {common.deny('qstat', named[0], site)}\n")
+                status = common.UNAUTHORIZED
                 continue
             if all(j.state in FINISHED for j in named):
                 if torque and not o["x"] and not any(_kept(j, site, now) for j in named):
@@ -423,7 +428,8 @@ def qstat(opts: list[tuple[str, str]], ids: list[str], out, now: float) -> int:
         jobs += subjobs
     else:
         jobs = [j for j in sched.jobs.values()
-                if j.state not in FINISHED or (history if not torque else (_kept(j, site, now) or o["x"]))]
+                if (j.state not in FINISHED or (history if not torque else (_kept(j, site, now) or o["x"])))
+                and common.may_see(site, viewer, j)]
         if not o["t"]:
             jobs = _collapse(jobs, site.flavor)
     if o["u"]:
@@ -440,7 +446,6 @@ def qstat(opts: list[tuple[str, str]], ids: list[str], out, now: float) -> int:
         def priority(j: Job) -> float | None:  # (a policy whose factors hold no such number: none)
             factors = policy.describe(j, ctx)
             return factors.get("priority", factors.get("score"))
-        viewer = whoami()
         items = [(common.display_id(j, site.server), attributes(j, site, now, sched.jobs, vocabulary,
                                                                    sched.topology, priority, viewer,
                                                                    sched.comment(j))) for j in jobs]

@@ -18,7 +18,7 @@ import time
 
 from ..store.journal import Store
 from ..store.journaled import Batch
-from ..store.site import load_site
+from ..store.site import load_site, whoami
 from . import accounting, common
 from .common import Command
 from .errors import UsageError
@@ -92,16 +92,20 @@ def tracejob(opts: list[tuple[str, str]], operands: list[str], out, now: float) 
         found = common.resolve(jobs, operands[0], site.server)
     except common.CommandError:
         found = []
+    viewer = whoami()
     if len(found) == 1:
         job = found[0]
+        if not common.may_see(site, viewer, job):  # (qmgr's query_other_jobs = false)
+            raise common.deny("tracejob", job, site)
         shown, job_id = common.display_id(job, site.server), job.id
     else:  # forgotten by the server: the accounting log may still have it
         jid, index = common.parse_ref(operands[0])
         shown = f"{jid}[{index}].{site.server}" if index not in (None, common.ALL) else f"{jid}.{site.server}"
         job_id = jid if index is None else None
     lines = [(t, "S", text) for t, text in (_server_lines(records, job_id) if job_id is not None else [])]
+    private = not site.config.get("query_other_jobs", True) and not site.is_operator(viewer)
     for entry in accounting.read(site.home):
-        if entry.job_id != shown:
+        if entry.job_id != shown or private and entry.fields.get("user", viewer) != viewer:
             continue
         when = time.mktime(time.strptime(entry.when, "%m/%d/%Y %H:%M:%S"))
         body = " ".join(f"{k}={v}" for k, v in entry.fields.items())

@@ -216,8 +216,9 @@ def _load_site(home: Path) -> Site:
         where = "HPCSCHED_FLAVOR" if os.environ.get("HPCSCHED_FLAVOR") else "flavor"
         raise ConfigError(f"{where}: {flavor!r} is not torque or openpbs")
     check_named_user(os.environ)
-    if not isinstance(config.get("scheduling", True), bool):
-        raise ConfigError("scheduling: must be true or false")
+    for key in ("scheduling", "query_other_jobs"):
+        if not isinstance(config.get(key, True), bool):
+            raise ConfigError(f"{key}: must be true or false")
     for key, example in (("mail_command", '["sendmail", "-t"]'), ("launcher", '["ssh", "{host}", "{command}"]'),
                          ("prejob_check", '["ping", "-c1", "{node}"]'), ("pbsyod_launcher", '["aprun", "-n", "{np}"]'),
                          ("prologue", '["/etc/hpcsched/prologue"]'), ("epilogue", '["/etc/hpcsched/epilogue"]'),
