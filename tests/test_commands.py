@@ -526,7 +526,7 @@ def test_exclusive_placement_is_asked_for_in_each_flavors_words(rig, capsys):
 
 def test_query_other_jobs_false_keeps_each_user_to_their_own_jobs(rig, monkeypatch, capsys):
     """qmgr's `set server query_other_jobs = False`: qstat, qselect, showq, checkjob,
-    showstart and tracejob show a user their own jobs alone (another's named is an
+    showstart, tracejob and mdiag -p show a user their own jobs alone (another's named is an
     Unauthorized Request, 159); operators still see every job; true again, all are shown."""
     from hpcsched.pbs import maui, qmgr, tracejob
     mine, theirs = submit("-N", "mine"), None
@@ -554,6 +554,9 @@ def test_query_other_jobs_false_keeps_each_user_to_their_own_jobs(rig, monkeypat
         assert command(argv, out=io.StringIO()) == 159
     assert capsys.readouterr().err.count("Unauthorized Request  2.headnode") == 5
     assert maui.CHECKJOB(["1"], out=io.StringIO()) == 0 and tracejob.TRACEJOB(["1"], out=io.StringIO()) == 0
+    breakdown = io.StringIO()
+    assert maui.MDIAG(["-p"], out=breakdown) == 0
+    assert [l.split()[0] for l in breakdown.getvalue().splitlines()[4:] if l[:1].isdigit()] == ["1"]
     monkeypatch.setenv("HPCSCHED_USER", "root")
     assert qmgr.QMGR(["-c", "set server query_other_jobs = True"], out=io.StringIO()) == 0
     assert seen("alice")[0] == [mine, theirs]

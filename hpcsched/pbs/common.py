@@ -164,8 +164,8 @@ def may_touch(site, user: str, job: Job, hold: str = "u") -> bool:
 
 def may_see(site, user: str, job: Job) -> bool:
     """qmgr's query_other_jobs (true by default): false, a user sees only their own jobs
-    (operators and managers see every one), in qstat, qselect, showq, checkjob, showstart
-    and tracejob alike."""
+    (operators and managers see every one), in qstat, qselect, showq, checkjob, showstart,
+    tracejob and mdiag -p alike."""
     return site.config.get("query_other_jobs", True) or user == job.owner or site.is_operator(user)
 
 

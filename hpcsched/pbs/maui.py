@@ -488,7 +488,9 @@ def mdiag(opts: list[tuple[str, str]], operands: list[str], out, now: float) -> 
     ctx = sched.context(now)
     if opts[0][0] == "f":
         return _fairshare(sched, ctx, out)
-    jobs = sorted((j for j in sched.jobs.values() if j.state == QUEUED), key=lambda j: j.id)
+    viewer = whoami()
+    jobs = sorted((j for j in sched.jobs.values() if j.state == QUEUED and common.may_see(site, viewer, j)),
+                  key=lambda j: j.id)
     factors = {j.id: sched.policy.describe(j, ctx) for j in jobs}
     names = list(next(iter(factors.values()), {}))
     top = {n: max((abs(f[n]) for f in factors.values()), default=0.0) or 1.0 for n in names}
