@@ -562,6 +562,42 @@ def test_query_other_jobs_false_keeps_each_user_to_their_own_jobs(rig, monkeypat
     assert seen("alice")[0] == [mine, theirs]
 
 
+def test_a_job_asks_for_an_advance_reservation_by_name(rig, monkeypatch, capsys):
+    """Moab's -l advres=NAME and Maui's -W x=ADVRES:NAME bind a job to a reservation that
+    admits its owner; qsub and qalter refuse one that does not exist or does not admit
+    them (188); a job whose reservation is released waits, saying why."""
+    from hpcsched.pbs import maui
+    from hpcsched.store.journaled import Batch
+    from hpcsched.store.site import load_site
+    monkeypatch.setenv("HPCSCHED_USER", "olga")  # (an operator)
+    assert maui.SETRES(["-n", "train", "-u", "alice", "-s", "+1:00:00", "-d", "2:00:00", "node01"],
+                       out=io.StringIO()) == 0
+    monkeypatch.setenv("HPCSCHED_USER", "alice")
+    by_resource = submit("-l", "advres=train,walltime=600")
+    by_x = submit("-W", "x=ADVRES:train", "-l", "walltime=600")
+    plain = submit("-l", "walltime=600")
+    with Batch(load_site()).open(write=False) as batch:
+        assert [batch.sched.jobs[i].reservation for i in (1, 2, 3)] == ["train", "train", ""]
+    assert full(by_resource)["Resource_List.advres"] == "train"
+    for argv, message in ((["-l", "advres=nope"], "cannot locate reservation nope"),
+                          (["-l", "advres=a", "-W", "x=ADVRES:b"], "two reservations asked for")):
+        with pytest.raises((CommandError, UsageError), match=message):
+            submit(*argv)
+    assert qctl.QALTER(["-l", "advres=nope", plain], out=io.StringIO()) == 188
+    assert qctl.QALTER(["-l", "advres=train", plain], out=io.StringIO()) == 0
+    monkeypatch.setenv("HPCSCHED_USER", "bob")
+    with pytest.raises(CommandError, match="reservation train does not admit bob") as refused:
+        submit("-l", "advres=train")
+    assert refused.value.status == 188
+    monkeypatch.setenv("HPCSCHED_USER", "olga")
+    assert maui.RELEASERES(["train"], out=io.StringIO()) == 0
+    monkeypatch.setenv("HPCSCHED_USER", "alice")
+    out = io.StringIO()
+    assert maui.CHECKJOB([by_x.split(".")[0]], out=out) == 0
+    assert "job cannot run: its reservation train does not exist" in out.getvalue()
+    assert capsys.readouterr().err.count("qalter: cannot locate reservation nope") == 1
+
+
 def test_bad_config_is_one_line(rig):
     (rig / "home" / "config.toml").write_text('flavor = "slurm"\n[[nodes]]\nnames = "n1"\n')
     p = run("qstat")

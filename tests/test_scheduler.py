@@ -307,3 +307,30 @@ def test_an_exiting_job_keeps_its_nodes_until_it_has_ended():
     assert [s.job_id for s in sched.iterate(12.0).started] == [2]
     with pytest.raises(InvalidState):
         sched.exiting(first.id, 13.0)
+
+
+def test_a_job_naming_a_reservation_runs_in_it_alone_and_waits_while_it_cannot():
+    """Moab's advres: a job naming a reservation that admits its owner is bound to it (its
+    nodes, its window); one naming a reservation gone, or one that does not admit it, is
+    held back with the reason, never let loose on other nodes."""
+    s = scheduler(4)
+    s.add_reservation(Reservation("train", start=1000, duration=500, nodes=("n00", "n01"), users={"alice"}), 0)
+    s.submit(job(1, 100, owner="alice", id=1, reservation="train"), 0)
+    s.submit(job(1, 100, owner="bob", id=2, reservation="train"), 0)
+    s.submit(job(1, 100, owner="alice", id=3, reservation="gone"), 0)
+    s.submit(job(1, 100, owner="alice", id=4), 0)
+    plan = s.iterate(0)
+    assert [st.job_id for st in plan.started] == [4]  # (the free nodes are not the bound jobs')
+    assert plan.reserved[1][0] == 1000 and set(plan.reserved[1][1].nodes) <= {"n00", "n01"}
+    assert plan.reason(2) == "its reservation train does not admit bob"
+    assert plan.reason(3) == "its reservation gone does not exist"
+    s.job_ended(4, 100, 0)
+    plan = s.iterate(1000)
+    assert [st.job_id for st in plan.started] == [1] and s.job(1).nodes[0] in ("n00", "n01")
+    s.alter(3, 1000, reservation="train")  # (named anew: bound to it from this pass)
+    assert [st.job_id for st in s.iterate(1000).started] == [3] and s.job(3).nodes[0] in ("n00", "n01")
+    s.job_ended(1, 1010, 0), s.job_ended(3, 1010, 0)
+    s.submit(job(1, 600, owner="alice", id=5, reservation="train"), 1010)  # (past the window's end at 1500)
+    s.submit(job(1, 100, owner="alice", id=6, reservation="train"), 1010)
+    plan = s.iterate(1010)
+    assert [st.job_id for st in plan.started] == [6] and 5 not in plan.reserved  # (never inside it: it waits)

@@ -251,6 +251,7 @@ class Job:
     array_id: int = 0  # a job array's subjobs share the array's id (0: not in an array)
     array_index: int = 0
     array_limit: int = 0  # at most this many of the array's subjobs run at once (0: no limit)
+    reservation: str = ""  # the advance reservation it must run in (Moab's -l advres; "": none)
     comment: str = ""
     extra: dict = field(default_factory=dict)  # opaque to the core: the commands' attributes
 

@@ -78,7 +78,7 @@ class Plan:
         if job_id in self.reserved:
             t, alloc = self.reserved[job_id]
             where = alloc.nodes[0] if len(alloc.nodes) == 1 else f"{len(alloc.nodes)} nodes"  # (or a block)
-            return f"reserved: starts at {t:g} (in {hms(t - self.now)}) on {where}"
+            return f"reserved: starts at {t:.0f} (in {hms(t - self.now)}) on {where}"
         return self.reasons.get(job_id) or self.held_reason(job_id) or self.default_reason
 
     def held_reason(self, job_id: int) -> str | None:

@@ -54,12 +54,19 @@ class Reservation:
                                                   frozenset(self.projects))
 
     def access(self, job: Job) -> Access:
+        """BOUND: the job runs in it alone (its queue is the reservation's, or the job
+        names it, Moab's advres, and may use it); ALLOWED: it may use it or any other free
+        nodes; BLOCKED: not its nodes while it is active (nor any for a job naming another)."""
         if self.queue and job.queue == self.queue:
             return Access.BOUND
-        if job.owner in self.users or (job.group and job.group in self.groups) \
-                or (job.account and job.account in self.projects):
-            return Access.ALLOWED
-        return Access.BLOCKED
+        if job.reservation:
+            return Access.BOUND if job.reservation == self.name and self.admits(job) else Access.BLOCKED
+        return Access.ALLOWED if self.admits(job) else Access.BLOCKED
+
+    def admits(self, job: Job) -> bool:
+        """Is the job's user, group or project on the reservation's lists?"""
+        return job.owner in self.users or bool(job.group and job.group in self.groups) \
+            or bool(job.account and job.account in self.projects)
 
     def occurrences(self, since: float, until: float):
         """(start, end) of every occurrence that overlaps [since, until)."""

@@ -45,7 +45,7 @@ STANDBY = 1  # the tier of a job whose project is out of allocation under "stand
 #: What `alter` may change on a job that waits, and on one that runs.
 ALTERABLE = frozenset({"name", "walltime", "request", "queue", "priority", "start_after", "deadline", "account",
                        "group", "dependencies", "comment", "extra", "score", "consumes", "cput", "disk",
-                       "array_limit"})
+                       "array_limit", "reservation"})
 ALTERABLE_RUNNING = frozenset({"name", "walltime", "comment", "extra", "array_limit"})
 
 
@@ -150,6 +150,7 @@ class Scheduler:
         # backlog.py)
         self._order: Backlog | None = Backlog() if self.policy.static else None
         self._array_limits = 0  # jobs with an array slot limit ever seen (turns the gate on)
+        self._advres = 0  # jobs bound to a named reservation ever seen (turns the gate on)
         self._tiered = False  # some job has had a tier (the order then sorts by it first)
         self._front: set[int] = set()  # the bimodal series: jobs reserved ahead of all others
         self._standing: dict[str, str] = {}  # each account's standing at the last pass
@@ -410,6 +411,7 @@ class Scheduler:
             job.tier, self._tiered = STANDBY, True  # Kraken: after every other job (before it joins the order)
         self._enorder(job)
         self._array_limits += job.array_limit > 0
+        self._advres += bool(job.reservation)
         self._count(job, 1)
         self._deps.register(job, self.jobs)
         self.policy.on_submit(job)
@@ -648,7 +650,8 @@ class Scheduler:
 
     def _gated(self) -> bool:
         """Can a queue limit or the policy hold a job back? (Else the walk skips the check.)"""
-        return self.policy.limits or self._array_limits > 0 or self._site_holds or bool(self.quotas) or any(
+        return self.policy.limits or self._array_limits > 0 or self._advres > 0 or self._site_holds or bool(
+            self.quotas) or any(
             not q.started or q.max_running is not None or q.max_running_per_user is not None
             or q.max_running_fraction is not None or q.max_slots is not None for q in self.router.queues.values())
 
@@ -835,6 +838,7 @@ class Scheduler:
         for key in ALTERABLE | {"submitted_queue", "standing"}:
             setattr(job, key, getattr(new, key))
         self._array_limits += job.array_limit > 0  # (an array's new slot limit turns its gate on)
+        self._advres += bool(job.reservation)
         if rerouted:
             job.submit_time = now  # (as if submitted now: it ranks after jobs already waiting)
         if queued:
@@ -1288,6 +1292,7 @@ class Scheduler:
                 job = Job.from_dict(d)
                 self.jobs[job.id] = job
                 self._array_limits += job.array_limit > 0
+                self._advres += bool(job.reservation)
                 if job.state == QUEUED:
                     self._queued[job.id] = job
                 elif job.state == WAITING:
@@ -1363,6 +1368,12 @@ class _Gate:
                 return why
         if job.array_limit and tally["arr"].get(job.array_id, 0) >= job.array_limit:
             return f"array {job.array_id} already runs its limit of {job.array_limit} subjobs"
+        if job.reservation:  # (bound to it alone: one gone, or not the job's to use, binds it nowhere)
+            res = sched.reservations.get(job.reservation)
+            if res is None:
+                return f"its reservation {job.reservation} does not exist"
+            if not res.admits(job):
+                return f"its reservation {job.reservation} does not admit {job.owner}"
         if sched._site_holds:
             why = sched._site_hold(job)
             if why:

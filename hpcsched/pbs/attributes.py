@@ -139,7 +139,7 @@ def positive(text: str, what: str) -> int:
 TORQUE_RES = {"nodes", "ppn", "procs", "pmem", "vmem", "pvmem"}
 KNOWN_RES = TORQUE_RES | {"walltime", "mem", "ncpus", "select", "place", "cput", "pcput", "file", "host", "nice",
                           "mpiprocs", "naccelerators", "ngpus", "software", "arch", "size", "nidmask",
-                          "naccesspolicy"}
+                          "naccesspolicy", "advres"}
 #: Moab's -l naccesspolicy= words hpcsched keeps to: singlejob makes the job's nodes its own
 NACCESS = {"singlejob": True, "shared": False}
 #: ways of asking for processors; a job uses one of them
@@ -218,6 +218,19 @@ def build_request(res: dict[str, str], declared=()) -> tuple[Request, float | No
         nodes, ppn, cores = 1, cores, 0
     return Request(nodes=nodes, ppn=ppn, cores=cores, mem=mem, gpus=gpus, features=tuple(features),
                    within=hosts, exclusive=exclusive), walltime
+
+
+def advance_reservation(resources: dict[str, str], x: str = "") -> str:
+    """The advance reservation a job asks to run in: Moab's -l advres=NAME, or Maui's
+    -W x=ADVRES:NAME ("" for none)."""
+    named = [v.strip() for v in [resources.get("advres", "")] + [
+        item.split(":", 1)[1] for item in x.split(";") if item.strip().upper().startswith("ADVRES:")] if v.strip()]
+    if len(set(named)) > 1:
+        raise UsageError(f"illegal -l value: two reservations asked for ({named[0]}, {named[1]})")
+    name = named[0] if named else ""
+    if name and not re.fullmatch(r"[A-Za-z0-9_.@-]{1,64}", name):
+        raise UsageError(f"illegal -l value: advres={name}")
+    return name
 
 
 def select_chunks(text: str, declared=()) -> tuple[int, dict[str, str], tuple[str, ...]]:

@@ -257,7 +257,11 @@ def checkjob(opts: list[tuple[str, str]], operands: list[str], out, now: float) 
             w("job can start now: it starts at the next scheduling pass\n" if site.config.get("scheduling", True)
               else "job can start now, but scheduling is stopped (schedctl --start starts it again)\n")
         elif job.state == QUEUED:
-            w(f"job cannot run: {plan.reason(job.id)}\n")
+            reason = plan.reason(job.id)
+            if job.id in plan.reserved:  # (the core's clock is seconds: here, the site's time)
+                t, alloc = plan.reserved[job.id]
+                reason = reason.replace(f"starts at {t:.0f}", f"starts at {when(t)}", 1)
+            w(f"job cannot run: {reason}\n")
             if job.id in plan.reserved and isinstance(sched.topology, BlueGene):
                 block = plan.reserved[job.id][1].nodes[0]
                 w(f"Block {block}: {dict((b.name, s) for b, s in block_states(sched, site.server))[block]}\n")

@@ -151,8 +151,8 @@ def alter_changes(job: Job, options: dict[str, str], resources: dict[str, str], 
                   topology=None, consumables=()) -> tuple[dict, str]:
     """(core alter changes, hold letters to add) for qalter's options on `job`; `topology`
     places a nidmask; `consumables` are the site's, which -l may ask for."""
-    from .attributes import (COUNT_RES, build_request, consumption, cput_of, parse_depend, parse_job_name, parse_join,
-                             parse_keep, parse_mail_points, parse_memory, parse_names, parse_path, parse_priority,
+    from .attributes import (COUNT_RES, advance_reservation, build_request, consumption, cput_of, parse_depend,
+                             parse_job_name, parse_join, parse_keep, parse_mail_points, parse_memory, parse_names, parse_path, parse_priority,
                              parse_start_after, parse_umask, resolve_depend, resolve_path, variable_list,
                              with_nidmask)
     changes: dict = {}
@@ -181,6 +181,8 @@ def alter_changes(job: Job, options: dict[str, str], resources: dict[str, str], 
             changes["request"] = request.to_dict()
         if walltime is not None and walltime != job.walltime:
             changes["walltime"] = walltime
+        if "advres" in resources and advance_reservation(merged) != job.reservation:
+            changes["reservation"] = advance_reservation(merged)
         extra["resources"] = merged
     if "N" in options:
         changes["name"] = parse_job_name(options["N"])
@@ -251,6 +253,12 @@ def qalter(opts: list[tuple[str, str]], ids: list[str], out, now: float) -> int:
             raise InvalidState("finished")
         if limit:
             changes["array_limit"] = int(limit[1])
+        if changes.get("reservation"):  # (as qsub: one that would never admit the job is refused)
+            res = batch.sched.reservations.get(changes["reservation"])
+            if res is None or not res.admits(job):
+                raise common.CommandError(f"cannot locate reservation {changes['reservation']}" if res is None
+                                          else f"reservation {changes['reservation']} does not admit {job.owner}",
+                                          common.LIMITS)
         if "deadline" in changes:
             common.check_deadline(batch.site, user)
         if job.state not in PENDING:

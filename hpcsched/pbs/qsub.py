@@ -24,8 +24,8 @@ from ..store.layout import INTERACTIVE, WRAPPER
 from ..store.site import load_site, notify, whoami
 from . import accounting, common
 from . import front as commands
-from .attributes import (ALL_INDICES, DependSpec, build_request, consumption, cput_of, directives, merge, parse_array,
-                         parse_depend, parse_job_name, parse_join, parse_keep, parse_mail_points, parse_memory,
+from .attributes import (ALL_INDICES, DependSpec, advance_reservation, build_request, consumption, cput_of,
+                         directives, merge, parse_array, parse_depend, parse_job_name, parse_join, parse_keep, parse_mail_points, parse_memory,
                          parse_names, parse_path, parse_priority, parse_start_after, parse_umask, resolve_depend,
                          resolve_path, variable_list, with_nidmask)
 from .common import Command
@@ -105,7 +105,8 @@ def make_job(options: dict[str, str], resources: dict[str, str], script: str, sc
               request=request, walltime=walltime or 0.0, priority=priority,
               start_after=parse_start_after(options["a"], now) if "a" in options else None, deadline=deadline,
               holds={Hold.USER} if "h" in options else set(), consumes=consumption(resources, consumables),
-              cput=cput_of(resources), disk=parse_memory(resources["file"]) if "file" in resources else 0)
+              cput=cput_of(resources), disk=parse_memory(resources["file"]) if "file" in resources else 0,
+              reservation=advance_reservation(resources, extra_w.get("x", "")))
     job.extra = {"script": script, "workdir": workdir, "submit_dir": cwd, "join": join, "rerunnable": rerun == "y",
                  "variables": variables, "submit_host": socket.gethostname(),
                  "resources": dict(resources), "output": options.get("o", ""), "error": options.get("e", ""),
@@ -202,12 +203,12 @@ def submit_parsed(cmd: list[tuple[str, str]], rest: list[str], stdin=None, cwd: 
         if job.extra[key]:
             job.extra[key] = resolve_path(job.extra[key], cwd)
     batch = Batch.of(site)
-    # Only dependencies, queued-job limits and allocations (a project's standing routes the
-    # job) need the jobs already stored; without them
-    # the job is checked against the configuration alone, so qsub's cost does not grow
-    # with the store.
-    needs_state = bool(deps or befores) or "allocations" in site.config or bool(python_filter) or any(
-        "max_queued" in q or "max_queued_per_user" in q for q in site.config.get("queues", {}).values())
+    # Only dependencies, a named reservation, queued-job limits and allocations (a project's
+    # standing routes the job) need the state already stored; without them the job is
+    # checked against the configuration alone, so qsub's cost does not grow with the store.
+    needs_state = bool(deps or befores or job.reservation) or "allocations" in site.config or bool(
+        python_filter) or any("max_queued" in q or "max_queued_per_user" in q
+                              for q in site.config.get("queues", {}).values())
     with batch.open(write=True, load=needs_state):
         sched = batch.sched
         queue = job.queue or sched.router.default
@@ -223,6 +224,11 @@ def submit_parsed(cmd: list[tuple[str, str]], rest: list[str], stdin=None, cwd: 
         if befores and array:
             raise UsageError("an array cannot carry before dependencies")
         job.dependencies = resolve_depend(deps, sched.jobs, site.server)
+        if job.reservation:  # (Moab refuses a job the reservation it names would never admit)
+            res = sched.reservations.get(job.reservation)
+            if res is None or not res.admits(job):
+                raise common.CommandError(f"cannot locate reservation {job.reservation}" if res is None else
+                                          f"reservation {job.reservation} does not admit {user}", common.LIMITS)
         if python_filter and not interactive:
             try:
                 sitefilter.apply(sitefilter.load(python_filter, site.home), job, sched, now)
