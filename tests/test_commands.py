@@ -598,6 +598,15 @@ def test_a_job_asks_for_an_advance_reservation_by_name(rig, monkeypatch, capsys)
     assert capsys.readouterr().err.count("qalter: cannot locate reservation nope") == 1
 
 
+def test_qsub_u_names_the_submitter_or_is_refused(rig):
+    """-u user[@host]: the user the job runs as; here that is its submitter, so another
+    user's name is refused (Bad UID, 175), never silently run as the submitter."""
+    assert submit("-u", "alice@headnode")
+    with pytest.raises(CommandError, match="Bad UID for job execution MSG=alice may not run a job as bob") as e:
+        submit("-u", "alice,bob@elsewhere")
+    assert e.value.status == 175
+
+
 def test_bad_config_is_one_line(rig):
     (rig / "home" / "config.toml").write_text('flavor = "slurm"\n[[nodes]]\nnames = "n1"\n')
     p = run("qstat")

@@ -45,6 +45,11 @@ def make_job(options: dict[str, str], resources: dict[str, str], script: str, sc
     """The job, what it waits on (`-W depend=after...`), and the jobs `before...` makes
     wait on it: parents are named, not yet looked up in the store.  `consumables`: the
     site's, which -l may ask for."""
+    if "u" in options:  # -u user[@host],...: the user the job runs as, who must be its submitter here
+        names = {part.split("@")[0].strip() for part in options["u"].split(",")} - {""}
+        if names and names != {user}:
+            raise common.CommandError(f"Bad UID for job execution MSG={user} may not run a job as "
+                                      f"{', '.join(sorted(names - {user}))}", common.BAD_USER)
     if "n" in options:  # Torque's -n: the job's nodes are its own (kept as Moab's resource says it)
         resources = {**resources, "naccesspolicy": "singlejob"}
     request, walltime = build_request(resources, consumables)
