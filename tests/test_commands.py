@@ -504,18 +504,20 @@ def test_qsub_runs_a_program_given_after_dashes_and_a_script_with_F_arguments(ri
 
 
 def test_exclusive_placement_is_asked_for_in_each_flavors_words(rig, capsys):
-    """OpenPBS's place=excl (or exclhost), Moab's naccesspolicy=singlejob and Torque's -n all
-    make a request exclusive (a job-wide ncpus becomes its one chunk); a processor count
+    """OpenPBS's place=excl (or exclhost), Moab's naccesspolicy=singlejob (or Maui's -W
+    x=NACCESSPOLICY:SINGLEJOB) and Torque's -n all make a request exclusive (a job-wide ncpus becomes its one chunk); a processor count
     cannot be, and naccesspolicy takes only singlejob or shared."""
     from hpcsched.store.journaled import Batch
     from hpcsched.store.site import load_site
     jids = [submit("-l", "select=2:ncpus=2", "-l", "place=scatter:excl"), submit("-l", "ncpus=3,place=exclhost"),
             submit("-l", "nodes=1:ppn=2,naccesspolicy=singlejob"), submit("-n", "-l", "nodes=2"),
-            submit("-l", "nodes=1,naccesspolicy=shared"), submit("-l", "select=1:ncpus=1,place=pack:shared")]
+            submit("-l", "nodes=1,naccesspolicy=shared"), submit("-l", "select=1:ncpus=1,place=pack:shared"),
+            submit("-W", "x=NACCESSPOLICY:SINGLEJOB", "-l", "nodes=1")]
     with Batch(load_site()).open(write=False) as batch:
         got = [batch.sched.jobs[int(j.split(".")[0])].request for j in jids]
     assert [(r.nodes, r.ppn, r.cores, r.exclusive) for r in got] == [
-        (2, 2, 0, True), (1, 3, 0, True), (1, 2, 0, True), (2, 1, 0, True), (1, 1, 0, False), (1, 1, 0, False)]
+        (2, 2, 0, True), (1, 3, 0, True), (1, 2, 0, True), (2, 1, 0, True), (1, 1, 0, False), (1, 1, 0, False),
+        (1, 1, 0, True)]
     assert full(jids[3])["Resource_List.naccesspolicy"] == "singlejob"  # (-n, as Moab's resource says it)
     for argv, message in ((["-l", "procs=4,naccesspolicy=singlejob"], "asks for chunks"),
                           (["-n", "-l", "size=4"], "asks for chunks"),

@@ -82,6 +82,11 @@ def make_job(options: dict[str, str], resources: dict[str, str], script: str, sc
                 extra_w[key] = val
             else:
                 raise UsageError(f"illegal -W value {key}")
+    for item in extra_w.get("x", "").split(";"):  # Maui's -W x=NACCESSPOLICY:SINGLEJOB, as -l naccesspolicy=
+        key, _, value = item.strip().partition(":")
+        if key.upper() == "NACCESSPOLICY" and "naccesspolicy" not in resources:
+            resources = {**resources, "naccesspolicy": value.lower()}
+            request, walltime = build_request(resources, consumables)
     join = parse_join(options.get("j", "n"))
     rerun = options.get("r", "y")
     if rerun not in ("y", "n"):
