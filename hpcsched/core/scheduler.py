@@ -650,10 +650,11 @@ class Scheduler:
 
     def _gated(self) -> bool:
         """Can a queue limit or the policy hold a job back? (Else the walk skips the check.)"""
-        return self.policy.limits or self._array_limits > 0 or self._advres > 0 or self._site_holds or bool(
-            self.quotas) or any(
-            not q.started or q.max_running is not None or q.max_running_per_user is not None
-            or q.max_running_fraction is not None or q.max_slots is not None for q in self.router.queues.values())
+        return (self.policy.limits or self._array_limits > 0 or self._advres > 0 or self._site_holds
+                or bool(self.quotas) or any(
+                    not q.started or q.max_running is not None or q.max_running_per_user is not None
+                    or q.max_running_fraction is not None or q.max_slots is not None
+                    for q in self.router.queues.values()))
 
     def wakeup(self, now: float) -> float:
         """The first time after `now` at which a pass may decide differently although no job
