@@ -512,16 +512,19 @@ def test_exclusive_placement_is_asked_for_in_each_flavors_words(rig, capsys):
     jids = [submit("-l", "select=2:ncpus=2", "-l", "place=scatter:excl"), submit("-l", "ncpus=3,place=exclhost"),
             submit("-l", "nodes=1:ppn=2,naccesspolicy=singlejob"), submit("-n", "-l", "nodes=2"),
             submit("-l", "nodes=1,naccesspolicy=shared"), submit("-l", "select=1:ncpus=1,place=pack:shared"),
-            submit("-W", "x=NACCESSPOLICY:SINGLEJOB", "-l", "nodes=1")]
+            submit("-W", "x=NACCESSPOLICY:SINGLEJOB", "-l", "nodes=1"),
+            submit("-l", "select=2:ncpus=2:mem=100mb,place=pack")]
     with Batch(load_site()).open(write=False) as batch:
         got = [batch.sched.jobs[int(j.split(".")[0])].request for j in jids]
     assert [(r.nodes, r.ppn, r.cores, r.exclusive) for r in got] == [
         (2, 2, 0, True), (1, 3, 0, True), (1, 2, 0, True), (2, 1, 0, True), (1, 1, 0, False), (1, 1, 0, False),
-        (1, 1, 0, True)]
+        (1, 1, 0, True), (1, 4, 0, False)]  # (place=pack: its chunks as one on one host)
+    assert got[-1].mem == 200
     assert full(jids[3])["Resource_List.naccesspolicy"] == "singlejob"  # (-n, as Moab's resource says it)
     for argv, message in ((["-l", "procs=4,naccesspolicy=singlejob"], "asks for chunks"),
                           (["-n", "-l", "size=4"], "asks for chunks"),
-                          (["-l", "nodes=1,naccesspolicy=singleuser"], "give singlejob or shared")):
+                          (["-l", "nodes=1,naccesspolicy=singleuser"], "give singlejob or shared"),
+                          (["-l", "select=1:host=node01+1:host=node02,place=pack"], "one host, not on the hosts")):
         with pytest.raises(UsageError, match=message):
             submit(*argv)
 

@@ -144,7 +144,8 @@ KNOWN_RES = TORQUE_RES | {"walltime", "mem", "ncpus", "select", "place", "cput",
 NACCESS = {"singlejob": True, "shared": False}
 #: ways of asking for processors; a job uses one of them
 COUNT_RES = ("select", "nodes", "procs", "ncpus", "size")
-#: OpenPBS's place=[arrangement][:sharing][:group=RESOURCE] words (checked; the planner chooses the nodes)
+#: OpenPBS's place=[arrangement][:sharing][:group=RESOURCE] words (checked; pack makes the chunks one,
+#: excl and exclhost the request exclusive; each chunk gets its own node, as scatter asks)
 PLACE = {"free", "pack", "scatter", "vscatter", "excl", "shared", "exclhost"}
 #: what a select chunk may ask for (arch is every node's "linux"; ompthreads is the job's business)
 CHUNK_RES = {"ncpus", "mpiprocs", "ompthreads", "mem", "ngpus", "host", "vnode", "arch"}
@@ -193,6 +194,10 @@ def build_request(res: dict[str, str], declared=()) -> tuple[Request, float | No
             mem = parse_memory(shape["mem"])
         if "ngpus" in shape:
             gpus = count(shape["ngpus"], "ngpus")
+        if "pack" in res.get("place", "").split(":") and nodes > 1:  # every chunk on one host: one chunk
+            if hosts:
+                raise UsageError("illegal -l value: place=pack puts every chunk on one host, not on the hosts named")
+            nodes, ppn, mem, gpus = 1, nodes * ppn, nodes * mem, nodes * gpus
     elif "nodes" in res:
         nodes, ppn, gpus, features, hosts = torque_nodes(res["nodes"])
     elif "ngpus" in res and "ngpus" not in declared:  # OpenPBS: job-wide resources are one chunk
