@@ -21,6 +21,7 @@ from ..machines.bluegene import BlueGene
 from ..store.journaled import Batch
 from ..store.site import load_site, whoami
 from . import common, qstat
+from .pbsnodes import jobs_on
 from .attributes import build_request
 from .common import Command
 from .errors import UsageError
@@ -393,7 +394,6 @@ def checknode(opts: list[tuple[str, str]], operands: list[str], out, now: float)
     """Maui's checknode: a node's state, its processors configured and dedicated, its
     features and note, and what holds it now and later (running jobs, the reservations the
     next pass makes, advance reservations), in time order; `ALL` for every node."""
-    from .pbsnodes import jobs_on
     if len(operands) != 1:
         raise UsageError("give one node name (or ALL)")
     site, batch = load()
