@@ -28,7 +28,10 @@ def make_users(base: Path) -> list[str]:
     made = []
     for name in USERS:
         try:
-            pwd.getpwnam(name)
+            pw = pwd.getpwnam(name)
+            if not os.path.isdir(pw.pw_dir):  # (left by a run that could not remove it: a home again)
+                os.makedirs(pw.pw_dir, mode=0o755)
+                os.chown(pw.pw_dir, pw.pw_uid, pw.pw_gid)
         except KeyError:
             home = base / name
             subprocess.run(["useradd", "-m", "-d", str(home), "-s", "/bin/sh", name], check=True,
@@ -48,6 +51,13 @@ def run_as(user: str, home: Path, prog: str, argv: list[str], cwd: str | None = 
     or run in-process when none answers): (exit status, stdout, stderr)."""
     pw = pwd.getpwnam(user)
     cwd = cwd or pw.pw_dir
+    # the child, as the user, may not read this interpreter's own library (a root-only
+    # install): what the command runs is imported here first, as it would be on an install
+    from importlib import import_module
+
+    from hpcsched.pbs import front
+    if prog in front.COMMANDS:
+        import_module(f"hpcsched.pbs.{front.COMMANDS[prog].split(':')[0]}")
     pipes = [os.pipe() for _ in range(3)]
     pid = os.fork()
     if pid == 0:  # the child: become the user, then be the command

@@ -21,7 +21,6 @@ from ..machines.bluegene import BlueGene
 from ..store.journaled import Batch
 from ..store.site import load_site, whoami
 from . import common, qstat
-from .pbsnodes import jobs_on
 from .attributes import build_request
 from .common import Command
 from .errors import UsageError
@@ -394,6 +393,7 @@ def checknode(opts: list[tuple[str, str]], operands: list[str], out, now: float)
     """Maui's checknode: a node's state, its processors configured and dedicated, its
     features and note, and what holds it now and later (running jobs, the reservations the
     next pass makes, advance reservations), in time order; `ALL` for every node."""
+    from .pbsnodes import jobs_on  # (here, not at the top: psc's pbsyod imports this module)
     if len(operands) != 1:
         raise UsageError("give one node name (or ALL)")
     site, batch = load()

@@ -58,6 +58,13 @@ COMMAND_TIMEOUT = 10.0  # seconds a client may take to send its request or read 
 FAULT_RETRY = 60.0  # seconds before the server tries again what failed in its own code
 
 
+def log(message: str) -> None:
+    """One line (or a traceback's lines) of the server's log, on its stderr, stamped with the
+    local time as pbs_server stamps its own (under systemd, journald keeps it as well)."""
+    sys.stderr.write(f"{time.strftime('%m/%d/%Y %H:%M:%S')} hpcsched server: {message}\n")
+    sys.stderr.flush()
+
+
 def process_start(pid: int) -> str | None:
     """The kernel's start time of `pid` (field 22 of /proc/PID/stat), or None if gone."""
     try:
@@ -141,7 +148,7 @@ class Server:
         try:
             site = load_site(self.home)
         except SchedulerError as e:
-            print(f"hpcsched server: configuration not applied: {e}", file=sys.stderr)
+            log(f"configuration not applied: {e}")
             return
         kept = Batch._kept.get(str(self.home)) is self.batch
         if kept:
@@ -190,8 +197,7 @@ class Server:
                     # kept; running jobs go on and walltimes are still enforced, no job
                     # starts or ends in the store until it can be written again
                     if self.trouble != str(e):
-                        print(f"hpcsched server: {e}; running jobs go on, none starts until it is writable",
-                              file=sys.stderr)
+                        log(f"{e}; running jobs go on, none starts until it is writable")
                     self.trouble = str(e)
                     self._enforce_only(now)
                     return 0
@@ -205,7 +211,7 @@ class Server:
             self._fault(self._handling, time.time() if now is None else now, e)
             return 0
         if self.trouble:
-            print("hpcsched server: the store is writable again", file=sys.stderr)
+            log("the store is writable again")
             self.trouble = ""
         return launched
 
@@ -215,9 +221,8 @@ class Server:
         what = f"{type(e).__name__}: {e}"
         if self.faults.get(job_id, (0, ""))[1] != what:
             whose = f"handling job {job_id}" if job_id is not None else "in its step"
-            print(f"hpcsched server: internal error {whose}: {what}; "
-                  f"set aside, tried again every {self.fault_retry:g} s\n{traceback.format_exc()}",
-                  file=sys.stderr, end="")
+            log(f"internal error {whose}: {what}; set aside, tried again every {self.fault_retry:g} s\n"
+                + traceback.format_exc().rstrip("\n"))
         self.faults[job_id] = (now, what)
 
     def _aside(self, job_id: int | None, now: float) -> bool:
@@ -281,7 +286,7 @@ class Server:
         try:
             writer.write(now, Sampler(sched).samples(plan), self.passes)
         except OSError as e:
-            print(f"hpcsched server: node_log: {e}", file=sys.stderr)
+            log(f"node_log: {e}")
         finally:
             writer.close()
         self.passes += 1
@@ -377,7 +382,7 @@ class Server:
                 except ProcessLookupError:
                     pass
                 except (OSError, ValueError, TypeError, OverflowError) as e:
-                    print(f"hpcsched server: job {job.id}: signal {sig!r} not sent: {e}", file=sys.stderr)
+                    log(f"job {job.id}: signal {sig!r} not sent: {e}")
             self._note(job, now, clear=["pending_signals"])
         self._escalate(job, pid, now)
 
@@ -566,7 +571,7 @@ class Server:
         args = scripts.epilogue_args(job, self.site.server, job.extra.get("session", job.extra.get("pid", 0)), now)
         proc, did = self._script(self.epilogue, args, job, owner)
         if proc is None:
-            print(f"hpcsched server: job {job.id}: epilogue {did}", file=sys.stderr)
+            log(f"job {job.id}: epilogue {did}")
             self._finish(job, status, now)
         else:
             self.epilogues[job.id] = (proc, now)
@@ -591,7 +596,7 @@ class Server:
             status, did = None, "ended while the server was restarting"
         self.epilogues.pop(job.id, None)
         if status != 0:
-            print(f"hpcsched server: job {job.id}: epilogue {did}", file=sys.stderr)
+            log(f"job {job.id}: epilogue {did}")
         self._finish(job, job.exit_status, now)
 
     def _kill_epilogue(self, job: Job) -> None:
@@ -662,8 +667,8 @@ class Server:
             return
         left = self.tracker.clean(job.id, job.run_count, scan=not self._in_cgroup(job))
         if left:
-            print(f"hpcsched server: job {job.id}: killed {len(left)} leftover process"
-                  f"{'es' if len(left) > 1 else ''} after its end: {', '.join(left)}", file=sys.stderr)
+            log(f"job {job.id}: killed {len(left)} leftover process"
+                f"{'es' if len(left) > 1 else ''} after its end: {', '.join(left)}")
 
     def _note(self, job: Job, now: float, **change) -> None:
         """Journal what changed about a job's process (a `process` record, not an alter)."""
@@ -900,7 +905,7 @@ class Server:
         steps, from the state this process keeps loaded."""
         if self.multi:
             for change in privilege.lock_down(self.home):
-                print(f"hpcsched server: made private: {change}", file=sys.stderr)
+                log(f"made private: {change}")
         self._lock = self.claim()
         sel = selectors.DefaultSelector()
         poke = self._bind(SOCKET, socket.SOCK_DGRAM)
