@@ -585,7 +585,7 @@ def test_a_job_asks_for_an_advance_reservation_by_name(rig, monkeypatch, capsys)
         assert [batch.sched.jobs[i].reservation for i in (1, 2, 3)] == ["train", "train", ""]
     assert full(by_resource)["Resource_List.advres"] == "train"
     for argv, message in ((["-l", "advres=nope"], "cannot locate reservation nope"),
-                          (["-l", "advres=a", "-W", "x=ADVRES:b"], "two reservations asked for")):
+                          (["-l", "advres=a", "-W", "x=ADVRES:b"], "advres=a is asked for by -l")):
         with pytest.raises((CommandError, UsageError), match=message):
             submit(*argv)
     assert qctl.QALTER(["-l", "advres=nope", plain], out=io.StringIO()) == 188

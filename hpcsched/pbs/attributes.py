@@ -225,14 +225,25 @@ def build_request(res: dict[str, str], declared=()) -> tuple[Request, float | No
                    within=hosts, exclusive=exclusive), walltime
 
 
-def advance_reservation(resources: dict[str, str], x: str = "") -> str:
-    """The advance reservation a job asks to run in: Moab's -l advres=NAME, or Maui's
-    -W x=ADVRES:NAME ("" for none)."""
-    named = [v.strip() for v in [resources.get("advres", "")] + [
-        item.split(":", 1)[1] for item in x.split(";") if item.strip().upper().startswith("ADVRES:")] if v.strip()]
-    if len(set(named)) > 1:
-        raise UsageError(f"illegal -l value: two reservations asked for ({named[0]}, {named[1]})")
-    name = named[0] if named else ""
+def x_resources(x: str, resources: dict[str, str]) -> dict[str, str]:
+    """`resources` with what Maui's -W x=ADVRES:NAME;NACCESSPOLICY:WORD asks, in the words
+    -l asks it (advres=, naccesspolicy=); the same asked both ways differently is refused."""
+    out = dict(resources)
+    for item in x.split(";"):
+        key, _, value = item.strip().partition(":")
+        name = {"ADVRES": "advres", "NACCESSPOLICY": "naccesspolicy"}.get(key.strip().upper())
+        if name is None:
+            continue
+        value = value.strip() if name == "advres" else value.strip().lower()
+        if out.get(name, value) != value:
+            raise UsageError(f"illegal -W value x={x} ({name}={out[name]} is asked for by -l)")
+        out[name] = value
+    return out
+
+
+def advance_reservation(resources: dict[str, str]) -> str:
+    """The advance reservation a job asks to run in, Moab's -l advres=NAME ("" for none)."""
+    name = resources.get("advres", "").strip()
     if name and not re.fullmatch(r"[A-Za-z0-9_.@-]{1,64}", name):
         raise UsageError(f"illegal -l value: advres={name}")
     return name

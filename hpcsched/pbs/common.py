@@ -169,6 +169,16 @@ def may_see(site, user: str, job: Job) -> bool:
     return site.config.get("query_other_jobs", True) or user == job.owner or site.is_operator(user)
 
 
+def check_reservation(sched, job: Job) -> None:
+    """Refuse a job naming an advance reservation (-l advres) that does not exist or would
+    never admit it, as Moab does (188), rather than let it wait for nothing."""
+    res = sched.reservations.get(job.reservation)
+    if res is None:
+        raise CommandError(f"cannot locate reservation {job.reservation}", LIMITS)
+    if not res.admits(job):
+        raise CommandError(f"reservation {job.reservation} does not admit {job.owner}", LIMITS)
+
+
 def deny(prog: str, job: Job, site) -> CommandError:
     return CommandError(f"Unauthorized Request  {display_id(job, site.server)}", UNAUTHORIZED)
 

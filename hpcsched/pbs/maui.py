@@ -411,8 +411,8 @@ def checknode(opts: list[tuple[str, str]], operands: list[str], out, now: float)
         for node, n in zip(nodes, cores):
             for listed in topo.covered(node):
                 count = n if listed == node else topo.node(listed).cores
-                holds.setdefault(listed, []).append(
-                    (start, f"{kind} '{name}'(x{count})  {dhms(start - now)} -> {dhms(end - now)} ({dhms(end - start)})"))
+                span = f"{dhms(start - now)} -> {dhms(end - now)} ({dhms(end - start)})"
+                holds.setdefault(listed, []).append((start, f"{kind} '{name}'(x{count})  {span}"))
     for job in sched.jobs.values():
         if job.state in ACTIVE:
             hold(job.nodes, [max(1, len(c)) for c in job.cores], "Job", str(job.id), job.start_time,
@@ -438,7 +438,8 @@ def checknode(opts: list[tuple[str, str]], operands: list[str], out, now: float)
         w(f"Configured Resources: PROCS: {node.cores}{memory}{gpus}\n")
         w(f"Dedicated  Resources: PROCS: {used}\n")
         w(f"Features:   {''.join(f'[{f}]' for f in sorted(node.features)) or '[NONE]'}\n")
-        note = sched.node_notes.get(name) or ("failed a pre-job node scan (bad list)" if node.state.value == "bad" else "")
+        note = sched.node_notes.get(name) or (
+            "failed a pre-job node scan (bad list)" if node.state.value == "bad" else "")
         if note:
             w(f"Note:       {note}\n")
         lines = [line for _, line in sorted(holds.get(name, []), key=lambda h: h[0])]

@@ -152,9 +152,9 @@ def alter_changes(job: Job, options: dict[str, str], resources: dict[str, str], 
     """(core alter changes, hold letters to add) for qalter's options on `job`; `topology`
     places a nidmask; `consumables` are the site's, which -l may ask for."""
     from .attributes import (COUNT_RES, advance_reservation, build_request, consumption, cput_of, parse_depend,
-                             parse_job_name, parse_join, parse_keep, parse_mail_points, parse_memory, parse_names, parse_path, parse_priority,
-                             parse_start_after, parse_umask, resolve_depend, resolve_path, variable_list,
-                             with_nidmask)
+                             parse_job_name, parse_join, parse_keep, parse_mail_points, parse_memory, parse_names,
+                             parse_path, parse_priority, parse_start_after, parse_umask, resolve_depend,
+                             resolve_path, variable_list, with_nidmask)
     changes: dict = {}
     extra = dict(job.extra)
     if resources:
@@ -182,7 +182,7 @@ def alter_changes(job: Job, options: dict[str, str], resources: dict[str, str], 
         if walltime is not None and walltime != job.walltime:
             changes["walltime"] = walltime
         if "advres" in resources and advance_reservation(merged) != job.reservation:
-            changes["reservation"] = advance_reservation(merged)
+            changes["reservation"] = merged["advres"].strip()
         extra["resources"] = merged
     if "N" in options:
         changes["name"] = parse_job_name(options["N"])
@@ -253,12 +253,10 @@ def qalter(opts: list[tuple[str, str]], ids: list[str], out, now: float) -> int:
             raise InvalidState("finished")
         if limit:
             changes["array_limit"] = int(limit[1])
-        if changes.get("reservation"):  # (as qsub: one that would never admit the job is refused)
-            res = batch.sched.reservations.get(changes["reservation"])
-            if res is None or not res.admits(job):
-                raise common.CommandError(f"cannot locate reservation {changes['reservation']}" if res is None
-                                          else f"reservation {changes['reservation']} does not admit {job.owner}",
-                                          common.LIMITS)
+        if changes.get("reservation"):  # (as qsub refuses it)
+            named = job.copy()
+            named.reservation = changes["reservation"]
+            common.check_reservation(batch.sched, named)
         if "deadline" in changes:
             common.check_deadline(batch.site, user)
         if job.state not in PENDING:

@@ -25,9 +25,9 @@ from ..store.site import load_site, notify, whoami
 from . import accounting, common
 from . import front as commands
 from .attributes import (ALL_INDICES, DependSpec, advance_reservation, build_request, consumption, cput_of,
-                         directives, merge, parse_array, parse_depend, parse_job_name, parse_join, parse_keep, parse_mail_points, parse_memory,
-                         parse_names, parse_path, parse_priority, parse_start_after, parse_umask, resolve_depend,
-                         resolve_path, variable_list, with_nidmask)
+                         directives, merge, parse_array, parse_depend, parse_job_name, parse_join, parse_keep,
+                         parse_mail_points, parse_memory, parse_names, parse_path, parse_priority, parse_start_after,
+                         parse_umask, resolve_depend, resolve_path, variable_list, with_nidmask, x_resources)
 from .common import Command
 from .errors import UsageError
 from .options import QSUB as QSUB_TABLE
@@ -82,10 +82,9 @@ def make_job(options: dict[str, str], resources: dict[str, str], script: str, sc
                 extra_w[key] = val
             else:
                 raise UsageError(f"illegal -W value {key}")
-    for item in extra_w.get("x", "").split(";"):  # Maui's -W x=NACCESSPOLICY:SINGLEJOB, as -l naccesspolicy=
-        key, _, value = item.strip().partition(":")
-        if key.upper() == "NACCESSPOLICY" and "naccesspolicy" not in resources:
-            resources = {**resources, "naccesspolicy": value.lower()}
+    if "x" in extra_w:  # Maui's -W x=ADVRES:NAME;NACCESSPOLICY:SINGLEJOB, as -l would ask them
+        given, resources = resources, x_resources(extra_w["x"], resources)
+        if resources != given:
             request, walltime = build_request(resources, consumables)
     join = parse_join(options.get("j", "n"))
     rerun = options.get("r", "y")
@@ -116,7 +115,7 @@ def make_job(options: dict[str, str], resources: dict[str, str], script: str, sc
               start_after=parse_start_after(options["a"], now) if "a" in options else None, deadline=deadline,
               holds={Hold.USER} if "h" in options else set(), consumes=consumption(resources, consumables),
               cput=cput_of(resources), disk=parse_memory(resources["file"]) if "file" in resources else 0,
-              reservation=advance_reservation(resources, extra_w.get("x", "")))
+              reservation=advance_reservation(resources))
     job.extra = {"script": script, "workdir": workdir, "submit_dir": cwd, "join": join, "rerunnable": rerun == "y",
                  "variables": variables, "submit_host": socket.gethostname(),
                  "resources": dict(resources), "output": options.get("o", ""), "error": options.get("e", ""),
@@ -234,11 +233,8 @@ def submit_parsed(cmd: list[tuple[str, str]], rest: list[str], stdin=None, cwd: 
         if befores and array:
             raise UsageError("an array cannot carry before dependencies")
         job.dependencies = resolve_depend(deps, sched.jobs, site.server)
-        if job.reservation:  # (Moab refuses a job the reservation it names would never admit)
-            res = sched.reservations.get(job.reservation)
-            if res is None or not res.admits(job):
-                raise common.CommandError(f"cannot locate reservation {job.reservation}" if res is None else
-                                          f"reservation {job.reservation} does not admit {user}", common.LIMITS)
+        if job.reservation:
+            common.check_reservation(sched, job)
         if python_filter and not interactive:
             try:
                 sitefilter.apply(sitefilter.load(python_filter, site.home), job, sched, now)
