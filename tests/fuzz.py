@@ -25,8 +25,8 @@ import string
 import time
 
 #: every exit status a command may use, per flavor (the table in man 1 hpcsched)
-STATUSES = {"torque": {0, 1, 2, 153, 154, 159, 161, 170, 172, 175, 188, 192, 196},
-            "openpbs": {0, 1, 2, 35, 153, 154, 159, 161, 170, 175, 188, 192, 196}}
+STATUSES = {"torque": {0, 1, 2, 153, 154, 159, 161, 170, 172, 175, 188, 192, 196, 236, 238},
+            "openpbs": {0, 1, 2, 35, 153, 154, 159, 161, 170, 175, 188, 192, 196, 236, 238}}
 DEADLINE = 10  # seconds one case may take
 
 NASTY = ["", "-", "--", "0", "-1", "1", "2", "99", "1e999", "nan", "inf", "²", "٣", "\x00", "\x07", "a b", " ",
@@ -43,13 +43,16 @@ NASTY = ["", "-", "--", "0", "-1", "1", "2", "99", "1e999", "nan", "inf", "²", 
          "suspend", "12:00", "202612312359", "1200.61", "u", "o", "s", "uos", "q", "node01", "node[01-02]",
          "node[1-99999999]", "count=2", "count=-2", "all", "y", "x", "\n", "a\nb", "{}", "[[", "null",
          "999912312359", "23:59:59_12/31/99", "25:00_01/01", "+1:00:00", "253402300800", "1e308",
-         "mem=99999999999999999999999tb", "select=1:mem=9999999999999999999pb", "USR1"]
+         "mem=99999999999999999999999tb", "select=1:mem=9999999999999999999pb", "USR1",
+         "FREQ=DAILY;COUNT=2", "FREQ=WEEKLY;UNTIL=20261231", "FREQ=HOURLY;INTERVAL=0", "FREQ=DAILY;UNTIL=99999999",
+         "R1", "S1.headnode", "--hosts"]
 
 LETTERS = {"qsub": "aAcCdeFhIjJklmMnNopqrStuvVwWz", "qalter": "aAehjklmMNoprSvWt", "qdel": "Wpxt", "qhold": "ht",
            "qrls": "ht", "qsig": "s", "qmsg": "EO", "qrun": "H", "qrerun": "f", "qterm": "t", "qmove": "", "qselect": "uqsNAlhx", "qstat": "afinu1xQqrsBtTFJ",
            "checkjob": "v", "showq": "ribcuw", "showres": "n", "setres": "nsdepugaq", "releaseres": "",
            "showbf": "", "showstart": "", "checknode": "", "mdiag": "pf", "pbsnodes": "aloicrNxqvF", "qmgr": "c", "tracejob": "n",
-           "shownids": "", "pbsyod": "", "schedctl": "QTSsB", "qstart": "", "qstop": "", "qenable": "", "qdisable": ""}
+           "shownids": "", "pbsyod": "", "schedctl": "QTSsB", "qstart": "", "qstop": "", "qenable": "", "qdisable": "",
+           "pbs_rsub": "DEIlmMNqrRuUgGHW", "pbs_rstat": "fFBS", "pbs_rdel": ""}
 FLAGS = set("hIVzfix1QBtTJaroblcvpqwdn")  # letters tried bare as well as with a value
 #: qsub and qalter take the most input: they get more of the cases
 WEIGHTED = sorted(set(LETTERS) - {"pbsyod"}) + ["qsub"] * 12 + ["qalter"] * 4

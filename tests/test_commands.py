@@ -822,7 +822,7 @@ def _ended(jid_text, status, now):
                 batch.do("run", now, id=job.id)
             batch.do("ended", now + 1, id=job.id, exit_status=status)
             accounting.write(site.home, "E", job, site.server, now + 1)
-            accounting.dependency_deletions(batch, now + 1)
+            accounting.core_deletions(batch, now + 1)
 
 
 @pytest.mark.parametrize("flavor,spec", [("torque", "afterokarray:{a}"), ("torque", "afterokarray:{a}[]"),

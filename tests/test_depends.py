@@ -99,12 +99,12 @@ def test_failed_dependencies_delete_the_whole_chain_when_the_site_says_so():
     held = s.submit(job(1, 10, holds={Hold.USER}, dependencies=[Dependency(DepType.AFTEROK, a.id)]), 0)
     s.iterate(0)
     s.job_ended(a.id, 50, 3)
-    assert [j.id for j in s.deleted_by_dependency] == [b.id, held.id, c.id]
+    assert [j.id for j in s.deleted] == [b.id, held.id, c.id]
     assert b.state == c.state == held.state == DELETED and b.end_time == 50 and b.start_time is None
     assert b.comment == f"Job deleted as result of dependency on job {a.id}"
     assert d.state == QUEUED
     late = s.submit(job(1, 10, dependencies=[Dependency(DepType.AFTEROK, a.id)]), 60)  # after the failure:
-    assert late.state == DELETED and s.deleted_by_dependency[-1] is late  # deleted at once, the same way
+    assert late.state == DELETED and s.deleted[-1] is late  # deleted at once, the same way
     with pytest.raises(BadDependency, match="can never be met"):  # qalter refuses it: it never deletes
         s.alter(d.id, 61, dependencies=[Dependency(DepType.AFTEROK, a.id)])
 
@@ -116,7 +116,7 @@ def test_a_long_chain_is_deleted_without_recursion():
     for _ in range(3000):
         last = s.submit(job(1, 10, dependencies=[Dependency(DepType.AFTEROK, last.id)]), 0)
     s.delete(parent.id, 1)
-    assert len(s.deleted_by_dependency) == 3000 and last.state == DELETED
+    assert len(s.deleted) == 3000 and last.state == DELETED
 
 
 def test_hold_keeps_cobalts_dep_fail_and_the_user_can_fix_it():
@@ -125,7 +125,7 @@ def test_hold_keeps_cobalts_dep_fail_and_the_user_can_fix_it():
     b = s.submit(job(1, 10, dependencies=[Dependency(DepType.AFTEROK, a.id)]), 0)
     s.iterate(0)
     s.job_ended(a.id, 5, 1)
-    assert b.state == DEP_FAIL and not s.deleted_by_dependency
+    assert b.state == DEP_FAIL and not s.deleted
     s.alter(b.id, 6, dependencies=[])
     assert b.state == QUEUED
 

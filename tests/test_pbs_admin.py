@@ -111,7 +111,7 @@ def test_qmgr_print_server_golden_and_reapplies(rig, monkeypatch, tmp_path):
         "#\n# Set server attributes.\n#\n"
         "set server scheduling = True\nset server default_queue = batch\nset server managers = root@*\n"
         "set server operators = olga@*\nset server keep_completed = 300\nset server scheduler_iteration = 15\n"
-        "set server query_other_jobs = True\n")
+        "set server query_other_jobs = True\nset server resv_enable = True\n")
     # a fresh site given the printout becomes the same site (its batch queue exists already:
     # that one line is refused, as by PBS, and the rest applies)
     from hpcsched.store.site import init_site

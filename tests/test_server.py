@@ -1273,3 +1273,17 @@ def test_gpu_jobs_get_their_own_devices(live):
         assert len(devices.split(",")) == g and lines == [f"gpu1-gpu{i}" for i in devices.split(",")]
         seen += devices.split(",")
     assert sorted(seen) == ["0", "1", "2", "3"]  # (they ran at once: each its own)
+
+
+def test_pbs_rdel_stops_the_jobs_running_in_its_reservation(live):
+    env, home, work, start = live
+    start()
+    made = cmd(env, work, "pbs_rsub", "-D", "600", "-l", "select=1:ncpus=2")
+    assert made.returncode == 0 and made.stdout.startswith("R1.")
+    jid = cmd(env, work, "qsub", "-q", "R1", "-l", "walltime=5:00", stdin="sleep 300\n").stdout.strip()
+    wait_for(env, work, jid, "R")
+    job_pid(home, jid)
+    assert cmd(env, work, "pbs_rdel", "R1").returncode == 0
+    wait_for(env, work, jid, "C")
+    assert state(env, work, jid)["comment"] == "Job deleted: reservation R1 ended"
+    assert cmd(env, work, "pbs_rstat").stdout == ""

@@ -4,7 +4,9 @@ A reservation blocks its nodes for every job that may not use it.  Who may use i
 users, groups and projects (accounts) in its ACL; a reservation with no ACL at all is a
 drain (Maui's standing maintenance reservations, PSC's target drains, Kraken's weekly
 drain) that no job may use.  A reservation with a `queue` is where that queue's jobs run:
-those jobs may run only inside it (Cobalt's reservation queues).
+those jobs may run only inside it (Cobalt's reservation queues).  An OpenPBS reservation
+(pbs_rsub) makes that queue itself: it exists while the reservation does, and its jobs
+are deleted when the reservation ends.
 """
 from __future__ import annotations
 
@@ -37,6 +39,9 @@ class Reservation:
     owner: str = ""
     account: str = ""  # the project billed for its unused node-hours (PSC), if any
     links: bool = False  # holds the network links its nodes carry too (Blue Gene/Q's block_passthrough)
+    own_queue: bool = False  # made its `queue` (pbs_rsub): the queue goes, and its jobs, when it ends
+    last: float = 0.0  # a repeating one's last occurrence starts at or before this (0: it never ends)
+    title: str = ""  # the name its owner gave it (pbs_rsub -N); `name` is its id
 
     def __post_init__(self):
         if not self.name:
@@ -45,6 +50,12 @@ class Reservation:
             raise InvalidRequest(f"reservation {self.name}: start, duration and period must be finite numbers")
         if self.duration <= 0:
             raise InvalidRequest(f"reservation {self.name}: duration must be positive")
+        if not (isinstance(self.last, (int, float)) and math.isfinite(self.last)):
+            raise InvalidRequest(f"reservation {self.name}: its last occurrence must be a finite time")
+        if self.last and self.last < self.start:
+            raise InvalidRequest(f"reservation {self.name}: its last occurrence comes before its first")
+        if self.own_queue and not self.queue:
+            raise InvalidRequest(f"reservation {self.name}: it makes its queue, but names none")
         if self.period and self.period < self.duration:
             raise InvalidRequest(f"reservation {self.name}: period shorter than its duration")
         if not self.nodes and self.count <= 0:
@@ -77,14 +88,18 @@ class Reservation:
         k = max(0, math.floor((since - self.start - self.duration) / self.period) + 1)
         while True:
             s = self.start + k * self.period
-            if s >= until:
+            if s >= until or (self.last and s > self.last):
                 return
             if s + self.duration > since:
                 yield s, s + self.duration
             k += 1
 
     def expired(self, now: float) -> bool:
-        return not self.period and self.start + self.duration <= now
+        """Has its last occurrence ended by `now`?"""
+        if self.period and not self.last:
+            return False
+        final = self.start + (math.floor((self.last - self.start) / self.period) * self.period if self.period else 0)
+        return final + self.duration <= now
 
     def to_dict(self) -> dict:
         return {"name": self.name, "start": self.start, "duration": self.duration,
@@ -92,7 +107,10 @@ class Reservation:
                 "groups": sorted(self.groups), "projects": sorted(self.projects),
                 "queue": self.queue, "period": self.period, "owner": self.owner,
                 **({"account": self.account} if self.account else {}),
-                **({"links": True} if self.links else {})}
+                **({"links": True} if self.links else {}),
+                **({"own_queue": True} if self.own_queue else {}),
+                **({"last": self.last} if self.last else {}),
+                **({"title": self.title} if self.title else {})}
 
     @classmethod
     def from_dict(cls, d: dict) -> "Reservation":

@@ -113,9 +113,9 @@ class Scheduler:
         self.busy = 0  # units running jobs hold now (the OR of `_units`)
         self._res_units: dict[str, int] = {}
         self._deps = Registry()
-        #: jobs deleted because a dependency failed (dependency_failure "delete"), oldest
-        #: first: a driver writes their records and clears the list
-        self.deleted_by_dependency: list[Job] = []
+        #: jobs the core deleted itself (a dependency failed, their reservation ended),
+        #: oldest first: a driver writes their records and clears the list
+        self.deleted: list[Job] = []
         self.node_notes: dict[str, str] = {}  # operators' notes on nodes (pbsnodes -N)
         self._pending_count: dict[str, int] = {}
         self._pending_user: dict[tuple[str, str], int] = {}
@@ -919,7 +919,7 @@ class Scheduler:
         job.comment = f"Job deleted as result of dependency on job {failed.job_id}{'[]' if failed.of else ''}"
         job.end_time = now
         self._move(job, DELETED, now)
-        self.deleted_by_dependency.append(job)
+        self.deleted.append(job)
         return self._deps.ended(job)
 
     # --- allocations and calendars -------------------------------------------------------
@@ -1064,28 +1064,47 @@ class Scheduler:
     # --- reservations and nodes --------------------------------------------------------
     def add_reservation(self, res: Reservation, now: float) -> Reservation:
         """Add an advance reservation; a node count is turned into nodes free over its
-        first occurrence (running jobs' walltimes and other reservations respected)."""
+        first occurrence (running jobs' walltimes and other reservations respected).  One
+        that makes its queue (pbs_rsub) adds it, open to the reservation's users and
+        groups, and takes its number from the job ids (R12 after job 11, as OpenPBS)."""
         if res.name in self.reservations:
             raise Rejected(f"reservation {res.name} already exists")
+        if res.own_queue and res.queue in self.router.queues:
+            raise Rejected(f"reservation {res.name}: queue {res.queue} already exists")
         if res.nodes:
             try:
                 units = self.topology.units_of_nodes(res.nodes, res.links)
             except InvalidRequest as e:
                 raise Rejected(f"reservation {res.name}: {e}") from None
         else:
-            request = Request(nodes=res.count)
-            start = max(res.start, now)
-            alloc = self._profile(now).fit(self.topology, request, start, res.start + res.duration - start,
-                                           (), self.topology.need(request))
-            if alloc is None:
+            nodes = self.free_nodes(Request(nodes=res.count), res.start, res.start + res.duration, now)
+            if nodes is None:
                 raise Rejected(f"reservation {res.name}: {res.count} nodes are not free "
                                f"for its whole window")
-            res.nodes, units = alloc.nodes, self.topology.units_of_nodes(alloc.nodes, res.links)
+            res.nodes, units = nodes, self.topology.units_of_nodes(nodes, res.links)
             res.count = 0
         self.reservations[res.name] = res
         self._res_units[res.name] = units
+        if res.own_queue:
+            self._make_queue(res)
+            if res.name[1:].isdigit():
+                self.next_id = max(self.next_id, int(res.name[1:]) + 1)
         self._changed()
         return res
+
+    def free_nodes(self, request: Request, start: float, end: float, now: float) -> tuple[str, ...] | None:
+        """Whole nodes that can hold `request` over [start, end) (from `now` on), no job
+        or reservation using them meanwhile; None if there are none."""
+        request = replace(request, exclusive=True)
+        start = max(start, now)
+        alloc = self._profile(now).fit(self.topology, request, start, end - start, (), self.topology.need(request))
+        return None if alloc is None else alloc.nodes
+
+    def _make_queue(self, res: Reservation) -> None:
+        """The queue a pbs_rsub reservation makes: its jobs run inside it alone (Access.BOUND),
+        so none may ask for longer than it lasts."""
+        self.router.queues[res.queue] = Queue(res.queue, acl_users=res.users or None, acl_groups=res.groups or None,
+                                              max_walltime=res.duration)
 
     def remove_reservation(self, name: str, now: float | None = None) -> Reservation:
         """Remove a reservation (at `now`: one billed to a project is charged its unused part)."""
@@ -1096,7 +1115,25 @@ class Scheduler:
         res = self.reservations.pop(name)
         if now is not None and self._billed(res):
             self._bill(res, now)
+        if res.own_queue:  # its queue goes, and the jobs still in it (OpenPBS)
+            self.router.queues.pop(res.queue, None)
+            for job in [j for j in self.jobs.values() if j.queue == res.queue and j.state not in FINISHED]:
+                self._gone_with(job, res, now)
         return res
+
+    def _gone_with(self, job: Job, res: Reservation, now: float | None) -> None:
+        """A job of a reservation's own queue when the reservation ends: a waiting one is
+        deleted, a running one asked to stop (EXITING; one ending already is left to end)."""
+        when = now if now is not None else self.last_pass or 0.0
+        if job.state in PENDING:
+            job.comment = f"Job deleted: reservation {res.name} ended"
+            job.end_time = when
+            self._move(job, DELETED, when)
+            self.deleted.append(job)
+            self._dependants(job, self._deps.ended(job), True, when)
+        elif job.state == RUNNING:
+            job.comment = f"Job deleted: reservation {res.name} ended"
+            self.exiting(job.id, when)
 
     def note_node(self, name: str, note: str) -> None:
         """An operator's note on a node (pbsnodes -N); "" removes it.  The pass never reads it."""
@@ -1289,6 +1326,8 @@ class Scheduler:
                 res = Reservation.from_dict(d)
                 self.reservations[res.name] = res
                 self._res_units[res.name] = self.topology.units_of_nodes(res.nodes, res.links)
+                if res.own_queue and res.queue not in self.router.queues:
+                    self._make_queue(res)
             for d in state.get("jobs", []):
                 job = Job.from_dict(d)
                 self.jobs[job.id] = job

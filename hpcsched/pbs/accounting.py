@@ -53,17 +53,20 @@ def _record(kind: str, job: Job, server: str, now: float) -> str:
 DEPENDENCY_EXIT = 271
 
 
-def dependency_deletions(batch, now: float) -> None:
-    """Record the jobs the last operation deleted because a dependency of theirs failed
-    (Torque and OpenPBS delete them): the comment naming the parent with its server, and
-    a D record.  Called after every operation that can end a job."""
+def core_deletions(batch, now: float) -> None:
+    """Record the jobs the last operation deleted on its own: those whose dependency
+    failed (Torque and OpenPBS delete them; the comment names the parent with its server)
+    and those left in the queue of a pbs_rsub reservation that ended.  A D record and
+    mail for each.  Called after every operation that can end a job or a reservation."""
     from .attributes import parent_id
     sched, site = batch.sched, batch.site
-    deleted, sched.deleted_by_dependency = sched.deleted_by_dependency, []
+    deleted, sched.deleted = sched.deleted, []
     for job in deleted:
-        failed = next(d for d in job.dependencies if d.met is False)
-        why = f"Job deleted as result of dependency on job {parent_id(failed, sched.jobs, site.server)}"
-        batch.do("process", now, id=job.id, set={"deleted_by": "dependency"}, comment=why)
+        why = job.comment
+        if why.startswith("Job deleted as result of dependency"):  # (the core's words: Scheduler._delete_for)
+            failed = next(d for d in job.dependencies if d.met is False)
+            why = f"Job deleted as result of dependency on job {parent_id(failed, sched.jobs, site.server)}"
+            batch.do("process", now, id=job.id, set={"deleted_by": "dependency"}, comment=why)
         write(site.home, "D", job, site.server, now)
         mail.send(site, job, mail.ABORT, f"Aborted by PBS Server\n{why}")
 

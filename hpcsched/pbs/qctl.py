@@ -108,7 +108,7 @@ def qdel(batch: Batch, job: Job, opts: dict) -> None:
     if purge and job.state == EXITING:  # (it was running: it goes now, not after the grace)
         batch.do("process", now, id=job.id, set={"purge": True})
     accounting.write(batch.site.home, "D", job, batch.site.server, now)
-    accounting.dependency_deletions(batch, now)
+    accounting.core_deletions(batch, now)
 
 
 def _hold_kind(opts: dict) -> str:

@@ -98,8 +98,10 @@ SERVER_ATTRS = {
     "keep_completed": ("keep_completed", _int, lambda v: str(int(v))),
     "scheduler_iteration": ("server_interval", lambda t: float(_int(t)), lambda v: str(int(v))),
     "query_other_jobs": ("query_other_jobs", _bool, str),
+    "resv_enable": ("resv_enable", _bool, str),
 }
-_SERVER_DEFAULTS = {"scheduling": True, "keep_completed": 300, "server_interval": 15, "query_other_jobs": True}
+_SERVER_DEFAULTS = {"scheduling": True, "keep_completed": 300, "server_interval": 15, "query_other_jobs": True,
+                    "resv_enable": True}
 
 
 def split_command(line: str) -> tuple[str, str, str, list[tuple[str, str, str]]]:
@@ -201,7 +203,8 @@ class Qmgr:
                 if n.state.value == "offline":
                     w(f"set node {n.name} state = offline\n")
             return
-        queues = [self._queue(sched, name)] if name else list(sched.router.queues)
+        made = {r.queue for r in sched.reservations.values() if r.own_queue}  # (pbs_rsub makes them again)
+        queues = [self._queue(sched, name)] if name else [q for q in sched.router.queues if q not in made]
         w("#\n# Create queues and set their attributes.\n#\n")
         for q in queues:
             w(f"#\n# Create and define queue {q}\n#\ncreate queue {q}\n")
@@ -219,6 +222,14 @@ class Qmgr:
             raise common.CommandError(f"qmgr obj={name} svr=default: Unknown queue", UNKNOWN_QUEUE)
         return name
 
+    def _site_queue(self, sched, name: str) -> str:
+        """A queue qmgr may change: not one a pbs_rsub reservation made (pbs_rdel removes it)."""
+        self._queue(sched, name)
+        if any(r.own_queue and r.queue == name for r in sched.reservations.values()):
+            raise common.CommandError(f"qmgr obj={name} svr=default: queue {name} belongs to reservation "
+                                      f"{name}: pbs_rdel removes it", BAD_VALUE)
+        return name
+
     # --- changing ----------------------------------------------------------------------
     def _manager(self, name: str) -> None:
         if not self.site.is_manager(whoami()):
@@ -228,7 +239,7 @@ class Qmgr:
         if obj != "queue" or not name:
             raise common.CommandError(f"qmgr: Illegal object type: {obj}" if obj != "queue" else "qmgr: Syntax error", BAD_VALUE)
         self._manager(name)
-        if name in self.site.config.get("queues", {}):
+        if name in self.site.config.get("queues", {}) or name in self._sched().router.queues:
             raise common.CommandError(f"qmgr obj={name} svr=default: Queue already exists", 161)  # PBSE_QUEEXIST
         changes = _copy(self.changes)
         changes["queues"][name] = {}
@@ -239,7 +250,7 @@ class Qmgr:
             raise common.CommandError(f"qmgr: Illegal object type: {obj}" if obj != "queue" else "qmgr: Syntax error", BAD_VALUE)
         self._manager(name)
         sched = self._sched()
-        self._queue(sched, name)
+        self._site_queue(sched, name)
         if any(j.queue == name and j.state not in FINISHED for j in sched.jobs.values()):
             raise common.CommandError(f"qmgr obj={name} svr=default: Queue is not empty", 175)
         changes = _copy(self.changes)
@@ -255,7 +266,7 @@ class Qmgr:
         if obj == "queue":
             if not name:
                 raise common.CommandError("qmgr: Syntax error: give the queue's name", BAD_VALUE)
-            self._queue(self._sched(), name)
+            self._site_queue(self._sched(), name)
         self._apply(_copy(self.changes), obj, name, attrs, op)
 
     def _unset(self, obj: str, name: str, attrs) -> None:

@@ -212,10 +212,12 @@ def submit_parsed(cmd: list[tuple[str, str]], rest: list[str], stdin=None, cwd: 
         if job.extra[key]:
             job.extra[key] = resolve_path(job.extra[key], cwd)
     batch = Batch.of(site)
-    # Only dependencies, a named reservation, queued-job limits and allocations (a project's
-    # standing routes the job) need the state already stored; without them the job is
-    # checked against the configuration alone, so qsub's cost does not grow with the store.
+    # Only dependencies, a named reservation (or its queue: pbs_rsub's), queued-job limits
+    # and allocations (a project's standing routes the job) need the state already stored;
+    # without them the job is checked against the configuration alone, so qsub's cost does
+    # not grow with the store.
     needs_state = bool(deps or befores or job.reservation) or "allocations" in site.config or bool(
+        job.queue and job.queue not in site.config.get("queues", {})) or bool(
         python_filter) or any("max_queued" in q or "max_queued_per_user" in q
                               for q in site.config.get("queues", {}).values())
     with batch.open(write=True, load=needs_state):
@@ -247,11 +249,11 @@ def submit_parsed(cmd: list[tuple[str, str]], rest: list[str], stdin=None, cwd: 
                 indices, limit = parse_array(array)
                 subs = batch.submit_array(job, indices, limit, now)
                 accounting.write_many(site.home, "Q", subs, site.server, now)
-                accounting.dependency_deletions(batch, now)
+                accounting.core_deletions(batch, now)
                 return f"{subs[0].array_id}[].{site.server}", "z" in options
             done = batch.submit(job, now)
             accounting.write(site.home, "Q", done, site.server, now)
-            accounting.dependency_deletions(batch, now)
+            accounting.core_deletions(batch, now)
             for waiter, before in waiters:
                 kept = [[d.kind.value, d.job_id, d.of] for d in waiter.dependencies]
                 batch.do("alter", now, id=waiter.id, changes={"dependencies": kept + [[before.kind, done.id]]})
@@ -387,7 +389,7 @@ def session(jid: str, poll: float = 0.2, remote: bool = False) -> int:
                 job = batch.sched.jobs.get(job_id)
                 if job is not None and job.start_time is None and job.end_time is None:
                     batch.do("delete", time.time(), id=job_id)
-                    accounting.dependency_deletions(batch, time.time())
+                    accounting.core_deletions(batch, time.time())
         print(f"\nqsub: job {jid} deleted", flush=True)
         return 130
     info = json.loads(ready.read_text())

@@ -254,6 +254,7 @@ class Server:
         started = []
         if self.scheduling and not self._aside(None, now):  # (qmgr's `scheduling = False`: none starts)
             plan = self.batch.do("pass", now)
+            accounting.core_deletions(self.batch, now)  # (a pbs_rsub reservation ended: its waiting jobs)
             self.faults.pop(None, None)
             if self.node_log is not None:
                 self._log_nodes(sched, plan, now)
@@ -508,7 +509,7 @@ class Server:
             mail.send(self.site, job, mail.ABORT, f"Aborted by PBS Server\n{why}")
         else:
             mail.send(self.site, job, mail.END, "Execution terminated")
-        accounting.dependency_deletions(self.batch, now)
+        accounting.core_deletions(self.batch, now)
 
     def _prologue(self, job: Job, owner: privilege.Owner | None, now: float) -> int:
         """The site's prologue for this run of the job: started (its output in the job's

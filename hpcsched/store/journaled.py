@@ -298,7 +298,7 @@ class Batch:
             self.seq = rec["seq"]
             self.store_config = rec.get("cfg")  # (a record written before configurations were journaled: None)
         self.next_id = self.sched.next_id
-        self.sched.deleted_by_dependency.clear()  # recorded by whoever did the operation
+        self.sched.deleted.clear()  # recorded by whoever did the operation
         self.carried |= self._reconfigure(self.site.source)  # from here on, the site's configuration decides
 
     def do(self, op: str, now: float | None = None, **args):

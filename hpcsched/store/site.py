@@ -216,7 +216,7 @@ def _load_site(home: Path) -> Site:
         where = "HPCSCHED_FLAVOR" if os.environ.get("HPCSCHED_FLAVOR") else "flavor"
         raise ConfigError(f"{where}: {flavor!r} is not torque or openpbs")
     check_named_user(os.environ)
-    for key in ("scheduling", "query_other_jobs"):
+    for key in ("scheduling", "query_other_jobs", "resv_enable"):
         if not isinstance(config.get(key, True), bool):
             raise ConfigError(f"{key}: must be true or false")
     for key, example in (("mail_command", '["sendmail", "-t"]'), ("launcher", '["ssh", "{host}", "{command}"]'),

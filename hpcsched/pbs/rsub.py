@@ -1,0 +1,286 @@
+"""OpenPBS advance reservations: pbs_rsub, pbs_rstat, pbs_rdel.
+
+    pbs_rsub -R 1400 -D 1:00:00 -l select=2:ncpus=8     R12.server CONFIRMED
+    qsub -q R12 job.sh                                   runs inside R12 alone
+    pbs_rstat [-f|-B|-S] [R12]                           the reservations
+    pbs_rdel R12                                         it, its queue and its jobs go
+
+A reservation holds whole nodes, chosen free over its (first) window when it is asked for,
+so it is confirmed or refused at once: no UNCONFIRMED state.  Its id takes the next job
+number (R12 after job 11; S12 for a standing one, `-r`), and it makes a queue of that name
+open to its Authorized_Users (the owner by default) and Authorized_Groups.  When it ends or
+is deleted, the queue goes, its waiting jobs are deleted and its running ones killed.  The
+same reservations are Maui's to see (showres, checknode) and its setres reservations are
+pbs_rstat's.  Exit statuses are PBS error codes mod 256.
+"""
+from __future__ import annotations
+
+import math
+import re
+import sys
+import time
+from datetime import datetime
+
+from ..core.errors import InvalidRequest, SchedulerError
+from ..core.jobs import Request
+from ..core.reservations import Reservation
+from ..core.timefmt import hms, parse_duration
+from ..store.site import whoami
+from . import common
+from .attributes import build_request, merge, parse_start_after
+from .common import Command
+from .errors import UsageError
+from .maui import load
+
+UNKNOWN_RESV = 236  # PBSE_UNKRESVID 15084 mod 256
+BAD_TIME = 238  # PBSE_BADTSPEC 15086 mod 256
+UNAVAILABLE = 196  # PBSE_RESCUNAV 15044 mod 256: no nodes free for its window
+#: rrule FREQ -> seconds (BYDAY and the like are not taken)
+_FREQ = {"MINUTELY": 60.0, "HOURLY": 3600.0, "DAILY": 86400.0, "WEEKLY": 604800.0}
+
+
+class _Rsub(Command):
+    """pbs_rsub's table, and `--hosts h1 h2 ...` ending the command line."""
+
+    def parse(self, argv: list[str]) -> tuple[list[tuple[str, str]], list[str]]:
+        if "--hosts" not in argv:
+            return super().parse(argv)
+        k = argv.index("--hosts")
+        opts, operands = super().parse(argv[:k])
+        hosts = argv[k + 1:]
+        if not hosts or any(not h or h.startswith("-") for h in hosts):
+            raise UsageError("missing host(s) after --hosts")
+        return opts + [("hosts", h) for h in hosts], operands
+
+
+def _names(text: str) -> frozenset[str]:
+    """Authorized_Users/Groups, `name[@host],...` (the host is not checked)."""
+    return frozenset(w.strip().split("@")[0] for w in text.split(",") if w.strip())
+
+
+def _rrule(text: str, start: float) -> tuple[float, float]:
+    """(period, last start; 0 none) of `FREQ=...;INTERVAL=n;COUNT=n|UNTIL=date`."""
+    fields = {}
+    for part in filter(None, text.upper().replace(" ", "").split(";")):
+        key, eq, value = part.partition("=")
+        if not eq or key in fields:
+            raise UsageError(f"illegal -r value {text!r}")
+        fields[key] = value
+    unknown = sorted(set(fields) - {"FREQ", "INTERVAL", "COUNT", "UNTIL"})
+    if unknown or fields.get("FREQ") not in _FREQ or ("COUNT" in fields and "UNTIL" in fields):
+        raise UsageError(f"illegal -r value {text!r} (give FREQ=MINUTELY|HOURLY|DAILY|WEEKLY[;INTERVAL=n]"
+                         f"[;COUNT=n|;UNTIL=YYYYMMDD[THHMMSS]]{'; ' + unknown[0] + ' is not taken' if unknown else ''})")
+    try:
+        interval = int(fields.get("INTERVAL", "1"))
+        count = int(fields.get("COUNT", "0"))
+        period = _FREQ[fields["FREQ"]] * interval
+        if interval < 1 or count < 0 or "COUNT" in fields and count < 1:
+            raise ValueError
+        if "UNTIL" in fields:
+            u = fields["UNTIL"]
+            last = datetime.strptime(u, "%Y%m%dT%H%M%S" if "T" in u else "%Y%m%d").timestamp()
+            if last < start:
+                raise ValueError
+        else:
+            last = start + (count - 1) * period if count else 0.0
+    except (ValueError, OverflowError, OSError):
+        raise UsageError(f"illegal -r value {text!r}") from None
+    return period, last
+
+
+def _window(opts: dict, resources: dict, now: float) -> tuple[float, float]:
+    """(start, duration) from -R, -E, -D (or -l walltime): any two of them; -R alone is
+    not enough, -D alone starts now."""
+    try:
+        start = parse_start_after(opts["R"], now, "-R") if "R" in opts else None
+        end = parse_start_after(opts["E"], now, "-E") if "E" in opts else None
+        d = opts.get("D") or resources.get("walltime")
+        duration = parse_duration(d) if d else None
+    except InvalidRequest:
+        raise UsageError(f"illegal -D value {opts.get('D') or resources.get('walltime')!r}") from None
+    if duration is None:
+        if start is None or end is None:
+            raise UsageError("give two of -R (start), -E (end) and -D (duration)")
+        duration = end - start
+    elif start is None:
+        start = end - duration if end is not None else now
+    elif end is not None and not math.isclose(end - start, duration):
+        raise common.CommandError("Bad time specification(s): -E is not -R plus -D", BAD_TIME)
+    if not duration > 0 or start + duration <= now or start < now - 60:
+        raise common.CommandError("Bad time specification(s)", BAD_TIME)
+    return max(start, now), duration - max(0.0, now - start)
+
+
+def pbs_rsub(options: list[tuple[str, str]], operands: list[str], out, now: float) -> int:
+    if operands:
+        raise UsageError(f"unexpected operand {operands[0]!r}")
+    hosts = [v for k, v in options if k == "hosts"]
+    opts, resources = merge([(k, v) for k, v in options if k != "hosts"], [])
+    if "W" in opts:
+        raise UsageError(f"illegal -W value {opts['W']!r} (-W qmove and the like are not taken)")
+    if "q" in opts and not opts["q"].startswith("@"):
+        raise UsageError(f'illegal -q value {opts["q"]!r}: format "@server"')
+    if "I" in opts and not re.fullmatch(r"-?[0-9]+", opts["I"]):
+        raise UsageError(f"illegal -I value {opts['I']!r}")
+    if hosts and resources.keys() - {"walltime"}:
+        raise UsageError("can't use -l with --hosts")
+    if not hosts and not resources.keys() - {"walltime"}:
+        raise UsageError("give the resources to reserve: -l select=... (or nodes=..., ncpus=...), or --hosts")
+    start, duration = _window(opts, resources, now)
+    period, last = _rrule(opts["r"], start) if "r" in opts else (0.0, 0.0)
+    if period and period < duration:
+        raise common.CommandError("Bad time specification(s): a standing reservation's occurrences overlap",
+                                  BAD_TIME)
+    site, batch = load(write=True)
+    user = whoami()
+    if not site.config.get("resv_enable", True) and not site.is_operator(user):
+        raise common.CommandError("Unauthorized Request: reservations are not enabled (qmgr's resv_enable)",
+                                  common.UNAUTHORIZED)
+    if hosts:
+        request = Request(nodes=len(hosts), within=tuple(dict.fromkeys(hosts)))
+        if len(request.within) != len(hosts):
+            raise UsageError("Duplicate host in --hosts")
+    else:
+        request = build_request({k: v for k, v in resources.items() if k != "walltime"})[0]
+    users = _names(opts.get("U", "")) or frozenset({user})
+    with batch.open(write=True):
+        sched = batch.sched
+        name = f"{'S' if period else 'R'}{sched.next_id}"
+        if hosts:
+            unknown = [h for h in hosts if h not in {n.name for n in sched.topology.all_nodes()}]
+            if unknown:
+                raise common.CommandError(f"Host with resources not found: {unknown[0]}", UNAVAILABLE)
+        nodes = sched.free_nodes(request, start, start + duration, now)
+        if nodes is None:
+            raise common.CommandError(f"reservation {name} not confirmed: no nodes are free for its whole window",
+                                      UNAVAILABLE)
+        try:
+            res = Reservation(name=name, start=start, duration=duration, nodes=nodes, users=users,
+                              groups=_names(opts.get("G", "")), queue=name, period=period, last=last,
+                              owner=user, own_queue=True, title=opts.get("N", ""))
+            batch.do("reservation", now, reservation=res.to_dict())
+        except (InvalidRequest, SchedulerError) as e:
+            raise common.CommandError(str(e), UNAVAILABLE) from None
+    out.write(f"{name}.{site.server} CONFIRMED\n")
+    return 0
+
+
+def _convert_time(t: float, now: float) -> str:
+    """pbs_rstat's short times: `Today 15:30`, `Tue 15:30` this week, `Tue Mar 24 15:30`
+    this year, `Tue Mar 24 2027 15:30` in another."""
+    then, today = time.localtime(t), time.localtime(now)
+    if then.tm_year != today.tm_year:
+        return time.strftime("%a %b %d %Y %H:%M", then)
+    if then.tm_yday == today.tm_yday:
+        return time.strftime("Today %H:%M", then)
+    week0 = today.tm_yday - (today.tm_wday + 1) % 7  # (Sunday first, as strftime's %w)
+    if week0 <= then.tm_yday <= week0 + 6:
+        return time.strftime("%a %H:%M", then)
+    return time.strftime("%a %b %d %H:%M", then)
+
+
+def _state(res: Reservation, now: float) -> tuple[str, str, float]:
+    """(short state, long state, start of the occurrence shown)."""
+    t0, t1 = next(iter(res.occurrences(now, math.inf)), (res.start, res.start + res.duration))
+    if res.expired(now):
+        return "FN", "RESV_FINISHED", t0
+    if t0 <= now < t1:
+        return "RN", "RESV_RUNNING", t0
+    return "CO", "RESV_CONFIRMED", t0
+
+
+def _id(res: Reservation, server: str) -> str:
+    return f"{res.name}.{server}" if res.own_queue else res.name
+
+
+def _find(sched, text: str, server: str) -> Reservation | None:
+    name = text.split(".")[0] if text.split(".")[0] in sched.reservations else text
+    return sched.reservations.get(name)
+
+
+def pbs_rstat(opts: list[tuple[str, str]], operands: list[str], out, now: float) -> int:
+    how = "S"
+    for letter, _ in opts:
+        how = "f" if letter in "fF" else letter
+    site, batch = load()
+    sched, topo, server = batch.sched, batch.sched.topology, site.server
+    status, shown = 0, []
+    for op in operands:
+        res = _find(sched, op, server)
+        if res is None:
+            sys.stderr.write(f"pbs_rstat: Unknown Reservation Id {op}\n")
+            status = UNKNOWN_RESV
+        else:
+            shown.append(res)
+    if not operands:
+        shown = sorted(sched.reservations.values(), key=lambda r: (r.start, r.name))
+    w = out.write
+    if how == "S" and shown:
+        w(f"{'Resv ID':<10.10} {'Queue':<8.8} {'User':<8.8} {'State':<5.5} {'Start':>17.17} / Duration / "
+          f"{'End':<17.17}\n" + "-" * 69 + "\n")
+    for res in shown:
+        short, long, t0 = _state(res, now)
+        if how == "B":
+            w(f"Resv ID: {_id(res, server)}\n")
+        elif how == "S":
+            w(f"{_id(res, server):<10.10} {res.queue:<8.8} {res.owner + '@' + server:<8.8} {short:<5.5} "
+              f"{_convert_time(t0, now):>17.17} / {int(res.duration)} / {_convert_time(t0 + res.duration, now):<17.17}\n")
+        else:
+            cores = [topo.node(n).cores for n in res.nodes]
+            fmt = lambda t: time.strftime("%a %b %d %H:%M:%S %Y", time.localtime(t))  # noqa: E731
+            rows = [("Reserve_Name", res.title or "NULL"), ("Reserve_Owner", f"{res.owner}@{server}"),
+                    ("reserve_type", "3" if res.period else "2"), ("reserve_state", long),
+                    ("reserve_start", fmt(t0)), ("reserve_end", fmt(t0 + res.duration)),
+                    ("reserve_duration", str(int(res.duration)))]
+            if res.queue:
+                rows.append(("queue", res.queue))
+            rows += [("Resource_List.ncpus", str(sum(cores))), ("Resource_List.nodect", str(len(res.nodes))),
+                     ("Resource_List.walltime", hms(res.duration)),
+                     ("resv_nodes", "+".join(f"({n}:ncpus={c})" for n, c in zip(res.nodes, cores)))]
+            if res.users:
+                rows.append(("Authorized_Users", ",".join(sorted(res.users))))
+            if res.groups:
+                rows.append(("Authorized_Groups", ",".join(sorted(res.groups))))
+            if res.period:
+                rows.append(("reserve_rrule", _rrule_text(res)))
+                if res.last:
+                    rows.append(("reserve_count", str(int((res.last - res.start) // res.period) + 1)))
+            rows.append(("server", server))
+            w(f"Resv ID: {_id(res, server)}\n" + "".join(f"{k} = {v}\n" for k, v in rows) + "\n")
+    return status
+
+
+def _rrule_text(res: Reservation) -> str:
+    freq = next((f for f, s in sorted(_FREQ.items(), key=lambda kv: -kv[1]) if res.period % s == 0), "MINUTELY")
+    n = int(res.period // _FREQ[freq])
+    return f"FREQ={freq}" + (f";INTERVAL={n}" if n != 1 else "") + \
+        (f";COUNT={int((res.last - res.start) // res.period) + 1}" if res.last else "")
+
+
+def pbs_rdel(opts: list[tuple[str, str]], operands: list[str], out, now: float) -> int:
+    if not operands:
+        raise UsageError("give a reservation id")
+    site, batch = load(write=True)
+    user = whoami()
+    status = 0
+    from . import accounting
+    with batch.open(write=True):
+        for op in operands:
+            res = _find(batch.sched, op, site.server)
+            if res is None:
+                sys.stderr.write(f"pbs_rdel: Unknown Reservation Id {op}\n")
+                status = UNKNOWN_RESV
+            elif not (site.is_operator(user) or user == res.owner):
+                sys.stderr.write(f"pbs_rdel: Unauthorized Request {op}\n")
+                status = common.UNAUTHORIZED
+            else:
+                batch.do("unreserve", now, name=res.name)
+                accounting.core_deletions(batch, now)
+    return status
+
+
+PBS_RSUB = _Rsub("pbs_rsub", "D:E:I:l:m:M:N:q:r:R:u:U:g:G:H:W:",
+                 "usage: pbs_rsub [-R start] [-E end] [-D duration] [-N name] [-U users] [-G groups] "
+                 "[-r rrule] [-I seconds] -l resources | --hosts host ...", pbs_rsub, changes=True)
+PBS_RSTAT = Command("pbs_rstat", "fFBS", "usage: pbs_rstat [-fFBS] [reservation-id ...]", pbs_rstat)
+PBS_RDEL = Command("pbs_rdel", "", "usage: pbs_rdel reservation-id ...", pbs_rdel, changes=True)

@@ -1,0 +1,202 @@
+"""OpenPBS advance reservations: pbs_rsub, pbs_rstat, pbs_rdel, and the queue each one makes."""
+import io
+import time
+from datetime import datetime, timedelta
+
+import pytest
+from helpers import job, scheduler
+from test_commands import full, submit
+
+from hpcsched.core.jobs import DELETED, EXITING, QUEUED
+from hpcsched.core.reservations import Reservation
+from hpcsched.pbs import maui, qmgr, rsub
+from hpcsched.pbs.errors import CommandError
+from hpcsched.store.journaled import Batch
+from hpcsched.store.site import load_site
+
+
+def run(prog, *argv, now=None):
+    out = io.StringIO()
+    status = getattr(rsub, prog.upper())(list(argv), out=out, now=time.time() if now is None else now)
+    return status, out.getvalue()
+
+
+def stored():
+    batch = Batch(load_site())
+    with batch.open(write=False):
+        return batch.sched
+
+
+def server_pass(now):
+    batch = Batch(load_site())
+    with batch.open(write=True):
+        plan = batch.do("pass", now)
+        from hpcsched.pbs import accounting
+        accounting.core_deletions(batch, now)
+        return plan
+
+
+def test_a_reservation_takes_the_next_job_number_and_makes_its_queue(rig, capsys):
+    submit("-l", "nodes=1,walltime=10:00")  # job 1
+    at = datetime.now().replace(second=0, microsecond=0) + timedelta(hours=2)
+    status, out = run("pbs_rsub", "-R", at.strftime("%Y%m%d%H%M"), "-D", "1:00:00", "-l", "select=2:ncpus=4",
+                      "-N", "demo")
+    assert (status, out) == (0, "R2.headnode CONFIRMED\n")
+    res = stored().reservations["R2"]
+    assert (res.start, res.duration, res.queue, res.owner, res.users) == (at.timestamp(), 3600.0, "R2", "alice",
+                                                                          frozenset({"alice"}))
+    assert len(res.nodes) == 2 and res.own_queue and res.title == "demo"
+    assert submit("-q", "R2", "-l", "walltime=30:00") == "3.headnode"  # (the job ids go on after it)
+    assert full("3")["queue"] == "R2"
+    # its jobs run inside it alone: not before it starts, though nodes are free now
+    sched = stored()
+    plan = sched.iterate(time.time())
+    assert 3 not in {s.job_id for s in plan.started} and plan.reserved[3][0] == at.timestamp()
+    # a job longer than the reservation can never run in it: refused at once
+    with pytest.raises(CommandError, match="exceeds queue R2 max_walltime"):
+        submit("-q", "R2", "-l", "walltime=2:00:00")
+    # a user it does not authorize may not submit to it
+    import os
+    os.environ["HPCSCHED_USER"] = "bob"
+    try:
+        with pytest.raises(CommandError, match="not allowed in queue R2"):
+            submit("-q", "R2", "-l", "walltime=10:00")
+    finally:
+        os.environ["HPCSCHED_USER"] = "alice"
+
+
+def test_a_job_runs_inside_its_reservation_and_goes_when_it_ends(rig):
+    now = time.time()
+    assert run("pbs_rsub", "-D", "600", "-l", "select=1:ncpus=4", now=now)[0] == 0
+    submit("-q", "R1", "-l", "walltime=5:00")  # job 2: runs in it
+    submit("-q", "R1", "-l", "nodes=2,walltime=5:00")  # job 3: needs more than it holds
+    submit("-l", "nodes=4,walltime=5:00")  # job 4: the whole machine, less the reserved node
+    plan = server_pass(now + 1)
+    assert [s.job_id for s in plan.started] == [2]
+    node = stored().reservations["R1"].nodes[0]
+    assert stored().jobs[2].nodes == (node,)
+    assert stored().jobs[4].state == QUEUED
+    # the reservation ends: its queue goes, a running job is asked to stop, a waiting one is deleted
+    server_pass(now + 601)
+    sched = stored()
+    assert "R1" not in sched.reservations and "R1" not in sched.router.queues
+    assert sched.jobs[2].state == EXITING and sched.jobs[3].state == DELETED
+    assert sched.jobs[3].comment == "Job deleted: reservation R1 ended"
+    records = "".join(p.read_text() for p in (rig / "home" / "accounting").iterdir())
+    assert ";D;3.headnode;" in records
+    with pytest.raises(CommandError, match="Unknown queue"):
+        submit("-q", "R1", "-l", "walltime=5:00")
+
+
+def test_pbs_rdel_deletes_it_its_queue_and_jobs_for_its_owner_or_an_operator(rig, monkeypatch, capsys):
+    assert run("pbs_rsub", "-R", "2359", "-D", "60", "-l", "nodes=1")[0] == 0
+    submit("-q", "R1", "-l", "walltime=1:00")
+    monkeypatch.setenv("HPCSCHED_USER", "bob")
+    assert run("pbs_rdel", "R1.headnode")[0] == 159
+    assert "Unauthorized Request" in capsys.readouterr().err
+    monkeypatch.setenv("HPCSCHED_USER", "olga")  # an operator
+    assert run("pbs_rdel", "R1.headnode", "R9")[0] == 236
+    assert "Unknown Reservation Id R9" in capsys.readouterr().err
+    sched = stored()
+    assert not sched.reservations and "R1" not in sched.router.queues and sched.jobs[2].state == DELETED
+    assert run("pbs_rstat")[1] == ""
+
+
+def test_pbs_rstat_lists_briefly_shortly_and_fully(rig):
+    now = time.time()
+    assert run("pbs_rsub", "-D", "1:00:00", "-l", "select=1:ncpus=2", "-U", "alice,bob@host", now=now)[0] == 0
+    assert run("pbs_rsub", "-R", "2359", "-D", "60", "-r", "FREQ=DAILY;COUNT=3", "-l", "nodes=1", now=now)[0] == 0
+    status, out = run("pbs_rstat", now=now + 5)
+    lines = out.splitlines()
+    assert status == 0 and lines[0].split() == ["Resv", "ID", "Queue", "User", "State", "Start", "/", "Duration",
+                                                 "/", "End"]
+    assert lines[2].split()[:4] == ["R1.headnod", "R1", "alice@he", "RN"]  # (OpenPBS's widths cut them)
+    assert " / 3600 / " in lines[2] and "Today" in lines[2]
+    assert lines[3].split()[:4] == ["S2.headnod", "S2", "alice@he", "CO"]
+    assert run("pbs_rstat", "-B", now=now)[1] == "Resv ID: R1.headnode\nResv ID: S2.headnode\n"
+    status, out = run("pbs_rstat", "-f", "S2", now=now)
+    attrs = dict(line.split(" = ", 1) for line in out.splitlines()[1:] if " = " in line)
+    assert out.startswith("Resv ID: S2.headnode\n")
+    assert attrs["reserve_rrule"] == "FREQ=DAILY;COUNT=3" and attrs["reserve_count"] == "3"
+    assert attrs["reserve_state"] == "RESV_CONFIRMED" and attrs["reserve_duration"] == "60"
+    assert attrs["Resource_List.nodect"] == "1" and attrs["resv_nodes"].endswith(":ncpus=4)")
+    attrs = dict(line.split(" = ", 1) for line in run("pbs_rstat", "-f", "R1")[1].splitlines()[1:] if " = " in line)
+    assert attrs["Authorized_Users"] == "alice,bob" and attrs["reserve_state"] == "RESV_RUNNING"
+    assert run("pbs_rstat", "R7")[0] == 236
+
+
+def test_a_standing_reservation_repeats_then_ends(rig):
+    now = time.time()
+    assert run("pbs_rsub", "-D", "60", "-r", "FREQ=HOURLY;INTERVAL=2;COUNT=2", "-l", "nodes=1", now=now)[0] == 0
+    res = stored().reservations["S1"]
+    assert res.period == 7200 and [s for s, _ in res.occurrences(now - 1, now + 10 ** 6)] == \
+        [res.start, res.start + 7200]
+    assert not res.expired(res.start + 7200 + 59) and res.expired(res.start + 7200 + 60)
+
+
+@pytest.mark.parametrize("argv,status,says", [
+    (["-l", "nodes=1"], 2, "give two of -R"),
+    (["-D", "60"], 2, "give the resources to reserve"),
+    (["-D", "soon", "-l", "nodes=1"], 2, "illegal -D value"),
+    (["-R", "25:00", "-D", "60", "-l", "nodes=1"], 2, "illegal -R value"),
+    (["-R", "202001010000", "-D", "60", "-l", "nodes=1"], 238, "Bad time specification"),
+    (["-D", "60", "-l", "nodes=9"], 196, "not confirmed"),
+    (["-D", "60", "-l", "select=1:ncpus=5"], 196, "not confirmed"),
+    (["-D", "60", "-l", "nodes=1", "-r", "FREQ=DAILY;BYDAY=MO"], 2, "BYDAY is not taken"),
+    (["-D", "2:00:00", "-l", "nodes=1", "-r", "FREQ=HOURLY"], 238, "occurrences overlap"),
+    (["-D", "60", "-l", "nodes=1", "-W", "qmove=5"], 2, "illegal -W value"),
+    (["-D", "60", "--hosts"], 2, "missing host"),
+    (["-D", "60", "--hosts", "node09"], 196, "Host with resources not found: node09"),
+    (["-D", "60", "-l", "nodes=1", "--hosts", "node01"], 2, "can't use -l with --hosts"),
+])
+def test_pbs_rsub_refuses_bad_requests_in_one_line(rig, capsys, argv, status, says):
+    assert run("pbs_rsub", *argv)[0] == status
+    err = capsys.readouterr().err
+    assert says in err and "Traceback" not in err
+    assert not stored().reservations
+
+
+def test_hosts_named_are_the_nodes_reserved(rig):
+    assert run("pbs_rsub", "-D", "60", "--hosts", "node03", "node04")[0] == 0
+    assert stored().reservations["R1"].nodes == ("node03", "node04")
+
+
+def test_resv_enable_false_leaves_reservations_to_operators(rig, monkeypatch, capsys):
+    monkeypatch.setenv("HPCSCHED_USER", "root")
+    out = io.StringIO()
+    assert qmgr.QMGR(["-c", "set server resv_enable = False"], out=out) == 0
+    monkeypatch.setenv("HPCSCHED_USER", "alice")
+    assert run("pbs_rsub", "-D", "60", "-l", "nodes=1")[0] == 159
+    assert "reservations are not enabled" in capsys.readouterr().err
+    monkeypatch.setenv("HPCSCHED_USER", "olga")
+    assert run("pbs_rsub", "-D", "60", "-l", "nodes=1")[0] == 0
+
+
+def test_qmgr_leaves_a_reservations_queue_alone(rig, monkeypatch, capsys):
+    assert run("pbs_rsub", "-D", "60", "-l", "nodes=1")[0] == 0
+    monkeypatch.setenv("HPCSCHED_USER", "root")
+    for command in ("delete queue R1", "set queue R1 max_running = 1", "create queue R1"):
+        assert qmgr.QMGR(["-c", command], out=io.StringIO()) != 0
+    out = io.StringIO()
+    assert qmgr.QMGR(["-c", "print server"], out=out) == 0 and "R1" not in out.getvalue()
+
+
+def test_maui_sees_them_too(rig):
+    assert run("pbs_rsub", "-D", "600", "-l", "nodes=1")[0] == 0
+    out = io.StringIO()
+    assert maui.SHOWRES([], out=out) == 0 and out.getvalue().splitlines()[2].split()[:3] == ["R1", "User", "A"]
+
+
+def test_the_core_restores_its_queue_and_deletes_only_its_jobs():
+    sched = scheduler(4)
+    res = sched.add_reservation(Reservation("R1", 100.0, 50.0, count=1, users={"u"}, queue="R1", own_queue=True), 0.0)
+    assert sched.next_id == 2 and "R1" in sched.router.queues
+    inside = sched.submit(job(queue="R1", wall=10.0), 0.0)
+    outside = sched.submit(job(wall=10.0), 0.0)
+    again = scheduler(4).restore(sched.to_dict())
+    assert again.router.queues["R1"].acl_users == {"u"} and again.reservations["R1"].nodes == res.nodes
+    again.remove_reservation("R1", 10.0)
+    assert again.jobs[inside.id].state == DELETED and again.jobs[outside.id].state == QUEUED
+    assert [j.id for j in again.deleted] == [inside.id]
+    with pytest.raises(Exception, match="queue R1 already exists"):
+        sched.add_reservation(Reservation("R9", 100.0, 50.0, count=1, queue="R1", own_queue=True), 0.0)
