@@ -293,6 +293,22 @@ def test_query_other_jobs_false_keeps_bob_to_his_own_jobs_through_the_server(liv
     assert [l.split()[0].split(".")[0] for l in out.splitlines()[2:]] == [str(hers), str(his)]
 
 
+def test_bob_may_neither_delete_nor_use_alices_reservation(live):
+    """pbs_rsub through the root server: the reservation is the caller's, its queue open
+    to her alone; bob can neither delete it nor submit to it, whatever he calls himself."""
+    status, out, err = live.run(ALICE, "pbs_rsub", "-R", "2359", "-D", "60", "-l", "nodes=1")
+    assert status == 0 and out.endswith(" CONFIRMED\n"), err
+    name = out.split(".")[0]
+    assert live.sched().reservations[name].owner == ALICE
+    status, _, err = live.run(BOB, "pbs_rdel", name, env={"HPCSCHED_USER": ALICE})
+    assert status == 159 and "Unauthorized Request" in err
+    script(BOB, "in.sh", "true\n")
+    status, _, err = live.run(BOB, "qsub", "-q", name, "-l", "walltime=30", "in.sh")
+    assert status != 0 and f"not allowed in queue {name}" in err
+    assert name in live.sched().reservations
+    assert live.run(ALICE, "pbs_rdel", name)[0] == 0 and not live.sched().reservations
+
+
 def test_users_keep_submitting_after_a_compaction_and_accounting_is_the_servers(live, monkeypatch):
     for i in range(3):  # alice, then bob, writes the day's accounting file: both succeed
         for user in (ALICE, BOB):
