@@ -1202,3 +1202,15 @@ def test_qsub_block_without_a_server_waits_on_the_store(rig, monkeypatch, tmp_pa
         batch.do("ended", time.time(), id=jid, exit_status=4)
     waiter.join(10)
     assert result == [4]
+
+
+def test_qstat_Q_and_q_list_the_queues_named_and_Qf_their_attributes(rig):
+    submit("-l", "walltime=10:00")
+    status, out = stat("-Q", "batch")
+    assert status == 0 and [l.split()[0] for l in out.splitlines()[2:]] == ["batch"]
+    assert stat("-Q", "nosuch")[0] == 172
+    assert [l.split()[0] for l in stat("-q", "batch@headnode")[1].splitlines()[5:6]] == ["batch"]
+    status, out = stat("-Q", "-f", "batch")
+    assert status == 0 and out.startswith("Queue: batch\n    queue_type = Execution\n    total_jobs = 1\n")
+    assert "    state_count = Transit:0 Queued:1 Held:0 Waiting:0 Running:0 Exiting:0 Complete:0\n" in out
+    assert "    enabled = True\n" in out

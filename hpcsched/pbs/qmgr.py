@@ -104,6 +104,21 @@ _SERVER_DEFAULTS = {"scheduling": True, "keep_completed": 300, "server_interval"
                     "resv_enable": True}
 
 
+def queue_attributes(sched, name: str) -> list[tuple[str, str]]:
+    """A queue's PBS attributes as qmgr lists them (and qstat -Qf): its type, job count,
+    every limit set, then enabled and started."""
+    q = sched.router.queues[name]
+    jobs = [j for j in sched.jobs.values() if j.queue == name and j.state not in FINISHED]
+    rows = [("queue_type", "Route" if q.routing else "Execution"), ("total_jobs", str(len(jobs)))]
+    for attr, (key, _, show) in QUEUE_ATTRS.items():
+        value = getattr(q, key)
+        if value is not None and value != () and not (key == "priority" and value == 0) \
+                and key not in ("enabled", "started"):
+            rows.append((attr, show(value)))
+    rows += [("enabled", str(q.enabled)), ("started", str(q.started))]
+    return rows
+
+
 def split_command(line: str) -> tuple[str, str, str, list[tuple[str, str, str]]]:
     """(verb, object, name, [(attribute, operator, value)]) of one qmgr command."""
     words = line.strip().split(None, 2)
@@ -153,16 +168,7 @@ class Qmgr:
             return batch.sched
 
     def _queue_lines(self, sched, name: str) -> list[tuple[str, str]]:
-        q = sched.router.queues[name]
-        jobs = [j for j in sched.jobs.values() if j.queue == name and j.state not in FINISHED]
-        rows = [("queue_type", "Route" if q.routing else "Execution"), ("total_jobs", str(len(jobs)))]
-        for attr, (key, _, show) in QUEUE_ATTRS.items():
-            value = getattr(q, key)
-            if value is not None and value != () and not (key == "priority" and value == 0) \
-                    and key not in ("enabled", "started"):
-                rows.append((attr, show(value)))
-        rows += [("enabled", str(q.enabled)), ("started", str(q.started))]
-        return rows
+        return queue_attributes(sched, name)
 
     def _server_lines(self, sched) -> list[tuple[str, str]]:
         cfg = self.site.config

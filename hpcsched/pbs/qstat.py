@@ -325,11 +325,11 @@ def xml_listing(items: list[tuple[str, dict]]) -> str:
     return "".join(parts)
 
 
-def queue_listing(site: Site, sched) -> list[str]:
+def queue_listing(site: Site, sched, named=()) -> list[str]:
     lines = [f"{'Queue':<16} {'Max':>3} {'Tot':>3} {'Ena':>3} {'Str':>3} {'Que':>3} {'Run':>3} {'Hld':>3} "
              f"{'Wat':>3} {'Trn':>3} {'Ext':>3} T {'Cpt':>3}",
              f"{'-' * 16} {'---'} {'---'} {'---'} {'---'} {'---'} {'---'} {'---'} {'---'} {'---'} {'---'} - {'---'}"]
-    for name, q in sched.router.queues.items():
+    for name, q in _listed(sched, named):
         jobs = [j for j in sched.jobs.values() if j.queue == name]
         count = {s: sum(1 for j in jobs if common.state_letter(j, site.flavor) == s) for s in "QRHWEC"}
         lines.append(f"{name[:16]:<16} {q.max_running or 0:>3} {len(jobs):>3} {'yes' if q.enabled else 'no':>3} "
@@ -338,14 +338,30 @@ def queue_listing(site: Site, sched) -> list[str]:
     return lines
 
 
-def limits_listing(site: Site, sched) -> list[str]:
+def _listed(sched, named) -> list:
+    """(name, queue) of the queues named, in that order, else of every queue."""
+    return [(n, sched.router.queues[n]) for n in named] if named else list(sched.router.queues.items())
+
+
+def _state_count(site: Site, sched, name: str) -> str:
+    """`Transit:0 Queued:2 Held:0 Waiting:0 Running:1 Exiting:0 Begun:0` (OpenPBS) or with
+    `Complete:N` last (Torque)."""
+    jobs = [j for j in sched.jobs.values() if j.queue == name]
+    count = {s: sum(1 for j in jobs if common.state_letter(j, site.flavor) == s) for s in "QHWREC"}
+    words = [("Transit", 0), ("Queued", count["Q"]), ("Held", count["H"]), ("Waiting", count["W"]),
+             ("Running", count["R"]), ("Exiting", count["E"])]
+    words.append(("Complete", count["C"]) if site.flavor == "torque" else ("Begun", 0))
+    return " ".join(f"{k}:{v}" for k, v in words)
+
+
+def limits_listing(site: Site, sched, named=()) -> list[str]:
     """qstat -q: each queue's limits (walltime, CPU time, nodes, running jobs), its job
     counts and its state (E or D: enabled or not; R or S: started or stopped), then totals."""
     lines = ["", f"server: {site.server}", "",
              "Queue            Memory CPU Time Walltime Node  Run Que Lm  State",
              "---------------- ------ -------- -------- ----  --- --- --  -----"]
     runs = ques = 0
-    for name, q in sched.router.queues.items():
+    for name, q in _listed(sched, named):
         jobs = [j for j in sched.jobs.values() if j.queue == name]
         run = sum(1 for j in jobs if j.state in (RUNNING, EXITING))
         que = sum(1 for j in jobs if j.state not in FINISHED and j.state not in (RUNNING, EXITING))
@@ -387,11 +403,20 @@ def qstat(opts: list[tuple[str, str]], ids: list[str], out, now: float) -> int:
     with batch.open(write=False):
         sched = batch.sched
     torque = site.flavor == "torque"
-    if o["Q"]:
-        out.write("\n".join(queue_listing(site, sched)) + "\n")
-        return 0
-    if o["q"]:
-        out.write("\n".join(limits_listing(site, sched)) + "\n")
+    if o["Q"] or o["q"]:
+        named = [q.split("@")[0] for q in ids]  # (qstat -Q [queue[@server] ...]: those queues alone)
+        for q in named:
+            if q not in sched.router.queues:
+                raise common.CommandError(f"Unknown queue destination {q}", 172 if torque else 170)
+        if o["Q"] and o["f"]:  # qstat -Qf: each queue's attributes, as qmgr lists them
+            from .qmgr import queue_attributes
+            for name, _ in _listed(sched, named):
+                rows = queue_attributes(sched, name)
+                rows.insert(2, ("state_count", _state_count(site, sched, name)))
+                out.write(f"Queue: {name}\n" + "".join(f"    {k} = {v}\n" for k, v in rows) + "\n")
+            return 0
+        lines = (queue_listing if o["Q"] else limits_listing)(site, sched, named)
+        out.write("\n".join(lines) + "\n")
         return 0
     if o["B"]:
         out.write("\n".join(server_listing(site, sched)) + "\n")
