@@ -52,7 +52,7 @@ LETTERS = {"qsub": "aAcCdeFhIjJklmMnNopqrStuvVwWz", "qalter": "aAehjklmMNoprSvWt
            "checkjob": "v", "showq": "ribcuw", "showres": "n", "setres": "nsdepugaq", "releaseres": "",
            "showbf": "", "showstart": "", "checknode": "", "mdiag": "pf", "pbsnodes": "aloicrNxqvF", "qmgr": "c", "tracejob": "n",
            "shownids": "", "pbsyod": "", "schedctl": "QTSsB", "qstart": "", "qstop": "", "qenable": "", "qdisable": "",
-           "pbs_rsub": "DEIlmMNqrRuUgGHW", "pbs_rstat": "fFBS", "pbs_rdel": ""}
+           "pbs_rsub": "DEIlmMNqrRuUgGHW", "pbs_rstat": "fFBS", "pbs_rdel": "", "pbs_ralter": "EIDNRUGlW"}
 FLAGS = set("hIVzfix1QBtTJaroblcvpqwdn")  # letters tried bare as well as with a value
 #: qsub and qalter take the most input: they get more of the cases
 WEIGHTED = sorted(set(LETTERS) - {"pbsyod"}) + ["qsub"] * 12 + ["qalter"] * 4

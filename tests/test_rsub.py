@@ -200,3 +200,49 @@ def test_the_core_restores_its_queue_and_deletes_only_its_jobs():
     assert [j.id for j in again.deleted] == [inside.id]
     with pytest.raises(Exception, match="queue R1 already exists"):
         sched.add_reservation(Reservation("R9", 100.0, 50.0, count=1, queue="R1", own_queue=True), 0.0)
+
+
+def test_pbs_ralter_moves_its_window_where_its_nodes_are_free(rig, monkeypatch, capsys):
+    now = time.time()
+    at = datetime.fromtimestamp(now).replace(second=0, microsecond=0) + timedelta(hours=3)
+    stamp = lambda t: t.strftime("%Y%m%d%H%M")  # noqa: E731
+    assert run("pbs_rsub", "-R", stamp(at), "-D", "1:00:00", "--hosts", "node01", now=now)[0] == 0
+    assert run("pbs_rsub", "-R", stamp(at + timedelta(hours=2)), "-D", "1:00:00", "--hosts", "node01",
+               now=now)[0] == 0
+    assert run("pbs_ralter", "-D", "1:30:00", "R1", now=now) == (0, "pbs_ralter: R1.headnode CONFIRMED\n")
+    assert stored().reservations["R1"].duration == 5400
+    # R2 holds node01 from at+2h: R1 cannot reach past it, nor be moved onto it
+    assert run("pbs_ralter", "-E", stamp(at + timedelta(hours=2, minutes=30)), "R1", now=now)[0] == 196
+    assert "not free for the new window" in capsys.readouterr().err
+    assert run("pbs_ralter", "-R", stamp(at + timedelta(hours=1, minutes=30)), "R1", now=now)[0] == 196
+    # -R alone keeps its duration; its queue follows (its longest job, its users)
+    assert run("pbs_ralter", "-R", stamp(at - timedelta(hours=1)), "-U", "+bob", "-N", "moved", "R1", now=now)[0] == 0
+    res, sched = stored().reservations["R1"], stored()
+    assert (res.start, res.duration, res.users, res.title) == ((at - timedelta(hours=1)).timestamp(), 5400,
+                                                               frozenset({"alice", "bob"}), "moved")
+    assert sched.router.queues["R1"].max_walltime == 5400 and sched.router.queues["R1"].acl_users == {"alice", "bob"}
+    assert run("pbs_ralter", "-U", "-alice", "R1", now=now)[0] == 0 and stored().reservations["R1"].users == {"bob"}
+    assert run("pbs_ralter", "-U", "+carol,dave", "R1", now=now)[0] == 2
+    monkeypatch.setenv("HPCSCHED_USER", "bob")  # authorized to use it, not to alter it
+    assert run("pbs_ralter", "-D", "60", "R1", now=now)[0] == 159
+    assert run("pbs_ralter", "-D", "60", "R9", now=now)[0] == 236
+
+
+def test_a_begun_reservation_may_change_only_its_end(rig):
+    now = time.time()
+    assert run("pbs_rsub", "-D", "600", "-l", "nodes=1", now=now)[0] == 0
+    submit("-q", "R1", "-l", "walltime=5:00")
+    server_pass(now + 1)
+    assert stored().jobs[2].state == "running"
+    assert run("pbs_ralter", "-R", "2359", "R1", now=now + 10)[0] == 238
+    # its own job on its node is no obstacle to a longer one; an end already past is refused
+    assert run("pbs_ralter", "-D", "1200", "R1", now=now + 10)[0] == 0
+    assert stored().reservations["R1"].duration == 1200
+    assert run("pbs_ralter", "-D", "5", "R1", now=now + 10)[0] == 238
+
+
+def test_a_standing_reservations_times_stay(rig, capsys):
+    assert run("pbs_rsub", "-D", "60", "-r", "FREQ=DAILY;COUNT=2", "-l", "nodes=1")[0] == 0
+    assert run("pbs_ralter", "-D", "120", "S1")[0] == 238
+    assert "standing reservation's times are not altered" in capsys.readouterr().err
+    assert run("pbs_ralter", "-N", "daily", "S1")[0] == 0 and stored().reservations["S1"].title == "daily"

@@ -1121,6 +1121,46 @@ class Scheduler:
                 self._gone_with(job, res, now)
         return res
 
+    def alter_reservation(self, name: str, now: float, **changes) -> Reservation:
+        """Change a reservation's `start`, `duration`, `users`, `groups` or `title`
+        (pbs_ralter).  It keeps its nodes: time it claims anew must find them free of other
+        reservations and of running jobs.  Once begun only its end moves; a standing one's
+        times stay."""
+        old = self.reservations.get(name)
+        if old is None:
+            raise Rejected(f"unknown reservation {name!r}")
+        unknown = set(changes) - {"start", "duration", "users", "groups", "title"}
+        if unknown:
+            raise InvalidRequest(f"reservation {name}: {sorted(unknown)[0]} cannot be altered")
+        new = replace(old, **changes)
+        old_end, end = old.start + old.duration, new.start + new.duration
+        if (new.start, new.duration) != (old.start, old.duration):
+            if old.period:
+                raise Rejected(f"reservation {name}: a standing reservation's times are not altered")
+            if end <= now:
+                raise Rejected(f"reservation {name}: it would end in the past")
+            if old.start <= now and new.start != old.start:
+                raise Rejected(f"reservation {name}: it has begun: only its end may change")
+            # the time it claims anew: past its old end once begun (its jobs end by then),
+            # else its whole new window (no job of its own runs before it begins)
+            claim = (old_end, end) if old.start <= now else (max(new.start, now), end)
+            if claim[0] < claim[1]:
+                del self.reservations[name]
+                units = self._res_units.pop(name)
+                self._changed()
+                try:
+                    fits = self.free_nodes(Request(nodes=len(old.nodes), within=old.nodes), *claim, now)
+                finally:
+                    self.reservations[name], self._res_units[name] = old, units
+                    self._changed()
+                if fits is None:
+                    raise Rejected(f"reservation {name}: its nodes are not free for the new window")
+        self.reservations[name] = new
+        if new.own_queue:
+            self._make_queue(new)
+        self._changed()
+        return new
+
     def _gone_with(self, job: Job, res: Reservation, now: float | None) -> None:
         """A job of a reservation's own queue when the reservation ends: a waiting one is
         deleted, a running one asked to stop (EXITING; one ending already is left to end)."""

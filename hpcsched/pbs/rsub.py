@@ -1,8 +1,9 @@
-"""OpenPBS advance reservations: pbs_rsub, pbs_rstat, pbs_rdel.
+"""OpenPBS advance reservations: pbs_rsub, pbs_rstat, pbs_ralter, pbs_rdel.
 
     pbs_rsub -R 1400 -D 1:00:00 -l select=2:ncpus=8     R12.server CONFIRMED
     qsub -q R12 job.sh                                   runs inside R12 alone
     pbs_rstat [-f|-B|-S] [R12]                           the reservations
+    pbs_ralter -E 1600 R12                               a new end (its nodes free till then)
     pbs_rdel R12                                         it, its queue and its jobs go
 
 A reservation holds whole nodes, chosen free over its (first) window when it is asked for,
@@ -279,8 +280,70 @@ def pbs_rdel(opts: list[tuple[str, str]], operands: list[str], out, now: float) 
     return status
 
 
+def _edited(old: frozenset[str], text: str) -> frozenset[str]:
+    """pbs_ralter's -U/-G: `+name` adds, `-name` removes, a plain list replaces."""
+    words = [w.strip() for w in text.split(",") if w.strip()]
+    if words and all(w[0] in "+-" for w in words):
+        names = set(old)
+        for w in words:
+            (names.add if w[0] == "+" else names.discard)(w[1:].split("@")[0])
+        return frozenset(names)
+    if any(w[0] in "+-" for w in words):
+        raise UsageError(f"illegal value {text!r}: give every name with + or -, or none")
+    return _names(text)
+
+
+def pbs_ralter(options: list[tuple[str, str]], operands: list[str], out, now: float) -> int:
+    opts = dict(options)
+    if len(operands) != 1:
+        raise UsageError("give one reservation id")
+    if "W" in opts or "l" in opts:
+        raise UsageError(f"illegal -{'W' if 'W' in opts else 'l'} value (not taken)")
+    try:
+        start = parse_start_after(opts["R"], now, "-R") if "R" in opts else None
+        end = parse_start_after(opts["E"], now, "-E") if "E" in opts else None
+        duration = parse_duration(opts["D"]) if "D" in opts else None
+    except InvalidRequest:
+        raise UsageError(f"illegal -D value {opts['D']!r}") from None
+    site, batch = load(write=True)
+    user = whoami()
+    with batch.open(write=True):
+        res = _find(batch.sched, operands[0], site.server)
+        if res is None:
+            raise common.CommandError(f"Unknown Reservation Id {operands[0]}", UNKNOWN_RESV)
+        if not (site.is_operator(user) or user == res.owner):
+            raise common.CommandError("Unauthorized Request", common.UNAUTHORIZED)
+        changes: dict = {}
+        if start is not None or end is not None or duration is not None:
+            s = res.start if start is None else start
+            d = duration if duration is not None else (end - s if end is not None else res.duration)
+            if end is not None and duration is not None and start is None:
+                s = end - d
+            if end is not None and not math.isclose(s + d, end):
+                raise common.CommandError("Bad time specification(s): -E is not -R plus -D", BAD_TIME)
+            if not d > 0:
+                raise common.CommandError("Bad time specification(s)", BAD_TIME)
+            changes.update(start=s, duration=d)
+        if "U" in opts:
+            changes["users"] = sorted(_edited(res.users, opts["U"]))
+        if "G" in opts:
+            changes["groups"] = sorted(_edited(res.groups, opts["G"]))
+        if "N" in opts:
+            changes["title"] = opts["N"]
+        if changes:
+            try:
+                batch.do("alter_reservation", now, name=res.name, changes=changes)
+            except (InvalidRequest, SchedulerError) as e:  # (its nodes taken, or a time it cannot have)
+                raise common.CommandError(str(e), UNAVAILABLE if "not free" in str(e) else BAD_TIME) from None
+    out.write(f"pbs_ralter: {_id(res, site.server)} CONFIRMED\n")
+    return 0
+
+
 PBS_RSUB = _Rsub("pbs_rsub", "D:E:I:l:m:M:N:q:r:R:u:U:g:G:H:W:",
                  "usage: pbs_rsub [-R start] [-E end] [-D duration] [-N name] [-U users] [-G groups] "
                  "[-r rrule] [-I seconds] -l resources | --hosts host ...", pbs_rsub, changes=True)
 PBS_RSTAT = Command("pbs_rstat", "fFBS", "usage: pbs_rstat [-fFBS] [reservation-id ...]", pbs_rstat)
+PBS_RALTER = Command("pbs_ralter", "E:I:m:M:N:R:q:U:G:D:l:W:",
+                     "usage: pbs_ralter [-R start] [-E end] [-D duration] [-N name] [-U [+|-]users] "
+                     "[-G [+|-]groups] reservation-id", pbs_ralter, changes=True)
 PBS_RDEL = Command("pbs_rdel", "", "usage: pbs_rdel reservation-id ...", pbs_rdel, changes=True)

@@ -94,6 +94,8 @@ def apply(sched: Scheduler, rec: dict):
         return sched.add_reservation(res, now)
     if op == "unreserve":
         return sched.remove_reservation(rec["name"], now)
+    if op == "alter_reservation":
+        return sched.alter_reservation(rec["name"], now, **rec["changes"])
     if op == "bank":  # an operator's deposit, set, refund or charge (job ends charge themselves)
         return sched.post(rec["kind"], rec["project"], rec["amount"], now, job=rec.get("job", 0),
                           note=rec.get("note", ""), user=rec.get("user", ""))

@@ -65,6 +65,7 @@ OPS = {
     "forget": {"ids": _ids},
     "reservation": {"reservation": _table},
     "unreserve": {"name": _text},
+    "alter_reservation": {"name": _text, "changes": _table},
     "node": {"name": _text, "state?": _text, "note?": _text},
     "process": {"id": _id, "set?": _table, "clear?": _words, "comment?": _text},
     "usage": {"kind": lambda v: v in ("user", "group", "project"), "name?": lambda v: v is None or isinstance(v, str),
