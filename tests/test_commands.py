@@ -1214,3 +1214,21 @@ def test_qstat_Q_and_q_list_the_queues_named_and_Qf_their_attributes(rig):
     assert status == 0 and out.startswith("Queue: batch\n    queue_type = Execution\n    total_jobs = 1\n")
     assert "    state_count = Transit:0 Queued:1 Held:0 Waiting:0 Running:0 Exiting:0 Complete:0\n" in out
     assert "    enabled = True\n" in out
+
+
+def test_openpbs_qstat_f_shows_where_and_when_the_last_pass_plans_a_waiting_job(rig, monkeypatch):
+    from hpcsched.store.journaled import Batch
+    from hpcsched.store.site import load_site
+    submit("-l", "nodes=4:ppn=4,walltime=01:00:00")
+    submit("-l", "nodes=1:ppn=2,walltime=00:10:00")
+    assert "estimated.start_time" not in full("2")  # (no pass has planned it yet)
+    now = time.time()
+    batch = Batch(load_site())
+    with batch.open(write=True):
+        batch.do("pass", now)
+    assert "estimated.start_time" not in full("2")  # (Torque has no such attribute)
+    monkeypatch.setenv("HPCSCHED_FLAVOR", "openpbs")
+    a = full("2")
+    assert a["estimated.start_time"] == time.strftime("%a %b %d %H:%M:%S %Y", time.localtime(now + 3600))
+    assert re.fullmatch(r"\(node0[1-4]:ncpus=2\)", a["estimated.exec_vnode"])
+    assert "estimated.start_time" not in full("1")  # (running)

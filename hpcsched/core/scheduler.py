@@ -566,6 +566,11 @@ class Scheduler:
             self.jobs[jid].comment = "Not Running: " + why
         self._commented = set(held)
 
+    def planned(self, job_id: int) -> tuple[float, Allocation] | None:
+        """The start and allocation the last pass reserved for a waiting job (OpenPBS's
+        estimated.start_time and exec_vnode), or None: none reserved, or no pass since load."""
+        return self._plan.reserved.get(job_id) if self._plan is not None else None
+
     def order(self, now: float) -> list[Job]:
         """The runnable jobs in the order a pass at `now` walks them (showq lists them so)."""
         return list(self._prioritise(now, None)[0]) if self._queued else []

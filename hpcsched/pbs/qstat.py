@@ -74,7 +74,8 @@ def resource_list(job: Job) -> dict:
 
 
 def attributes(job: Job, site: Site, now: float, jobs: dict | None = None, flavor: str = "",
-               topology=None, priority=None, viewer: str | None = None, comment: str | None = None) -> dict:
+               topology=None, priority=None, viewer: str | None = None, comment: str | None = None,
+               planned=None) -> dict:
     """The job's attributes in qstat -f order, values typed, in the flavor's vocabulary
     (`flavor` overrides the site's: JSON is always OpenPBS's).  On a Cray `topology`, a
     placed job's `nid_list` too (PSC's attribute: the node ids it runs on); on a Blue
@@ -82,7 +83,8 @@ def attributes(job: Job, site: Site, now: float, jobs: dict | None = None, flavo
     policy, shown as `sched_priority` (None: the policy has no number to show).  A
     `viewer` who is neither the owner nor an operator sees no environment (Variable_List)
     and no command line, as PBS hides them.  `comment`: the comment to show (by default
-    the job's own; the scheduler's `comment` adds the quota holds it works out when asked)."""
+    the job's own; the scheduler's `comment` adds the quota holds it works out when asked).
+    `planned`: (start, allocation) the last pass reserved for it, OpenPBS's `estimated`."""
     flavor = flavor or site.flavor
     private = viewer is not None and viewer != job.owner and not site.is_operator(viewer)
     torque = flavor == "torque"
@@ -150,6 +152,13 @@ def attributes(job: Job, site: Site, now: float, jobs: dict | None = None, flavo
     comment = job.comment if comment is None else comment
     if comment or not torque:
         a["comment"] = comment or _comment(job)
+    if planned is not None and not torque and job.state == QUEUED:  # (as the last pass planned it)
+        start, alloc = planned
+        a["estimated"] = {"exec_vnode": "+".join(f"({n}:ncpus={len(c)})" if c else f"({n})"
+                                                 for n, c in zip(alloc.nodes, alloc.cores)),
+                          "start_time": ctime(start)}
+        if not alloc.nodes:
+            del a["estimated"]["exec_vnode"]
     if "submit_args" in x and not private:
         a["submit_args" if torque else "Submit_arguments"] = x["submit_args"]
     if x.get("arguments") and not private:  # Torque's -F
@@ -473,7 +482,8 @@ def qstat(opts: list[tuple[str, str]], ids: list[str], out, now: float) -> int:
             return factors.get("priority", factors.get("score"))
         items = [(common.display_id(j, site.server), attributes(j, site, now, sched.jobs, vocabulary,
                                                                    sched.topology, priority, viewer,
-                                                                   sched.comment(j))) for j in jobs]
+                                                                   sched.comment(j), sched.planned(j.id)))
+                 for j in jobs]
         if o["F"] == "json":
             doc = {"timestamp": int(now), "pbs_version": common.VERSION, "pbs_server": site.server}
             if items:
