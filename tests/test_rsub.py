@@ -246,3 +246,15 @@ def test_a_standing_reservations_times_stay(rig, capsys):
     assert run("pbs_ralter", "-D", "120", "S1")[0] == 238
     assert "standing reservation's times are not altered" in capsys.readouterr().err
     assert run("pbs_ralter", "-N", "daily", "S1")[0] == 0 and stored().reservations["S1"].title == "daily"
+
+
+def test_a_configured_queue_of_the_same_name_outlives_the_reservation():
+    """A queue the configuration gained since (config.toml edited) wins on restore: the
+    reservation's end leaves it and its jobs alone."""
+    from hpcsched.core.route import Queue
+    sched = scheduler(4)
+    sched.add_reservation(Reservation("R1", 100.0, 50.0, count=1, users={"u"}, queue="R1", own_queue=True), 0.0)
+    again = scheduler(4, queues={"batch": Queue("batch"), "R1": Queue("R1")}).restore(sched.to_dict())
+    waiting = again.submit(job(queue="R1", wall=10.0), 0.0)
+    again.remove_reservation("R1", 10.0)
+    assert "R1" in again.router.queues and again.jobs[waiting.id].state == QUEUED and not again.deleted

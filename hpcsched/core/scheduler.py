@@ -122,6 +122,8 @@ class Scheduler:
         self._fits: dict[Request, bool] = {}
         self._placed: dict[tuple[Request, str], Request] = {}
         self._bound = any(q.nodes for q in router.queues.values())  # some queue is bound to nodes
+        # queues pbs_rsub reservations made (the configuration's own win a clash on restore)
+        self._made_queues: set[str] = set()
         # last pass's reservations: job id -> (start, allocation), and the units of those
         # held as a count (the plan's own dicts: `reserved`, `held`)
         self._booked: dict[int, tuple[float, Allocation]] = {}
@@ -1110,6 +1112,7 @@ class Scheduler:
         so none may ask for longer than it lasts."""
         self.router.queues[res.queue] = Queue(res.queue, acl_users=res.users or None, acl_groups=res.groups or None,
                                               max_walltime=res.duration)
+        self._made_queues.add(res.queue)
 
     def remove_reservation(self, name: str, now: float | None = None) -> Reservation:
         """Remove a reservation (at `now`: one billed to a project is charged its unused part)."""
@@ -1120,7 +1123,8 @@ class Scheduler:
         res = self.reservations.pop(name)
         if now is not None and self._billed(res):
             self._bill(res, now)
-        if res.own_queue:  # its queue goes, and the jobs still in it (OpenPBS)
+        if res.queue in self._made_queues:  # its queue goes, and the jobs still in it (OpenPBS)
+            self._made_queues.discard(res.queue)
             self.router.queues.pop(res.queue, None)
             for job in [j for j in self.jobs.values() if j.queue == res.queue and j.state not in FINISHED]:
                 self._gone_with(job, res, now)
@@ -1161,7 +1165,7 @@ class Scheduler:
                 if fits is None:
                     raise Rejected(f"reservation {name}: its nodes are not free for the new window")
         self.reservations[name] = new
-        if new.own_queue:
+        if new.queue in self._made_queues:
             self._make_queue(new)
         self._changed()
         return new
