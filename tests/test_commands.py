@@ -409,10 +409,21 @@ def test_version_per_flavor(rig):
     assert p.stdout.startswith("pbs_version = ")  # BLAHP: qstat --version | grep PBSPro-style
 
 
-def test_queue_and_server_listings(rig):
+def test_queue_and_server_listings(rig, monkeypatch):
     submit()
-    q = stat("-Q")[1].splitlines()
-    assert q[0].startswith("Queue") and q[1].startswith("---") and q[2].split()[0] == "batch"
+    submit("-h")
+    # Torque's and OpenPBS's columns, character for character (Torque's qstat -Q as scripts
+    # quote it; OpenPBS's from its qstat.c: 5 wide, the type cut to 4 with `*`)
+    assert stat("-Q")[1] == (
+        "Queue              Max    Tot   Ena   Str   Que   Run   Hld   Wat   Trn   Ext T   Cpt\n"
+        "----------------   ---   ----    --    --   ---   ---   ---   ---   ---   --- -   ---\n"
+        "batch                0      2   yes   yes     1     0     1     0     0     0 E     0\n")
+    monkeypatch.setenv("HPCSCHED_FLAVOR", "openpbs")
+    assert stat("-Q")[1] == (
+        "Queue              Max   Tot Ena Str   Que   Run   Hld   Wat   Trn   Ext Type\n"
+        "---------------- ----- ----- --- --- ----- ----- ----- ----- ----- ----- ----\n"
+        "batch                0     2 yes yes     1     0     1     0     0     0 Exe*\n")
+    monkeypatch.delenv("HPCSCHED_FLAVOR")
     b = stat("-B")[1].splitlines()
     assert b[0].startswith("Server") and b[2].split()[0] == "headnode"
 

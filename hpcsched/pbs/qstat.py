@@ -335,15 +335,27 @@ def xml_listing(items: list[tuple[str, dict]]) -> str:
 
 
 def queue_listing(site: Site, sched, named=()) -> list[str]:
-    lines = [f"{'Queue':<16} {'Max':>3} {'Tot':>3} {'Ena':>3} {'Str':>3} {'Que':>3} {'Run':>3} {'Hld':>3} "
-             f"{'Wat':>3} {'Trn':>3} {'Ext':>3} T {'Cpt':>3}",
-             f"{'-' * 16} {'---'} {'---'} {'---'} {'---'} {'---'} {'---'} {'---'} {'---'} {'---'} {'---'} - {'---'}"]
+    """qstat -Q: Torque's columns (`%-16.16s %5s %6s ...`, Cpt last) or OpenPBS's (5 wide,
+    the queue type cut to 4 with `*`, as qstat.c cuts it)."""
+    torque = site.flavor == "torque"
+    if torque:
+        row = "%-16.16s %5s %6s %5s %5s %5s %5s %5s %5s %5s %5s %1s %5s"
+        lines = [row % ("Queue", "Max", "Tot", "Ena", "Str", "Que", "Run", "Hld", "Wat", "Trn", "Ext", "T", "Cpt"),
+                 "----------------   ---   ----    --    --   ---   ---   ---   ---   ---   --- -   ---"]
+    else:
+        row = "%-16s %5s %5s %3s %3s %5s %5s %5s %5s %5s %5s %-4s"
+        lines = ["Queue              Max   Tot Ena Str   Que   Run   Hld   Wat   Trn   Ext Type",
+                 "---------------- ----- ----- --- --- ----- ----- ----- ----- ----- ----- ----"]
     for name, q in _listed(sched, named):
         jobs = [j for j in sched.jobs.values() if j.queue == name]
         count = {s: sum(1 for j in jobs if common.state_letter(j, site.flavor) == s) for s in "QRHWEC"}
-        lines.append(f"{name[:16]:<16} {q.max_running or 0:>3} {len(jobs):>3} {'yes' if q.enabled else 'no':>3} "
-                     f"{'yes' if q.started else 'no':>3} {count['Q']:>3} {count['R']:>3} {count['H']:>3} "
-                     f"{count['W']:>3} {0:>3} {count['E']:>3} {'R' if q.routing else 'E'} {count['C']:>3}")
+        cells = [q.max_running or 0, len(jobs), "yes" if q.enabled else "no", "yes" if q.started else "no",
+                 count["Q"], count["R"], count["H"], count["W"], 0, count["E"]]
+        if torque:
+            lines.append(row % (name, *cells, "R" if q.routing else "E", count["C"]))
+        else:
+            shown = name if len(name) <= 16 else name[:15] + "*"
+            lines.append(row % (shown, *cells, "Rou*" if q.routing else "Exe*"))
     return lines
 
 
