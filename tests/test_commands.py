@@ -423,7 +423,15 @@ def test_queue_and_server_listings(rig, monkeypatch):
         "Queue              Max   Tot Ena Str   Que   Run   Hld   Wat   Trn   Ext Type\n"
         "---------------- ----- ----- --- --- ----- ----- ----- ----- ----- ----- ----\n"
         "batch                0     2 yes yes     1     0     1     0     0     0 Exe*\n")
+    assert stat("-B")[1] == (
+        "Server             Max   Tot   Que   Run   Hld   Wat   Trn   Ext Status\n"
+        "---------------- ----- ----- ----- ----- ----- ----- ----- ----- -----------\n"
+        "headnode             0     2     1     0     1     0     0     0 Active\n")
     monkeypatch.delenv("HPCSCHED_FLAVOR")
+    assert stat("-B")[1] == (
+        "Server             Max   Tot   Que   Run   Hld   Wat   Trn   Ext   Com Status\n"
+        "----------------   ---   ---   ---   ---   ---   ---   ---   ---   --- ----------\n"
+        "headnode             0     2     1     0     1     0     0     0     0 Active\n")
     b = stat("-B")[1].splitlines()
     assert b[0].startswith("Server") and b[2].split()[0] == "headnode"
 

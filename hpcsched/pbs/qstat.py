@@ -396,13 +396,21 @@ def limits_listing(site: Site, sched, named=()) -> list[str]:
 
 
 def server_listing(site: Site, sched) -> list[str]:
+    """qstat -B: Torque's columns (with Com, its completed jobs) or OpenPBS's; the state
+    is Active, or Idle while scheduling is off (qmgr's server_state)."""
     jobs = list(sched.jobs.values())
-    count = {s: sum(1 for j in jobs if common.state_letter(j, site.flavor) == s) for s in "QRHWE"}
-    return [f"{'Server':<16} {'Max':>3} {'Tot':>3} {'Que':>3} {'Run':>3} {'Hld':>3} {'Wat':>3} {'Trn':>3} "
-            f"{'Ext':>3} Status",
-            f"{'-' * 16} --- --- --- --- --- --- --- --- ----------",
-            f"{site.server[:16]:<16} {0:>3} {len(jobs):>3} {count['Q']:>3} {count['R']:>3} {count['H']:>3} "
-            f"{count['W']:>3} {0:>3} {count['E']:>3} Active"]
+    count = {s: sum(1 for j in jobs if common.state_letter(j, site.flavor) == s) for s in "QRHWEC"}
+    state = "Active" if site.config.get("scheduling", True) else "Idle"
+    cells = [0, len(jobs), count["Q"], count["R"], count["H"], count["W"], 0, count["E"]]
+    if site.flavor == "torque":
+        row = "%-16.16s %5s %5s %5s %5s %5s %5s %5s %5s %5s %s"
+        return [row % ("Server", "Max", "Tot", "Que", "Run", "Hld", "Wat", "Trn", "Ext", "Com", "Status"),
+                "----------------   ---   ---   ---   ---   ---   ---   ---   ---   --- ----------",
+                row % (site.server, *cells, count["C"], state)]
+    name = site.server if len(site.server) <= 16 else site.server[:15] + "*"
+    return ["Server             Max   Tot   Que   Run   Hld   Wat   Trn   Ext Status",
+            "---------------- ----- ----- ----- ----- ----- ----- ----- ----- -----------",
+            "%-16s %5s %5s %5s %5s %5s %5s %5s %5s %s" % (name, *cells, state)]
 
 
 def settings(opts: list[tuple[str, str]], ids: list[str]) -> dict:
