@@ -432,6 +432,9 @@ def test_queue_and_server_listings(rig, monkeypatch):
         "Server             Max   Tot   Que   Run   Hld   Wat   Trn   Ext   Com Status\n"
         "----------------   ---   ---   ---   ---   ---   ---   ---   ---   --- ----------\n"
         "headnode             0     2     1     0     1     0     0     0     0 Active\n")
+    status, out = stat("-B", "-f")
+    assert status == 0 and out.startswith("Server: headnode\n    server_state = Active\n    server_host = headnode\n")
+    assert "    default_queue = batch\n" in out and "    pbs_version = " in out and "    total_jobs = 2\n" in out
     b = stat("-B")[1].splitlines()
     assert b[0].startswith("Server") and b[2].split()[0] == "headnode"
 

@@ -119,6 +119,20 @@ def queue_attributes(sched, name: str) -> list[tuple[str, str]]:
     return rows
 
 
+def server_attributes(site, sched) -> list[tuple[str, str]]:
+    """The server's PBS attributes as qmgr lists them (and qstat -Bf): its state, every
+    attribute qmgr sets, its job count and version."""
+    cfg = site.config
+    rows = [("server_state", "Active" if cfg.get("scheduling", True) else "Idle")]
+    for attr, (key, _, show) in SERVER_ATTRS.items():
+        value = cfg.get(key, _SERVER_DEFAULTS.get(key))
+        if value is not None and value != []:
+            rows.append((attr, show(value)))
+    rows.append(("total_jobs", str(sum(j.state not in FINISHED for j in sched.jobs.values()))))
+    rows.append(("pbs_version", common.VERSION))
+    return rows
+
+
 def split_command(line: str) -> tuple[str, str, str, list[tuple[str, str, str]]]:
     """(verb, object, name, [(attribute, operator, value)]) of one qmgr command."""
     words = line.strip().split(None, 2)
@@ -171,15 +185,7 @@ class Qmgr:
         return queue_attributes(sched, name)
 
     def _server_lines(self, sched) -> list[tuple[str, str]]:
-        cfg = self.site.config
-        rows = [("server_state", "Active" if cfg.get("scheduling", True) else "Idle")]
-        for attr, (key, _, show) in SERVER_ATTRS.items():
-            value = cfg.get(key, _SERVER_DEFAULTS.get(key))
-            if value is not None and value != []:
-                rows.append((attr, show(value)))
-        rows.append(("total_jobs", str(sum(j.state not in FINISHED for j in sched.jobs.values()))))
-        rows.append(("pbs_version", common.VERSION))
-        return rows
+        return server_attributes(self.site, sched)
 
     def _list(self, obj: str, name: str, attrs) -> None:
         sched = self._sched()

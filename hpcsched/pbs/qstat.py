@@ -448,6 +448,12 @@ def qstat(opts: list[tuple[str, str]], ids: list[str], out, now: float) -> int:
         out.write("\n".join(lines) + "\n")
         return 0
     if o["B"]:
+        if o["f"]:  # qstat -Bf: the server's attributes, as qmgr lists them
+            from .qmgr import server_attributes
+            rows = server_attributes(site, sched)
+            rows.insert(1, ("server_host", site.server))
+            out.write(f"Server: {site.server}\n" + "".join(f"    {k} = {v}\n" for k, v in rows) + "\n")
+            return 0
         out.write("\n".join(server_listing(site, sched)) + "\n")
         return 0
     history = (o["x"] and not torque) or o["H"]
