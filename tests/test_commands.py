@@ -1254,3 +1254,20 @@ def test_openpbs_qstat_f_shows_where_and_when_the_last_pass_plans_a_waiting_job(
     assert a["estimated.start_time"] == time.strftime("%a %b %d %H:%M:%S %Y", time.localtime(now + 3600))
     assert re.fullmatch(r"\(node0[1-4]:ncpus=2\)", a["estimated.exec_vnode"])
     assert "estimated.start_time" not in full("1")  # (running)
+
+
+def test_qstat_lists_the_jobs_of_a_destination(rig, monkeypatch):
+    """`qstat QUEUE`, `queue@server` and `@server` (every queue), beside job ids."""
+    from hpcsched.pbs import qmgr
+    monkeypatch.setenv("HPCSCHED_USER", "root")
+    assert qmgr.QMGR(["-c", "create queue short"], out=io.StringIO()) == 0
+    monkeypatch.setenv("HPCSCHED_USER", "alice")
+    submit("-l", "walltime=10:00")
+    submit("-q", "short", "-l", "walltime=10:00")
+    rows = lambda out: [l.split()[0] for l in out.splitlines()[2:]]  # noqa: E731
+    assert rows(stat("short")[1]) == ["2.headnode"]
+    assert rows(stat("batch@headnode")[1]) == ["1.headnode"]
+    assert rows(stat("@headnode")[1]) == ["1.headnode", "2.headnode"]
+    assert rows(stat("1", "short")[1]) == ["1.headnode", "2.headnode"]
+    assert stat("nosuch")[0] == 172
+    assert [l for l in stat("-f", "short")[1].splitlines() if l.startswith("Job Id")] == ["Job Id: 2.headnode"]

@@ -459,9 +459,22 @@ def qstat(opts: list[tuple[str, str]], ids: list[str], out, now: float) -> int:
     history = (o["x"] and not torque) or o["H"]
     status = 0
     viewer = whoami()
-    if o["ids"]:
-        jobs, subjobs = [], []  # (a subjob named by its index shows as itself, never its array's row)
-        for text in o["ids"]:
+    # destinations (queue, queue@server, @server) list their jobs; the rest are job ids
+    ids = [t for t in o["ids"] if t[:1].isdigit()]
+    queues = [t.split("@")[0] for t in o["ids"] if not t[:1].isdigit()]
+    for q in queues:
+        if q and q not in sched.router.queues:
+            raise common.CommandError(f"Unknown queue destination {q}", 172 if torque else 170)
+    if queues:
+        every = "" in queues
+        jobs = [j for j in sched.jobs.values() if (every or j.queue in queues)
+                and (j.state not in FINISHED or (history if not torque else (_kept(j, site, now) or o["x"])))
+                and common.may_see(site, viewer, j)]
+        if not o["t"]:
+            jobs = _collapse(jobs, site.flavor)
+    if ids:
+        jobs, subjobs = (jobs if queues else []), []  # (a subjob named by its index shows as itself)
+        for text in ids:
             try:
                 named = common.resolve(sched.jobs, text, site.server)
             except common.CommandError as e:
@@ -485,8 +498,8 @@ def qstat(opts: list[tuple[str, str]], ids: list[str], out, now: float) -> int:
             (subjobs if common.parse_ref(text)[1] not in (None, common.ALL) else jobs).extend(named)
         if not o["t"]:
             jobs = _collapse(jobs, site.flavor)
-        jobs += subjobs
-    else:
+        jobs = list({id(j): j for j in jobs + subjobs}.values())  # (a job both named and in a queue named: once)
+    elif not queues:
         jobs = [j for j in sched.jobs.values()
                 if (j.state not in FINISHED or (history if not torque else (_kept(j, site, now) or o["x"])))
                 and common.may_see(site, viewer, j)]
