@@ -1269,5 +1269,7 @@ def test_qstat_lists_the_jobs_of_a_destination(rig, monkeypatch):
     assert rows(stat("batch@headnode")[1]) == ["1.headnode"]
     assert rows(stat("@headnode")[1]) == ["1.headnode", "2.headnode"]
     assert rows(stat("1", "short")[1]) == ["1.headnode", "2.headnode"]
-    assert stat("nosuch")[0] == 172
+    status, out = stat("nosuch", "1")  # (the others named still print)
+    assert status == 172 and rows(out) == ["1.headnode"]
+    assert stat("nosuch")[1] == ""
     assert [l for l in stat("-f", "short")[1].splitlines() if l.startswith("Job Id")] == ["Job Id: 2.headnode"]

@@ -425,6 +425,10 @@ def settings(opts: list[tuple[str, str]], ids: list[str]) -> dict:
     return o
 
 
+#: a destination operand: a queue's name (a letter first), queue@server or @server
+_DESTINATION = re.compile(r"[A-Za-z][\w.-]*(@[\w.-]+)?|@[\w.-]+")
+
+
 def qstat(opts: list[tuple[str, str]], ids: list[str], out, now: float) -> int:
     o = settings(opts, ids)
     site = load_site()
@@ -460,11 +464,13 @@ def qstat(opts: list[tuple[str, str]], ids: list[str], out, now: float) -> int:
     status = 0
     viewer = whoami()
     # destinations (queue, queue@server, @server) list their jobs; the rest are job ids
-    ids = [t for t in o["ids"] if t[:1].isdigit()]
-    queues = [t.split("@")[0] for t in o["ids"] if not t[:1].isdigit()]
-    for q in queues:
-        if q and q not in sched.router.queues:
-            raise common.CommandError(f"Unknown queue destination {q}", 172 if torque else 170)
+    ids = [t for t in o["ids"] if not _DESTINATION.fullmatch(t)]
+    queues = [t.split("@")[0] for t in o["ids"] if _DESTINATION.fullmatch(t)]
+    for q in [q for q in queues if q and q not in sched.router.queues]:
+        sys.stderr.write(f"qstat: Unknown queue destination {q}\n")
+        status = 172 if torque else 170
+        queues.remove(q)
+    jobs = []
     if queues:
         every = "" in queues
         jobs = [j for j in sched.jobs.values() if (every or j.queue in queues)
@@ -473,7 +479,7 @@ def qstat(opts: list[tuple[str, str]], ids: list[str], out, now: float) -> int:
         if not o["t"]:
             jobs = _collapse(jobs, site.flavor)
     if ids:
-        jobs, subjobs = (jobs if queues else []), []  # (a subjob named by its index shows as itself)
+        subjobs = []  # (a subjob named by its index shows as itself, never its array's row)
         for text in ids:
             try:
                 named = common.resolve(sched.jobs, text, site.server)
@@ -499,7 +505,7 @@ def qstat(opts: list[tuple[str, str]], ids: list[str], out, now: float) -> int:
         if not o["t"]:
             jobs = _collapse(jobs, site.flavor)
         jobs = list({id(j): j for j in jobs + subjobs}.values())  # (a job both named and in a queue named: once)
-    elif not queues:
+    elif not o["ids"]:
         jobs = [j for j in sched.jobs.values()
                 if (j.state not in FINISHED or (history if not torque else (_kept(j, site, now) or o["x"])))
                 and common.may_see(site, viewer, j)]
