@@ -258,3 +258,11 @@ def test_a_configured_queue_of_the_same_name_outlives_the_reservation():
     waiting = again.submit(job(queue="R1", wall=10.0), 0.0)
     again.remove_reservation("R1", 10.0)
     assert "R1" in again.router.queues and again.jobs[waiting.id].state == QUEUED and not again.deleted
+
+
+def test_a_configured_queue_named_like_the_next_reservation_is_passed_over(rig, monkeypatch):
+    monkeypatch.setenv("HPCSCHED_USER", "root")
+    assert qmgr.QMGR(["-c", "create queue R1"], out=io.StringIO()) == 0
+    monkeypatch.setenv("HPCSCHED_USER", "alice")
+    assert run("pbs_rsub", "-D", "60", "-l", "nodes=1") == (0, "R2.headnode CONFIRMED\n")
+    assert submit("-l", "walltime=10") == "3.headnode"

@@ -146,7 +146,10 @@ def pbs_rsub(options: list[tuple[str, str]], operands: list[str], out, now: floa
     users = _names(opts.get("U", "")) or frozenset({user})
     with batch.open(write=True):
         sched = batch.sched
-        name = f"{'S' if period else 'R'}{sched.next_id}"
+        n = sched.next_id
+        while {f"R{n}", f"S{n}"} & (sched.router.queues.keys() | sched.reservations.keys()):
+            n += 1  # (a queue of the configuration's own may have the name)
+        name = f"{'S' if period else 'R'}{n}"
         if hosts:
             unknown = [h for h in hosts if h not in {n.name for n in sched.topology.all_nodes()}]
             if unknown:
