@@ -313,6 +313,8 @@ class Batch:
             self.next_id = max(self.next_id, result.id + 1)
         elif op == "submit_array" and result:
             self.next_id = max(self.next_id, result[-1].id + 1)
+        elif op == "reservation":  # (a pbs_rsub reservation takes a job number: R12)
+            self.next_id = max(self.next_id, self.sched.next_id)
         rec["next_id"], rec["cfg"] = self.next_id, self.site.config_id
         try:
             if self.store_config != rec["cfg"]:  # the journal's first record under this configuration
