@@ -266,3 +266,13 @@ def test_a_configured_queue_named_like_the_next_reservation_is_passed_over(rig, 
     monkeypatch.setenv("HPCSCHED_USER", "alice")
     assert run("pbs_rsub", "-D", "60", "-l", "nodes=1") == (0, "R2.headnode CONFIRMED\n")
     assert submit("-l", "walltime=10") == "3.headnode"
+
+
+def test_openpbs_pbsnodes_names_the_reservations_on_a_node(rig, monkeypatch):
+    from hpcsched.pbs import pbsnodes
+    assert run("pbs_rsub", "-D", "600", "--hosts", "node02")[0] == 0
+    monkeypatch.setenv("HPCSCHED_FLAVOR", "openpbs")
+    out = io.StringIO()
+    assert pbsnodes.PBSNODES(["-a"], out=out) == 0
+    blocks = {b.split("\n")[0]: b for b in out.getvalue().split("\n\n") if b}
+    assert "     resv = R1.headnode\n" in blocks["node02"] and "resv =" not in blocks["node01"]

@@ -56,8 +56,10 @@ def state_word(node, used: int, flavor: str) -> str:
     return "free"
 
 
-def attributes(node, jobs: list[tuple[int, str]], note: str, flavor: str, gpus_used: int = 0) -> dict:
-    """One node's attributes, typed, in the flavor's order and names."""
+def attributes(node, jobs: list[tuple[int, str]], note: str, flavor: str, gpus_used: int = 0,
+               resv: list[str] = ()) -> dict:
+    """One node's attributes, typed, in the flavor's order and names (`resv`: the ids of
+    the reservations on it, OpenPBS's `resv`)."""
     state = state_word(node, len(jobs), flavor)
     props = ",".join(sorted(node.features))
     if flavor == "torque":
@@ -80,6 +82,8 @@ def attributes(node, jobs: list[tuple[int, str]], note: str, flavor: str, gpus_u
     a = {"Mom": node.name, "ntype": "PBS", "state": state, "pcpus": node.cores}
     if jobs:
         a["jobs"] = [f"{j}/{c}" for c, j in sorted(jobs)]
+    if resv:
+        a["resv"] = list(resv)
     a["resources_available"] = available
     a["resources_assigned"] = {"ncpus": len(jobs), **({"ngpus": gpus_used} if node.gpus else {})}
     if note:
@@ -162,7 +166,12 @@ def pbsnodes(opts: list[tuple[str, str]], operands: list[str], out, now: float) 
             return status
         on, gpus = jobs_on(sched, site.server), common.gpus_held(sched.jobs.values())
         vocabulary = "openpbs" if o.get("F") == "json" else flavor  # JSON is OpenPBS's in both flavors
-        items = [(n.name, attributes(n, on.get(n.name, []), note(n), vocabulary, len(gpus.get(n.name, ()))))
+        resv: dict[str, list[str]] = {}
+        for r in sorted(sched.reservations.values(), key=lambda r: (r.start, r.name)):
+            for name in r.nodes:
+                resv.setdefault(name, []).append(f"{r.name}.{site.server}" if r.own_queue else r.name)
+        items = [(n.name, attributes(n, on.get(n.name, []), note(n), vocabulary, len(gpus.get(n.name, ())),
+                                     resv.get(n.name, ())))
                  for n in shown]
     if "x" in o:
         out.write(_xml(items) + "\n")
