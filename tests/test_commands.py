@@ -1273,3 +1273,14 @@ def test_qstat_lists_the_jobs_of_a_destination(rig, monkeypatch):
     assert status == 172 and rows(out) == ["1.headnode"]
     assert stat("nosuch")[1] == ""
     assert [l for l in stat("-f", "short")[1].splitlines() if l.startswith("Job Id")] == ["Job Id: 2.headnode"]
+
+
+def test_every_W_option_counts_the_command_lines_over_the_scripts(rig):
+    """-W names attributes: several -W options and directives all count, one value per
+    name, the command line's over the script's (only the first -W was kept)."""
+    script = "#!/bin/sh\n#PBS -W umask=077\n#PBS -W stageout=o@h:/x\ntrue\n"
+    jid = submit("-W", "umask=022", "-W", "stagein=a@h:/b,c@h:/d", script=script)
+    a = full(jid)
+    assert (a["umask"], a["stagein"], a["stageout"]) == ("022", "a@h:/b,c@h:/d", "o@h:/x")
+    with pytest.raises(Exception, match="local_file@hostname:remote_file"):
+        submit("-W", "stagein=nohost")

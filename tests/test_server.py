@@ -1287,3 +1287,31 @@ def test_pbs_rdel_stops_the_jobs_running_in_its_reservation(live):
     wait_for(env, work, jid, "C")
     assert state(env, work, jid)["comment"] == "Job deleted: reservation R1 ended"
     assert cmd(env, work, "pbs_rstat").stdout == ""
+
+
+def test_files_are_staged_in_before_a_job_and_out_after_it(live, tmp_path):
+    env, home, work, start = live
+    start()
+    src, dest = tmp_path / "data" / "src.txt", tmp_path / "data" / "result.txt"
+    src.parent.mkdir()
+    src.write_text("input\n")
+    jid = cmd(env, work, "qsub", "-W", f"stagein=in.txt@localhost:{src}", "-W", f"stageout=out.txt@localhost:{dest}",
+              "-l", "walltime=60", stdin="cat in.txt > out.txt; echo done >> out.txt\n").stdout.strip()
+    assert wait_for(env, work, jid)["exit_status"] == "0"
+    assert dest.read_text() == "input\ndone\n"
+    # the staged copies are gone from the node (the owner's home); the original stays
+    assert not (tmp_path / "alice" / "in.txt").exists() and not (tmp_path / "alice" / "out.txt").exists()
+    assert src.read_text() == "input\n"
+    # a stageout that cannot copy leaves a line in the error file; the job's status stands
+    jid = cmd(env, work, "qsub", "-W", f"stageout=none.txt@localhost:{dest}", "-l", "walltime=60",
+              stdin="exit 3\n").stdout.strip()
+    assert wait_for(env, work, jid)["exit_status"] == "3"
+    seq = jid.split(".")[0]
+    assert "=>> PBS: stageout of none.txt to localhost:" in (work / f"STDIN.e{seq}").read_text()
+    # a stagein that fails: the job never runs, and waits held with the copy's complaint
+    jid = cmd(env, work, "qsub", "-W", f"stagein=x.txt@localhost:{tmp_path}/missing", "-l", "walltime=60",
+              stdin=f"touch {tmp_path}/ran\n").stdout.strip()
+    s = wait_for(env, work, jid, "H")
+    assert s["Hold_Types"] == "s" and s["comment"].startswith("stagein failed (cp: cannot stat")
+    assert not (tmp_path / "ran").exists()
+    assert cmd(env, work, "qsub", "-W", "stagein=nohost.txt", stdin="true\n").returncode == 2

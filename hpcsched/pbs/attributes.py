@@ -98,19 +98,33 @@ def split_resources(value: str) -> list[tuple[str, str]]:
     return out
 
 
+#: where one -W value's attributes part: at a comma before the next `name=`
+W_ITEMS = re.compile(r",(?=\s*[a-z_]+=)")
+
+
 def merge(cmdline: list[tuple[str, str]], script: list[tuple[str, str]]) -> tuple[dict[str, str], dict[str, str]]:
-    """(first value of each option, resources merged per name), command line first."""
+    """(first value of each option, resources merged per name), command line first.  Each
+    -W names attributes (`-W depend=... -W umask=022`): all are kept, one value per name,
+    a later one replacing an earlier and the command line's the script's, as qsub sets them."""
     options: dict[str, str] = {}
     resources: dict[str, str] = {}
+    w: dict[str, str] = {}
+    for letter, value in script + cmdline:
+        if letter == "W":
+            for item in W_ITEMS.split(value):
+                w[item.partition("=")[0].strip()] = item.strip()
+    if w:
+        options["W"] = ",".join(w.values())
     for letter, value in cmdline + script:
         if letter == "l":
             for name, val in split_resources(value):
                 resources.setdefault(name, val)
         elif letter == "v":
             options["v"] = options["v"] + "," + value if "v" in options else value
-        else:
+        elif letter != "W":
             options.setdefault(letter, value)
     return options, resources
+
 
 
 _MEM = re.compile(r"^([0-9]{1,18})\s*([kmgtp]?)(b|w)?$", re.I)
@@ -467,6 +481,18 @@ def parse_array(text: str) -> tuple[list[int], int]:
         raise common.CommandError(f"array request too large (at most {MAX_SUBJOBS} subjobs)", common.USAGE)
     indices = sorted({i for lo, hi, step in ranges for i in range(lo, hi + 1, step)})
     return indices, int(limit or 0)
+
+
+_STAGE = re.compile(r"([^@,]+)@([^:,@]+):([^,]+)")
+
+
+def parse_staging(text: str, key: str = "stagein") -> list[tuple[str, str, str]]:
+    """-W stagein=/stageout=: `local_file@hostname:remote_file[,...]` as (local, host, remote)."""
+    items = [item.strip() for item in text.split(",")]
+    found = [_STAGE.fullmatch(item) for item in items]
+    if not items or not all(found):
+        raise UsageError(f"illegal -W value {key}={text} (give local_file@hostname:remote_file[,...])")
+    return [m.groups() for m in found]
 
 
 def parse_priority(text: str) -> int:

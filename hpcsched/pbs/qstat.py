@@ -128,6 +128,9 @@ def attributes(job: Job, site: Site, now: float, jobs: dict | None = None, flavo
         a["Shell_Path_List"] = x["shell"]
     if "umask" in x.get("W", {}):
         a["umask"] = x["W"]["umask"]
+    for key in ("stagein", "stageout"):
+        if x.get("W", {}).get(key):
+            a[key] = x["W"][key]
     if job.account:
         a["Account_Name"] = job.account
     if job.dependencies:

@@ -26,8 +26,9 @@ from . import accounting, common
 from . import front as commands
 from .attributes import (ALL_INDICES, DependSpec, advance_reservation, build_request, consumption, cput_of,
                          directives, merge, parse_array, parse_depend, parse_job_name, parse_join, parse_keep,
-                         parse_mail_points, parse_memory, parse_names, parse_path, parse_priority, parse_start_after,
-                         parse_umask, resolve_depend, resolve_path, variable_list, with_nidmask, x_resources)
+                         parse_mail_points, parse_memory, parse_names, parse_path, parse_priority, parse_staging,
+                         parse_start_after, parse_umask, resolve_depend, resolve_path, variable_list, with_nidmask,
+                         x_resources, W_ITEMS)
 from .common import Command
 from .errors import UsageError
 from .options import QSUB as QSUB_TABLE
@@ -61,7 +62,7 @@ def make_job(options: dict[str, str], resources: dict[str, str], script: str, sc
     priority = parse_priority(options["p"]) if "p" in options else 0
     extra_w, deps, befores, group, deadline = {}, [], [], "", None
     if "W" in options:
-        for item in re.split(r",(?=\s*[a-z_]+=)", options["W"]):
+        for item in W_ITEMS.split(options["W"]):
             key, eq, val = item.strip().partition("=")
             if not eq:
                 raise UsageError(f"illegal -W value {options['W']!r}")
@@ -78,7 +79,10 @@ def make_job(options: dict[str, str], resources: dict[str, str], script: str, sc
                 if val.strip().lower() not in ("true", "false"):
                     raise UsageError(f"illegal -W value block={val} (true or false)")
                 extra_w[key] = val
-            elif key in ("stagein", "stageout", "x", "sandbox", "run_count"):
+            elif key in ("stagein", "stageout"):
+                parse_staging(val, key)
+                extra_w[key] = val
+            elif key in ("x", "sandbox", "run_count"):
                 extra_w[key] = val
             else:
                 raise UsageError(f"illegal -W value {key}")

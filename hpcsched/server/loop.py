@@ -49,7 +49,7 @@ from ..store.journaled import Batch
 from ..store.layout import INTERACTIVE, WRAPPER
 from ..core.errors import SchedulerError
 from ..store.site import SOCKET, Site, config_stamp, load_site, user_name
-from . import limits, privilege, scripts, tracking
+from . import limits, privilege, scripts, staging, tracking
 
 LOST = -1  # exit status of a job whose process vanished without one
 INTERACTIVE_WAIT = 60.0  # seconds a started interactive job waits for its qsub -I
@@ -164,17 +164,23 @@ class Server:
         return self.home / "jobs" / str(job.id) / f"run{job.run_count}"
 
     def _read_int(self, path: Path) -> int | None:
-        """A number the job's wrapper wrote (the run directory is the owner's: a link, a
-        fifo or a huge file there gives None, never a hang or another file's content)."""
+        """A number the job's wrapper wrote (see _read)."""
+        try:
+            return int(self._read(path, 64).strip())
+        except (TypeError, ValueError):
+            return None
+
+    @staticmethod
+    def _read(path: Path, limit: int) -> bytes | None:
+        """Up to `limit` bytes the job's wrapper wrote (the run directory is the owner's: a
+        link, a fifo or a huge file there gives None, never a hang or another file's content)."""
         try:
             fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
         except OSError:
             return None
         try:
-            if not stat.S_ISREG(os.fstat(fd).st_mode):
-                return None
-            return int(os.read(fd, 64).strip())
-        except (OSError, ValueError):
+            return os.read(fd, limit) if stat.S_ISREG(os.fstat(fd).st_mode) else None
+        except OSError:
             return None
         finally:
             os.close(fd)
@@ -356,6 +362,11 @@ class Server:
             self._requeue(job, now)  # (qrerun: back to the queue however it ended)
             return
         if not alive:
+            failed = self._read(self.jobdir(job) / "stagein_failed", 2000)
+            if failed is not None and job.state == RUNNING:
+                self._stagein_failed(job, failed.decode("utf-8", "replace"), now)
+                self.children.pop(pid, None), self.cpu.pop(pid, None)
+                return
             status = self._read_int(self.jobdir(job) / "status")
             sent = job.extra.get("signal") or self.sent.get(job.id, (None,))[0]
             if sent and (status is None or status >= 128):
@@ -548,6 +559,16 @@ class Server:
             return self._not_started(job, now, f"its prologue {did}: job aborted")
         return self._held_back(job, now, f"its prologue {did}")
 
+    def _stagein_failed(self, job: Job, text: str, now: float) -> None:
+        """Its files could not be staged in, so it never ran: back to the queue with a
+        system hold (an R record), the copy's complaint in its comment and mail, as PBS
+        holds a job whose stagein failed."""
+        why = " ".join(text.split())[:300] or "no reason given"
+        self._requeue(job, now)
+        self.batch.do("hold", now, id=job.id, kind="s")
+        self._note(job, now, comment=f"stagein failed ({why}): requeued and held (qrls -h s releases it)")
+        mail.send(self.site, job, mail.ABORT, f"Job held: its files could not be staged in\n{text[:2000]}")
+
     def _held_back(self, job: Job, now: float, why: str) -> int:
         """The job could not start for a reason that may pass: back in the queue with a
         system hold, so that it does not fail again at every pass."""
@@ -732,6 +753,12 @@ class Server:
             _put(d / "nodes", "".join(f"{n}\n" * (per or max(1, len(c))) for n, c in zip(job.nodes, job.cores)), owner)
             if gpus:
                 _put(d / "gpus", "".join(f"{n}-gpu{i}\n" for n, held in gpus.items() for i in held), owner)
+            w = x.get("W", {})
+            if w.get("stagein") or w.get("stageout"):  # (the wrapper runs them: server/staging.py)
+                for name, text in zip(("stagein", "stageout"), staging.scripts(w.get("stagein", ""),
+                                                                             w.get("stageout", ""))):
+                    if text:
+                        _put(d / name, text, owner)
             if x.get("interactive"):
                 # the waiting `qsub -I` runs the session under the same wrapper, on the
                 # caller's terminal: it needs only the environment, written last

@@ -58,11 +58,19 @@ WRAPPER = (  # $1 job dir, $2 shell, $3 script, then the script's arguments: pid
     # signals sent to the job's group are for the job: the wrapper outlives them to record
     # its status (caught, not ignored, so the job still gets the default handling)
     "trap : HUP INT QUIT TERM USR1 USR2\n"
+    # files staged in first (server/staging.py): one that fails stops the job here, and
+    # says why in stagein_failed; files staged out after the job, however it ended
+    'if [ -f "$1/stagein" ] && ! sh "$1/stagein" > "$1/stagein.tmp" 2>&1; then\n'
+    '  mv "$1/stagein.tmp" "$1/stagein_failed"; s=1\n'
+    'else\n'
+    '  rm -f "$1/stagein.tmp"\n'
     # the job's limits (server/limits.py), set for the job alone, in a subshell
-    '( shell=$2 script=$3; shift 3; limits=$HPCSCHED_LIMITS; unset HPCSCHED_LIMITS\n'
-    '  set -- $limits -- "$@"\n'
-    '  while [ "$1" != -- ] && [ "$2" != -- ]; do ulimit "$1" "$2" >/dev/null 2>&1; shift 2; done\n'
-    '  while [ "$1" != -- ]; do shift; done; shift; exec "$shell" "$script" "$@" )\n'
-    's=$?\n'
+    '  ( shell=$2 script=$3; shift 3; limits=$HPCSCHED_LIMITS; unset HPCSCHED_LIMITS\n'
+    '    set -- $limits -- "$@"\n'
+    '    while [ "$1" != -- ] && [ "$2" != -- ]; do ulimit "$1" "$2" >/dev/null 2>&1; shift 2; done\n'
+    '    while [ "$1" != -- ]; do shift; done; shift; exec "$shell" "$script" "$@" )\n'
+    '  s=$?\n'
+    '  [ ! -f "$1/stageout" ] || sh "$1/stageout" >&2\n'
+    'fi\n'
     'echo $s > "$1/status.tmp" && mv "$1/status.tmp" "$1/status"\n'
     'exit $s\n')
