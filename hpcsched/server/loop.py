@@ -362,7 +362,10 @@ class Server:
             self._requeue(job, now)  # (qrerun: back to the queue however it ended)
             return
         if not alive:
-            failed = self._read(self.jobdir(job) / "stagein_failed", 2000)
+            # (the wrapper's word, in a directory the job can write too: believed only of
+            # a job that asked for files staged in)
+            failed = self._read(self.jobdir(job) / "stagein_failed", 2000) \
+                if job.extra.get("W", {}).get("stagein") else None
             if failed is not None and job.state == RUNNING:
                 self._stagein_failed(job, failed.decode("utf-8", "replace"), now)
                 self.children.pop(pid, None), self.cpu.pop(pid, None)
