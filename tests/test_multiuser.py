@@ -184,6 +184,25 @@ def test_jobs_run_as_their_owners_and_their_files_are_theirs(live, users):
     assert not (live.home / "planted").exists()
 
 
+def test_files_are_staged_with_the_owners_rights_alone(live, users):
+    """Staging runs as the job's owner: alice's own file comes in (and its copy goes after);
+    a file only root may read does not, and her job waits held, never run."""
+    home = users[ALICE].pw_dir
+    mine = Path(home, "mine.txt")
+    mine.write_text("hers\n")
+    os.chown(mine, users[ALICE].pw_uid, users[ALICE].pw_gid)
+    secret = live.base / "secret.txt"
+    secret.write_text("root's\n")
+    os.chmod(secret, 0o600)
+    jid = submit(live, ALICE, "cat in.txt\n", "-W", f"stagein=in.txt@localhost:{mine}")
+    assert live.wait(jid).exit_status == 0
+    assert Path(home, f"job.sh.o{jid}").read_text() == "hers\n" and not Path(home, "in.txt").exists()
+    jid = submit(live, ALICE, "cat stolen.txt\n", "-W", f"stagein=stolen.txt@localhost:{secret}")
+    job = live.wait(jid, ("H",))
+    assert "Permission denied" in job.comment and not Path(home, "stolen.txt").exists()
+    mine.unlink()
+
+
 def test_root_may_not_submit_unless_acl_roots_says_so(site):
     site.start()
     work = site.base / "root.sh"
