@@ -1315,3 +1315,16 @@ def test_files_are_staged_in_before_a_job_and_out_after_it(live, tmp_path):
     assert s["Hold_Types"] == "s" and s["comment"].startswith("stagein failed (cp: cannot stat")
     assert not (tmp_path / "ran").exists()
     assert cmd(env, work, "qsub", "-W", "stagein=nohost.txt", stdin="true\n").returncode == 2
+
+
+def test_what_a_wrapper_wrote_is_read_safely(tmp_path):
+    """A file of the run directory (the owner's): missing, not a number, a link or a fifo
+    is None, never an exception (a missing pid file once stopped a session's handling)."""
+    from hpcsched.server.loop import Server
+    (tmp_path / "n").write_text("12\n")
+    (tmp_path / "x").write_text("x\n")
+    (tmp_path / "link").symlink_to(tmp_path / "n")
+    os.mkfifo(tmp_path / "fifo")
+    assert Server._read_int(tmp_path / "n") == 12
+    assert [Server._read_int(tmp_path / name) for name in ("missing", "x", "link", "fifo")] == [None] * 4
+    assert Server._read(tmp_path / "n", 1) == b"1"

@@ -163,11 +163,13 @@ class Server:
         """This run's directory: a requeued job runs again with a fresh one (run_count)."""
         return self.home / "jobs" / str(job.id) / f"run{job.run_count}"
 
-    def _read_int(self, path: Path) -> int | None:
+    @staticmethod
+    def _read_int(path: Path) -> int | None:
         """A number the job's wrapper wrote (see _read)."""
+        data = Server._read(path, 64)
         try:
-            return int(self._read(path, 64).strip())
-        except (TypeError, ValueError):
+            return int(data.strip()) if data is not None else None
+        except ValueError:
             return None
 
     @staticmethod
