@@ -276,3 +276,13 @@ def test_openpbs_pbsnodes_names_the_reservations_on_a_node(rig, monkeypatch):
     assert pbsnodes.PBSNODES(["-a"], out=out) == 0
     blocks = {b.split("\n")[0]: b for b in out.getvalue().split("\n\n") if b}
     assert "     resv = R1.headnode\n" in blocks["node02"] and "resv =" not in blocks["node01"]
+
+
+def test_releaseres_of_a_pbs_rsub_reservation_records_its_jobs_deletions(rig, monkeypatch):
+    assert run("pbs_rsub", "-R", "2359", "-D", "60", "-l", "nodes=1")[0] == 0
+    submit("-q", "R1", "-l", "walltime=30")
+    out = io.StringIO()
+    assert maui.RELEASERES(["R1"], out=out) == 0 and out.getvalue() == "released User reservation 'R1'\n"
+    assert stored().jobs[2].state == DELETED
+    records = "".join(p.read_text() for p in (rig / "home" / "accounting").iterdir())
+    assert ";D;2.headnode;" in records

@@ -645,22 +645,34 @@ def _resolved(sched, res: Reservation, now: float) -> Reservation:
 def releaseres(opts: list[tuple[str, str]], operands: list[str], out, now: float) -> int:
     if not operands:
         raise UsageError("give a reservation name")
+    return release(operands, now, lambda sched, name: sched.reservations.get(name),
+                   unknown=("releaseres: cannot locate reservation '{op}'", common.SYSTEM),
+                   denied="releaseres: user {user} may not release reservation '{op}'",
+                   done=lambda name: out.write(f"released User reservation '{name}'\n"))
+
+
+def release(names: list[str], now: float, find, unknown: tuple[str, int], denied: str, done=None) -> int:
+    """Remove each reservation `find(sched, name)` finds, if the caller owns it or is an
+    operator (releaseres, pbs_rdel); the jobs of a queue it made are deleted and recorded.
+    `unknown` (message, status) and `denied` are the command's words, with {op} and {user}."""
+    from . import accounting
     site, batch = load(write=True)
     user = whoami()
     status = 0
     with batch.open(write=True):
-        for name in operands:
-            res = batch.sched.reservations.get(name)
+        for op in names:
+            res = find(batch.sched, op)
             if res is None:
-                sys.stderr.write(f"releaseres: cannot locate reservation '{name}'\n")
-                status = common.SYSTEM
-                continue
-            if not (site.is_operator(user) or user == res.owner):
-                sys.stderr.write(f"releaseres: user {user} may not release reservation '{name}'\n")
+                sys.stderr.write(unknown[0].format(op=op, user=user) + "\n")
+                status = unknown[1]
+            elif not (site.is_operator(user) or user == res.owner):
+                sys.stderr.write(denied.format(op=op, user=user) + "\n")
                 status = common.UNAUTHORIZED
-                continue
-            batch.do("unreserve", now, name=name)
-            out.write(f"released User reservation '{name}'\n")
+            else:
+                batch.do("unreserve", now, name=res.name)
+                accounting.core_deletions(batch, now)
+                if done:
+                    done(res.name)
     return status
 
 

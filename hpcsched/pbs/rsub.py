@@ -26,12 +26,12 @@ from ..core.errors import InvalidRequest, SchedulerError
 from ..core.jobs import Request
 from ..core.reservations import Reservation
 from ..core.timefmt import hms, parse_duration
-from ..store.site import whoami
+from ..store.site import load_site, whoami
 from . import common
 from .attributes import build_request, merge, parse_start_after
 from .common import Command
 from .errors import UsageError
-from .maui import load
+from .maui import load, release
 
 UNKNOWN_RESV = 236  # PBSE_UNKRESVID 15084 mod 256
 BAD_TIME = 238  # PBSE_BADTSPEC 15086 mod 256
@@ -264,23 +264,10 @@ def _rrule_text(res: Reservation) -> str:
 def pbs_rdel(opts: list[tuple[str, str]], operands: list[str], out, now: float) -> int:
     if not operands:
         raise UsageError("give a reservation id")
-    site, batch = load(write=True)
-    user = whoami()
-    status = 0
-    from . import accounting
-    with batch.open(write=True):
-        for op in operands:
-            res = _find(batch.sched, op, site.server)
-            if res is None:
-                sys.stderr.write(f"pbs_rdel: Unknown Reservation Id {op}\n")
-                status = UNKNOWN_RESV
-            elif not (site.is_operator(user) or user == res.owner):
-                sys.stderr.write(f"pbs_rdel: Unauthorized Request {op}\n")
-                status = common.UNAUTHORIZED
-            else:
-                batch.do("unreserve", now, name=res.name)
-                accounting.core_deletions(batch, now)
-    return status
+    server = load_site().server
+    return release(operands, now, lambda sched, op: _find(sched, op, server),
+                   unknown=("pbs_rdel: Unknown Reservation Id {op}", UNKNOWN_RESV),
+                   denied="pbs_rdel: Unauthorized Request {op}")
 
 
 def _edited(old: frozenset[str], text: str) -> frozenset[str]:
