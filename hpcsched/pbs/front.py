@@ -35,7 +35,8 @@ COMMANDS = {name: f"{module}:{name.upper()}" for module, names in (
     ("qsub", ["qsub"]), ("qstat", ["qstat"]),
     ("qctl", ["qalter", "qdel", "qhold", "qmove", "qmsg", "qrerun", "qrls", "qrun", "qselect", "qsig"]),
     ("maui", ["checkjob", "checknode", "mdiag", "releaseres", "setres", "showbf", "showq", "showres", "showstart"]),
-    ("rsub", ["pbs_rsub", "pbs_rstat", "pbs_ralter", "pbs_rdel"]), ("psc", ["pbsyod", "shownids"]), ("pbsdsh", ["pbsdsh"]), ("partlist", ["partlist"]), ("pbsnodes", ["pbsnodes"]), ("qmgr", ["qmgr", "qstart", "qstop", "qenable", "qdisable"]),
+    ("rsub", ["pbs_rsub", "pbs_rstat", "pbs_ralter", "pbs_rdel"]),
+    ("psc", ["pbsyod", "shownids"]), ("pbsdsh", ["pbsdsh"]), ("partlist", ["partlist"]), ("pbsnodes", ["pbsnodes"]), ("qmgr", ["qmgr", "qstart", "qstop", "qenable", "qdisable"]),
     ("tracejob", ["tracejob"]), ("schedctl", ["schedctl", "qterm"]),
     ("gold", ["mybalance", "gbalance", "gstatement", "gdeposit", "gchalloc", "gcharge", "grefund"]))
     for name in names}

@@ -7,7 +7,6 @@ On success stdout is exactly one line, the job id.
 from __future__ import annotations
 
 import os
-import re
 import shlex
 import signal
 import socket

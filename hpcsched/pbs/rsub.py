@@ -69,8 +69,9 @@ def _rrule(text: str, start: float) -> tuple[float, float]:
         fields[key] = value
     unknown = sorted(set(fields) - {"FREQ", "INTERVAL", "COUNT", "UNTIL"})
     if unknown or fields.get("FREQ") not in _FREQ or ("COUNT" in fields and "UNTIL" in fields):
+        not_taken = f"; {unknown[0]} is not taken" if unknown else ""
         raise UsageError(f"illegal -r value {text!r} (give FREQ=MINUTELY|HOURLY|DAILY|WEEKLY[;INTERVAL=n]"
-                         f"[;COUNT=n|;UNTIL=YYYYMMDD[THHMMSS]]{'; ' + unknown[0] + ' is not taken' if unknown else ''})")
+                         f"[;COUNT=n|;UNTIL=YYYYMMDD[THHMMSS]]{not_taken})")
     try:
         interval = int(fields.get("INTERVAL", "1"))
         count = int(fields.get("COUNT", "0"))
@@ -227,8 +228,9 @@ def pbs_rstat(opts: list[tuple[str, str]], operands: list[str], out, now: float)
         if how == "B":
             w(f"Resv ID: {_id(res, server)}\n")
         elif how == "S":
+            start, end = _convert_time(t0, now), _convert_time(t0 + res.duration, now)
             w(f"{_id(res, server):<10.10} {res.queue:<8.8} {res.owner + '@' + server:<8.8} {short:<5.5} "
-              f"{_convert_time(t0, now):>17.17} / {int(res.duration)} / {_convert_time(t0 + res.duration, now):<17.17}\n")
+              f"{start:>17.17} / {int(res.duration)} / {end:<17.17}\n")
         else:
             cores = [topo.node(n).cores for n in res.nodes]
             fmt = lambda t: time.strftime("%a %b %d %H:%M:%S %Y", time.localtime(t))  # noqa: E731
