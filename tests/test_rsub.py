@@ -142,6 +142,7 @@ def test_a_standing_reservation_repeats_then_ends(rig):
     (["-R", "202001010000", "-D", "60", "-l", "nodes=1"], 238, "Bad time specification"),
     (["-D", "60", "-l", "nodes=9"], 196, "not confirmed"),
     (["-D", "60", "-l", "select=1:ncpus=5"], 196, "not confirmed"),
+    (["-D", "60", "-l", "ncpus=5"], 196, "not confirmed"),  # (one chunk: no node has 5)
     (["-D", "60", "-l", "nodes=1", "-r", "FREQ=DAILY;BYDAY=MO"], 2, "BYDAY is not taken"),
     (["-D", "2:00:00", "-l", "nodes=1", "-r", "FREQ=HOURLY"], 238, "occurrences overlap"),
     (["-D", "60", "-l", "nodes=1", "-W", "qmove=5"], 2, "illegal -W value"),
@@ -159,6 +160,8 @@ def test_pbs_rsub_refuses_bad_requests_in_one_line(rig, capsys, argv, status, sa
 def test_hosts_named_are_the_nodes_reserved(rig):
     assert run("pbs_rsub", "-D", "60", "--hosts", "node03", "node04")[0] == 0
     assert stored().reservations["R1"].nodes == ("node03", "node04")
+    assert run("pbs_rsub", "-D", "60", "-l", "ncpus=4")[0] == 0  # (a job-wide count: one chunk, one node)
+    assert len(stored().reservations["R2"].nodes) == 1
 
 
 def test_resv_enable_false_leaves_reservations_to_operators(rig, monkeypatch, capsys):

@@ -144,6 +144,8 @@ def pbs_rsub(options: list[tuple[str, str]], operands: list[str], out, now: floa
             raise UsageError("Duplicate host in --hosts")
     else:
         request = build_request({k: v for k, v in resources.items() if k != "walltime"})[0]
+        if request.cores:  # (a job-wide ncpus=N is one chunk, as OpenPBS takes it)
+            request = Request(nodes=1, ppn=request.cores, mem=request.mem, features=request.features)
     users = _names(opts.get("U", "")) or frozenset({user})
     with batch.open(write=True):
         sched = batch.sched
