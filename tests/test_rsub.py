@@ -289,3 +289,22 @@ def test_releaseres_of_a_pbs_rsub_reservation_records_its_jobs_deletions(rig, mo
     assert stored().jobs[2].state == DELETED
     records = "".join(p.read_text() for p in (rig / "home" / "accounting").iterdir())
     assert ";D;2.headnode;" in records
+
+
+def test_on_a_blue_gene_a_reservation_holds_a_block(tmp_path, monkeypatch):
+    """A Blue Gene reserves blocks: pbs_rstat, showres and setres count their nodes and
+    processors (showres and setres died on a block's name)."""
+    home = tmp_path / "bgq"
+    home.mkdir()
+    (home / "config.toml").write_text('machine = "bgq-1rack"\nserver_name = "bgq"\n')
+    monkeypatch.setenv("HPCSCHED_HOME", str(home))
+    monkeypatch.setenv("HPCSCHED_USER", "root")
+    assert run("pbs_rsub", "-D", "600", "-l", "nodes=512") == (0, "R1.bgq CONFIRMED\n")
+    attrs = dict(line.split(" = ", 1) for line in run("pbs_rstat", "-f")[1].splitlines()[1:] if " = " in line)
+    assert (attrs["Resource_List.nodect"], attrs["Resource_List.ncpus"]) == ("512", "8192")
+    out = io.StringIO()
+    assert maui.SETRES(["-d", "600", "count=512"], out=out) == 0
+    assert out.getvalue() == "reservation 'root.1' created on 512 nodes (8192 tasks)\n"
+    out = io.StringIO()
+    assert maui.SHOWRES([], out=out) == 0
+    assert [line.split()[-5] for line in out.getvalue().splitlines()[2:4]] == ["512/8192", "512/8192"]

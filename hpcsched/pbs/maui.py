@@ -199,6 +199,13 @@ def node_count(topology, names) -> int:
     return len(names)
 
 
+def name_cores(topology, name: str) -> int:
+    """The processors a reservation's node name holds (a Blue Gene's block, many nodes)."""
+    if isinstance(topology, BlueGene):
+        return node_count(topology, [name]) * topology.cores
+    return topology.node(name).cores
+
+
 def block_states(sched, server: str) -> list:
     """A Blue Gene's blocks and their states (partlist's), running jobs by their full ids."""
     busy = {common.full_id(j.id, server): j.nodes[0] for j in sched.jobs.values() if j.state in ACTIVE and j.nodes}
@@ -289,7 +296,7 @@ def showres(opts: list[tuple[str, str]], operands: list[str], out, now: float) -
     rows = []  # (id, type, start, duration, [(node, its processors)], processors)
     for r in sched.reservations.values():
         start = next(iter(r.occurrences(now, float("inf"))), (r.start, r.start + r.duration))[0]
-        nodes = [(n, topo.node(n).cores) for n in r.nodes]
+        nodes = [(n, name_cores(topo, n)) for n in r.nodes]
         rows.append((r.name, "Sys" if r.owner == "calendar" else "User", start, r.duration, nodes,
                      sum(p for _, p in nodes)))
     _, plan = preview(batch, now)
@@ -627,7 +634,7 @@ def setres(options: list[tuple[str, str]], operands: list[str], out, now: float)
         if res.queue and res.queue not in sched.router.queues:
             raise common.CommandError(f"unknown queue {res.queue}", common.USAGE)
         made = batch.do("reservation", now, reservation=_resolved(sched, res, now).to_dict())
-    tasks = sum(sched.topology.node(n).cores for n in made.nodes)
+    tasks = sum(name_cores(sched.topology, n) for n in made.nodes)
     out.write(f"reservation '{made.name}' created on {node_count(sched.topology, made.nodes)} nodes ({tasks} tasks)\n")
     return 0
 

@@ -31,7 +31,7 @@ from . import common
 from .attributes import build_request, merge, parse_start_after
 from .common import Command
 from .errors import UsageError
-from .maui import load, release
+from .maui import load, name_cores, node_count, release
 
 UNKNOWN_RESV = 236  # PBSE_UNKRESVID 15084 mod 256
 BAD_TIME = 238  # PBSE_BADTSPEC 15086 mod 256
@@ -234,7 +234,7 @@ def pbs_rstat(opts: list[tuple[str, str]], operands: list[str], out, now: float)
             w(f"{_id(res, server):<10.10} {res.queue:<8.8} {res.owner + '@' + server:<8.8} {short:<5.5} "
               f"{start:>17.17} / {int(res.duration)} / {end:<17.17}\n")
         else:
-            cores = [topo.node(n).cores for n in res.nodes]
+            cores = [name_cores(topo, n) for n in res.nodes]
             fmt = lambda t: time.strftime("%a %b %d %H:%M:%S %Y", time.localtime(t))  # noqa: E731
             rows = [("Reserve_Name", res.title or "NULL"), ("Reserve_Owner", f"{res.owner}@{server}"),
                     ("reserve_type", "3" if res.period else "2"), ("reserve_state", long),
@@ -242,7 +242,8 @@ def pbs_rstat(opts: list[tuple[str, str]], operands: list[str], out, now: float)
                     ("reserve_duration", str(int(res.duration)))]
             if res.queue:
                 rows.append(("queue", res.queue))
-            rows += [("Resource_List.ncpus", str(sum(cores))), ("Resource_List.nodect", str(len(res.nodes))),
+            rows += [("Resource_List.ncpus", str(sum(cores))),
+                     ("Resource_List.nodect", str(node_count(topo, res.nodes))),
                      ("Resource_List.walltime", hms(res.duration)),
                      ("resv_nodes", "+".join(f"({n}:ncpus={c})" for n, c in zip(res.nodes, cores)))]
             if res.users:
