@@ -308,3 +308,16 @@ def test_on_a_blue_gene_a_reservation_holds_a_block(tmp_path, monkeypatch):
     out = io.StringIO()
     assert maui.SHOWRES([], out=out) == 0
     assert [line.split()[-5] for line in out.getvalue().splitlines()[2:4]] == ["512/8192", "512/8192"]
+
+
+def test_a_processor_count_reserves_whole_nodes_enough_for_it(tmp_path, monkeypatch):
+    """procs=N (or a Cray's size=N) reserves as many whole nodes as N needs; OpenPBS's
+    ncpus=N is one chunk."""
+    home = tmp_path / "xt3"
+    home.mkdir()
+    (home / "config.toml").write_text('machine = "xt3"\nserver_name = "bigben"\n')  # (2 cores a node)
+    monkeypatch.setenv("HPCSCHED_HOME", str(home))
+    monkeypatch.setenv("HPCSCHED_USER", "root")
+    assert run("pbs_rsub", "-D", "600", "-l", "size=64")[0] == 0
+    assert len(stored().reservations["R1"].nodes) == 32
+    assert run("pbs_rsub", "-D", "600", "-l", "ncpus=4")[0] == 196  # (no node has 4)

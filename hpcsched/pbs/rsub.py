@@ -144,7 +144,7 @@ def pbs_rsub(options: list[tuple[str, str]], operands: list[str], out, now: floa
             raise UsageError("Duplicate host in --hosts")
     else:
         request = build_request({k: v for k, v in resources.items() if k != "walltime"})[0]
-        if request.cores:  # (a job-wide ncpus=N is one chunk, as OpenPBS takes it)
+        if request.cores and "ncpus" in resources:  # (a job-wide ncpus=N is one chunk, as OpenPBS takes it)
             request = Request(nodes=1, ppn=request.cores, mem=request.mem, features=request.features)
     users = _names(opts.get("U", "")) or frozenset({user})
     with batch.open(write=True):
@@ -157,6 +157,10 @@ def pbs_rsub(options: list[tuple[str, str]], operands: list[str], out, now: floa
             unknown = [h for h in hosts if h not in {n.name for n in sched.topology.all_nodes()}]
             if unknown:
                 raise common.CommandError(f"Host with resources not found: {unknown[0]}", UNAVAILABLE)
+        if request.cores:  # (procs=N or a Cray's size=N: whole nodes enough for N)
+            widest = max(n.cores for n in sched.topology.all_nodes())
+            request = Request(nodes=-(-request.cores // widest), ppn=min(request.cores, widest),
+                              features=request.features)
         nodes = sched.free_nodes(request, start, start + duration, now)
         if nodes is None:
             raise common.CommandError(f"reservation {name} not confirmed: no nodes are free for its whole window",
