@@ -38,7 +38,8 @@ DRIVER_KEYS = frozenset({"flavor", "operators", "managers", "keep_completed", "p
                          "server_interval", "kill_grace", "prejob_check", "prologue", "epilogue",
                          "prologue_timeout", "launcher", "job_history_duration",
                          "node_log", "scheduling", "mail_command", "submit_filter",
-                         "multi_user", "acl_roots", "deadline_users", "query_other_jobs", "resv_enable"})
+                         "multi_user", "acl_roots", "deadline_users", "query_other_jobs", "resv_enable",
+                         "default_walltime"})
 
 #: The embedded default: a small test rig with ALCF-style routing and EASY backfill.
 DEFAULT_TOML = """\

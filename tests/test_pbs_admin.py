@@ -298,3 +298,24 @@ def test_qstart_qstop_qenable_qdisable_are_qmgrs_queue_switches(rig, monkeypatch
     monkeypatch.setenv("HPCSCHED_USER", "alice")
     assert run(qmgr.QSTOP, "batch")[0] == common.UNAUTHORIZED
     assert "qstop: obj=batch svr=default: Unauthorized Request" in capsys.readouterr().err
+
+
+def test_a_job_that_asks_no_walltime_gets_the_queues_default_then_the_servers(rig, monkeypatch):
+    from test_commands import full, submit
+    monkeypatch.setenv("HPCSCHED_USER", "root")
+    assert submit() and full("1")["Resource_List.walltime"] == "24:00:00"  # (else the queue's most)
+    assert run(qmgr.QMGR, "-c", "set server resources_default.walltime = 2:00:00")[0] == 0
+    assert submit() and full("2")["Resource_List.walltime"] == "02:00:00"
+    assert run(qmgr.QMGR, "-c", "set queue batch resources_default.walltime = 00:20:00")[0] == 0
+    assert submit() and full("3")["Resource_List.walltime"] == "00:20:00"
+    assert submit("-l", "walltime=5:00") and full("4")["Resource_List.walltime"] == "00:05:00"
+    assert "resources_default.walltime = 00:20:00" in run(qmgr.QMGR, "-c", "list queue batch")[1]
+    assert run(qmgr.QMGR, "-c", "set server resources_default.walltime = soon")[0] == 2
+
+
+def test_a_bad_default_walltime_in_the_config_is_one_line(rig):
+    from test_commands import submit
+    config = rig / "home" / "config.toml"
+    config.write_text('default_walltime = "-5"\n' + config.read_text())
+    with pytest.raises(Exception, match="default_walltime: bad duration '-5'"):
+        submit()

@@ -20,6 +20,7 @@ class Queue:
     route_to: tuple[str, ...] = ()  # non-empty: a routing queue
     min_walltime: float | None = None
     max_walltime: float | None = None
+    default_walltime: float | None = None  # given a job that asks for none (PBS's resources_default)
     min_nodes: int | None = None
     max_nodes: int | None = None
     min_fraction: float | None = None  # job size as a share of the machine's nodes

@@ -77,6 +77,7 @@ QUEUE_ATTRS = {
     "max_user_queuable": ("max_queued_per_user", _int, str),
     "resources_max.walltime": ("max_walltime", _duration, hms),
     "resources_min.walltime": ("min_walltime", _duration, hms),
+    "resources_default.walltime": ("default_walltime", _duration, hms),
     "resources_max.nodect": ("max_nodes", _int, str),
     "resources_min.nodect": ("min_nodes", _int, str),
     "resources_max.ncpus": ("max_cores", _int, str),
@@ -99,6 +100,7 @@ SERVER_ATTRS = {
     "scheduler_iteration": ("server_interval", lambda t: float(_int(t)), lambda v: str(int(v))),
     "query_other_jobs": ("query_other_jobs", _bool, str),
     "resv_enable": ("resv_enable", _bool, str),
+    "resources_default.walltime": ("default_walltime", _duration, lambda v: hms(parse_duration(v))),
 }
 _SERVER_DEFAULTS = {"scheduling": True, "keep_completed": 300, "server_interval": 15, "query_other_jobs": True,
                     "resv_enable": True}

@@ -17,6 +17,7 @@ import time
 from .. import sitefilter
 from ..core.errors import BadDependency, ConfigError, Rejected
 from ..core.jobs import Hold, Job
+from ..core.timefmt import parse_duration
 from ..store import site as sitemod
 from ..store.journaled import Batch
 from ..store.layout import INTERACTIVE, WRAPPER
@@ -232,8 +233,10 @@ def submit_parsed(cmd: list[tuple[str, str]], rest: list[str], stdin=None, cwd: 
             raise common.CommandError("Unknown queue", 170)
         job.extra["variables"]["PBS_O_QUEUE"] = queue
         job.request = with_nidmask(job.request, resources, sched.topology)
-        if job.walltime <= 0:
-            job.walltime = sched.router.queues[queue].max_walltime or 3600.0 if queue else 3600.0
+        if job.walltime <= 0:  # (none asked: the queue's resources_default, the server's, the queue's most, 1 h)
+            q = sched.router.queues[queue] if queue else None
+            job.walltime = (q and q.default_walltime) or site_default_walltime(site) or (q and q.max_walltime) \
+                or 3600.0
         array = options.get("t") or options.get("J")
         if befores and array:
             raise UsageError("an array cannot carry before dependencies")
@@ -269,6 +272,12 @@ def submit_parsed(cmd: list[tuple[str, str]], rest: list[str], stdin=None, cwd: 
                 raise common.CommandError(f"submit error (Job exceeds queue resource limits MSG={e})", common.LIMITS)
             raise common.CommandError(f"Job violates queue and/or server resource limits: {e}", common.LIMITS)
     return common.full_id(done.id, site.server), "z" in options
+
+
+def site_default_walltime(site) -> float | None:
+    """The server's resources_default.walltime (config `default_walltime`), if set."""
+    value = site.config.get("default_walltime")
+    return parse_duration(value) if value is not None else None
 
 
 def script_arguments(text: str) -> list[str]:

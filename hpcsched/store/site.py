@@ -29,7 +29,8 @@ from pathlib import Path
 
 from .. import sitefilter
 from ..config import DRIVER_KEYS, build, loads
-from ..core.errors import ConfigError
+from ..core.errors import ConfigError, InvalidRequest
+from ..core.timefmt import parse_duration
 from ..core.scheduler import Scheduler
 from .journal import default_home, write_atomic
 
@@ -233,6 +234,12 @@ def _load_site(home: Path) -> Site:
         value = config.get(key, 1)
         if not isinstance(value, (int, float)) or isinstance(value, bool) or not math.isfinite(value) or value <= 0:
             raise ConfigError(f"{key}: must be a positive number of seconds")
+    if "default_walltime" in config:  # (PBS's server resources_default.walltime)
+        try:
+            if not parse_duration(config["default_walltime"]) > 0:
+                raise InvalidRequest("it is not positive")
+        except InvalidRequest as e:
+            raise ConfigError(f"default_walltime: {e}") from None
     if not isinstance(config.get("node_log", False), (bool, str)) or config.get("node_log") == "":
         raise ConfigError("node_log: must be true, false or a directory")
     keep = config.get("keep_completed", 300)
