@@ -48,7 +48,7 @@ NASTY = ["", "-", "--", "0", "-1", "1", "2", "99", "1e999", "nan", "inf", "²", 
          "R1", "S1.headnode", "--hosts"]
 
 LETTERS = {"qsub": "aAcCdeFhIjJklmMnNopqrStuvVwWz", "qalter": "aAehjklmMNoprSvWt", "qdel": "Wpxt", "qhold": "ht",
-           "qrls": "ht", "qsig": "s", "qmsg": "EO", "qrun": "H", "qrerun": "f", "qterm": "t", "qmove": "", "qselect": "uqsNAlhx", "qstat": "afinu1xQqrsBtTFJ",
+           "qrls": "ht", "qsig": "s", "qmsg": "EO", "qrun": "H", "qrerun": "f", "qterm": "t", "qmove": "", "qselect": "uqsNAlhxpra", "qstat": "afinu1xQqrsBtTFJ",
            "checkjob": "v", "showq": "ribcuw", "showres": "n", "setres": "nsdepugaq", "releaseres": "",
            "showbf": "", "showstart": "", "checknode": "", "mdiag": "pf", "pbsnodes": "aloicrNxqvF", "qmgr": "c", "tracejob": "n",
            "shownids": "", "pbsyod": "", "schedctl": "QTSsB", "qstart": "", "qstop": "", "qenable": "", "qdisable": "",

@@ -1284,3 +1284,19 @@ def test_every_W_option_counts_the_command_lines_over_the_scripts(rig):
     assert (a["umask"], a["stagein"], a["stageout"]) == ("022", "a@h:/b,c@h:/d", "o@h:/x")
     with pytest.raises(Exception, match="local_file@hostname:remote_file"):
         submit("-W", "stagein=nohost")
+
+
+def test_qselect_by_priority_rerunnable_and_execution_time(rig):
+    from hpcsched.pbs import qctl as q
+
+    def select(*argv):
+        out = io.StringIO()
+        assert q.QSELECT(list(argv), out=out) == 0
+        return [line.split(".")[0] for line in out.getvalue().split()]
+    submit("-p", "10")
+    submit("-p", "-5", "-r", "n")
+    submit("-a", "202912312359")
+    assert select("-p", ".gt.0") == ["1"] and select("-p", "-5") == ["2"] and select("-p", ".le.0") == ["2", "3"]
+    assert select("-r", "n") == ["2"] and select("-r", "y") == ["1", "3"]
+    assert select("-a", ".gt.202801010000") == ["3"] and select("-a", ".lt.202801010000") == []
+    assert q.QSELECT(["-p", ".gt.x"], out=io.StringIO()) == 2 and q.QSELECT(["-r", "maybe"], out=io.StringIO()) == 2

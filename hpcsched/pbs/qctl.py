@@ -15,7 +15,7 @@ from ..core.jobs import EXITING, FINISHED, PENDING, RUNNING, Hold, Job
 from ..store.journaled import Batch
 from ..store.site import load_site, whoami
 from . import accounting, common
-from .attributes import parse_array
+from .attributes import parse_array, parse_start_after
 from .common import Command
 from .errors import UsageError
 
@@ -319,6 +319,18 @@ def qselect(opts: list[tuple[str, str]], operands: list[str], out, now: float) -
         for value in crit.get(letter, []):
             if not value or set(value) - set(known):
                 raise UsageError(f"illegal -{letter} value {value!r}")
+    compares = []  # (what of a job, op, bound): -p [.op.]priority, -a [.op.]time
+    for letter, read, what in (("p", int, lambda j: j.priority),
+                               ("a", lambda t: parse_start_after(t, now, "-a"), lambda j: j.start_after)):
+        for value in crit.get(letter, []):
+            m = re.fullmatch(r"(?:\.(eq|ne|lt|le|gt|ge)\.)?(.+)", value)
+            try:
+                compares.append((what, m.group(1) or "eq", read(m.group(2))))
+            except (AttributeError, ValueError):
+                raise UsageError(f"illegal -{letter} value {value!r}") from None
+    for value in crit.get("r", []):
+        if value not in ("y", "n"):
+            raise UsageError(f"illegal -r value {value!r} (y or n)")
     tests = []
     for spec in crit.get("l", []):
         parts = spec.split(".")
@@ -348,6 +360,10 @@ def qselect(opts: list[tuple[str, str]], operands: list[str], out, now: float) -
             continue
         if "h" in crit and not set(common.hold_letters(job)) & set("".join(crit["h"])):
             continue
+        if "r" in crit and ("y" if job.extra.get("rerunnable", True) else "n") not in crit["r"]:
+            continue
+        if not all(what(job) is not None and _OPS[op](what(job), bound) for what, op, bound in compares):
+            continue
         ok = True
         for name, op, raw in tests:
             value = {"walltime": job.walltime, "nodect": job.request.nodes, "ncpus": job.request.processors,
@@ -362,8 +378,9 @@ def qselect(opts: list[tuple[str, str]], operands: list[str], out, now: float) -
     return 0
 
 
-QSELECT = Command("qselect", "u:q:s:N:A:h:l:x", "usage: qselect [-u users] [-q queue] [-s states] [-N name] "
-                  "[-A account] [-h holds] [-l res.op.value] [-x]", qselect)
+QSELECT = Command("qselect", "u:q:s:N:A:h:l:p:r:a:x", "usage: qselect [-u users] [-q queue] [-s states] [-N name] "
+                  "[-A account] [-h holds] [-l res.op.value] [-p [.op.]priority] [-r y|n] [-a [.op.]time] [-x]",
+                  qselect)
 
 
 NO_RESOURCES = 196  # PBSE_RESCUNAV mod 256
