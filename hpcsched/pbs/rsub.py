@@ -153,12 +153,13 @@ def pbs_rsub(options: list[tuple[str, str]], operands: list[str], out, now: floa
         while {f"R{n}", f"S{n}"} & (sched.router.queues.keys() | sched.reservations.keys()):
             n += 1  # (a queue of the configuration's own may have the name)
         name = f"{'S' if period else 'R'}{n}"
+        machine = sched.topology.all_nodes()
         if hosts:
-            unknown = [h for h in hosts if h not in {n.name for n in sched.topology.all_nodes()}]
+            unknown = [h for h in hosts if h not in {node.name for node in machine}]
             if unknown:
                 raise common.CommandError(f"Host with resources not found: {unknown[0]}", UNAVAILABLE)
         if request.cores:  # (procs=N or a Cray's size=N: whole nodes enough for N)
-            widest = max(n.cores for n in sched.topology.all_nodes())
+            widest = max(node.cores for node in machine)
             request = Request(nodes=-(-request.cores // widest), ppn=min(request.cores, widest),
                               features=request.features)
         nodes = sched.free_nodes(request, start, start + duration, now)
