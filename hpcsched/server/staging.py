@@ -32,11 +32,13 @@ def scripts(stagein: str, stageout: str) -> tuple[str, str]:
     ins = parse_staging(stagein, "stagein") if stagein else []
     outs = parse_staging(stageout, "stageout") if stageout else []
     q = shlex.quote
-    fetches = "".join(f"fetch {q(l)} {q(h)} {q(r)} || "
-                      f"{{ echo {q(f'stagein of {h}:{r} to {l} failed')} >&2; exit 1; }}\n" for l, h, r in ins)
-    puts = "".join(f"if put {q(l)} {q(h)} {q(r)}; then [ {q(l)} -ef {q(r)} ] || rm -f -- {q(l)}; "
-                   f"else echo {q(f'=>> PBS: stageout of {l} to {h}:{r} failed')} >&2; fi\n" for l, h, r in outs)
-    removals = "".join(f"[ {q(l)} -ef {q(r)} ] || rm -f -- {q(l)}\n" for l, h, r in ins)
+    fetches = "".join(f"fetch {q(here)} {q(host)} {q(there)} || "
+                      f"{{ echo {q(f'stagein of {host}:{there} to {here} failed')} >&2; exit 1; }}\n"
+                      for here, host, there in ins)
+    puts = "".join(f"if put {q(here)} {q(host)} {q(there)}; then [ {q(here)} -ef {q(there)} ] || rm -f -- {q(here)}; "
+                   f"else echo {q(f'=>> PBS: stageout of {here} to {host}:{there} failed')} >&2; fi\n"
+                   for here, host, there in outs)
+    removals = "".join(f"[ {q(here)} -ef {q(there)} ] || rm -f -- {q(here)}\n" for here, _, there in ins)
     stagein = f"cd || exit 1\n{_COPY}{fetches}" if ins else ""
     stageout = f"cd || exit 0\n{_COPY}{puts}{removals}" if ins or outs else ""
     return stagein, stageout
