@@ -308,6 +308,10 @@ def test_on_a_blue_gene_a_reservation_holds_a_block(tmp_path, monkeypatch):
     out = io.StringIO()
     assert maui.SHOWRES([], out=out) == 0
     assert [line.split()[-5] for line in out.getvalue().splitlines()[2:4]] == ["512/8192", "512/8192"]
+    # its block must be free for longer: the whole machine is reserved once both end
+    assert maui.SETRES(["-s", "+0:10:05", "-d", "600", "count=1024"], out=io.StringIO()) == 0
+    assert run("pbs_ralter", "-D", "1200", "R1")[0] == 196
+    assert run("pbs_ralter", "-D", "300", "R1")[0] == 0
 
 
 def test_a_processor_count_reserves_whole_nodes_enough_for_it(tmp_path, monkeypatch):

@@ -1152,17 +1152,17 @@ class Scheduler:
                 raise Rejected(f"reservation {name}: it has begun: only its end may change")
             # the time it claims anew: past its old end once begun (its jobs end by then),
             # else its whole new window (no job of its own runs before it begins)
-            claim = (old_end, end) if old.start <= now else (max(new.start, now), end)
-            if claim[0] < claim[1]:
+            lo = max(old_end if old.start <= now else new.start, now)
+            if lo < end:
                 del self.reservations[name]
                 units = self._res_units.pop(name)
                 self._changed()
-                try:
-                    fits = self.free_nodes(Request(nodes=len(old.nodes), within=old.nodes), *claim, now)
+                try:  # (every unit of its nodes free throughout, on any machine: a Blue Gene's block too)
+                    free = self._profile(now).window(lo, end, (), units, units.bit_count())
                 finally:
                     self.reservations[name], self._res_units[name] = old, units
                     self._changed()
-                if fits is None:
+                if free != units:
                     raise Rejected(f"reservation {name}: its nodes are not free for the new window")
         self.reservations[name] = new
         if new.queue in self._made_queues:
