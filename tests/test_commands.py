@@ -1300,3 +1300,12 @@ def test_qselect_by_priority_rerunnable_and_execution_time(rig):
     assert select("-r", "n") == ["2"] and select("-r", "y") == ["1", "3"]
     assert select("-a", ".gt.202801010000") == ["3"] and select("-a", ".lt.202801010000") == []
     assert q.QSELECT(["-p", ".gt.x"], out=io.StringIO()) == 2 and q.QSELECT(["-r", "maybe"], out=io.StringIO()) == 2
+
+
+def test_qalter_takes_every_W_attribute_given(rig):
+    submit("-l", "walltime=10:00")
+    assert qctl.QALTER(["-W", "umask=022", "-W", "stagein=in@h:/x", "1"]) == 0
+    a = full("1")
+    assert (a["umask"], a["stagein"]) == ("022", "in@h:/x")
+    assert qctl.QALTER(["-W", "stageout=nohost", "1"]) == 2
+    assert qctl.QALTER(["-W", "frob=1", "1"]) == 2

@@ -153,8 +153,8 @@ def alter_changes(job: Job, options: dict[str, str], resources: dict[str, str], 
     places a nidmask; `consumables` are the site's, which -l may ask for."""
     from .attributes import (COUNT_RES, advance_reservation, build_request, consumption, cput_of, parse_depend,
                              parse_job_name, parse_join, parse_keep, parse_mail_points, parse_memory, parse_names,
-                             parse_path, parse_priority, parse_start_after, parse_umask, resolve_depend,
-                             resolve_path, variable_list, with_nidmask)
+                             parse_path, parse_priority, parse_staging, parse_umask, resolve_depend,
+                             resolve_path, variable_list, with_nidmask, W_ITEMS)
     changes: dict = {}
     extra = dict(job.extra)
     if resources:
@@ -192,20 +192,24 @@ def alter_changes(job: Job, options: dict[str, str], resources: dict[str, str], 
         changes["priority"] = parse_priority(options["p"])
     if "a" in options:
         changes["start_after"] = parse_start_after(options["a"], now)
-    if "W" in options and options["W"].partition("=")[0].strip() == "umask":
-        val = options["W"].partition("=")[2]
-        parse_umask(val)
-        extra["W"] = {**extra.get("W", {}), "umask": val}
-    elif "W" in options and options["W"].partition("=")[0].strip() == "deadline":
-        changes["deadline"] = parse_start_after(options["W"].partition("=")[2].strip(), now, "-W deadline")
-    elif "W" in options:
-        key, _, val = options["W"].partition("=")
-        if key.strip() != "depend":
-            raise UsageError(f"illegal -W value {options['W']!r}")
-        deps, befores = parse_depend(val, flavor)
-        if befores:
-            raise common.CommandError("before dependencies are given at qsub time", common.USAGE)
-        changes["dependencies"] = [[d.kind.value, d.job_id, d.of] for d in resolve_depend(deps, jobs or {}, server)]
+    for item in W_ITEMS.split(options["W"]) if "W" in options else ():  # (each -W attribute given)
+        key, _, val = (part.strip() for part in item.partition("="))
+        if key in ("umask", "stagein", "stageout"):
+            if key == "umask":
+                parse_umask(val)
+            else:
+                parse_staging(val, key)
+            extra["W"] = {**extra.get("W", {}), key: val}
+        elif key == "deadline":
+            changes["deadline"] = parse_start_after(val, now, "-W deadline")
+        elif key == "depend":
+            deps, befores = parse_depend(val, flavor)
+            if befores:
+                raise common.CommandError("before dependencies are given at qsub time", common.USAGE)
+            changes["dependencies"] = [[d.kind.value, d.job_id, d.of]
+                                       for d in resolve_depend(deps, jobs or {}, server)]
+        else:
+            raise UsageError(f"illegal -W value {item!r}")
     for letter, key, parse in (("j", "join", parse_join), ("m", "mail_points", parse_mail_points),
                                ("M", "mail_users", lambda v: parse_names(v, "-M")), ("k", "keep", parse_keep),
                                ("S", "shell", lambda v: parse_path(v, "-S"))):
