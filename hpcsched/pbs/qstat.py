@@ -473,12 +473,13 @@ def qstat(opts: list[tuple[str, str]], ids: list[str], out, now: float) -> int:
         sys.stderr.write(f"qstat: Unknown queue destination {q}\n")
         status = 172 if torque else 170
         queues.remove(q)
+
+    def listed(j: Job) -> bool:  # (a job listed unasked: not finished, or kept, and the viewer's to see)
+        return (j.state not in FINISHED or (history if not torque else (_kept(j, site, now) or o["x"]))) \
+            and common.may_see(site, viewer, j)
     jobs = []
     if queues:
-        every = "" in queues
-        jobs = [j for j in sched.jobs.values() if (every or j.queue in queues)
-                and (j.state not in FINISHED or (history if not torque else (_kept(j, site, now) or o["x"])))
-                and common.may_see(site, viewer, j)]
+        jobs = [j for j in sched.jobs.values() if ("" in queues or j.queue in queues) and listed(j)]
         if not o["t"]:
             jobs = _collapse(jobs, site.flavor)
     if ids:
@@ -509,9 +510,7 @@ def qstat(opts: list[tuple[str, str]], ids: list[str], out, now: float) -> int:
             jobs = _collapse(jobs, site.flavor)
         jobs = list({id(j): j for j in jobs + subjobs}.values())  # (a job both named and in a queue named: once)
     elif not o["ids"]:
-        jobs = [j for j in sched.jobs.values()
-                if (j.state not in FINISHED or (history if not torque else (_kept(j, site, now) or o["x"])))
-                and common.may_see(site, viewer, j)]
+        jobs = [j for j in sched.jobs.values() if listed(j)]
         if not o["t"]:
             jobs = _collapse(jobs, site.flavor)
     if o["u"]:
