@@ -1173,16 +1173,11 @@ class Scheduler:
     def _gone_with(self, job: Job, res: Reservation, now: float | None) -> None:
         """A job of a reservation's own queue when the reservation ends: a waiting one is
         deleted, a running one asked to stop (EXITING; one ending already is left to end)."""
-        when = now if now is not None else self.last_pass or 0.0
-        if job.state in PENDING:
+        if job.state in PENDING or job.state == RUNNING:
             job.comment = f"Job deleted: reservation {res.name} ended"
-            job.end_time = when
-            self._move(job, DELETED, when)
-            self.deleted.append(job)
-            self._dependants(job, self._deps.ended(job), True, when)
-        elif job.state == RUNNING:
-            job.comment = f"Job deleted: reservation {res.name} ended"
-            self.exiting(job.id, when)
+            self.delete(job.id, now if now is not None else self.last_pass or 0.0)
+            if job.state == DELETED:
+                self.deleted.append(job)
 
     def note_node(self, name: str, note: str) -> None:
         """An operator's note on a node (pbsnodes -N); "" removes it.  The pass never reads it."""

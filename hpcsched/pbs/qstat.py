@@ -351,7 +351,7 @@ def queue_listing(site: Site, sched, named=()) -> list[str]:
                  "---------------- ----- ----- --- --- ----- ----- ----- ----- ----- ----- ----"]
     for name, q in _listed(sched, named):
         jobs = [j for j in sched.jobs.values() if j.queue == name]
-        count = {s: sum(1 for j in jobs if common.state_letter(j, site.flavor) == s) for s in "QRHWEC"}
+        count = _letters(site, jobs)
         cells = [q.max_running or 0, len(jobs), "yes" if q.enabled else "no", "yes" if q.started else "no",
                  count["Q"], count["R"], count["H"], count["W"], 0, count["E"]]
         if torque:
@@ -362,6 +362,16 @@ def queue_listing(site: Site, sched, named=()) -> list[str]:
     return lines
 
 
+def _letters(site: Site, jobs) -> dict[str, int]:
+    """How many of `jobs` show each state letter (Q R H W E C) in the site's flavor."""
+    count = dict.fromkeys("QRHWEC", 0)
+    for j in jobs:
+        letter = common.state_letter(j, site.flavor)
+        if letter in count:
+            count[letter] += 1
+    return count
+
+
 def _listed(sched, named) -> list:
     """(name, queue) of the queues named, in that order, else of every queue."""
     return [(n, sched.router.queues[n]) for n in named] if named else list(sched.router.queues.items())
@@ -370,8 +380,7 @@ def _listed(sched, named) -> list:
 def _state_count(site: Site, sched, name: str) -> str:
     """`Transit:0 Queued:2 Held:0 Waiting:0 Running:1 Exiting:0 Begun:0` (OpenPBS) or with
     `Complete:N` last (Torque)."""
-    jobs = [j for j in sched.jobs.values() if j.queue == name]
-    count = {s: sum(1 for j in jobs if common.state_letter(j, site.flavor) == s) for s in "QHWREC"}
+    count = _letters(site, [j for j in sched.jobs.values() if j.queue == name])
     words = [("Transit", 0), ("Queued", count["Q"]), ("Held", count["H"]), ("Waiting", count["W"]),
              ("Running", count["R"]), ("Exiting", count["E"])]
     words.append(("Complete", count["C"]) if site.flavor == "torque" else ("Begun", 0))
@@ -402,7 +411,7 @@ def server_listing(site: Site, sched) -> list[str]:
     """qstat -B: Torque's columns (with Com, its completed jobs) or OpenPBS's; the state
     is Active, or Idle while scheduling is off (qmgr's server_state)."""
     jobs = list(sched.jobs.values())
-    count = {s: sum(1 for j in jobs if common.state_letter(j, site.flavor) == s) for s in "QRHWEC"}
+    count = _letters(site, jobs)
     state = "Active" if site.config.get("scheduling", True) else "Idle"
     cells = [0, len(jobs), count["Q"], count["R"], count["H"], count["W"], 0, count["E"]]
     if site.flavor == "torque":
