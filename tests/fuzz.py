@@ -24,9 +24,12 @@ import signal
 import string
 import time
 
+from hpcsched.pbs import cobalt, options
+
 #: every exit status a command may use, per flavor (the table in man 1 hpcsched)
 STATUSES = {"torque": {0, 1, 2, 153, 154, 159, 161, 170, 172, 175, 188, 192, 196, 236, 238},
-            "openpbs": {0, 1, 2, 35, 153, 154, 159, 161, 170, 175, 188, 192, 196, 236, 238}}
+            "openpbs": {0, 1, 2, 35, 153, 154, 159, 161, 170, 175, 188, 192, 196, 236, 238},
+            "cobalt": {0, 1, 2}}  # (Cobalt's seven commands: man 1 cobalt; the rest are Torque's)
 DEADLINE = 10  # seconds one case may take
 
 NASTY = ["", "-", "--", "0", "-1", "1", "2", "99", "1e999", "nan", "inf", "²", "٣", "\x00", "\x07", "a b", " ",
@@ -56,6 +59,14 @@ LETTERS = {"qsub": "aAcCdeFhIjJklmMnNopqrStuvVwWz", "qalter": "aAehjklmMNoprSvWt
 FLAGS = set("hIVzfix1QBtTJaroblcvpqwdn")  # letters tried bare as well as with a value
 #: qsub and qalter take the most input: they get more of the cases
 WEIGHTED = sorted(set(LETTERS) - {"pbsyod"}) + ["qsub"] * 12 + ["qalter"] * 4
+#: Cobalt's spellings of each of its commands' options (pbs/cobalt.py)
+COBALT_SPELLINGS = {"qsub": [s for spellings, _, _ in options.COBALT_QSUB for s in spellings],
+                    "qstat": [s for spellings, _, _ in cobalt.QSTAT_TABLE for s in spellings],
+                    "qalter": [s for spellings, _, _ in cobalt.QALTER_TABLE for s in spellings],
+                    "qdel": ["-d", "--debug"], "qhold": ["-d"], "qrls": ["-d", "--dependencies"], "qmove": ["-d"]}
+COBALT_VALUES = ["1", "0", "-1", "30", "1:00:00", "+5", "-5", "c16", "c3", "script", "interactive", "A=1:B=x\\:y",
+                 "A", "1A=2", "1:2", "x:y", "job.sh", "missing.sh", "/tmp", "$jobid.out", "JobID:State", "Nosuch",
+                 "batch", "nosuch", "location=x", "027", "999"]
 
 
 def _value(rnd: random.Random) -> str:
@@ -65,6 +76,8 @@ def _value(rnd: random.Random) -> str:
 
 
 def command_case(rnd: random.Random) -> dict:
+    if rnd.random() < 0.15:
+        return cobalt_case(rnd)
     prog = rnd.choice(WEIGHTED)
     argv = []
     for _ in range(rnd.randint(0, 4)):
@@ -84,6 +97,26 @@ def command_case(rnd: random.Random) -> dict:
             "tz": zone}
 
 
+def cobalt_case(rnd: random.Random) -> dict:
+    """One of Cobalt's commands on a cobalt site; qsub's command, job.sh, is the case's script."""
+    prog = rnd.choice(sorted(COBALT_SPELLINGS) + ["qsub"] * 6 + ["qstat"] * 2 + ["qalter"] * 2)
+    argv = []
+    for _ in range(rnd.randint(0, 5)):
+        argv.append(rnd.choice(COBALT_SPELLINGS[prog]))
+        if rnd.random() < 0.8:
+            value = rnd.choice(COBALT_VALUES) if rnd.random() < 0.7 else _value(rnd)
+            argv[-1:] = [f"{argv[-1]}={value}"] if argv[-1].startswith("--") and rnd.random() < 0.3 \
+                else [argv[-1], value]
+    if prog == "qsub" and rnd.random() < 0.6:  # (most name what a job needs: they get further)
+        argv = ["-n", "1", "-t", "5", *argv, "job.sh"]
+    for _ in range(rnd.randint(0, 2)):
+        argv.append(rnd.choice(["1", "2", "99", "abc", "batch", "job.sh", "missing.sh", _value(rnd)]))
+    lines = ["#!/bin/sh"] + [f"#COBALT {rnd.choice(COBALT_SPELLINGS['qsub'])} {rnd.choice(COBALT_VALUES)}"
+                             for _ in range(rnd.randint(0, 3))]
+    return {"kind": "command", "prog": prog, "argv": argv, "stdin": "\n".join(lines + ["true"]) + "\n",
+            "flavor": "cobalt", "user": rnd.choice(["alice"] * 9 + ["bob"]), "tz": "UTC"}
+
+
 def directives_script(rnd: random.Random) -> str:
     lines = ["#!/bin/sh"]
     for _ in range(rnd.randint(1, 4)):
@@ -95,7 +128,7 @@ def directives_script(rnd: random.Random) -> str:
 
 
 CONFIG_KEYS = {"backfill": ["easy", "none", "conservative", "depth=3", "depth=0", "depth=x", 3, None],
-               "flavor": ["torque", "openpbs", "slurm", 1], "keep_completed": [300, -1, "x", 1e999, True],
+               "flavor": ["torque", "openpbs", "cobalt", "slurm", 1], "keep_completed": [300, -1, "x", 1e999, True],
                "server_interval": [15, 0, -3, "x", []], "kill_grace": [30, 0, "30"], "launcher": [["sh"], "ssh", [1]],
                "placement": ["first-fit", "contiguous", "random"], "dependency_failure": ["hold", "delete", "x"],
                "default_queue": ["batch", "nosuch", 3], "scheduling": [True, "false", 0],
@@ -201,6 +234,11 @@ def _command(case: dict, home) -> str | None:
     os.environ["TZ"] = case.get("tz", "UTC")
     time.tzset()
     module, name = front.COMMANDS[case["prog"]].split(":")
+    if case["flavor"] == "cobalt":  # (its command, an executable job.sh here, is the case's script)
+        module = "cobalt" if case["prog"] in front.COBALT else module
+        with open("job.sh", "w") as f:
+            f.write(case["stdin"])
+        os.chmod("job.sh", 0o755)
     command = getattr(import_module(f"hpcsched.pbs.{module}"), name)
     before = _store_bytes(home)
     err, out = io.StringIO(), io.StringIO()
@@ -216,7 +254,8 @@ def _command(case: dict, home) -> str | None:
         time.tzset()
     if "Traceback" in err.getvalue() or "internal error" in err.getvalue():
         return f"traceback: {err.getvalue()[:300]}"
-    if status not in STATUSES[case["flavor"]]:
+    flavor = "torque" if case["flavor"] == "cobalt" and case["prog"] not in front.COBALT else case["flavor"]
+    if status not in STATUSES[flavor]:
         return f"status {status}: {err.getvalue()[:200]}"
     # (a command given several jobs acts on each it can: one bad id fails it, not the rest)
     several = sum(1 for a in case["argv"] if not a.startswith("-")) > 1

@@ -637,7 +637,7 @@ def test_qsub_u_names_the_submitter_or_is_refused(rig):
 def test_bad_config_is_one_line(rig):
     (rig / "home" / "config.toml").write_text('flavor = "slurm"\n[[nodes]]\nnames = "n1"\n')
     p = run("qstat")
-    assert p.returncode == 1 and p.stderr == "qstat: flavor: 'slurm' is not torque or openpbs\n"
+    assert p.returncode == 1 and p.stderr == "qstat: flavor: 'slurm' is not torque, openpbs or cobalt\n"
     (rig / "home" / "config.toml").write_bytes(b'server_name = "caf\xe9"\n')  # (Latin-1: a traceback before)
     p = run("qstat")
     assert p.returncode == 1 and p.stderr.endswith("config.toml: not UTF-8 (byte 18)\n") and p.stderr.count("\n") == 1

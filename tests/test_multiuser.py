@@ -610,3 +610,28 @@ def test_a_service_account_server_runs_its_own_jobs_and_refuses_others(site, use
     assert status == 0, err
     assert site.wait(jid).owner == ALICE
     assert Path(users[ALICE].pw_dir, f"job.sh.o{jid}").read_text().split()[0] == ALICE
+
+
+def test_a_cobalt_site_takes_its_users_jobs_through_the_server(site, users):
+    """A client cannot read a multi-user site's configuration: it sends the command Torque's
+    or Cobalt's reading names, and the server, which knows the flavor, reads its #COBALT lines.
+    The job runs as its owner; another user may not delete it."""
+    site.configure('flavor = "cobalt"\n')
+    site.start()
+    path = script(ALICE, "job.sh", "#COBALT -t 5 -n 1\nid -un; echo $COBALT_JOBID $COBALT_JOBSIZE\nsleep 30\n")
+    os.chmod(path, 0o755)
+    status, out, err = site.run(ALICE, "qsub", "job.sh")
+    assert (status, out, err) == (0, "1\n", "")
+    status, out, err = site.run(ALICE, "qsub", "-n", "1", "-t", "1", "-O", "second", "job.sh")
+    assert (status, out) == (0, "2\n"), err
+    assert site.run(BOB, "qdel", "1")[0] == 1
+    assert site.run(BOB, "qstat", "1")[1].splitlines()[0].split() == ["JobID", "User", "WallTime", "Nodes", "State",
+                                                                   "Location"]
+    home = Path(users[ALICE].pw_dir)
+    site.wait(2, ("R",))
+    assert site.run(ALICE, "qdel", "1", "2")[0] == 0
+    site.wait(2)
+    assert Path(home, "second.output").read_text().split("\n")[:2] == [ALICE, "2 1"]
+    assert Path(home, "second.output").stat().st_uid == users[ALICE].pw_uid
+    for name in ("second.output", "second.error", "1.output", "1.error"):
+        Path(home, name).unlink(missing_ok=True)

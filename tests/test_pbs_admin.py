@@ -319,3 +319,25 @@ def test_a_bad_default_walltime_in_the_config_is_one_line(rig):
     config.write_text('default_walltime = "-5"\n' + config.read_text())
     with pytest.raises(Exception, match="default_walltime: bad duration '-5'"):
         submit()
+
+
+def test_qmgr_sets_the_next_job_number_and_never_lowers_it(rig, monkeypatch, capsys):
+    """Torque's and OpenPBS's `next_job_number`: store state (a journal record), so a
+    replay and a constant-time qsub both number from it."""
+    monkeypatch.setenv("HPCSCHED_USER", "root")
+    assert run(qmgr.QMGR, "-c", "set server next_job_number = 1000")[0] == 0
+    assert qsub.submit(["-l", "walltime=60"], stdin=io.StringIO("true\n"))[0] == "1000.headnode"
+    status, out = run(qmgr.QMGR, "-c", "list server next_job_number")
+    assert "next_job_number = 1001" in out
+    for value, said in (("5", "below the next id, 1001"), ("x", "Illegal attribute or resource value"),
+                        ("0", "Illegal attribute")):
+        status, out = run(qmgr.QMGR, "-c", f"set server next_job_number = {value}")
+        assert status == 2 and said in capsys.readouterr().err
+    assert run(qmgr.QMGR, "-c", "unset server next_job_number")[0] == 2
+    monkeypatch.setenv("HPCSCHED_USER", "alice")  # (a manager's alone)
+    assert run(qmgr.QMGR, "-c", "set server next_job_number = 5000")[0] == 159
+    from hpcsched.store.journaled import Batch
+    from hpcsched.store.site import load_site
+    batch = Batch(load_site())
+    with batch.open(write=False):
+        assert batch.next_id == batch.sched.next_id == 1001

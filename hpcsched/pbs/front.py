@@ -42,17 +42,64 @@ COMMANDS = {name: f"{module}:{name.upper()}" for module, names in (
     for name in names}
 #: pbsyod and pbsdsh run programs as the caller's children, inside the job: never forwarded
 LOCAL_ONLY = frozenset({"pbsyod", "pbsdsh"})
+#: the commands a `cobalt` site answers in Cobalt's form (cobalt.py); the rest keep PBS's
+COBALT = frozenset({"qsub", "qstat", "qdel", "qhold", "qrls", "qalter", "qmove"})
+COBALT_HEAD = 1 << 16  # bytes of a Cobalt job's command a client sends: its #COBALT lines
 SOCKET = "commands.sock"
 CLIENT_TIMEOUT = 60.0  # seconds a command waits for the server (connect, send, answer)
 MAGIC = b"hpcsched1"
 
-def _qsub_options(argv: list[str]) -> tuple[list[tuple[str, str]], list[str]]:
-    from .errors import UsageError
-    from .options import QSUB, parse
+def flavor() -> str:
+    """The site's flavor as load_site reads it ($HPCSCHED_FLAVOR, else config.toml's
+    top-level `flavor`; torque), read here without a TOML parser: the client side decides
+    from it alone how qsub's command line reads, and a parser would double its cost.
+    "" when the configuration is not the caller's to read (a multi-user site's)."""
+    given = getenv("HPCSCHED_FLAVOR")
+    if given:
+        return given
     try:
-        return parse(argv, QSUB, permute=False, dashes=True)
+        with open(f"{home()}/config.toml", "rb") as f:
+            text = f.read().decode("utf-8")
+    except PermissionError:
+        return ""
+    except (OSError, UnicodeDecodeError):
+        return "torque"  # (running here says what is wrong with it)
+    for line in text.splitlines():
+        line = line.strip()
+        if line.startswith("["):  # (the top-level keys end at the first table)
+            break
+        key, eq, value = line.partition("=")
+        if eq and key.strip().strip("\"'") == "flavor":
+            return value.partition("#")[0].strip().strip("\"'")
+    return "torque"
+
+
+def _qsub_options(argv: list[str]) -> tuple[list[tuple[str, str]], list[str]]:
+    """qsub's (options, operands) as the front door needs them: a Cobalt qsub's in PBS's
+    letters (`-I` for an interactive job) and its command, made absolute by --cwd.  Where
+    the flavor cannot be read here (a multi-user site), Torque's reading unless it fails or
+    names more than one script, else Cobalt's: the server, which knows, reads what it is sent
+    by its own flavor."""
+    from .errors import UsageError
+    from .options import COBALT_QSUB, QSUB, parse, parse_long
+    kind = flavor()
+    if kind != "cobalt":
+        try:
+            opts, operands = parse(argv, QSUB, permute=False, dashes=True)
+            if kind or len(operands) <= 1 or ("I", "") in opts:
+                return opts, operands
+        except UsageError:
+            if kind:
+                return [], ["-"]  # the server reports the usage error
+    try:
+        opts, operands = parse_long(argv, COBALT_QSUB, permute=False)
     except UsageError:
-        return [], ["-"]  # the server reports the usage error
+        return [], ["-"]
+    given = dict(opts)
+    interactive = "interactive" in given or given.get("mode") == "interactive"
+    if operands and not operands[0].startswith("/") and "cwd" in given:
+        operands = [f"{given['cwd']}/{operands[0]}", *operands[1:]]
+    return [("I", "")] if interactive else [], operands[:1] or ["-"]  # (never standard input)
 
 
 def _reads_stdin(prog: str, argv: list[str]) -> bool:
@@ -143,7 +190,7 @@ def _script_operand(prog: str, argv: list[str], cwd: str) -> bytes | None:
     path = operands[0] if operands[0].startswith("/") else f"{cwd}/{operands[0]}"
     try:
         with open(path, "rb") as f:
-            return f.read()
+            return f.read(COBALT_HEAD) if flavor() == "cobalt" else f.read()
     except (OSError, ValueError):
         return None
 
@@ -209,6 +256,8 @@ def run_here(prog: str, argv: list[str] | None = None) -> int:
     """Run the command in this process (argv None: the real command line)."""
     from importlib import import_module
     module, name = COMMANDS[prog].split(":")
+    if prog in COBALT and flavor() == "cobalt":
+        module = "cobalt"
     return getattr(import_module(f"hpcsched.pbs.{module}"), name)(argv)
 
 

@@ -91,6 +91,7 @@ QUEUE_ATTRS = {
     "Priority": ("priority", lambda t: int(t), str),
 }
 #: PBS server attribute -> (config key, parse, show the config's value)
+NEXT_JOB_NUMBER = "next_job_number"  # (the store's, not the configuration's: _next_job_number)
 SERVER_ATTRS = {
     "scheduling": ("scheduling", _bool, str),
     "default_queue": ("default_queue", str, str),
@@ -131,6 +132,7 @@ def server_attributes(site, sched) -> list[tuple[str, str]]:
         if value is not None and value != []:
             rows.append((attr, show(value)))
     rows.append(("total_jobs", str(sum(j.state not in FINISHED for j in sched.jobs.values()))))
+    rows.append(("next_job_number", str(sched.next_id)))
     rows.append(("pbs_version", common.VERSION))
     return rows
 
@@ -150,7 +152,7 @@ def split_command(line: str) -> tuple[str, str, str, list[tuple[str, str, str]]]
     # the object's name comes first, unless that word is already an attribute (`set server
     # scheduling = False`: a server's name is optional)
     if tokens and "=" not in tokens[0] and not re.match(r"[+-]?=", tokens[1].lstrip() if len(tokens) > 1 else "") \
-            and not (obj == "server" and tokens[0] in SERVER_ATTRS):
+            and not (obj == "server" and (tokens[0] in SERVER_ATTRS or tokens[0] == NEXT_JOB_NUMBER)):
         name, rest = tokens[0], tokens[1] if len(tokens) > 1 else ""
     attrs = []
     if rest.strip():
@@ -281,7 +283,26 @@ class Qmgr:
             if not name:
                 raise common.CommandError("qmgr: Syntax error: give the queue's name", BAD_VALUE)
             self._site_queue(self._sched(), name)
+        if obj == "server" and any(attr == NEXT_JOB_NUMBER for attr, _, _ in attrs):
+            return self._next_job_number(attrs, op)
         self._apply(_copy(self.changes), obj, name, attrs, op)
+
+    def _next_job_number(self, attrs, op: str) -> None:
+        """Torque's and OpenPBS's `set server next_job_number = N`: the next job's id (and
+        those after it) from N on; store state, not configuration, and never lowered, so no
+        id is given twice."""
+        if op != "set" or len(attrs) > 1 or attrs[0][1] != "=":
+            raise common.CommandError("qmgr: next_job_number is set alone, with =", BAD_VALUE)
+        text = attrs[0][2].strip()
+        if not re.fullmatch(r"[0-9]{1,15}", text) or int(text) < 1:
+            raise common.CommandError(f"qmgr obj={self.site.server} svr=default: Illegal attribute or resource "
+                                      f"value next_job_number = {text}", BAD_VALUE)
+        batch = Batch.of(self.site)
+        with batch.open(write=True):
+            if int(text) < batch.next_id:
+                raise common.CommandError(f"qmgr obj={self.site.server} svr=default: next_job_number {text} is "
+                                          f"below the next id, {batch.next_id}: ids are never given twice", BAD_VALUE)
+            batch.do("next_id", value=int(text))
 
     def _unset(self, obj: str, name: str, attrs) -> None:
         self._set(obj, name, attrs, "unset")

@@ -140,8 +140,12 @@ def submit(argv: list[str], stdin=None, cwd: str | None = None, env: dict | None
 
 
 def submit_parsed(cmd: list[tuple[str, str]], rest: list[str], stdin=None, cwd: str | None = None,
-                  env: dict | None = None, now: float | None = None) -> tuple[str, bool]:
-    """`submit` with the command line already parsed: (options in order, operands)."""
+                  env: dict | None = None, now: float | None = None, extra: dict | None = None,
+                  stdin_file: str = "", check=None) -> tuple[str, bool]:
+    """`submit` with the command line already parsed: (options in order, operands).
+    `extra`: more of the job's record (a Cobalt job's own); `stdin_file`: the standard
+    input of a program given after `--` (Cobalt's -i); `check(sched, job, queue)`: what the
+    job must also meet on this machine, asked before its walltime defaults (Cobalt's)."""
     stdin = stdin if stdin is not None else sys.stdin
     env = dict(os.environ if env is None else env)
     cwd = cwd or os.getcwd()
@@ -159,7 +163,8 @@ def submit_parsed(cmd: list[tuple[str, str]], rest: list[str], stdin=None, cwd: 
     if interactive and sitemod.caller is None and not commands.server_answers():
         raise common.CommandError("interactive jobs (-I) need a running server (hpcsched server)", common.SYSTEM)
     if program is not None:  # its script runs the program in the job's shell (no directives to read)
-        script, script_name = f"exec {shlex.join(program)}\n", program[0]
+        script, script_name = f"exec {shlex.join(program)}{stdin_file and ' < ' + shlex.quote(stdin_file)}\n", \
+            program[0]
     elif interactive and not rest:
         script, script_name = "", ""  # the terminal is the session's, not a script
     elif rest and sent_script is not None:  # read by the client, with its rights
@@ -201,6 +206,7 @@ def submit_parsed(cmd: list[tuple[str, str]], rest: list[str], stdin=None, cwd: 
         common.check_deadline(site, user)
     if program is not None:
         job.extra["program"] = program  # (qstat -f's executable and argument_list)
+    job.extra.update(extra or {})
     if "F" in options:  # Torque's -F: the arguments the job's script is run with
         job.extra["arguments"] = script_arguments(options["F"])
     args = shlex.join(words)
@@ -233,6 +239,8 @@ def submit_parsed(cmd: list[tuple[str, str]], rest: list[str], stdin=None, cwd: 
             raise common.CommandError("Unknown queue", 170)
         job.extra["variables"]["PBS_O_QUEUE"] = queue
         job.request = with_nidmask(job.request, resources, sched.topology)
+        if check is not None:
+            check(sched, job, queue)
         if job.walltime <= 0:  # (none asked: the queue's resources_default, the server's, the queue's most, 1 h)
             q = sched.router.queues[queue] if queue else None
             job.walltime = (q and q.default_walltime) or site_default_walltime(site) or (q and q.max_walltime) \

@@ -42,7 +42,7 @@ from pathlib import Path
 from ..core.jobs import ACTIVE, EXITING, FINISHED, RUNNING, Job
 from ..drain.moablog import DailyWriter
 from ..drain.samples import Sampler
-from ..pbs import accounting, common, forwarded, mail
+from ..pbs import accounting, cobalt, common, forwarded, mail
 from ..pbs import front as commands
 from ..store.journal import StoreError
 from ..store.journaled import Batch
@@ -50,6 +50,8 @@ from ..store.layout import INTERACTIVE, WRAPPER
 from ..core.errors import SchedulerError
 from ..store.site import SOCKET, Site, config_stamp, load_site, user_name
 from . import limits, privilege, scripts, staging, tracking
+
+COBALT_NODES = "cobalt_nodes"  # a Cobalt job's $COBALT_NODEFILE in its run directory
 
 LOST = -1  # exit status of a job whose process vanished without one
 INTERACTIVE_WAIT = 60.0  # seconds a started interactive job waits for its qsub -I
@@ -756,6 +758,8 @@ class Server:
             # (a line per processor asked for: an exclusive job holds all of its nodes' cores)
             per = job.request.ppn if job.request.exclusive else None
             _put(d / "nodes", "".join(f"{n}\n" * (per or max(1, len(c))) for n, c in zip(job.nodes, job.cores)), owner)
+            if "cobalt" in x:  # (Cobalt's node file: a node a line)
+                _put(d / COBALT_NODES, "".join(f"{n}\n" for n in job.nodes), owner)
             if gpus:
                 _put(d / "gpus", "".join(f"{n}-gpu{i}\n" for n, held in gpus.items() for i in held), owner)
             w = x.get("W", {})
@@ -831,6 +835,8 @@ class Server:
         seq = common.output_seq(job, self.site.flavor)
         out = _path(x.get("output"), submit_dir, f"{job.name}.o{seq}")
         err = _path(x.get("error"), submit_dir, f"{job.name}.e{seq}")
+        if "cobalt" in x:  # (<jobid>.output and .error, $jobid in the paths given)
+            out, err = cobalt.streams(job)
         keep = x.get("keep", "n")  # -k o/e: that stream stays in the owner's home instead
         if "o" in keep:
             out = os.path.join(home, f"{job.name}.o{seq}")
@@ -916,6 +922,8 @@ class Server:
         if job.array_id:
             env.update(PBS_ARRAYID=str(job.array_index), PBS_ARRAY_INDEX=str(job.array_index),
                        PBS_ARRAY_ID=f"{job.array_id}[].{self.site.server}")
+        if "cobalt" in x:
+            env.update(cobalt.environment(job, self.batch.sched.topology, str(nodefile.parent / COBALT_NODES)))
         return env
 
     # --- the loop --------------------------------------------------------------------------

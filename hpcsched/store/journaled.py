@@ -67,6 +67,9 @@ def apply(sched: Scheduler, rec: dict):
         return sched.alter(rec["id"], now, **_alter_changes(rec["changes"]))
     if op == "pass":
         return sched.iterate(now)
+    if op == "next_id":  # qmgr's `set server next_job_number`: ids go on from there (never back)
+        sched.next_id = max(sched.next_id, rec["value"])
+        return sched.next_id
     if op == "run":
         return sched.run_now(rec["id"], now, tuple(rec.get("nodes", ())))
     if op == "ended":
@@ -313,7 +316,7 @@ class Batch:
             self.next_id = max(self.next_id, result.id + 1)
         elif op == "submit_array" and result:
             self.next_id = max(self.next_id, result[-1].id + 1)
-        elif op == "reservation":  # (a pbs_rsub reservation takes a job number: R12)
+        elif op in ("reservation", "next_id"):  # (a pbs_rsub reservation takes a job number: R12)
             self.next_id = max(self.next_id, self.sched.next_id)
         rec["next_id"], rec["cfg"] = self.next_id, self.site.config_id
         try:

@@ -56,6 +56,7 @@ OPS = {
     "release": {"id": _id, "kind": _hold},
     "alter": {"id": _id, "changes": _table},
     "pass": {},
+    "next_id": {"value": _id},
     "run": {"id": _id, "nodes?": _words},
     "ended": {"id": _id, "exit_status": _status, "cpu_time?": lambda v: _number(v) and v >= 0, "set?": _table},
     "exiting": {"id": _id, "exit_status?": _status, "cpu_time?": lambda v: _number(v) and v >= 0, "set?": _table},

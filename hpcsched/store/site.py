@@ -5,7 +5,8 @@
     $HPCSCHED_HOME/state.json    the store (see journal.py)
 
 The configuration holds the core's keys (config.py) and the commands' own: `flavor`
-(`torque`, the default, or `openpbs`; $HPCSCHED_FLAVOR overrides it per call),
+(`torque`, the default, `openpbs`, or `cobalt`: qsub, qstat, qdel, qhold, qrls, qalter
+and qmove as Cobalt's, the rest as Torque's; $HPCSCHED_FLAVOR overrides it per call),
 `operators`, `managers` (user names, or `@group` for every member of a Unix group),
 `keep_completed` (seconds a finished job stays in plain qstat under Torque; 300),
 `multi_user` (the server is the only door: see server/privilege.py) and `acl_roots`.
@@ -37,7 +38,7 @@ from .journal import default_home, write_atomic
 SOCKET = "server.sock"  # a running server listens here for "something changed"
 
 SITE_KEYS = DRIVER_KEYS  # (config.py lists them: one place names every key a site file may hold)
-FLAVORS = ("torque", "openpbs")
+FLAVORS = ("torque", "openpbs", "cobalt")
 CONFIG = "config.toml"
 OVERLAY = "qmgr.json"
 _USER_NAME = re.compile(r"[A-Za-z0-9_.][A-Za-z0-9_.-]*\$?")  # what useradd takes, and numeric ids
@@ -89,7 +90,7 @@ class Site:
     home: Path
     config: dict
     server: str
-    flavor: str
+    flavor: str  # the PBS commands' vocabulary: torque or openpbs (a cobalt site's are Torque's)
     operators: frozenset[str]
     managers: frozenset[str]
     keep_completed: float
@@ -100,6 +101,7 @@ class Site:
     #: them when they change, so that a replay decides under the configuration of its day)
     source: tuple[str, dict] = field(default=("", {"server": {}, "queues": {}}), repr=False, compare=False)
     _built: Scheduler | None = field(default=None, repr=False, compare=False)
+    cobalt: bool = False  # `flavor = "cobalt"`: qsub, qstat, ... are Cobalt's (pbs/cobalt.py)
 
     def scheduler(self) -> Scheduler:
         """A scheduler configured as the site says (no jobs yet): the one `load_site` built
@@ -215,7 +217,7 @@ def _load_site(home: Path) -> Site:
     flavor = os.environ.get("HPCSCHED_FLAVOR") or config.get("flavor", "torque")
     if flavor not in FLAVORS:
         where = "HPCSCHED_FLAVOR" if os.environ.get("HPCSCHED_FLAVOR") else "flavor"
-        raise ConfigError(f"{where}: {flavor!r} is not torque or openpbs")
+        raise ConfigError(f"{where}: {flavor!r} is not torque, openpbs or cobalt")
     check_named_user(os.environ)
     for key in ("scheduling", "query_other_jobs", "resv_enable"):
         if not isinstance(config.get(key, True), bool):
@@ -250,9 +252,9 @@ def _load_site(home: Path) -> Site:
         raise ConfigError("server_name: must be a name without spaces")
     if not isinstance(config.get("multi_user", False), bool):
         raise ConfigError("multi_user: must be true or false")
-    site = Site(home, config, server, flavor, _names(config, "operators"), _names(config, "managers"),
-                float(keep), config.get("multi_user", False), _names(config, "acl_roots"),
-                _names(config, "deadline_users"), (text, changes))
+    site = Site(home, config, server, "torque" if flavor == "cobalt" else flavor, _names(config, "operators"),
+                _names(config, "managers"), float(keep), config.get("multi_user", False), _names(config, "acl_roots"),
+                _names(config, "deadline_users"), (text, changes), cobalt=flavor == "cobalt")
     site._built = site.scheduler()  # check the rest now (one line naming the key), and keep it
     return site
 

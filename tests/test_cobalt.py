@@ -1,0 +1,373 @@
+"""Cobalt's commands (flavor = "cobalt"): qsub, qstat, qdel, qhold, qrls, qalter and qmove
+as Mira's users typed them, each a translation onto the one core."""
+import io
+import os
+
+import pytest
+import test_server
+from test_server import cmd, wait_for
+
+from hpcsched.core.jobs import DEP_HOLD, HELD, QUEUED
+from hpcsched.pbs import cobalt, front
+from hpcsched.pbs.errors import UsageError
+from hpcsched.pbs.options import COBALT_QSUB, parse_long
+from hpcsched.store.journaled import Batch
+from hpcsched.store.site import load_site
+
+NOW = 1_700_000_000.0
+live = test_server.live  # (a running server's fixture)
+
+
+@pytest.fixture
+def site(rig, monkeypatch):
+    """The test rig as a Cobalt site, qsub run from its work directory beside an executable
+    script `job.sh`."""
+    home = rig / "home"
+    config = home / "config.toml"
+    config.write_text(config.read_text().replace('flavor = "torque"', 'flavor = "cobalt"'))
+    work = rig / "work"
+    work.mkdir()
+    script = work / "job.sh"
+    script.write_text("#!/bin/sh\necho hi\n")
+    script.chmod(0o755)
+    monkeypatch.chdir(work)
+    return work
+
+
+def run(prog, *argv, now=NOW):
+    out = io.StringIO()
+    status = getattr(cobalt, prog.upper())(list(argv), out=out, now=now)
+    return status, out.getvalue()
+
+
+def stored():
+    batch = Batch(load_site())
+    with batch.open(write=False):
+        return batch.sched
+
+
+# --- the command line -------------------------------------------------------------------
+
+def test_the_options_read_as_optparse_reads_them():
+    assert parse_long(["-n10", "--time=30", "--en", "A=1", "-q", "q", "-hI", "prog", "-n", "2"], COBALT_QSUB,
+                      permute=False) == ([("nodecount", "10"), ("time", "30"), ("env", "A=1"), ("queue", "q"),
+                                          ("held", ""), ("interactive", "")], ["prog", "-n", "2"])
+    for argv, said in ((["-k"], "no such option: -k"), (["--nodes", "2"], "no such option: --nodes"),
+                       (["--e", "x"], "ambiguous option: --e (--env, --error?)"),
+                       (["-n"], "-n option requires an argument"),
+                       (["--held=yes"], "--held option does not take a value")):
+        with pytest.raises(UsageError, match=said.replace("?", r"\?").replace("(", r"\(").replace(")", r"\)")):
+            parse_long(argv, COBALT_QSUB)
+
+
+def test_the_front_door_reads_the_flavor_as_the_site_does(tmp_path, monkeypatch):
+    """front.flavor (no TOML parser: the client's cost) against load_site, the reference."""
+    monkeypatch.setenv("HPCSCHED_HOME", str(tmp_path))
+    monkeypatch.delenv("HPCSCHED_FLAVOR", raising=False)
+    from hpcsched.store.site import init_site
+    init_site(tmp_path, nodes=1, cores=1)
+    base = (tmp_path / "config.toml").read_text().replace('flavor = "torque"\n', "")
+    for head, tail in (("", ""), ('flavor = "cobalt"\n', ""), ("flavor='openpbs' # ours\n", ""),
+                       ('  flavor   =   "cobalt"\n', ""), ('# flavor = "openpbs"\n', '\n[queues.x]\nmax_nodes = 1\n'),
+                       ('"flavor" = "cobalt"\n', "")):
+        (tmp_path / "config.toml").write_text(head + base + tail)
+        site = load_site(tmp_path)
+        assert front.flavor() == ("cobalt" if site.cobalt else site.flavor), head + tail
+    monkeypatch.setenv("HPCSCHED_FLAVOR", "openpbs")
+    assert front.flavor() == load_site(tmp_path).flavor == "openpbs"
+
+
+def test_a_cobalt_site_answers_the_seven_names_in_cobalts_form(site):
+    assert front.flavor() == "cobalt"
+    assert load_site().flavor == "torque" and load_site().cobalt  # (the other commands speak Torque)
+    status, out = run("qsub", "-n", "1", "-t", "10", "job.sh")
+    assert (status, out) == (0, "1\n")
+    for prog in sorted(front.COBALT):
+        assert front.COMMANDS[prog].split(":")[0] != "cobalt"  # (the PBS form on other sites)
+
+
+# --- qsub -------------------------------------------------------------------------------
+
+def test_qsub_translates_cobalts_options_onto_the_job(site):
+    assert run("qsub", "-n", "2", "-t", "01:30:00", "-A", "proj", "-q", "batch", "--env", "A=1:B=x\\:y\\=z",
+               "--env", "C=3", "-M", "me@example.org", "--jobname", "demo", "-u", "027", "job.sh", "a", "b c") \
+        == (0, "1\n")
+    job = stored().jobs[1]
+    assert (job.request.nodes, job.walltime, job.account, job.queue, job.name) == (2, 5400.0, "proj", "batch", "demo")
+    assert job.request.exclusive  # (Cobalt gives a job whole nodes)
+    x = job.extra
+    assert x["program"] == [str(site / "job.sh"), "a", "b c"]
+    assert x["script"] == f"exec {site / 'job.sh'} a 'b c'\n"  # (the command runs as its script, read then)
+    assert x["workdir"] == str(site)
+    assert x["cobalt"] == {"nodes": 2, "procs": 2, "mode": "script", "env": {"A": "1", "B": "x:y=z", "C": "3"}}
+    assert {k: x["variables"][k] for k in "ABC"} == {"A": "1", "B": "x:y=z", "C": "3"}
+    assert (x["mail_users"], x["mail_points"], x["W"]["umask"]) == ("me@example.org", "be", "027")
+    assert cobalt.streams(job) == (f"{site}/1.output", f"{site}/1.error")
+
+
+def test_qsub_reads_cobalt_directives_and_the_command_line_wins(site):
+    (site / "d.sh").write_text("#!/bin/sh\n#COBALT -t 50 -n 3\n#COBALT --jobname=dir -A p1\n\n#COBALT -n 9\ntrue\n")
+    (site / "d.sh").chmod(0o755)
+    assert run("qsub", "-A", "p2", "d.sh") == (0, "1\n")
+    job = stored().jobs[1]
+    assert (job.walltime, job.request.nodes, job.name, job.account) == (3000.0, 3, "dir", "p2")
+    assert job.extra["cobalt"]["mode"] == "script"
+    # no `#!` first: no directives
+    (site / "n.sh").write_text("#COBALT -t 50 -n 3\ntrue\n")
+    (site / "n.sh").chmod(0o755)
+    assert run("qsub", "n.sh")[0] == 2  # (No required options provided)
+
+
+def test_qsub_paths_prefix_input_and_jobid_expansion(site):
+    (site / "in.txt").write_text("data\n")
+    assert run("qsub", "-n", "1", "-t", "5", "-O", "run_$jobid", "-i", "in.txt", "--jobname", "j$jobid",
+               "job.sh") == (0, "1\n")
+    job = stored().jobs[1]
+    assert job.name == "j1"
+    assert cobalt.streams(job) == (f"{site}/run_1.output", f"{site}/run_1.error")
+    assert job.extra["script"] == f"exec {site / 'job.sh'} < {site / 'in.txt'}\n"
+    assert run("qsub", "-n", "1", "-t", "5", "-o", "/tmp/o.txt", "-O", "p", "job.sh") == (0, "2\n")
+    assert cobalt.streams(stored().jobs[2]) == ("/tmp/o.txt", f"{site}/p.error")
+
+
+def test_qsub_times_dependencies_and_holds(site):
+    assert run("qsub", "-n", "1", "-t", "90", "job.sh")[1] == "1\n"
+    assert run("qsub", "-n", "1", "-t", "1:00", "--dependencies", "1", "job.sh")[1] == "2\n"
+    assert run("qsub", "-n", "1", "-t", "5", "-h", "job.sh")[1] == "3\n"
+    sched = stored()
+    assert sched.jobs[1].walltime == 5400.0 and sched.jobs[2].walltime == 60.0
+    assert [(d.kind.value, d.job_id) for d in sched.jobs[2].dependencies] == [("afterok", 1)]
+    assert [cobalt.state(sched.jobs[i]) for i in (1, 2, 3)] == ["queued", "dep_hold", "user_hold"]
+    assert (sched.jobs[2].state, sched.jobs[3].state) == (DEP_HOLD, HELD)
+
+
+def test_qsub_t0_is_the_queues_most(site, capsys):
+    config = load_site().home / "config.toml"
+    config.write_text(config.read_text() + '\n[queues.short]\nmax_walltime = "2:00:00"\n[queues.open]\n')
+    assert run("qsub", "-n", "1", "-t", "0", "-q", "short", "job.sh")[0] == 0
+    assert stored().jobs[1].walltime == 7200.0
+    assert run("qsub", "-n", "1", "-t", "0", "-q", "open", "job.sh") == (1, "")
+    assert "the queue sets none" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("argv, status, said", [
+    ((), 2, "No executable or script specified"),
+    (("job.sh",), 2, "No required options provided"),
+    (("-n", "1", "job.sh"), 1, "'time' not provided"),
+    (("-t", "5", "job.sh"), 1, "'nodecount' not provided"),
+    (("-n", "x", "-t", "5", "job.sh"), 1, "node count must be a positive integer"),
+    (("-n", "99", "-t", "5", "job.sh"), 1, "node count out of realistic range (the machine has 4)"),
+    (("-n", "1", "-t", "5m", "job.sh"), 1, "invalid time specification"),
+    (("-n", "1", "-t", "5", "--mode", "c16", "job.sh"), 1, "Specified mode 'c16' not valid"),
+    (("-n", "1", "-t", "5", "--env", "1A=2", "job.sh"), 1, "Improperly formatted argument to env"),
+    (("-n", "1", "-t", "5", "--env", "A", "job.sh"), 1, "Improperly formatted argument to env"),
+    (("-n", "1", "-t", "5", "--dependencies", "x", "job.sh"), 1, "jobid must be an integer: x"),
+    (("-n", "1", "-t", "5", "--attrs", "location=b", "job.sh"), 1, "--attrs is not supported here: no partition attributes"),
+    (("-n", "1", "-t", "5", "missing.sh"), 1, "not found, or is not a file"),
+    (("-n", "1", "-t", "5", "-i", "nothere", "job.sh"), 1, "file"),
+    (("-n", "1", "-t", "5", "-q", "nosuch", "job.sh"), 1, "Unknown queue"),
+    (("-k",), 2, "no such option: -k")])
+def test_qsub_refuses_with_one_line(site, capsys, argv, status, said):
+    assert run("qsub", *argv) == (status, "")
+    err = capsys.readouterr().err
+    assert said in err and "Traceback" not in err
+    if status == 2:
+        assert err.startswith("Usage: qsub [options] <executable> [<executable options>]\n\nqsub: error: ")
+    else:
+        assert err.count("\n") == 1
+    assert not stored().jobs
+
+
+def test_a_command_that_is_not_executable_is_refused(site, capsys):
+    (site / "plain.sh").write_text("#!/bin/sh\n")
+    assert run("qsub", "-n", "1", "-t", "5", "plain.sh") == (1, "")
+    assert capsys.readouterr().err == f"command {site / 'plain.sh'} is not executable\n"
+
+
+# --- qstat ------------------------------------------------------------------------------
+
+def test_qstat_default_columns_exactly(site):
+    run("qsub", "-n", "1", "-t", "5", "job.sh")
+    run("qsub", "-n", "2", "-t", "90", "-h", "job.sh")
+    assert run("qstat", now=NOW + 10) == (0, (
+        "JobID  User   WallTime  Nodes  State      Location  \n"
+        "====================================================\n"
+        "1      alice  00:05:00  1      queued     None      \n"
+        "2      alice  01:30:00  2      user_hold  None      \n"))
+    # one that runs: its nodes and its times
+    batch = Batch(load_site())
+    with batch.open(write=True):
+        batch.do("pass", NOW + 20)
+    status, out = run("qstat", "-f", "--header", "ignored", now=NOW + 80)
+    lines = out.splitlines()
+    assert lines[0].split() == cobalt.FULL_HEADER
+    first = lines[2].split()
+    assert first[:7] == ["1", "job.sh", "alice", "00:05:00", "00:00:20", "00:01:00", "00:04:00"]
+    assert first[7:12] == ["1", "running", "node01", "script", "1"]
+
+
+def test_qstat_long_custom_headers_users_and_ids(site, monkeypatch):
+    for _ in range(3):
+        run("qsub", "-n", "1", "-t", "5", "job.sh")
+    status, out = run("qstat", "-l", "--header=Jobid:State", "2", "3")
+    assert (status, out) == (0, "JobID: 2\n    State : queued\n\nJobID: 3\n    State : queued\n\n")
+    monkeypatch.setenv("QSTAT_HEADER", "JobID:Queue")
+    assert run("qstat", "1")[1] == "JobID  Queue  \n==============\n1      batch  \n"
+    assert run("qstat", "--sort", "JobID", "--reverse")[1].splitlines()[2:] == ["3      batch  ", "2      batch  ",
+                                                                                "1      batch  "]
+    assert run("qstat", "batch")[1].count("batch") == 3  # a queue's name: its jobs
+    assert run("qstat", "-u", "bob") == (0, "JobID  Queue  \n==============\n")
+    assert run("qstat", "7") == (1, "")  # none of those asked: nothing, and 1 (PSI/J reads it so)
+    assert run("qstat", "--header", "Nosuch")[0] == 1
+    status, out = run("qstat", "-fl", "1")
+    assert out.splitlines()[0] == "JobID: 1" and "    Est_Start_Time    : " in out
+    assert len(out.splitlines()) == len(cobalt.LONG_HEADER) + 1
+
+
+def test_qstat_queues(site):
+    status, out = run("qstat", "-Q")
+    assert out.splitlines()[0].split() == cobalt.QUEUE_HEADER
+    assert out.splitlines()[2].split() == ["batch", "*", "*", "None", "24:00:00", "None", "None", "None", "None",
+                                           "None", "running"]
+    assert run("qstat", "-Q", "nosuch") == (1, "")
+
+
+# --- qdel, qhold, qrls, qmove, qalter ----------------------------------------------------
+
+def test_qdel_lists_what_it_deleted(site, capsys):
+    run("qsub", "-n", "1", "-t", "5", "job.sh")
+    run("qsub", "-n", "1", "-t", "5", "job.sh")
+    assert run("qdel", "1", "2", "9") == (1, "      Deleted Jobs\nJobID  User   \n==============\n1      alice  \n"
+                                              "2      alice  \n")
+    assert capsys.readouterr().err == "   Failed to delete jobs: \n      job 9 not found\n"
+    assert run("qdel", "x") == (1, "")
+    assert "jobid must be an integer: x" in capsys.readouterr().err
+    assert run("qdel")[0] == 2
+
+
+def test_qhold_and_qrls_say_how_each_job_went(site):
+    run("qsub", "-n", "1", "-t", "5", "job.sh")
+    run("qsub", "-n", "1", "-t", "5", "-h", "job.sh")
+    assert run("qhold", "1", "2", "7") == (0, "   Failed to place user hold on jobs: \n"
+                                              "      job 2 already in state 'user hold'\n      job 7 not found\n"
+                                              "Placed user hold on jobs: \n      1\n")
+    assert stored().jobs[1].state == HELD
+    assert run("qrls", "1", "2") == (0, "   Removed user hold on jobs: \n      1\n      2\n")
+    assert run("qrls", "1") == (1, "   Failed to remove user hold on jobs: \n      job 1 does not have a 'user hold'\n")
+    run("qsub", "-n", "1", "-t", "5", "--dependencies", "1", "job.sh")
+    assert run("qrls", "--dependencies", "3") == (0, "   Removed dependencies from jobs: \n      3\n")
+    assert stored().jobs[3].state == QUEUED and not stored().jobs[3].dependencies
+
+
+def test_qalter_and_qmove(site, capsys):
+    config = load_site().home / "config.toml"
+    config.write_text(config.read_text() + '\n[queues.other]\n')
+    run("qsub", "-n", "1", "-t", "30", "job.sh")
+    status, out = run("qalter", "-t", "+15", "-A", "newproj", "-n", "2", "1")
+    assert status == 0
+    assert out == "walltime set to: 00:45:00 for job 1\nproject set to: newproj for job 1\n" \
+                  "nodecount changed for job 1\n"
+    job = stored().jobs[1]
+    assert (job.walltime, job.account, job.request.nodes, job.extra["cobalt"]["nodes"]) == (2700.0, "newproj", 2, 2)
+    assert run("qalter", "-t", "-50", "1")[0] == 1
+    assert "must stay positive" in capsys.readouterr().err
+    assert run("qalter", "1")[0] == 2  # nothing to change
+    assert run("qmove", "other", "1") == (0, "moved job 1 to queue 'other'\n")
+    assert stored().jobs[1].queue == "other"
+    assert run("qmove", "nosuch", "1")[0] == 1
+    assert "queue 'nosuch' not found" in capsys.readouterr().err
+    import os as _os
+    _os.environ["HPCSCHED_USER"] = "bob"
+    try:
+        assert run("qalter", "-t", "10", "1")[0] == 1
+        assert run("qdel", "1")[0] == 1
+    finally:
+        _os.environ["HPCSCHED_USER"] = "alice"
+    assert stored().jobs[1].walltime == 2700.0
+
+
+def test_a_blue_gene_takes_its_modes_and_shows_its_block(rig, monkeypatch):
+    home = rig / "home"
+    examples = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "examples")
+    text = open(os.path.join(examples, "mira.toml")).read()
+    (home / "config.toml").write_text('flavor = "cobalt"\nserver_name = "headnode"\nmanagers = ["root"]\n' + text)
+    work = rig / "work"
+    work.mkdir()
+    (work / "a.out").write_text("#!/bin/sh\n")
+    (work / "a.out").chmod(0o755)
+    monkeypatch.chdir(work)
+    assert run("qsub", "-n", "512", "-t", "30", "--mode", "c16", "a.out") == (0, "1\n")
+    assert run("qsub", "-n", "8192", "-t", "30", "a.out") == (0, "2\n")
+    sched = stored()
+    assert sched.jobs[1].extra["cobalt"] == {"nodes": 512, "procs": 8192, "mode": "c16", "env": {}}
+    assert sched.jobs[2].extra["cobalt"]["mode"] == "c1" and sched.jobs[2].queue == "prod-capability"
+    batch = Batch(load_site())
+    with batch.open(write=True):
+        batch.do("pass", NOW)
+    job = stored().jobs[1]
+    env = cobalt.environment(job, stored().topology, "/x")
+    assert env["COBALT_PARTNAME"] == job.nodes[0] and env["COBALT_PARTSIZE"] == "512"
+    assert run("qstat", "1")[1].splitlines()[2].split()[-1] == job.nodes[0]
+
+
+# --- a live server ------------------------------------------------------------------------
+
+def test_a_cobalt_job_runs_its_command_with_cobalts_environment(live):
+    env, home, work, start = live
+    config = home / "config.toml"
+    config.write_text(config.read_text().replace('flavor = "torque"', 'flavor = "cobalt"'))
+    start()
+    script = work / "job.sh"
+    script.write_text("#!/bin/sh\n#COBALT -t 5 -n 1\necho \"$1 $COBALT_JOBID $COBALT_PARTNAME $COBALT_JOBSIZE "
+                      "$FOO $(cat $COBALT_NODEFILE) $PWD\"\ncat\n")
+    script.chmod(0o755)
+    (work / "in.txt").write_text("from stdin\n")
+    done = cmd(env, work, "qsub", "--env", "FOO=bar_$jobid", "-i", "in.txt", "job.sh", "arg")
+    assert (done.returncode, done.stderr) == (0, "")
+    jid = done.stdout.strip()
+    assert jid == "1"
+    assert cmd(env, work, "qstat", jid).stdout.splitlines()[0].split() == cobalt.DEFAULT_HEADER
+    wait_for(env, work, jid)
+    assert (work / "1.output").read_text() == f"arg 1 node01 1 bar_1 node01 {work}\nfrom stdin\n"
+    assert (work / "1.error").read_text() == ""
+    assert cmd(env, work, "qstat", jid).returncode == 1  # (done: gone from Cobalt's qstat)
+
+
+def test_psij_and_parsl_drive_a_cobalt_site_as_they_drive_alcfs(live):
+    """PSI/J's Cobalt executor writes `#COBALT --long=value` lines and reads ids of four
+    digits or more (`qmgr ... next_job_number` gives them) from `qsub` and from `qstat -l
+    --header=Jobid:State`; Parsl's CobaltProvider runs `qsub -n -q -t -A script` and reads
+    `qstat -u USER`'s fifth column."""
+    import re
+    env, home, work, start = live
+    config = home / "config.toml"
+    config.write_text(config.read_text().replace('flavor = "torque"', 'flavor = "cobalt"'))
+    root = dict(env, HPCSCHED_USER="root")
+    assert cmd(root, work, "qmgr", "-c", "set server next_job_number = 4000").returncode == 0
+    start()
+    psij = work / "psij.sh"
+    psij.write_text(f"#!/bin/bash\n#COBALT --jobname=psij\n#COBALT --cwd={work}\n#COBALT --nodecount=1\n"
+                    "#COBALT --proccount=1\n#COBALT --time=00:10:00\n#COBALT --queue=batch\n#COBALT --project=p\n"
+                    "#COBALT --env GREETING=hello\n#COBALT -e /dev/null\n#COBALT -o /dev/null\n\n"
+                    f"exec &>> \"{work}/$COBALT_JOBID.out\"\necho $GREETING\nsleep 1\n")
+    psij.chmod(0o755)
+    done = cmd(env, work, "qsub", str(psij))
+    jid = re.search(r"\b[0-9]{4,}\b", done.stdout).group(0)
+    assert jid == "4000"
+    out = cmd(env, work, "qstat", "-l", "--header=Jobid:State", jid).stdout
+    assert re.search(r"(Jobid\s*:\s*)([0-9]{4,})", out, re.I).group(2) == jid
+    assert re.search(r"(State\s*:\s*)(\w+)", out, re.I).group(2) in ("queued", "starting", "running", "exiting")
+    parsl = work / "parsl.submit"
+    parsl.write_text("#!/bin/bash\necho parsl\n")
+    parsl.chmod(0o755)
+    done = cmd(env, work, "qsub", "-n", "1", "-q", "batch", "-t", "10", "-A", "acct", str(parsl))
+    assert done.returncode == 0 and done.stdout.strip() == "4001"
+    rows = [line.upper().split() for line in cmd(env, work, "qstat", "-u", "alice").stdout.splitlines()
+            if not line.startswith("=")]
+    assert rows[0][0] == "JOBID" and {r[0] for r in rows[1:]} <= {"4000", "4001"}
+    assert all(r[4] in ("QUEUED", "STARTING", "RUNNING", "EXITING", "KILLING") for r in rows[1:])
+    wait_for(env, work, "4000")
+    wait_for(env, work, "4001")
+    assert (work / "4000.out").read_text() == "hello\n"
+    assert (work / "4001.output").read_text() == "parsl\n"
+    assert cmd(env, work, "qstat", "4000").returncode == 1  # (gone: PSI/J reads 1 as finished)
