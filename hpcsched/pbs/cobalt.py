@@ -561,9 +561,9 @@ QSTAT = CobaltCommand("qstat", QSTAT_TABLE, "[options] <jobids1> ... <jobidsN>",
 DEBUG = ((("-d", "--debug"), "debug", False),)
 
 
-def _each(ids: list[int], act) -> tuple[dict[int, Job | None], Batch]:
-    """`act(batch, job)` on each job named, in one locked write: {id: the job, or None if
-    no unfinished job has it}."""
+def _each(ids: list[int], act) -> dict[int, Job | None]:
+    """`act(batch, job)` on each unfinished job named, in one locked write: {id: the job,
+    or None if there is none}."""
     site = load_site()
     batch = Batch.of(site)
     found: dict[int, Job | None] = {}
@@ -573,7 +573,7 @@ def _each(ids: list[int], act) -> tuple[dict[int, Job | None], Batch]:
             found[jid] = job
             if job is not None and job.state not in FINISHED:
                 act(batch, job)
-    return found, batch
+    return found
 
 
 def qdel_action(opts, operands, out, now: float) -> int:
@@ -586,7 +586,7 @@ def qdel_action(opts, operands, out, now: float) -> int:
             deleted.append(job)
         except CommandError as e:
             failed.append(f"      job {job.id}: {e}")
-    found, _ = _each(ids, delete)
+    found = _each(ids, delete)
     failed += [f"      job {jid} not found" for jid, job in found.items() if job is None or
                job.state in FINISHED and job not in deleted]
     if deleted:
@@ -621,7 +621,7 @@ def _hold_or_release(prog: str):
             else:
                 batch.do("hold" if hold else "release", id=job.id, kind=Hold.USER.value)
                 done.append(job.id)
-        found, _ = _each(ids, change)
+        found = _each(ids, change)
         failed += [f"      job {jid} not found" for jid, job in found.items() if job is None]
         failed += [f"      job {jid} has already completed" for jid, job in found.items()
                    if job is not None and job.state in FINISHED]
@@ -656,7 +656,7 @@ def qmove_action(opts, operands, out, now: float) -> int:
             moved.append(job.id)
         except (CommandError, SchedulerError) as e:
             failed.append(f"Failed to move job {job.id} to queue '{queue}': {e}")
-    found, _ = _each(ids, move)
+    found = _each(ids, move)
     failed += [f"Failed to move job {jid}: job not found" for jid, job in found.items()
                if job is None or job.state in FINISHED]
     out.write("".join(f"moved job {jid} to queue '{queue}'\n" for jid in moved))
@@ -711,7 +711,7 @@ def qalter_action(opts, operands, out, now: float) -> int:
                 out.write(f"{label} set to: {shown} for job {job.id}\n")
         if c:
             out.write(f"{', '.join(c)} changed for job {job.id}\n")
-    found, _ = _each(ids, alter)
+    found = _each(ids, alter)
     failed += [f"job {jid} not found" for jid, job in found.items() if job is None or job.state in FINISHED]
     if failed:
         sys.stderr.write("\n".join(failed) + "\n")
@@ -767,7 +767,8 @@ def _alterations(job: Job, o: dict, batch: Batch, now: float) -> tuple[dict, lis
         said.append("notify")
     if "dependencies" in o:
         deps = [d for d in o["dependencies"].split(":") if d and d.lower() != "none"]
-        job_ids(deps) if deps else None
+        if deps:
+            job_ids(deps)
         from .attributes import parse_depend, resolve_depend
         parsed = parse_depend("afterok:" + ":".join(deps), batch.site.flavor)[0] if deps else []
         changes["dependencies"] = [[d.kind.value, d.job_id, d.of] for d in
