@@ -21,11 +21,33 @@ def parse(argv: list[str], table: str, permute: bool = True, where: str = "", da
     """(options in the order given as (letter, value), value "" for a flag; operands).
     With `dashes`, a `--` that ends the options is kept as the first operand (OpenPBS's
     `qsub -- executable args` tells a program to run from a script to read)."""
-    takes_value = {c for i, c in enumerate(table) if table[i + 1:i + 2] == ":"}
-    flags = set(table) - takes_value - {":"}
+    shorts = {c: (c, table[i + 1:i + 2] == ":") for i, c in enumerate(table) if c != ":"}
+    return _scan(argv, shorts, None, permute, dashes, GETOPT, where)
+
+
+#: the two ways a malformed command line is said: getopt's (PBS) and optparse's (Cobalt)
+GETOPT = {"unknown": "invalid option -- '{c}'", "missing": "option requires an argument -- '{c}'"}
+OPTPARSE = {"unknown": "no such option: {opt}", "missing": "{opt} option requires an argument"}
+
+
+def _scan(argv: list[str], shorts: dict, longs: dict | None, permute: bool, dashes: bool, say: dict,
+          where: str = "") -> tuple[list[tuple[str, str]], list[str]]:
+    """The one walk over a command line: `shorts` and `longs` map a letter or a long name to
+    (the option's name, takes a value); getopt's values are stripped, optparse's kept."""
     opts: list[tuple[str, str]] = []
     operands: list[str] = []
     i = 0
+
+    def value_of(opt: str, attached: str, c: str, given: bool = False) -> str:
+        nonlocal i
+        value = attached
+        if not value and not given:  # (`--name=` gives "": `-n` alone, the next word)
+            if i >= len(argv):
+                raise UsageError(say["missing"].format(opt=opt, c=c) + where)
+            value, i = argv[i], i + 1
+        if "\0" in value:  # no path, name or list may carry one (open() and exec refuse it)
+            raise UsageError(f"illegal character (NUL) in {opt} value{where}")
+        return value if longs is not None else value.strip()
     while i < len(argv):
         arg = argv[i]
         i += 1
@@ -38,21 +60,26 @@ def parse(argv: list[str], table: str, permute: bool = True, where: str = "", da
                 break
             operands.append(arg)
             continue
+        if arg.startswith("--") and longs is not None:
+            given, eq, attached = arg[2:].partition("=")
+            found = [given] if given in longs else sorted(n for n in longs if n.startswith(given)) if given else []
+            if len(found) > 1:
+                raise UsageError(f"ambiguous option: --{given} ({', '.join('--' + n for n in found)}?)")
+            if not found:
+                raise UsageError(say["unknown"].format(opt=f"--{given}", c="-"))
+            name, takes = longs[found[0]]
+            if eq and not takes:
+                raise UsageError(f"--{found[0]} option does not take a value")
+            opts.append((name, value_of(f"--{found[0]}", attached, "-", bool(eq)) if takes else ""))
+            continue
         for j, letter in enumerate(arg[1:], 2):
-            if letter in takes_value:
-                value = arg[j:]
-                if not value:
-                    if i >= len(argv):
-                        raise UsageError(f"option requires an argument -- '{letter}'{where}")
-                    value = argv[i]
-                    i += 1
-                if "\0" in value:  # no path, name or list may carry one (open() and exec refuse it)
-                    raise UsageError(f"illegal character (NUL) in -{letter} value{where}")
-                opts.append((letter, value.strip()))
+            if letter not in shorts:
+                raise UsageError(say["unknown"].format(opt=f"-{letter}", c=letter) + where)
+            name, takes = shorts[letter]
+            if takes:
+                opts.append((name, value_of(f"-{letter}", arg[j:], letter)))
                 break
-            if letter not in flags:
-                raise UsageError(f"invalid option -- '{letter}'{where}")
-            opts.append((letter, ""))
+            opts.append((name, ""))
     return opts, operands
 
 
@@ -84,51 +111,4 @@ def parse_long(argv: list[str], table, permute: bool = True) -> tuple[list[tuple
     ending the options.  Without `permute` the first operand ends them (qsub's command)."""
     longs = {s[2:]: (name, value) for spellings, name, value in table for s in spellings if s.startswith("--")}
     shorts = {s[1]: (name, value) for spellings, name, value in table for s in spellings if len(s) == 2}
-    opts: list[tuple[str, str]] = []
-    operands: list[str] = []
-    i = 0
-    while i < len(argv):
-        arg = argv[i]
-        i += 1
-        if arg == "--":
-            operands.extend(argv[i:])
-            break
-        if arg.startswith("--"):
-            given, eq, value = arg[2:].partition("=")
-            found = [given] if given in longs else sorted(n for n in longs if n.startswith(given)) if given else []
-            if len(found) != 1:
-                raise UsageError(f"no such option: --{given}" if not found else
-                                 f"ambiguous option: --{given} ({', '.join('--' + n for n in found)}?)")
-            name, takes = longs[found[0]]
-            if takes and not eq:
-                if i >= len(argv):
-                    raise UsageError(f"--{found[0]} option requires an argument")
-                value, i = argv[i], i + 1
-            elif eq and not takes:
-                raise UsageError(f"--{found[0]} option does not take a value")
-            if "\0" in value:
-                raise UsageError(f"illegal character (NUL) in --{found[0]} value")
-            opts.append((name, value if takes else ""))
-        elif arg.startswith("-") and arg != "-":
-            for j, letter in enumerate(arg[1:], 2):
-                if letter not in shorts:
-                    raise UsageError(f"no such option: -{letter}")
-                name, takes = shorts[letter]
-                if not takes:
-                    opts.append((name, ""))
-                    continue
-                value = arg[j:]
-                if not value:
-                    if i >= len(argv):
-                        raise UsageError(f"-{letter} option requires an argument")
-                    value, i = argv[i], i + 1
-                if "\0" in value:
-                    raise UsageError(f"illegal character (NUL) in -{letter} value")
-                opts.append((name, value))
-                break
-        elif permute:
-            operands.append(arg)
-        else:
-            operands.extend(argv[i - 1:])
-            break
-    return opts, operands
+    return _scan(argv, shorts, longs, permute, False, OPTPARSE)
