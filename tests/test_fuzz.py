@@ -56,5 +56,5 @@ def test_the_statuses_judged_are_the_man_pages_table():
                              "hpcsched.1")).read()
     rows = page.split(".TS\n", 1)[1].split(".TE", 1)[0].splitlines()[2:]
     table = {flavor: {int(r.split("\t")[0]) for r in rows if r.split("\t")[column] != "\\-"}
-             for column, flavor in ((1, "torque"), (2, "openpbs"))}
+             for column, flavor in ((1, "torque"), (2, "openpbs"), (3, "cobalt"))}
     assert table == STATUSES

@@ -35,7 +35,6 @@ import os
 import re
 import sys
 import time
-from string import Template
 
 from ..core.errors import InvalidState, SchedulerError
 from ..core.jobs import (ACTIVE, DEP_FAIL, DEP_HOLD, EXITING, FINISHED, HELD, PENDING, QUEUED, RUNNING, WAITING,
@@ -67,17 +66,12 @@ def state(job: Job) -> str:
     return STATES.get(job.state, "done")
 
 
-def expand(text: str, job: Job) -> str:
-    """`$jobid` and `$COBALT_JOBID` (or `${jobid}`) in `text` as the job's id."""
-    return Template(text).safe_substitute(jobid=job.id, COBALT_JOBID=job.id) if "$" in text else text
-
-
 def streams(job: Job) -> tuple[str, str]:
     """A Cobalt job's output and error files: <cwd>/<jobid>.output and .error unless given."""
     x = job.extra
     where = x.get("workdir") or x.get("submit_dir") or "."
-    return (expand(x.get("output") or f"{where}/{job.id}.output", job),
-            expand(x.get("error") or f"{where}/{job.id}.error", job))
+    return (common.expand(x.get("output") or f"{where}/{job.id}.output", job),
+            common.expand(x.get("error") or f"{where}/{job.id}.error", job))
 
 
 def location(job: Job, topology) -> str:
@@ -98,7 +92,7 @@ def environment(job: Job, topology, nodefile: str) -> dict[str, str]:
     """The COBALT_* variables of a Cobalt job's run (its --env values expanded)."""
     c = job.extra["cobalt"]
     start = int(job.start_time or 0)
-    env = {k: expand(v, job) for k, v in c.get("env", {}).items()}
+    env = {k: common.expand(v, job) for k, v in c.get("env", {}).items()}
     env.update(COBALT_JOBID=str(job.id), COBALT_PARTNAME=location(job, topology),
                COBALT_PARTSIZE=str(len(job.nodes) if not isinstance(topology, BlueGene)
                                    else topology.block(job.nodes[0]).size),
@@ -368,7 +362,7 @@ def _rename(jid: int, name: str, now: float) -> None:
     batch = Batch.of(site)
     with batch.open(write=True):
         job = batch.sched.jobs[jid]
-        batch.do("alter", now, id=jid, changes={"name": parse_job_name(expand(name, job))})
+        batch.do("alter", now, id=jid, changes={"name": parse_job_name(common.expand(name, job))})
 
 
 QSUB = CobaltCommand("qsub", COBALT_QSUB, QSUB_USAGE, qsub_action, changes=True, permute=False)
@@ -756,7 +750,7 @@ def _alterations(job: Job, o: dict, batch: Batch, now: float) -> tuple[dict, lis
     if "project" in o:
         changes["account"] = parse_names(o["project"], "-A")
     if "jobname" in o:
-        changes["name"] = parse_job_name(expand(o["jobname"], job))
+        changes["name"] = parse_job_name(common.expand(o["jobname"], job))
     cwd = extra.get("workdir") or extra.get("submit_dir") or "/"
     for name in ("output", "error"):
         if name in o:

@@ -80,6 +80,12 @@ def output_seq(job: Job, flavor: str) -> str:
     return f"{job.array_id}{'-' if flavor == 'torque' else '.'}{job.array_index}"
 
 
+def expand(text: str, job: Job) -> str:
+    """Cobalt's `$jobid` and `$COBALT_JOBID` (or `${jobid}`) in `text` as the job's id."""
+    from string import Template
+    return Template(text).safe_substitute(jobid=job.id, COBALT_JOBID=job.id) if "$" in text else text
+
+
 def local_time(fmt: str, t: float) -> str:
     """`t` in local time; one no calendar here can show (past year 9999, say a reservation
     an older hpcsched took) as its epoch seconds, not a traceback."""

@@ -211,8 +211,7 @@ def _path(given: str | None, default: str, job: Job, letter: str, site: Site) ->
     if not given:
         return default
     if "cobalt" in job.extra:  # (Cobalt's `$jobid` in a path)
-        from .cobalt import expand
-        given = expand(given, job)
+        given = common.expand(given, job)
     host = job.extra.get("submit_host", site.server)
     if given.endswith("/"):
         seq = common.output_seq(job, site.flavor)
