@@ -489,24 +489,28 @@ def qstat_action(opts: list[tuple[str, str]], operands: list[str], out, now: flo
                 jobs = [j for j in jobs if j.id in wanted or j.queue in queues]
                 if not jobs:
                     return 1  # (none of them: nothing printed, as Cobalt's qstat)
+            keys = [h.lower() for h in header]
+            sort_by = [k for k in (o["sort"].lower().split(":") if "sort" in o else ["score"]) if k in keys] \
+                or keys[:1]
             policy, ctx = sched.policy, sched.context(now)
 
-            def score(j: Job) -> float:
+            def score(j: Job) -> float:  # (asked of the policy only when shown)
+                if "score" not in keys:
+                    return 0.0
                 factors = policy.describe(j, ctx)
                 return float(factors.get("score", factors.get("priority", 0.0)) or 0.0)
             width = max((len(str(j.id)) for j in jobs), default=0)
-            rows = []
+            entries = []
             for j in jobs:
                 f = job_fields(j, sched, now, score)
                 f["jobid"] = f"{j.id:>{width}}"
+                order = [_sort_key(f[k] if k == "score" else str(f.get(k, "-"))) for k in sort_by]  # (Score raw)
                 f["score"] = human(f["score"])
                 if f["est_start_time"] is not None:
                     f["est_start_time"] = common.local_time("%Y-%m-%d %H:%M:%S", f["est_start_time"])
-                rows.append([str(f.get(h.lower(), "-")) for h in header])
-            keys = [h.lower() for h in header]
-            wanted_sort = [s.lower() for s in o["sort"].split(":")] if "sort" in o else ["score"]
-            idx = [keys.index(s) for s in wanted_sort if s in keys] or [0]
-            rows.sort(key=lambda r: [_sort_key(r[i]) for i in idx])
+                entries.append((order, [str(f.get(k, "-")) for k in keys]))
+            entries.sort(key=lambda e: e[0])
+            rows = [row for _, row in entries]
         if "reverse" in o:
             rows.reverse()
     shown = ["S" if h == "short_state" else h for h in header]
@@ -534,17 +538,15 @@ def _header(o: dict) -> list[str]:
 
 
 def _queue_row(q) -> list[str]:
-    def minutes_text(t):
-        return "None" if t is None else f"{int(t) // 3600:02d}:{int(t) // 60 % 60:02d}:00"
+    """A queue as qstat -Q shows it; its state by whether it takes jobs and runs them."""
+    def shown(t):
+        return "None" if t is None else hms(t)
     users = ":".join(sorted(q.acl_users)) if q.acl_users is not None else "*"
     groups = ":".join(sorted(q.acl_groups)) if q.acl_groups is not None else "*"
-    if q.draining:
-        st = "draining" if q.started else "dead"
-    else:
-        st = "running" if q.started and q.enabled else "stopped" if q.enabled else "draining" \
-            if q.started else "dead"
-    return [q.name, users, groups, minutes_text(q.min_walltime), minutes_text(q.max_walltime),
-            str(q.max_running_per_user), str(q.max_queued_per_user), "None", "None", str(q.max_nodes), st]
+    state = {(True, True): "running", (True, False): "stopped", (False, True): "draining",
+             (False, False): "dead"}[(q.enabled and not q.draining, q.started)]
+    return [q.name, users, groups, shown(q.min_walltime), shown(q.max_walltime), str(q.max_running_per_user),
+            str(q.max_queued_per_user), "None", "None", str(q.max_nodes), state]
 
 
 QSTAT = CobaltCommand("qstat", QSTAT_TABLE, "[options] <jobids1> ... <jobidsN>", qstat_action)
@@ -713,63 +715,50 @@ def qalter_action(opts, operands, out, now: float) -> int:
 
 
 def _alterations(job: Job, o: dict, batch: Batch, now: float) -> tuple[dict, list[str]]:
-    """(core changes, the other things changed) for a Cobalt qalter of `job`."""
-    from .attributes import build_request, parse_job_name, parse_names
-    changes: dict = {}
-    extra = {**job.extra, "cobalt": dict(job.extra.get("cobalt", {"nodes": job.request.nodes, "mode": "script",
-                                                                     "procs": job.request.processors}))}
-    c = extra["cobalt"]
-    said = []
+    """(core changes, the other things changed) for a Cobalt qalter of `job`: the PBS qalter
+    of the same change (qctl.alter_changes), and its Cobalt record's nodes, mode and procs."""
+    options: dict[str, str] = {}
+    resources: dict[str, str] = {}
+    said = [name for name in ("nodecount", "mode", "proccount", "output", "error", "notify", "dependencies")
+            if name in o]
     if "time" in o:
         text = o["time"].strip()
-        sign = text[:1] if text[:1] in "+-" else ""
         seconds = minutes(text.lstrip("+-"))
-        walltime = job.walltime + seconds if sign == "+" else job.walltime - seconds if sign == "-" else seconds
+        walltime = job.walltime + {"+": seconds, "-": -seconds}[text[0]] if text[:1] in "+-" else seconds
         if walltime <= 0:
             raise CommandError(f"walltime would be {hms(walltime)}: it must stay positive")
-        changes["walltime"] = walltime
+        resources["walltime"] = str(int(walltime))
     if "nodecount" in o:
-        nodes = positive(o["nodecount"], "node count")
-        resources = {**extra.get("resources", {}), "nodes": str(nodes)}
-        request, _ = build_request({k: v for k, v in resources.items() if k != "walltime"})
-        changes["request"] = request.to_dict()
-        extra["resources"] = resources
-        c["nodes"] = nodes
-        said.append("nodecount")
+        resources["nodes"] = str(positive(o["nodecount"], "node count"))
+    for name, letter in (("project", "A"), ("jobname", "N"), ("output", "o"), ("error", "e"), ("notify", "M")):
+        if name in o:
+            options[letter] = common.expand(o[name], job) if name == "jobname" else o[name]
+    if "notify" in o:
+        options["m"] = "be"  # (Cobalt mails at the start and the end)
+    deps = [d for d in o.get("dependencies", "").split(":") if d and d.lower() != "none"]
+    if deps:
+        job_ids(deps)
+        options["W"] = "depend=afterok:" + ":".join(deps)
+    changes, _ = qctl.alter_changes(job, options, resources, now, batch.sched.jobs, batch.site.server,
+                                    batch.site.flavor, batch.sched.topology,
+                                    frozenset(batch.site.config.get("consumables", {})))
+    if "dependencies" in o and not deps:  # (`none`: every dependency goes)
+        changes["dependencies"] = []
+    c = dict(job.extra.get("cobalt", {"nodes": job.request.nodes, "mode": "script",
+                                      "procs": job.request.processors}))
+    if "nodecount" in o:
+        c["nodes"] = int(resources["nodes"])
     if "mode" in o:
         modes = BG_MODES[:-1] if isinstance(batch.sched.topology, BlueGene) else OTHER_MODES[:-1]
         if o["mode"] not in modes:
             raise CommandError(f"Specified mode '{o['mode']}' not valid, valid modes are {', '.join(modes)}")
         c["mode"] = o["mode"]
-        said.append("mode")
     if "proccount" in o:
         c["procs"] = positive(o["proccount"], "proccount")
-        said.append("proccount")
     elif "nodecount" in o or "mode" in o:
         c["procs"] = c["nodes"] * int(c["mode"][1:]) if c["mode"][0] == "c" else c["nodes"]
-    if "project" in o:
-        changes["account"] = parse_names(o["project"], "-A")
-    if "jobname" in o:
-        changes["name"] = parse_job_name(common.expand(o["jobname"], job))
-    cwd = extra.get("workdir") or extra.get("submit_dir") or "/"
-    for name in ("output", "error"):
-        if name in o:
-            extra[name] = o[name] if o[name].startswith("/") else os.path.join(cwd, o[name])
-            said.append(name)
-    if "notify" in o:
-        extra["mail_users"], extra["mail_points"] = parse_names(o["notify"], "-M"), "be"
-        said.append("notify")
-    if "dependencies" in o:
-        deps = [d for d in o["dependencies"].split(":") if d and d.lower() != "none"]
-        if deps:
-            job_ids(deps)
-        from .attributes import parse_depend, resolve_depend
-        parsed = parse_depend("afterok:" + ":".join(deps), batch.site.flavor)[0] if deps else []
-        changes["dependencies"] = [[d.kind.value, d.job_id, d.of] for d in
-                                   resolve_depend(parsed, batch.sched.jobs, batch.site.server)]
-        said.append("dependencies")
-    if extra != job.extra:
-        changes["extra"] = extra
+    if c != job.extra.get("cobalt"):
+        changes["extra"] = {**changes.get("extra", job.extra), "cobalt": c}
     return changes, said
 
 

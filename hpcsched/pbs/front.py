@@ -75,11 +75,16 @@ def flavor() -> str:
 
 
 def _qsub_options(argv: list[str]) -> tuple[list[tuple[str, str]], list[str]]:
-    """qsub's (options, operands) as the front door needs them: a Cobalt qsub's in PBS's
-    letters (`-I` for an interactive job) and its command, made absolute by --cwd.  Where
-    the flavor cannot be read here (a multi-user site), Torque's reading unless it fails or
-    names more than one script, else Cobalt's: the server, which knows, reads what it is sent
-    by its own flavor."""
+    """qsub's (options, operands) as the front door needs them (see `_qsub_reading`)."""
+    return _qsub_reading(argv)[:2]
+
+
+def _qsub_reading(argv: list[str]) -> tuple[list[tuple[str, str]], list[str], bool]:
+    """(options, operands, read as Cobalt's): a Cobalt qsub's options in PBS's letters
+    (`-I` for an interactive job) and its command, made absolute by --cwd.  Where the
+    flavor cannot be read here (a multi-user site), Torque's reading unless it fails or
+    names more than one script, else Cobalt's: the server, which knows, reads what it is
+    sent by its own flavor."""
     from .errors import UsageError
     from .options import COBALT_QSUB, QSUB, parse, parse_long
     kind = flavor()
@@ -87,19 +92,19 @@ def _qsub_options(argv: list[str]) -> tuple[list[tuple[str, str]], list[str]]:
         try:
             opts, operands = parse(argv, QSUB, permute=False, dashes=True)
             if kind or len(operands) <= 1 or ("I", "") in opts:
-                return opts, operands
+                return opts, operands, False
         except UsageError:
             if kind:
-                return [], ["-"]  # the server reports the usage error
+                return [], ["-"], False  # the server reports the usage error
     try:
         opts, operands = parse_long(argv, COBALT_QSUB, permute=False)
     except UsageError:
-        return [], ["-"]
+        return [], ["-"], True
     given = dict(opts)
     interactive = "interactive" in given or given.get("mode") == "interactive"
     if operands and not operands[0].startswith("/") and "cwd" in given:
         operands = [f"{given['cwd']}/{operands[0]}", *operands[1:]]
-    return [("I", "")] if interactive else [], operands[:1] or ["-"]  # (never standard input)
+    return [("I", "")] if interactive else [], operands[:1] or ["-"], True  # (never standard input)
 
 
 def _reads_stdin(prog: str, argv: list[str]) -> bool:
@@ -184,13 +189,13 @@ def _script_operand(prog: str, argv: list[str], cwd: str) -> bytes | None:
     the server then says so)."""
     if prog != "qsub":
         return None
-    operands = _qsub_options(argv)[1]
+    _, operands, cobalt = _qsub_reading(argv)
     if len(operands) != 1 or operands[0] in ("-", "--"):  # (`-- program args`: nothing to read)
         return None
     path = operands[0] if operands[0].startswith("/") else f"{cwd}/{operands[0]}"
     try:
         with open(path, "rb") as f:
-            return f.read(COBALT_HEAD) if flavor() == "cobalt" else f.read()
+            return f.read(COBALT_HEAD) if cobalt else f.read()
     except (OSError, ValueError):
         return None
 
@@ -256,7 +261,7 @@ def run_here(prog: str, argv: list[str] | None = None) -> int:
     """Run the command in this process (argv None: the real command line)."""
     from importlib import import_module
     module, name = COMMANDS[prog].split(":")
-    if prog in COBALT and flavor() == "cobalt":
+    if prog in COBALT and flavor() == "cobalt":  # (not load_site: the command's own call builds the site)
         module = "cobalt"
     return getattr(import_module(f"hpcsched.pbs.{module}"), name)(argv)
 

@@ -316,7 +316,7 @@ class Batch:
             self.next_id = max(self.next_id, result.id + 1)
         elif op == "submit_array" and result:
             self.next_id = max(self.next_id, result[-1].id + 1)
-        elif op in ("reservation", "next_id"):  # (a pbs_rsub reservation takes a job number: R12)
+        elif op in ("reservation", "next_id"):  # (a pbs_rsub reservation takes a job number: R12; qmgr sets it)
             self.next_id = max(self.next_id, self.sched.next_id)
         rec["next_id"], rec["cfg"] = self.next_id, self.site.config_id
         try:
