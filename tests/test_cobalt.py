@@ -366,8 +366,40 @@ def test_psij_and_parsl_drive_a_cobalt_site_as_they_drive_alcfs(live):
             if not line.startswith("=")]
     assert rows[0][0] == "JOBID" and {r[0] for r in rows[1:]} <= {"4000", "4001"}
     assert all(r[4] in ("QUEUED", "STARTING", "RUNNING", "EXITING", "KILLING") for r in rows[1:])
-    wait_for(env, work, "4000")
-    wait_for(env, work, "4001")
+    assert cmd(env, work, "cqwait", "4000", "4001").returncode == 0  # (as an ALCF script waits)
     assert (work / "4000.out").read_text() == "hello\n"
     assert (work / "4001.output").read_text() == "parsl\n"
     assert cmd(env, work, "qstat", "4000").returncode == 1  # (gone: PSI/J reads 1 as finished)
+
+
+def test_cqwait_waits_for_the_start_and_the_end_through_the_server(live):
+    """cqwait is Cobalt's on every site: here a Torque site's server, watched from the
+    caller's own process (the server goes on answering meanwhile)."""
+    import time
+    env, home, work, start = live
+    start()
+    first = cmd(env, work, "qsub", "-l", "walltime=60", stdin="sleep 2\n").stdout.strip()
+    held = cmd(env, work, "qsub", "-h", "-l", "walltime=60", stdin="true\n").stdout.strip()
+    n, m = first.split(".")[0], held.split(".")[0]
+    t = time.time()
+    assert cmd(env, work, "cqwait", "--start", n).returncode == 0
+    assert test_server.state(env, work, first)["job_state"] in "RC"
+    assert cmd(env, work, "cqwait", first).returncode == 0  # (123.server names job 123 too)
+    assert test_server.state(env, work, first)["job_state"] == "C" and time.time() - t >= 2
+    assert cmd(env, work, "cqwait", "-r", "999").returncode == 0  # never known: nothing to wait for
+    waiting = test_server.subprocess.Popen([os.path.join(test_server.BIN, "cqwait"), "*"], env=env, cwd=work)
+    time.sleep(1.5)
+    assert waiting.poll() is None  # (the held job is not done)
+    assert cmd(env, work, "qrls", m).returncode == 0
+    assert waiting.wait(20) == 0 and test_server.state(env, work, held)["job_state"] == "C"
+
+
+def test_cqwait_reads_the_store_without_a_server_and_refuses_bad_ids(site, capsys):
+    assert run("qsub", "-n", "1", "-t", "5", "job.sh")[0] == 0
+    batch = Batch(load_site())
+    with batch.open() as b:
+        b.do("delete", NOW, id=1)
+    assert run("cqwait", "1")[0] == 0  # (finished: nothing to wait for, read here)
+    assert run("cqwait", "x")[0] == 1 and capsys.readouterr().err == "jobid must be an integer: x\n"
+    assert run("cqwait")[0] == 2 and "No Jobid(s) given" in capsys.readouterr().err
+    assert run("cqwait", "-v") == (0, f'version: "cqwait " + hpcsched {cobalt.common.VERSION}\n')

@@ -628,8 +628,10 @@ def test_a_cobalt_site_takes_its_users_jobs_through_the_server(site, users):
     assert site.run(BOB, "qstat", "1")[1].splitlines()[0].split() == ["JobID", "User", "WallTime", "Nodes", "State",
                                                                    "Location"]
     home = Path(users[ALICE].pw_dir)
+    assert site.run(BOB, "cqwait", "--start", "2")[0] == 0  # (from his own process, through the server)
     site.wait(2, ("R",))
     assert site.run(ALICE, "qdel", "1", "2")[0] == 0
+    assert site.run(ALICE, "cqwait", "1", "2")[0] == 0
     site.wait(2)
     assert Path(home, "second.output").read_text().split("\n")[:2] == [ALICE, "2 1"]
     assert Path(home, "second.output").stat().st_uid == users[ALICE].pw_uid

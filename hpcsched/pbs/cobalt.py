@@ -770,3 +770,42 @@ QRLS = CobaltCommand("qrls", DEBUG + ((("--dependencies",), "dependencies", Fals
 QMOVE = CobaltCommand("qmove", DEBUG, "[options] <queue name> <jobid1> [... <jobidN>]", qmove_action,
                       changes=True)
 QALTER = CobaltCommand("qalter", QALTER_TABLE, "[options] <jobid1> ... <jobidN>", qalter_action, changes=True)
+
+
+# --- cqwait ----------------------------------------------------------------------------------
+
+CQWAIT_POLL = 1.0  # seconds between looks (Cobalt's cqwait looks every 2)
+
+
+def cqwait_action(opts, operands, out, now: float) -> int:
+    """Wait until none of the jobs is left unfinished (--start: left waiting), as Cobalt's
+    cqwait does; a job never known is not waited for, and `*` stands for every job.  It watches through Torque's qselect,
+    asked of the server (any site, any user) or run here, so it waits in the caller's own
+    process and never holds the server."""
+    if ("version", "") in opts:
+        out.write(f"version: \"cqwait \" + hpcsched {common.VERSION}\n")  # (as --version)
+        return 0
+    named = [text for text in operands if text != "*"]
+    every = len(named) < len(operands)
+    ids = set(job_ids(named)) if named or not every else set()
+    argv = ["-s", "HQTW"] if ("start", "") in opts else []  # (waiting; else every job not finished)
+    here = front.owns_site()
+    try:
+        while True:
+            answer = front.query("qselect", argv, here)
+            if answer is None:
+                raise CommandError("cqwait: cannot connect to the hpcsched server (it is not running)")
+            status, listed = answer
+            left = {int(re.match(r"[0-9]+", line).group()) for line in listed.split()}
+            if status == 0 and not (left if every else ids & left):
+                return 0
+            if status:
+                raise CommandError(f"cqwait: the server's qselect failed (status {status})")
+            time.sleep(CQWAIT_POLL)
+    except KeyboardInterrupt:
+        sys.stderr.write("\ncqwait: no longer waiting\n")
+        return 130
+
+
+CQWAIT = CobaltCommand("cqwait", ((("-r",), "quickreturn", False), (("-v",), "version", False),
+                                  (("--start",), "start", False)), "[-vr] [--start] <jobid> <jobid>", cqwait_action)

@@ -37,11 +37,12 @@ COMMANDS = {name: f"{module}:{name.upper()}" for module, names in (
     ("maui", ["checkjob", "checknode", "mdiag", "releaseres", "setres", "showbf", "showq", "showres", "showstart"]),
     ("rsub", ["pbs_rsub", "pbs_rstat", "pbs_ralter", "pbs_rdel"]),
     ("psc", ["pbsyod", "shownids"]), ("pbsdsh", ["pbsdsh"]), ("partlist", ["partlist"]), ("pbsnodes", ["pbsnodes"]), ("qmgr", ["qmgr", "qstart", "qstop", "qenable", "qdisable"]),
-    ("tracejob", ["tracejob"]), ("schedctl", ["schedctl", "qterm"]),
+    ("tracejob", ["tracejob"]), ("schedctl", ["schedctl", "qterm"]), ("cobalt", ["cqwait"]),
     ("gold", ["mybalance", "gbalance", "gstatement", "gdeposit", "gchalloc", "gcharge", "grefund"]))
     for name in names}
-#: pbsyod and pbsdsh run programs as the caller's children, inside the job: never forwarded
-LOCAL_ONLY = frozenset({"pbsyod", "pbsdsh"})
+#: pbsyod and pbsdsh run programs as the caller's children, inside the job, and cqwait waits
+#: in the caller's process: never forwarded
+LOCAL_ONLY = frozenset({"pbsyod", "pbsdsh", "cqwait"})
 #: the commands a `cobalt` site answers in Cobalt's form (cobalt.py); the rest keep PBS's
 COBALT = frozenset({"qsub", "qstat", "qdel", "qhold", "qrls", "qalter", "qmove"})
 COBALT_HEAD = 1 << 16  # bytes of a Cobalt job's command a client sends: its #COBALT lines
@@ -238,6 +239,22 @@ def ask(prog: str, argv: list[str]) -> tuple[int, bytes, bytes] | None:
     except ValueError:
         return 1, b"", _b(f"{prog}: the hpcsched server dropped the request (see qstat for its effect)\n")
     return status, body[:size], body[size:]
+
+
+def query(prog: str, argv: list[str], here: bool) -> tuple[int, str] | None:
+    """What a command says, (exit status, its output), to a client that watches the site
+    (qsub -W block=true, cqwait): the server's answer when one runs, else, if `here` (the
+    caller owns the site), the command's PBS form run in this process; None if neither."""
+    answer = ask(prog, argv)
+    if answer is not None:
+        return answer[0], answer[1].decode(errors="replace")
+    if not here:
+        return None
+    import io
+    from importlib import import_module
+    module, name = COMMANDS[prog].split(":")
+    out = io.StringIO()
+    return getattr(import_module(f"hpcsched.pbs.{module}"), name)(argv, out=out), out.getvalue()
 
 
 def forward(prog: str, argv: list[str]) -> int | None:

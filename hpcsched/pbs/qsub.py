@@ -442,14 +442,7 @@ def _attributes(jid: str, remote: bool) -> dict | None:
     answers, else read here (a site the caller owns; `remote`: one it does not own has no
     other door); {} for a job no longer known, None while nobody answers."""
     import json
-    argv = ["-x", "-f", "-F", "json", jid]
-    answer = commands.ask("qstat", argv)
-    if answer is None and not remote:
-        import io
-
-        from .qstat import QSTAT
-        out = io.StringIO()
-        answer = QSTAT(argv, out=out), out.getvalue(), b""
+    answer = commands.query("qstat", ["-x", "-f", "-F", "json", jid], here=not remote)
     if answer is None:
         return None
     if answer[0] == common.UNKNOWN_JOB:
