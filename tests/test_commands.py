@@ -842,8 +842,8 @@ def _ended(jid_text, status, now):
         for job in resolve(batch.sched.jobs, jid_text, site.server):
             if job.state == "queued":
                 batch.do("run", now, id=job.id)
-            batch.do("ended", now + 1, id=job.id, exit_status=status)
-            accounting.write(site.home, "E", job, site.server, now + 1)
+            batch.do("ended", now + 1, id=job.id, exit_status=status,
+                     records=lambda job: accounting.lines("E", [job], site.server, now + 1))
             accounting.core_deletions(batch, now + 1)
 
 
@@ -968,14 +968,16 @@ def test_a_failed_subjob_is_named_by_its_subjob_id(rig):
 def test_a_failing_accounting_write_never_fails_a_saved_submission(rig, capsys):
     """The job is journaled first; an accounting record that cannot be written (here the
     accounting directory is a file, as a full disk would refuse it) is reported and the
-    command succeeds, so no one resubmits a job that exists.  A name that is not UTF-8 is
-    written escaped."""
+    command succeeds, so no one resubmits a job that exists; the next change writes it
+    (store/accounts.py).  A name that is not UTF-8 is written escaped."""
     (rig / "home" / "accounting").write_text("not a directory")
     jid = submit("-N", "kept")
     assert jid == "1.headnode" and "accounting record Q of job 1 not written" in capsys.readouterr().err
     (rig / "home" / "accounting").unlink()
     assert submit("-N", "odd\udcff") == "2.headnode"
-    assert "odd\\udcff" in next((rig / "home" / "accounting").iterdir()).read_text()
+    written = next((rig / "home" / "accounting").iterdir()).read_text()
+    assert [line.split(";")[1:3] for line in written.splitlines()] == [["Q", "1.headnode"], ["Q", "2.headnode"]]
+    assert "jobname=kept" in written and "odd\\udcff" in written
 
 
 def test_an_array_is_one_journal_record_saved_whole_or_not_at_all(rig):

@@ -473,3 +473,46 @@ def test_a_suspension_an_older_store_kept_in_a_jobs_extra_reaches_the_core(rig):
         one, two = old.sched.job(1), old.sched.job(2)
         assert (one.suspended_at, one.suspended_for, two.suspended_at, two.suspended_for) == (t + 10, 5.0, None, 30.0)
         assert old.sched._paused == {one.id}  # (the planner holds its nodes on)
+
+
+class Died(BaseException):
+    """A writer's death at a chosen point (its lock goes with it, as a dead process's does)."""
+
+
+@pytest.mark.parametrize("dies_in", ["journal", "log", "cleanup"])
+def test_a_writer_that_dies_around_its_accounting_records_loses_none_and_writes_none_twice(
+        rig, monkeypatch, dies_in):
+    """Records are written ahead (store/accounts.py): a writer dead before its change was
+    journaled leaves no record of a change that never stood; dead after, its records are
+    written by the next writer, once, even if it had written them itself."""
+    import io
+
+    from hpcsched.pbs import accounting, qsub
+    from hpcsched.store import accounts
+    from hpcsched.store.journal import Store as RealStore
+
+    def submit(name):
+        return qsub.submit(["-N", name, "-l", "walltime=60"], stdin=io.StringIO("true\n"), cwd=str(rig), env={})[0]
+
+    def die(*_):
+        raise Died
+    target = {"journal": (RealStore, "append"), "log": (accounts, "append"), "cleanup": (os, "unlink")}[dies_in]
+    real = getattr(*target)
+    if dies_in == "cleanup":  # (the lines written, the pending copy not yet removed)
+        monkeypatch.setattr(os, "unlink", lambda p, *a, **k: die() if str(p).endswith(accounts.PENDING)
+                            else real(p, *a, **k))
+    elif dies_in == "journal":  # (the configuration's record first, then the job's: there)
+        monkeypatch.setattr(RealStore, "append", lambda self, rec: die() if rec["op"] == "submit" else real(self, rec))
+    else:
+        monkeypatch.setattr(*target, die)
+    with pytest.raises(Died):
+        submit("first")
+    assert (rig / "home" / accounts.PENDING).exists()
+    monkeypatch.setattr(*target, real)
+    second = submit("second")
+    kept = [(e.kind, e.job_id, e.fields["jobname"]) for e in accounting.read(rig / "home")]
+    if dies_in == "journal":  # (job 1 never was: its number goes to the next)
+        assert second == "1.headnode" and kept == [("Q", "1.headnode", "second")]
+    else:
+        assert second == "2.headnode" and kept == [("Q", "1.headnode", "first"), ("Q", "2.headnode", "second")]
+    assert not (rig / "home" / accounts.PENDING).exists()

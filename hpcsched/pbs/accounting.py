@@ -9,7 +9,6 @@ signal ends with Exit_status 256 + the signal number (265 for SIGKILL).
 from __future__ import annotations
 
 import os
-import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -53,45 +52,29 @@ def _record(kind: str, job: Job, server: str, now: float) -> str:
 DEPENDENCY_EXIT = 271
 
 
+def lines(kind: str, jobs: list[Job], server: str, now: float) -> list[str]:
+    """The records of one kind for `jobs`: what a journaled change carries (`Batch.do`'s
+    `records`) and the store appends to the day's file after it (store/accounts.py)."""
+    return [_record(kind, job, server, now) for job in jobs]
+
+
 def core_deletions(batch, now: float) -> None:
     """Record the jobs the last operation deleted on its own: those whose dependency
     failed (Torque and OpenPBS delete them; the comment names the parent with its server)
-    and those left in the queue of a pbs_rsub reservation that ended.  A D record and
-    mail for each.  Called after every operation that can end a job or a reservation."""
+    and those left in the queue of a pbs_rsub reservation that ended.  A D record (in a
+    `process` record of its own) and mail for each.  Called after every operation that
+    can end a job or a reservation."""
     from .attributes import parent_id
     sched, site = batch.sched, batch.site
     deleted, sched.deleted = sched.deleted, []
     for job in deleted:
-        why = job.comment
+        why, change = job.comment, {}
         if why.startswith("Job deleted as result of dependency"):  # (the core's words: Scheduler._delete_for)
             failed = next(d for d in job.dependencies if d.met is False)
             why = f"Job deleted as result of dependency on job {parent_id(failed, sched.jobs, site.server)}"
-            batch.do("process", now, id=job.id, set={"deleted_by": "dependency"}, comment=why)
-        write(site.home, "D", job, site.server, now)
+            change = {"set": {"deleted_by": "dependency"}, "comment": why}
+        batch.do("process", now, id=job.id, records=lambda j: lines("D", [j], site.server, now), **change)
         mail.send(site, job, mail.ABORT, f"Aborted by PBS Server\n{why}")
-
-
-def write(home: str | os.PathLike, kind: str, job: Job, server: str, now: float) -> None:
-    """Append one record to the day's file (one write; O_APPEND keeps lines whole).  It
-    comes after the change is journaled, so it never fails the command: a record that
-    cannot be written (a full disk) is reported on stderr and the change stands."""
-    write_many(home, kind, [job], server, now)
-
-
-def write_many(home: str | os.PathLike, kind: str, jobs: list[Job], server: str, now: float) -> None:
-    """`write` for many jobs at once (an array's subjobs): one open, one append."""
-    try:
-        directory = Path(home) / "accounting"
-        directory.mkdir(parents=True, exist_ok=True)
-        path = directory / time.strftime("%Y%m%d", time.localtime(now))
-        fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)  # (the server's alone)
-        try:
-            os.write(fd, "".join(_record(kind, j, server, now) for j in jobs).encode("utf-8", "backslashreplace"))
-        finally:
-            os.close(fd)
-    except OSError as e:
-        print(f"hpcsched: accounting record {kind} of job {jobs[0].id} not written: {e.strerror}",
-              file=sys.stderr)
 
 
 @dataclass

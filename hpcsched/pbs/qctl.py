@@ -104,10 +104,9 @@ def qdel(batch: Batch, job: Job, opts: dict) -> None:
     if purge and job.state == EXITING:  # deleted already, or its epilogue runs: it goes now
         batch.do("process", now, id=job.id, set={"purge": True})
         return
-    batch.do("delete", now, id=job.id)
+    batch.do("delete", now, id=job.id, records=lambda job: accounting.lines("D", [job], batch.site.server, now))
     if purge and job.state == EXITING:  # (it was running: it goes now, not after the grace)
         batch.do("process", now, id=job.id, set={"purge": True})
-    accounting.write(batch.site.home, "D", job, batch.site.server, now)
     accounting.core_deletions(batch, now)
 
 

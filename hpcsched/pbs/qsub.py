@@ -261,12 +261,11 @@ def submit_parsed(cmd: list[tuple[str, str]], rest: list[str], stdin=None, cwd: 
         try:
             if array:
                 indices, limit = parse_array(array)
-                subs = batch.submit_array(job, indices, limit, now)
-                accounting.write_many(site.home, "Q", subs, site.server, now)
+                subs = batch.submit_array(job, indices, limit, now,
+                                          records=lambda subs: accounting.lines("Q", subs, site.server, now))
                 accounting.core_deletions(batch, now)
                 return f"{subs[0].array_id}[].{site.server}", "z" in options
-            done = batch.submit(job, now)
-            accounting.write(site.home, "Q", done, site.server, now)
+            done = batch.submit(job, now, records=lambda done: accounting.lines("Q", [done], site.server, now))
             accounting.core_deletions(batch, now)
             for waiter, before in waiters:
                 kept = [[d.kind.value, d.job_id, d.of] for d in waiter.dependencies]

@@ -407,8 +407,8 @@ class Server:
 
     def _requeue(self, job: Job, now: float) -> None:
         """Back to the queue, to run again (its process lost, or qrerun): an R record."""
-        accounting.write(self.home, "R", job, self.site.server, now)
-        self.batch.do("requeue", now, id=job.id)
+        rerun = accounting.lines("R", [job], self.site.server, now)  # (as it ran: its start, its hosts)
+        self.batch.do("requeue", now, id=job.id, records=lambda _: rerun)
         self.peaks.pop(job.id, None)
         self._forget_prologue(job)
         self._note(job, now, clear=["launched", "pid", "pid_start", "signal", "signalled_at", "over",
@@ -516,10 +516,10 @@ class Server:
         self._forget_prologue(job)
         peaks = self._last_peaks(job)
         noted = {"set": peaks} if peaks else {}
-        self.batch.do("ended", now, id=job.id, exit_status=status,
-                      **({"cpu_time": cpu_time} if cpu_time is not None else {}), **noted)
         aborted = status == LOST
-        accounting.write(self.home, "A" if aborted else "E", job, self.site.server, now)
+        self.batch.do("ended", now, id=job.id, exit_status=status,
+                      records=lambda job: accounting.lines("A" if aborted else "E", [job], self.site.server, now),
+                      **({"cpu_time": cpu_time} if cpu_time is not None else {}), **noted)
         if aborted or walltime:
             limit = job.extra.get("over", "walltime")
             why = why or (f"Job exceeded its {limit} limit. Job was aborted" if walltime
@@ -699,9 +699,13 @@ class Server:
             log(f"job {job.id}: killed {len(left)} leftover process"
                 f"{'es' if len(left) > 1 else ''} after its end: {', '.join(left)}")
 
-    def _note(self, job: Job, now: float, **change) -> None:
+    def _note(self, job: Job, now: float, records=None, **change) -> None:
         """Journal what changed about a job's process (a `process` record, not an alter)."""
-        self.batch.do("process", now, id=job.id, **change)
+        self.batch.do("process", now, records, id=job.id, **change)
+
+    def _started(self, job: Job) -> list[str]:
+        """A launch's S record (with the launch's `process` record: accounts.py)."""
+        return accounting.lines("S", [job], self.site.server, job.extra["launched"])
 
     def _signal(self, job: Job, pid: int, sig: int, now: float, journal: bool = True) -> None:
         """`sig` to the job's process group and to every process of the job that left it (a
@@ -778,8 +782,7 @@ class Server:
             return self._not_started(job, now, f"its run directory: {e.strerror or e}")
         noted = {"gpus": gpus} if gpus else {}
         if x.get("interactive"):
-            self._note(job, now, set={"launched": now, **noted})
-            accounting.write(self.home, "S", job, self.site.server, now)
+            self._note(job, now, set={"launched": now, **noted}, records=self._started)
             mail.send(self.site, job, mail.BEGIN, "Begun execution")
             return 1
         argv = ["/bin/sh", "-c", WRAPPER, "hpcsched-job", str(d), shell, str(script), *x.get("arguments", ())]
@@ -812,8 +815,8 @@ class Server:
         # (as the owner, the wrapper joined the cgroup while still root: privilege.becoming)
         joined = cgroup is not None and owner is not None
         self._note(job, now, set={"launched": now, "pid": proc.pid, "pid_start": _wait_start(proc.pid),
-                                  "session": proc.pid, **({"cgroup": cgroup} if joined else {}), **noted})
-        accounting.write(self.home, "S", job, self.site.server, now)
+                                  "session": proc.pid, **({"cgroup": cgroup} if joined else {}), **noted},
+                   records=self._started)
         mail.send(self.site, job, mail.BEGIN, "Begun execution")
         return 1
 

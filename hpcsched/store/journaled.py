@@ -24,7 +24,7 @@ from ..core.errors import ConfigError, InvalidRequest, InvalidState, Rejected, S
 from ..core.jobs import RUNNING, Hold, Job, Request
 from ..core.reservations import Reservation
 from ..core.scheduler import Scheduler
-from . import schema
+from . import accounts, schema
 from .journal import JOURNAL, Store, StoreError
 from .site import Site, config_from, config_id, scheduler_of
 
@@ -196,6 +196,8 @@ class Batch:
                     self.sched, self.source = self.site.scheduler(), self.site.source
                     last = self.store.last_record()
                     self.next_id, self.store_config = last.get("next_id", 1), last.get("cfg")
+                # (records a writer that died left unwritten)
+                accounts.mend(self.store.home, self.seq if load else last["seq"])
                 yield self
                 if load and (self.pending > COMPACT_AFTER or self.carried):
                     try:
@@ -306,12 +308,15 @@ class Batch:
         self.sched.deleted.clear()  # recorded by whoever did the operation
         self.carried |= self._reconfigure(self.site.source)  # from here on, the site's configuration decides
 
-    def do(self, op: str, now: float | None = None, **args):
-        """Apply one operation and make it durable; SchedulerError leaves the store untouched."""
+    def do(self, op: str, now: float | None = None, records=None, **args):
+        """Apply one operation and make it durable; SchedulerError leaves the store untouched.
+        `records(result)`: the accounting lines the change makes, appended to the accounting
+        log once it is journaled (accounts.py: written ahead, so a crash loses none)."""
         rec = {"op": op, "now": time.time() if now is None else now, **args}
         self._reconfigure(self.site.source)  # (a kept batch may have replayed another's configuration)
         before = self.next_id
         result = apply(self.sched, rec)
+        lines = records(result) if records else None
         if op == "submit":
             self.next_id = max(self.next_id, result.id + 1)
         elif op == "submit_array" and result:
@@ -325,11 +330,15 @@ class Batch:
                 self.seq = self.store.append({"op": "config", "now": rec["now"], "toml": text, "overlay": changes,
                                               "next_id": before, "cfg": rec["cfg"]})
                 self.store_config = rec["cfg"]
+            if lines:
+                accounts.ahead(self.store.home, self.store.last_seq() + 1, lines)
             self.seq = self.store.append(rec)
         except OSError as e:  # a full disk: the change is undone in memory, as it is on disk
             self._undo()
             raise StoreError(f"{self.store.home / JOURNAL}: cannot write ({e.strerror}): nothing was saved") from None
         self.pending += 1
+        if lines:
+            accounts.append(self.store.home, lines)
         return result
 
     def _undo(self) -> None:
@@ -342,12 +351,13 @@ class Batch:
             last = self.store.last_record()
             self.next_id, self.store_config = last.get("next_id", 1), last.get("cfg")
 
-    def submit(self, job: Job, now: float | None = None) -> Job:
+    def submit(self, job: Job, now: float | None = None, records=None) -> Job:
         """Submit under the next job id (so a replay gives it the same one)."""
         job.id = self.next_id
-        return self.do("submit", now, job=job.to_dict())
+        return self.do("submit", now, records, job=job.to_dict())
 
-    def submit_array(self, job: Job, indices: list[int], limit: int = 0, now: float | None = None) -> list[Job]:
+    def submit_array(self, job: Job, indices: list[int], limit: int = 0, now: float | None = None,
+                     records=None) -> list[Job]:
         """Submit an array of `job` (one subjob per index, ids from the next one on) as one
         record: the whole array is saved, or none of it."""
         runs: list[list[int]] = []  # sorted indices as [first, last] runs of consecutive ones
@@ -357,4 +367,5 @@ class Batch:
             else:
                 runs.append([i, i])
         job.id = 0
-        return self.do("submit_array", now, job=job.to_dict(), first=self.next_id, indices=runs, limit=limit)
+        return self.do("submit_array", now, records, job=job.to_dict(), first=self.next_id, indices=runs,
+                       limit=limit)

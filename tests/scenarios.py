@@ -1,0 +1,311 @@
+"""Seeded scenarios for a live server: a stream of ordinary commands, with the server killed
+(SIGKILL) or stopped (qterm) and started again at random moments, then the invariants every
+run must keep.  `run(root, seed, steps)` plays one and returns what broke ([] if nothing):
+
+    lost        a job qsub gave an id for is unknown at the end, or never finished
+    twice       a job's script started more often than the accounting log says it was started
+    overbooked  two runs held one core at once (the accounting log's starts and ends)
+    status      a job that ran to its end undisturbed is recorded with another exit status
+    order       a job ran although its afterok parent did not end with status 0, or before it ended
+    records     a job's accounting records do not tell one story (two Q, an end with no start)
+    stray       a process of a job outlived it
+    server      the server died on its own, or wrote a traceback
+
+Every job writes `S id time` to an events file as it starts and `E id time status` as it
+ends, so what ran is known apart from what the server says ran.  tests/test_server.py plays
+a few scenarios per CI run; benchmarks/scenarios.py plays many.
+"""
+from __future__ import annotations
+
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+BIN = ROOT / "bin"
+NODES, CORES = 2, 2
+SETTLE = 90.0  # seconds the jobs left at the end may take to finish
+
+#: the commands a scenario draws from, with their weights
+STEPS = {"submit": 30, "delete": 5, "hold": 4, "release": 4, "alter": 3, "resize": 2, "rerun": 3, "signal": 2,
+         "suspend": 2, "resume": 2, "qrun": 2, "offline": 2, "online": 2, "kill": 4, "crash": 3, "qterm": 2, "wait": 10}
+
+
+class Rig:
+    """A site on this host (2 nodes of 2 cores), its server, and the jobs given to it."""
+
+    def __init__(self, root: Path):
+        from hpcsched.store.site import init_site
+        self.home, self.work = root / "home", root / "work"
+        init_site(self.home, nodes=NODES, cores=CORES, managers=["boss"])
+        config = self.home / "config.toml"
+        config.write_text("server_interval = 0.25\nkill_grace = 1\n"
+                          + config.read_text().replace("keep_completed = 300", "keep_completed = 86400"))
+        self.work.mkdir()
+        (root / "alice").mkdir()
+        self.env = dict(os.environ, HPCSCHED_HOME=str(self.home), HPCSCHED_USER="alice", HOME=str(root / "alice"))
+        self.env.pop("HPCSCHED_FLAVOR", None)
+        self.server: subprocess.Popen | None = None
+        self.logs: list[str] = []  # every server's stderr
+        self.jobs: dict[str, dict] = {}  # id qsub printed -> what was asked of it
+        self.broken: list[str] = []
+
+    def cmd(self, *argv: str, stdin: str | None = None, manager: bool = False) -> subprocess.CompletedProcess:
+        env = dict(self.env, HPCSCHED_USER="boss") if manager else self.env
+        p = subprocess.run([str(BIN / argv[0]), *argv[1:]], input=stdin, capture_output=True, text=True,
+                           env=env, cwd=self.work, timeout=60)
+        if "Traceback" in p.stderr:
+            self.broken.append(f"server: {' '.join(argv)} wrote a traceback: {p.stderr.strip()[-300:]}")
+        return p
+
+    def start(self) -> None:
+        self.server = subprocess.Popen([sys.executable, "-m", "hpcsched", "server"], cwd=ROOT, env=self.env,
+                                       stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+                                       start_new_session=True)
+        for _ in range(400):  # until it answers commands
+            if (self.home / "commands.sock").exists() or self.server.poll() is not None:
+                break
+            time.sleep(0.05)
+
+    def stopped(self) -> None:
+        """The server has exited: keep what it wrote, and say so if it died on its own."""
+        _, err = self.server.communicate(timeout=30)
+        self.logs.append(err)
+        if "Traceback" in err:
+            self.broken.append(f"server: a traceback in its log: {err.strip()[-300:]}")
+        self.server = None
+
+    def kill(self) -> None:
+        os.killpg(self.server.pid, signal.SIGKILL)  # (the server's group: its jobs run in their own sessions)
+        self.server.wait(30)
+        self.stopped()
+
+    def qterm(self) -> None:
+        if self.cmd("qterm", manager=True).returncode == 0:
+            self.server.wait(30)
+            self.stopped()
+        else:
+            self.kill()
+
+
+#: the commands on one job (an array's subjob, at times), by a step's kind
+OPERATIONS = ("delete", "hold", "release", "alter", "resize", "rerun", "signal", "suspend", "resume", "qrun")
+
+
+def script(sleep: float, status: int) -> str:
+    return ('cd "$PBS_O_WORKDIR"\necho "S ${PBS_JOBID%%.*} $(date +%s.%N)" >> events\n'
+            f'sleep {sleep}\necho "E ${{PBS_JOBID%%.*}} $(date +%s.%N) {status}" >> events\nexit {status}\n')
+
+
+def step(rig: Rig, rng: random.Random, kind: str) -> None:
+    """One command (or a kill, a qterm, a pause) of a scenario."""
+    known = sorted(rig.jobs)
+    some = rng.choice(known) if known else None
+    if kind == "submit":
+        sleep = rng.choice([0, 0.2, 0.5, 1, 2])
+        status = rng.choice([0, 0, 0, 1, 3])
+        walltime = rng.choice([30, 30, 30, 1])  # (1 s: it may be killed at its walltime)
+        argv = ["qsub", "-l", f"nodes={rng.randint(1, NODES)}:ppn={rng.randint(1, CORES)},walltime={walltime}"]
+        asked = {"sleep": sleep, "status": status, "disturbed": walltime == 1, "after": None, "array": False}
+        if rng.random() < 0.1:
+            argv.append("-h")
+        if rng.random() < 0.2:
+            argv += ["-r", "n"]
+        if known and rng.random() < 0.2:
+            asked["after"] = some
+            argv += ["-W", f"depend=afterok:{some}"]
+        if rng.random() < 0.1:
+            argv += ["-t", "0-1"]
+            asked["array"] = True
+        p = rig.cmd(*argv, stdin=script(sleep, status))
+        if p.returncode == 0:
+            rig.jobs[p.stdout.strip().split(".")[0]] = asked
+    elif kind in OPERATIONS and some:
+        rig.jobs[some]["disturbed"] = True
+        if rig.jobs[some]["array"] and rng.random() < 0.5:
+            some = some.replace("[]", f"[{rng.randint(0, 1)}]")  # (one subjob)
+        argv = {"delete": ["qdel", some], "hold": ["qhold", some], "release": ["qrls", some],
+                "alter": ["qalter", "-l", f"walltime={rng.choice([1, 60])}", some],
+                "resize": ["qalter", "-l", f"nodes={rng.randint(1, NODES)}:ppn={rng.randint(1, CORES)}", some],
+                "rerun": ["qrerun", some], "signal": ["qsig", "-s", "USR1", some],
+                "suspend": ["qsig", "-s", "suspend", some], "resume": ["qsig", "-s", "resume", some],
+                "qrun": ["qrun", *(["-H", "node01"] if rng.random() < 0.5 else []), some]}[kind]
+        rig.cmd(*argv, manager=kind in ("rerun", "suspend", "resume", "qrun"))
+    elif kind in ("offline", "online"):
+        node = f"node{rng.randint(1, NODES):02d}"
+        rig.cmd("pbsnodes", "-o" if kind == "offline" else "-c", node, manager=True)
+    elif kind == "kill" and rig.server:
+        rig.kill()
+    elif kind == "crash" and rig.server:  # killed while it answers a qsub (or a qdel)
+        deleting = some and rng.random() < 0.3
+        argv = ["qdel", some] if deleting else ["qsub", "-l", "nodes=1,walltime=30"]
+        p = subprocess.Popen([str(BIN / argv[0]), *argv[1:]], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                             stderr=subprocess.PIPE, text=True, env=rig.env, cwd=rig.work)
+        if not deleting:
+            p.stdin.write(script(0.5, 0))
+        p.stdin.close()
+        time.sleep(rng.uniform(0, 0.3))
+        rig.kill()
+        said, err = p.stdout.read(), p.stderr.read()  # (small: no pipe fills)
+        p.wait(60)
+        if "Traceback" in err:
+            rig.broken.append(f"server: {' '.join(argv)} wrote a traceback: {err.strip()[-300:]}")
+        if deleting:
+            rig.jobs[some]["disturbed"] = True
+        elif p.returncode == 0:
+            rig.jobs[said.strip().split(".")[0]] = {"sleep": 0.5, "status": 0, "disturbed": False, "after": None,
+                                                    "array": False}
+    elif kind == "qterm" and rig.server:
+        rig.qterm()
+    elif kind == "wait":
+        time.sleep(rng.uniform(0.1, 1.5))
+    if rig.server is None and rng.random() < 0.5:  # (else commands meet a stopped server for a while)
+        rig.start()
+    elif rig.server is not None and rig.server.poll() is not None:
+        rig.stopped()
+        rig.broken.append("server: it exited on its own")
+        rig.start()
+
+
+def run(root: Path, seed: int, steps: int = 40) -> list[str]:
+    """Play scenario `seed` in the empty directory `root`; what broke, one line each."""
+    rng = random.Random(seed)
+    rig = Rig(root)
+    rig.start()
+    try:
+        kinds, weights = zip(*STEPS.items())
+        for kind in rng.choices(kinds, weights, k=steps):
+            step(rig, rng, kind)
+        if rig.server is None:
+            rig.start()
+        for node in range(1, NODES + 1):
+            rig.cmd("pbsnodes", "-c", f"node{node:02d}", manager=True)
+        for jid in rig.jobs:  # (the held and the suspended)
+            rig.cmd("qrls", jid)
+            rig.cmd("qsig", "-s", "resume", jid, manager=True)
+        jobs = settle(rig)
+        rig.qterm()
+    finally:
+        if rig.server is not None:
+            rig.kill()
+    return rig.broken + judge(rig, jobs)
+
+
+def settle(rig: Rig) -> dict:
+    """Wait until every job has finished (or SETTLE has passed); the store's jobs by id."""
+    from hpcsched.core.jobs import FINISHED
+    from hpcsched.store.journaled import Batch
+    from hpcsched.store.site import load_site
+    deadline = time.time() + SETTLE
+    while True:
+        with Batch(load_site(rig.home)).open(write=False) as batch:
+            jobs = dict(batch.sched.jobs)
+        if all(j.state in FINISHED for j in jobs.values()) or time.time() > deadline:
+            return jobs
+        time.sleep(0.25)
+
+
+def judge(rig: Rig, jobs: dict) -> list[str]:
+    from hpcsched.core.jobs import FINISHED
+    from hpcsched.pbs import accounting
+    broken = []
+    by_array: dict[int, list] = {}
+    for job in jobs.values():
+        by_array.setdefault(job.array_id, []).append(job)
+    members = {}  # id qsub printed -> the store's jobs it names
+    for jid, asked in rig.jobs.items():
+        n = int(jid.split("[")[0])
+        members[jid] = by_array.get(n, []) if asked["array"] else [jobs[n]] if n in jobs else []
+        if not members[jid]:
+            broken.append(f"lost: job {jid} is not in the store")
+    for job in jobs.values():  # (those whose qsub died with the server too)
+        if job.state not in FINISHED:
+            broken.append(f"lost: job {job.id} never finished ({job.state.value})")
+
+    # the accounting log, per job: starts, ends, their cores
+    records: dict[str, list] = {}
+    for e in accounting.read(rig.home):
+        records.setdefault(e.job_id.split(".")[0], []).append(e)
+    runs = []  # (start, end, job, exec_host)
+    for jid, entries in records.items():
+        kinds = "".join(e.kind for e in entries)
+        if kinds.count("Q") != 1 or not kinds.startswith("Q"):
+            broken.append(f"records: job {jid}: {kinds}")
+        opened = None
+        for e in entries:
+            when = time.mktime(time.strptime(e.when, "%m/%d/%Y %H:%M:%S"))
+            if e.kind == "S":
+                if opened:
+                    broken.append(f"records: job {jid} started twice without an end between: {kinds}")
+                opened = (int(e.fields["start"]), e.fields.get("exec_host", ""))
+            elif e.kind in "ERA" and opened:  # (a D for a running job comes before its E)
+                runs.append((opened[0], int(e.fields.get("end", when)), jid, opened[1]))
+                opened = None
+            elif e.kind == "E":
+                broken.append(f"records: job {jid} ended with no start: {kinds}")
+        if opened:
+            broken.append(f"records: job {jid} started and never ended: {kinds}")
+    held: dict[str, list] = {}
+    for start, end, jid, hosts in runs:
+        for part in filter(None, hosts.split("+")):
+            node, _, cores = part.partition("/")
+            for core in cores.split(","):
+                held.setdefault(f"{node}/{core}", []).append((start, end, jid))
+    for core, spans in held.items():
+        spans.sort()
+        for (s1, e1, j1), (s2, e2, j2) in zip(spans, spans[1:]):
+            if s2 < e1:
+                broken.append(f"overbooked: {core} held by job {j1} ({s1}-{e1}) and job {j2} ({s2}-{e2})")
+
+    # what the jobs themselves wrote
+    events: dict[str, list] = {}
+    path = rig.work / "events"
+    for line in (path.read_text().splitlines() if path.exists() else []):
+        kind, jid, when, *status = line.split()
+        events.setdefault(jid, []).append((kind, float(when), int(status[0]) if status else None))
+    for jid, seen in events.items():
+        started = sum(1 for e in records.get(jid, []) if e.kind == "S")
+        if sum(1 for k, *_ in seen if k == "S") > started:
+            broken.append(f"twice: job {jid}'s script started {sum(k == 'S' for k, *_ in seen)} times, "
+                          f"the log has {started} starts")
+    ended = {j: e for j, es in records.items() for e in es if e.kind == "E"}
+    for jid, asked in rig.jobs.items():
+        if asked["disturbed"] or asked["array"]:
+            continue
+        seen = events.get(jid, [])
+        if seen and seen[-1][0] == "E" and jid in ended and int(ended[jid].fields["Exit_status"]) != seen[-1][2]:
+            broken.append(f"status: job {jid} ended with {seen[-1][2]}, recorded "
+                          f"{ended[jid].fields['Exit_status']}")
+        parent = asked["after"]
+        if parent and not rig.jobs[parent]["array"] and any(k == "S" for k, *_ in seen):
+            pend = [w for k, w, _ in events.get(parent, []) if k == "E"]
+            pstatus = ended.get(parent).fields["Exit_status"] if parent in ended else None
+            if pstatus != "0":
+                broken.append(f"order: job {jid} ran, its afterok parent {parent} ended with {pstatus}")
+            elif pend and not rig.jobs[parent]["disturbed"] and min(w for k, w, _ in seen if k == "S") < pend[-1]:
+                broken.append(f"order: job {jid} started before its parent {parent} ended")
+
+    for d in (rig.home / "jobs").glob("*/run*"):
+        pid = d / "pid"
+        if pid.exists() and group_alive(int(pid.read_text())):
+            os.killpg(int(pid.read_text()), signal.SIGKILL)
+            broken.append(f"stray: job {d.parent.name}'s run {d.name} was still running")
+    return broken
+
+
+def group_alive(pgid: int) -> bool:
+    """Is any live (non-zombie) process in process group `pgid`?"""
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                data = open(f"/proc/{entry}/stat").read()
+            except OSError:
+                continue
+            fields = data[data.rindex(")") + 2:].split()
+            if fields[0] != "Z" and int(fields[2]) == pgid:
+                return True
+    return False
