@@ -4,7 +4,9 @@
     MM/DD/YYYY HH:MM:SS;<type>;<job id>;key=value key=value ...
 
 Types: Q queued, S started, E ended, D deleted, A aborted, R rerun.  A job killed by a
-signal ends with Exit_status 256 + the signal number (265 for SIGKILL).
+signal ends with Exit_status 256 + the signal number (265 for SIGKILL).  Records go with
+the journaled change that makes them (`lines`, as `Batch.do`'s `records`), so the store
+writes them once, even across a crash (store/accounts.py).
 """
 from __future__ import annotations
 
