@@ -233,22 +233,23 @@ def judge(rig: Rig, jobs: dict) -> list[str]:
     runs = []  # (start, end, job, exec_host)
     for jid, entries in records.items():
         kinds = "".join(e.kind for e in entries)
+        said = kinds if len(kinds) <= 40 else f"{kinds[:40]}... ({len(kinds)} records)"
         if kinds.count("Q") != 1 or not kinds.startswith("Q"):
-            broken.append(f"records: job {jid}: {kinds}")
+            broken.append(f"records: job {jid}: {said}")
         opened = None
         for e in entries:
             when = time.mktime(time.strptime(e.when, "%m/%d/%Y %H:%M:%S"))
             if e.kind == "S":
                 if opened:
-                    broken.append(f"records: job {jid} started twice without an end between: {kinds}")
+                    broken.append(f"records: job {jid} started twice without an end between: {said}")
                 opened = (int(e.fields["start"]), e.fields.get("exec_host", ""))
             elif e.kind in "ERA" and opened:  # (a D for a running job comes before its E)
                 runs.append((opened[0], int(e.fields.get("end", when)), jid, opened[1]))
                 opened = None
             elif e.kind == "E":
-                broken.append(f"records: job {jid} ended with no start: {kinds}")
+                broken.append(f"records: job {jid} ended with no start: {said}")
         if opened:
-            broken.append(f"records: job {jid} started and never ended: {kinds}")
+            broken.append(f"records: job {jid} started and never ended: {said}")
     held: dict[str, list] = {}
     for start, end, jid, hosts in runs:
         for part in filter(None, hosts.split("+")):
