@@ -11,6 +11,7 @@ import pytest
 
 from hpcsched.pbs import accounting
 from hpcsched.store.site import init_site
+from scenarios import group_alive
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 BIN = os.path.join(ROOT, "bin")
@@ -56,20 +57,6 @@ def live(tmp_path, request, monkeypatch):
         if pid and group_alive(pid):
             os.killpg(pid, signal.SIGKILL)
             raise AssertionError(f"job {d.name} was still running")
-
-
-def group_alive(pgid):
-    """Is any live (non-zombie) process in process group `pgid`?"""
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            try:
-                data = open(f"/proc/{entry}/stat").read()
-            except OSError:
-                continue
-            fields = data[data.rindex(")") + 2:].split()
-            if fields[0] != "Z" and int(fields[2]) == pgid:
-                return True
-    return False
 
 
 def cmd(env, work, *argv, stdin=None):
