@@ -29,11 +29,10 @@ def _by_day(lines: list[str]) -> dict[str, str]:
 
 
 def ahead(home: Path, seq: int, lines: list[str]) -> None:
-    """Keep the lines of the change about to be journaled as record `seq` (OSError: not kept)."""
-    tmp = home / f".{PENDING}.tmp"
-    with open(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), "w", encoding="utf-8") as f:
+    """Keep the lines of the change about to be journaled as record `seq` (OSError: not
+    kept).  Written in place: a file torn by a death here is one whose change never stood."""
+    with open(os.open(home / PENDING, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), "w", encoding="utf-8") as f:
         f.write(json.dumps({"seq": seq, "lines": lines}))
-    os.replace(tmp, home / PENDING)
 
 
 def append(home: Path, lines: list[str]) -> None:

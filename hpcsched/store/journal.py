@@ -295,11 +295,14 @@ class Store:
             raise StoreError(f"{path}: corrupt or truncated (it does not end its JSON); left as it is")
 
     # --- writing -----------------------------------------------------------------------
-    def append(self, record: dict) -> int:
-        """Append one change, durably; returns its sequence number.  Hold the lock."""
+    def append(self, record: dict, before=None) -> int:
+        """Append one change, durably; returns its sequence number.  Hold the lock.
+        `before(seq)` is called first, with the number the record is to have."""
         path = self.home / JOURNAL
         self._drop_torn_tail(path)
         seq = self.last_seq() + 1
+        if before is not None:
+            before(seq)
         line = sealed(json.dumps({"v": STORE_VERSION, "seq": seq, **record}, separators=(",", ":"))) + "\n"
         fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
         try:

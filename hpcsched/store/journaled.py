@@ -330,9 +330,8 @@ class Batch:
                 self.seq = self.store.append({"op": "config", "now": rec["now"], "toml": text, "overlay": changes,
                                               "next_id": before, "cfg": rec["cfg"]})
                 self.store_config = rec["cfg"]
-            if lines:
-                accounts.ahead(self.store.home, self.store.last_seq() + 1, lines)
-            self.seq = self.store.append(rec)
+            self.seq = self.store.append(rec, before=(lambda seq: accounts.ahead(self.store.home, seq, lines))
+                                         if lines else None)
         except OSError as e:  # a full disk: the change is undone in memory, as it is on disk
             self._undo()
             raise StoreError(f"{self.store.home / JOURNAL}: cannot write ({e.strerror}): nothing was saved") from None
