@@ -1108,7 +1108,7 @@ def test_a_full_disk_stops_changes_not_jobs_and_no_end_is_lost(rig, monkeypatch,
     assert srv.step() == 2
     real = journal.Store.append
 
-    def full(self, record):
+    def full(self, record, before=None):
         raise OSError(errno.ENOSPC, "No space left on device")
     monkeypatch.setattr(journal.Store, "append", full)
     before = (rig / "home" / "journal.jsonl").read_bytes()

@@ -502,8 +502,12 @@ def test_a_writer_that_dies_around_its_accounting_records_loses_none_and_writes_
         monkeypatch.setattr(os, "unlink", lambda p, *a, **k: die() if str(p).endswith(accounts.PENDING)
                             else real(p, *a, **k))
     elif dies_in == "journal":  # (the configuration's record first, then the job's: there)
-        monkeypatch.setattr(RealStore, "append", lambda self, rec, before=None: (before and before(self.last_seq() + 1), die()) if rec["op"] == "submit"
-                            else real(self, rec, before))
+        def append(self, rec, before=None):
+            if rec["op"] != "submit":
+                return real(self, rec, before)
+            before(self.last_seq() + 1)  # (its records written ahead, then the death)
+            die()
+        monkeypatch.setattr(RealStore, "append", append)
     else:
         monkeypatch.setattr(*target, die)
     with pytest.raises(Died):
