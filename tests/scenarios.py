@@ -58,9 +58,13 @@ class Rig:
         env = dict(self.env, HPCSCHED_USER="boss") if manager else self.env
         p = subprocess.run([str(BIN / argv[0]), *argv[1:]], input=stdin, capture_output=True, text=True,
                            env=env, cwd=self.work, timeout=60)
-        if "Traceback" in p.stderr:
-            self.broken.append(f"server: {' '.join(argv)} wrote a traceback: {p.stderr.strip()[-300:]}")
+        self.said(argv, p.stderr)
         return p
+
+    def said(self, argv, err: str) -> None:
+        """A command's stderr: a traceback in it is a break."""
+        if "Traceback" in err:
+            self.broken.append(f"server: {' '.join(argv)} wrote a traceback: {err.strip()[-300:]}")
 
     def start(self) -> None:
         self.server = subprocess.Popen([sys.executable, "-m", "hpcsched", "server"], cwd=ROOT, env=self.env,
@@ -101,6 +105,11 @@ def script(sleep: float, status: int) -> str:
             f'sleep {sleep}\necho "E ${{PBS_JOBID%%.*}} $(date +%s.%N) {status}" >> events\nexit {status}\n')
 
 
+def ask(sleep: float, status: int, disturbed: bool = False) -> dict:
+    """What a submission asked of its job (its script's pause and status), as `judge` reads it."""
+    return {"sleep": sleep, "status": status, "disturbed": disturbed, "after": None, "array": False}
+
+
 def step(rig: Rig, rng: random.Random, kind: str) -> None:
     """One command (or a kill, a qterm, a pause) of a scenario."""
     known = sorted(rig.jobs)
@@ -110,7 +119,7 @@ def step(rig: Rig, rng: random.Random, kind: str) -> None:
         status = rng.choice([0, 0, 0, 1, 3])
         walltime = rng.choice([30, 30, 30, 1])  # (1 s: it may be killed at its walltime)
         argv = ["qsub", "-l", f"nodes={rng.randint(1, NODES)}:ppn={rng.randint(1, CORES)},walltime={walltime}"]
-        asked = {"sleep": sleep, "status": status, "disturbed": walltime == 1, "after": None, "array": False}
+        asked = ask(sleep, status, disturbed=walltime == 1)
         if rng.random() < 0.1:
             argv.append("-h")
         if rng.random() < 0.2:
@@ -152,13 +161,11 @@ def step(rig: Rig, rng: random.Random, kind: str) -> None:
         rig.kill()
         said, err = p.stdout.read(), p.stderr.read()  # (small: no pipe fills)
         p.wait(60)
-        if "Traceback" in err:
-            rig.broken.append(f"server: {' '.join(argv)} wrote a traceback: {err.strip()[-300:]}")
+        rig.said(argv, err)
         if deleting:
             rig.jobs[some]["disturbed"] = True
         elif p.returncode == 0:
-            rig.jobs[said.strip().split(".")[0]] = {"sleep": 0.5, "status": 0, "disturbed": False, "after": None,
-                                                    "array": False}
+            rig.jobs[said.strip().split(".")[0]] = ask(0.5, 0)
     elif kind == "qterm" and rig.server:
         rig.qterm()
     elif kind == "wait":

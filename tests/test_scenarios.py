@@ -5,7 +5,7 @@ import time
 import pytest
 
 from hpcsched.core.jobs import COMPLETED, QUEUED, Job
-from scenarios import Rig, judge, run
+from scenarios import Rig, ask, judge, run
 
 
 @pytest.mark.parametrize("seed", [3, 11])
@@ -25,8 +25,7 @@ def _record(rig, kind, jid, when, **fields):
 def test_the_judge_sees_each_kind_of_break(tmp_path):
     rig = Rig(tmp_path)
     t = 1_800_000_000
-    asked = {"sleep": 1, "status": 0, "disturbed": False, "after": None, "array": False}
-    rig.jobs = {str(i): dict(asked) for i in range(1, 7)}
+    rig.jobs = {str(i): ask(1, 0) for i in range(1, 7)}
     rig.jobs["4"]["after"] = "3"
     jobs = {i: Job(id=i, state=COMPLETED) for i in range(1, 6)}  # job 6 is lost from the store
     jobs[5].state = QUEUED  # and job 5 never finished

@@ -779,15 +779,15 @@ CQWAIT_POLL = 1.0  # seconds between looks (Cobalt's cqwait looks every 2)
 
 def cqwait_action(opts, operands, out, now: float) -> int:
     """Wait until none of the jobs is left unfinished (--start: left waiting), as Cobalt's
-    cqwait does; a job never known is not waited for, and `*` stands for every job.  It watches through Torque's qselect,
-    asked of the server (any site, any user) or run here, so it waits in the caller's own
-    process and never holds the server."""
+    cqwait does; a job never known is not waited for, and `*` stands for every job.  It
+    watches through Torque's qselect, asked of the server (any site, any user) or run
+    here, so it waits in the caller's own process and never holds the server."""
     if ("version", "") in opts:
         out.write(f"version: \"cqwait \" + hpcsched {common.VERSION}\n")  # (as --version)
         return 0
+    every = "*" in operands
     named = [text for text in operands if text != "*"]
-    every = len(named) < len(operands)
-    ids = set(job_ids(named)) if named or not every else set()
+    ids = set(job_ids(named)) if named or not every else set()  # (job_ids refuses none at all)
     argv = ["-s", "HQTW"] if ("start", "") in opts else []  # (waiting; else every job not finished)
     here = front.owns_site()
     try:
@@ -796,11 +796,11 @@ def cqwait_action(opts, operands, out, now: float) -> int:
             if answer is None:
                 raise CommandError("cqwait: cannot connect to the hpcsched server (it is not running)")
             status, listed = answer
-            left = {int(re.match(r"[0-9]+", line).group()) for line in listed.split()}
-            if status == 0 and not (left if every else ids & left):
-                return 0
             if status:
                 raise CommandError(f"cqwait: the server's qselect failed (status {status})")
+            left = {int(re.match(r"[0-9]+", line).group()) for line in listed.split()}  # (123[4].server: 123)
+            if not (left if every else ids & left):
+                return 0
             time.sleep(CQWAIT_POLL)
     except KeyboardInterrupt:
         sys.stderr.write("\ncqwait: no longer waiting\n")

@@ -48,12 +48,13 @@ def append(home: Path, lines: list[str]) -> None:
                 os.write(fd, text.encode("utf-8", "backslashreplace"))
             finally:
                 os.close(fd)
-        os.unlink(home / PENDING)
     except OSError as e:
         _, kind, job = lines[0].split(";", 3)[:3]
         more = f" and {len(lines) - 1} more" if len(lines) > 1 else ""
         print(f"hpcsched: accounting record {kind} of job {job.split('.')[0]}{more} not written "
               f"({e.strerror}); kept for the next change to write", file=sys.stderr)
+        return
+    _drop(home)
 
 
 def mend(home: Path, last_seq: int) -> None:
@@ -67,17 +68,21 @@ def mend(home: Path, last_seq: int) -> None:
         return
     except (OSError, ValueError, KeyError, TypeError):
         seq, lines = None, []  # (torn or not ours: nothing can be told from it)
-    if seq != last_seq or not isinstance(lines, list) or not all(isinstance(x, str) for x in lines):
-        with_lines = []
+    ours = seq == last_seq and isinstance(lines, list) and all(isinstance(x, str) for x in lines)
+    missing = [text for day, text in _by_day(lines).items() if not _ends_with(home / DIRECTORY / day, text)] \
+        if ours else []
+    if missing:
+        append(home, missing)
     else:
-        with_lines = [text for day, text in _by_day(lines).items() if not _ends_with(home / DIRECTORY / day, text)]
-    if with_lines:
-        append(home, with_lines)
-    else:
-        try:
-            os.unlink(home / PENDING)
-        except OSError:
-            pass
+        _drop(home)
+
+
+def _drop(home: Path) -> None:
+    """The pending copy goes (a copy that stays is read as written by `mend`: no harm)."""
+    try:
+        os.unlink(home / PENDING)
+    except OSError:
+        pass
 
 
 def _ends_with(path: Path, text: str) -> bool:
