@@ -980,6 +980,43 @@ def test_a_failing_accounting_write_never_fails_a_saved_submission(rig, capsys):
     assert "jobname=kept" in written and "odd\\udcff" in written
 
 
+def test_accounting_records_no_change_could_write_wait_for_one_that_can_each_written_once(rig, capsys,
+                                                                                         monkeypatch):
+    """Lines a full disk refused stay pending through every later change, accounted or not,
+    one lock or many (two ends under one lock here), and are written in order once one
+    can; a change whose journal append failed leaves none of its own (store/accounts.py)."""
+    import errno
+
+    from hpcsched.store import journal
+    (rig / "home" / "accounting").write_text("not a directory")
+    submit("-N", "first")
+    submit("-N", "second")
+    assert "record Q of job 1 and 1 more not written" in capsys.readouterr().err
+    submit("-t", "1-2", "-N", "pair")
+    _ended("3[]", 0, time.time())  # (two ends under one lock)
+    assert qctl.QALTER(["-N", "renamed", "1"]) == 0  # (no record of its own)
+    assert "record Q of job 1 and 5 more not written" in capsys.readouterr().err
+    real = journal.Store.append
+
+    def refused(self, record, before=None):
+        if record["op"] != "submit":
+            return real(self, record, before)
+        before(self.last_seq() + 1)
+        raise OSError(errno.ENOSPC, "No space left on device")
+    monkeypatch.setattr(journal.Store, "append", refused)
+    with pytest.raises(journal.StoreError, match="nothing was saved"):
+        submit("-N", "never")
+    monkeypatch.setattr(journal.Store, "append", real)
+    (rig / "home" / "accounting").unlink()
+    assert qctl.QALTER(["-N", "again", "1"]) == 0  # (a change with no record writes those waiting)
+    assert submit("-N", "fifth") == "5.headnode"
+    written = next((rig / "home" / "accounting").iterdir()).read_text()
+    assert [line.split(";")[1:3] for line in written.splitlines()] == [
+        ["Q", "1.headnode"], ["Q", "2.headnode"], ["Q", "3[1].headnode"], ["Q", "3[2].headnode"],
+        ["E", "3[1].headnode"], ["E", "3[2].headnode"], ["Q", "5.headnode"]]
+    assert "never" not in written and not (rig / "home" / "accounting.pending").exists()
+
+
 def test_an_array_is_one_journal_record_saved_whole_or_not_at_all(rig):
     """qsub -t writes the array as one record (a thousand subjobs in one line, not a
     thousand lines); a queue limit that the array would cross refuses all of it."""

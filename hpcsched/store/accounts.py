@@ -4,10 +4,13 @@ A change that makes accounting records (Torque's lines; pbs/accounting.py format
 writes them ahead, with its journal record's sequence number, to `accounting.pending`
 in the store's directory; then journals the change; then appends them to their day's
 file ($HPCSCHED_HOME/accounting/YYYYMMDD, named by each line's stamp) and removes the
-pending file, all under the store's lock.  The next writer to take the lock finds a
-pending file only if its writer died (or could not write the log): its lines are
-appended if their change was journaled and the day file does not end with them already,
-else dropped (`mend`).  So each record is written once, and only for a change that stands.
+pending file, all under the store's lock.  Lines that could not be appended (a full
+disk) stay pending: every later change keeps them ahead of its own and its writer tries
+them again first, and the next writer to take the lock tries those a dead writer left.
+Pending lines are written only for a change that stands: every journal append drops
+the pending entries numbered as or after itself (their change was never journaled), and
+a writer taking the lock writes none numbered after the journal's newest record (`mend`).  So
+each record is written once, and only for a change that stands.
 """
 from __future__ import annotations
 
@@ -18,39 +21,47 @@ from pathlib import Path
 
 DIRECTORY = "accounting"
 PENDING = "accounting.pending"
+Entry = tuple[int, list[str]]  # (journal sequence number, the change's lines)
 
 
-def _by_day(lines: list[str]) -> dict[str, str]:
+def _grouped(lines: list[str]) -> dict[str, list[str]]:
     """Lines (each `MM/DD/YYYY HH:MM:SS;...\\n`) grouped by day file name, in order."""
     days: dict[str, list[str]] = {}
     for line in lines:
         days.setdefault(f"{line[6:10]}{line[0:2]}{line[3:5]}", []).append(line)
-    return {day: "".join(group) for day, group in days.items()}
+    return days
 
 
-def ahead(home: Path, seq: int, lines: list[str]) -> None:
-    """Keep the lines of the change about to be journaled as record `seq` (OSError: not
-    kept).  Written in place: a file torn by a death here is one whose change never stood."""
-    with open(os.open(home / PENDING, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), "w", encoding="utf-8") as f:
-        f.write(json.dumps({"seq": seq, "lines": lines}))
+def ahead(home: Path, seq: int, lines: list[str]) -> list[Entry]:
+    """Before journal record `seq`: keep its lines (if any) after the unwritten lines of
+    changes journaled before it, and drop any entry numbered `seq` or later (OSError: not
+    kept).  Written in place: a file torn by a death here is one whose change never stood.
+    Returns the entries kept."""
+    old = _read(home) or []
+    entries = [e for e in old if e[0] < seq] + ([(seq, lines)] if lines else [])
+    if entries and entries != old:
+        _keep(home, entries)
+    elif old and not entries:
+        _drop(home)
+    return entries
 
 
-def append(home: Path, lines: list[str]) -> None:
-    """Append the lines to their day files (one write each; O_APPEND keeps lines whole) and
-    drop the pending copy.  A file that cannot be written (a full disk) is reported on
-    stderr and the change stands; the pending copy stays for the next writer to try."""
-    directory = home / DIRECTORY
+def append(home: Path, entries: list[Entry], seq: int) -> None:
+    """Append the lines `ahead` kept to their day files and drop the pending copy: first
+    those carried from before change `seq` where their day file lacks them, then its own
+    (one write a day file; O_APPEND keeps lines whole).  A file that cannot be written (a
+    full disk) is reported on stderr and the change stands; the lines stay pending for
+    the next change or writer to try."""
+    carried = [x for s, group in entries if s != seq for x in group]
     try:
-        for day, text in _by_day(lines).items():
-            directory.mkdir(parents=True, exist_ok=True)
-            fd = os.open(directory / day, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)  # (the server's alone)
-            try:
-                os.write(fd, text.encode("utf-8", "backslashreplace"))
-            finally:
-                os.close(fd)
+        days = _missing(home, carried) if carried else {}
+        for day, group in _grouped(entries[-1][1] if entries[-1][0] == seq else []).items():
+            days[day] = days.get(day, "") + "".join(group)
+        _write(home, days)
     except OSError as e:
-        _, kind, job = lines[0].split(";", 3)[:3]
-        more = f" and {len(lines) - 1} more" if len(lines) > 1 else ""
+        unwritten = [x for _, group in entries for x in group]
+        _, kind, job = unwritten[0].split(";", 3)[:3]
+        more = f" and {len(unwritten) - 1} more" if len(unwritten) > 1 else ""
         print(f"hpcsched: accounting record {kind} of job {job.split('.')[0]}{more} not written "
               f"({e.strerror}); kept for the next change to write", file=sys.stderr)
         return
@@ -58,23 +69,70 @@ def append(home: Path, lines: list[str]) -> None:
 
 
 def mend(home: Path, last_seq: int) -> None:
-    """A pending file left behind: its lines appended where the day file lacks them, if
-    the journal's newest record is their change; else dropped.  Hold the store's lock."""
+    """Pending lines a writer left behind: appended where their day file lacks them if
+    their change was journaled (numbered up to the journal's newest record), else
+    dropped.  Hold the store's lock."""
+    old = _read(home)
+    if old is None:
+        return
+    try:
+        _write(home, _missing(home, [x for seq, group in old if seq <= last_seq for x in group]))
+    except OSError:
+        return  # (kept: the next append drops those of a change that never stood)
+    _drop(home)
+
+
+def _read(home: Path) -> list[Entry] | None:
+    """The pending entries, oldest first (None: no file; []: one torn or not ours, from
+    which nothing can be told)."""
     try:
         with open(home / PENDING, encoding="utf-8") as f:
             pending = json.load(f)
-        seq, lines = pending["seq"], pending["lines"]
     except FileNotFoundError:
-        return
-    except (OSError, ValueError, KeyError, TypeError):
-        seq, lines = None, []  # (torn or not ours: nothing can be told from it)
-    ours = seq == last_seq and isinstance(lines, list) and all(isinstance(x, str) for x in lines)
-    missing = [text for day, text in _by_day(lines).items() if not _ends_with(home / DIRECTORY / day, text)] \
-        if ours else []
-    if missing:
-        append(home, missing)
-    else:
-        _drop(home)
+        return None
+    except (OSError, ValueError):
+        return []
+    if isinstance(pending, dict) and "seq" in pending:  # (one change's, as written before carrying)
+        pending = {"entries": [[pending["seq"], pending.get("lines")]]}
+    try:
+        entries = [(seq, lines) for seq, lines in pending["entries"]]
+    except (KeyError, TypeError, ValueError):
+        return []
+    if all(isinstance(s, int) and isinstance(ls, list) and all(isinstance(x, str) for x in ls)
+           for s, ls in entries):
+        return entries
+    return []
+
+
+def _keep(home: Path, entries: list[Entry]) -> None:
+    with open(os.open(home / PENDING, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), "w", encoding="utf-8") as f:
+        f.write(json.dumps({"entries": entries}))
+
+
+def _write(home: Path, days: dict[str, str]) -> None:
+    """Append each day's text to its file (OSError: a file could not be written)."""
+    directory = home / DIRECTORY
+    for day, text in days.items():
+        directory.mkdir(parents=True, exist_ok=True)
+        fd = os.open(directory / day, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)  # (the server's alone)
+        try:
+            os.write(fd, text.encode("utf-8", "backslashreplace"))
+        finally:
+            os.close(fd)
+
+
+def _missing(home: Path, lines: list[str]) -> dict[str, str]:
+    """Each day's lines its file lacks: those after the longest run of them, from the
+    first, that the file ends with (a write cut short by a full disk wrote a first part)."""
+    missing = {}
+    for day, group in _grouped(lines).items():
+        tail = _tail(home / DIRECTORY / day, len("".join(group).encode("utf-8", "backslashreplace")))
+        k = len(group)
+        while k and not tail.endswith("".join(group[:k]).encode("utf-8", "backslashreplace")):
+            k -= 1
+        if k < len(group):
+            missing[day] = "".join(group[k:])
+    return missing
 
 
 def _drop(home: Path) -> None:
@@ -85,12 +143,11 @@ def _drop(home: Path) -> None:
         pass
 
 
-def _ends_with(path: Path, text: str) -> bool:
-    data = text.encode("utf-8", "backslashreplace")
+def _tail(path: Path, size: int) -> bytes:
+    """The file's last `size` bytes (b"": no such file)."""
     try:
         with open(path, "rb") as f:
-            size = f.seek(0, os.SEEK_END)
-            f.seek(max(0, size - len(data)))
-            return f.read() == data
+            f.seek(max(0, f.seek(0, os.SEEK_END) - size))
+            return f.read()
     except OSError:
-        return False
+        return b""

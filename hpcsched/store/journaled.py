@@ -324,20 +324,25 @@ class Batch:
         elif op in ("reservation", "next_id"):  # (a pbs_rsub reservation takes a job number: R12; qmgr sets it)
             self.next_id = max(self.next_id, self.sched.next_id)
         rec["next_id"], rec["cfg"] = self.next_id, self.site.config_id
+        kept: list = []  # the lines pending: this change's and those no change could write yet
+
+        def ahead(lines):  # (every append drops the pending lines of a change it follows unjournaled)
+            def before(seq):
+                kept[:] = accounts.ahead(self.store.home, seq, lines or [])
+            return before
         try:
             if self.store_config != rec["cfg"]:  # the journal's first record under this configuration
                 text, changes = self.site.source
                 self.seq = self.store.append({"op": "config", "now": rec["now"], "toml": text, "overlay": changes,
-                                              "next_id": before, "cfg": rec["cfg"]})
+                                              "next_id": before, "cfg": rec["cfg"]}, before=ahead(None))
                 self.store_config = rec["cfg"]
-            self.seq = self.store.append(rec, before=(lambda seq: accounts.ahead(self.store.home, seq, lines))
-                                         if lines else None)
+            self.seq = self.store.append(rec, before=ahead(lines))
         except OSError as e:  # a full disk: the change is undone in memory, as it is on disk
             self._undo()
             raise StoreError(f"{self.store.home / JOURNAL}: cannot write ({e.strerror}): nothing was saved") from None
         self.pending += 1
-        if lines:
-            accounts.append(self.store.home, lines)
+        if kept:
+            accounts.append(self.store.home, kept, self.seq)
         return result
 
     def _undo(self) -> None:
