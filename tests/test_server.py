@@ -992,7 +992,9 @@ SLOW = ("prologue = [\"sh\", \"-c\", 'case $4 in slow) sleep 3173;; esac', \"pro
 def test_a_prologue_runs_beside_the_server_and_one_that_overruns_is_killed_whole(live):
     """The server goes on while a prologue runs (other jobs start, commands answer); one
     past prologue_timeout is killed with all it started, and its job requeued held; a job
-    deleted meanwhile takes its prologue with it."""
+    deleted meanwhile takes its prologue with it, and its D ends its accounting (it has no S:
+    it was never launched)."""
+    from hpcsched.pbs import accounting
     env, home, work, start = live
     start()
     slow = cmd(env, work, "qsub", "-N", "slow", stdin="echo never\n").stdout.strip()
@@ -1004,6 +1006,7 @@ def test_a_prologue_runs_beside_the_server_and_one_that_overruns_is_killed_whole
     wait_for(env, work, gone, "R")
     assert cmd(env, work, "qdel", gone).returncode == 0
     assert wait_for(env, work, gone)["job_state"] == "C"
+    assert [e.kind for e in accounting.read(home) if e.job_id == gone] == ["Q", "D"]
     kept = wait_for(env, work, slow, "H")
     assert kept["comment"] == "its prologue timed out after 1.5 s: requeued and held (qrls -h s releases it)"
     deadline = time.time() + 5

@@ -331,8 +331,8 @@ class Server:
     def _watch(self, job: Job, now: float) -> None:
         """End a job whose process is gone; signal one past its walltime or deleted."""
         if "launched" not in job.extra:
-            if job.state == EXITING:  # deleted between its pass and its launch
-                self._finish(job, 256 + signal.SIGTERM, now)
+            if job.state == EXITING:  # deleted between its pass and its launch (in its prologue, say)
+                self._finish(job, 256 + signal.SIGTERM, now, recorded=False)
             return
         if job.extra.get("purge"):  # qdel -p or -W force: it ends now, whatever it runs
             self._kill_epilogue(job)
@@ -508,9 +508,12 @@ class Server:
         except (KeyError, OSError):
             pass  # (an owner gone, a file the owner removed: the server goes on)
 
-    def _finish(self, job: Job, status: int, now: float, why: str = "", cpu_time: float | None = None) -> None:
+    def _finish(self, job: Job, status: int, now: float, why: str = "", cpu_time: float | None = None,
+                recorded: bool = True) -> None:
         """The job ended with `status`: record it (E, or A when the server lost or could
-        not start it), mail its owner, and delete what depended on it failing."""
+        not start it; not `recorded`: one never launched has no S, so its D ends its
+        accounting as a queued job's does), mail its owner, and delete what depended on it
+        failing."""
         walltime = _killed(job)  # (the abort PBS mails about)
         self._clean(job)
         self._forget_prologue(job)
@@ -518,7 +521,8 @@ class Server:
         noted = {"set": peaks} if peaks else {}
         aborted = status == LOST
         self.batch.do("ended", now, id=job.id, exit_status=status,
-                      records=lambda job: accounting.lines("A" if aborted else "E", [job], self.site.server, now),
+                      records=(lambda job: accounting.lines("A" if aborted else "E", [job], self.site.server, now))
+                      if recorded else None,
                       **({"cpu_time": cpu_time} if cpu_time is not None else {}), **noted)
         if aborted or walltime:
             limit = job.extra.get("over", "walltime")
