@@ -88,6 +88,20 @@ def test_a_job_runs_inside_its_reservation_and_goes_when_it_ends(rig):
         submit("-q", "R1", "-l", "walltime=5:00")
 
 
+def test_its_nodes_are_its_queues_alone_even_for_the_users_it_authorizes(rig):
+    """Its Authorized_Users may submit to its queue; their jobs elsewhere may not use its
+    nodes (OpenPBS: a reservation's resources serve its queue's jobs alone)."""
+    now = time.time()
+    assert run("pbs_rsub", "-R", time.strftime("%H%M.%S", time.localtime(now + 60)), "-D", "600",
+               "-l", "select=1:ncpus=4", now=now)[0] == 0
+    assert stored().reservations["R1"].users == frozenset({"alice"})
+    submit("-l", "nodes=4,walltime=5:00")  # job 2: alice's, but it would run into R1 on its node
+    submit("-l", "nodes=3,walltime=5:00")  # job 3: the other nodes
+    plan = server_pass(now + 1)
+    assert [s.job_id for s in plan.started] == [3]
+    assert stored().reservations["R1"].nodes[0] not in stored().jobs[3].nodes
+
+
 def test_pbs_rdel_deletes_it_its_queue_and_jobs_for_its_owner_or_an_operator(rig, monkeypatch, capsys):
     assert run("pbs_rsub", "-R", "2359", "-D", "60", "-l", "nodes=1")[0] == 0
     submit("-q", "R1", "-l", "walltime=1:00")

@@ -4,7 +4,8 @@ A reservation blocks its nodes for every job that may not use it.  Who may use i
 users, groups and projects (accounts) in its ACL; a reservation with no ACL at all is a
 drain (Maui's standing maintenance reservations, PSC's target drains, Kraken's weekly
 drain) that no job may use.  A reservation with a `queue` is where that queue's jobs run:
-those jobs may run only inside it (Cobalt's reservation queues).  An OpenPBS reservation
+those jobs may run only inside it, and no other job on its nodes while it is active
+(Cobalt's reservation queues).  An OpenPBS reservation
 (pbs_rsub) makes that queue itself: it exists while the reservation does, and its jobs
 are deleted when the reservation ends.
 """
@@ -67,12 +68,14 @@ class Reservation:
     def access(self, job: Job) -> Access:
         """BOUND: the job runs in it alone (its queue is the reservation's, or the job
         names it, Moab's advres, and may use it); ALLOWED: it may use it or any other free
-        nodes; BLOCKED: not its nodes while it is active (nor any for a job naming another)."""
+        nodes; BLOCKED: not its nodes while it is active (nor any for a job naming another).
+        A reservation with a queue is that queue's alone: its ACL says who may submit there
+        (OpenPBS's reservation queue, Cobalt's), not whose jobs elsewhere may use it."""
         if self.queue and job.queue == self.queue:
             return Access.BOUND
         if job.reservation:
             return Access.BOUND if job.reservation == self.name and self.admits(job) else Access.BLOCKED
-        return Access.ALLOWED if self.admits(job) else Access.BLOCKED
+        return Access.ALLOWED if self.admits(job) and not self.queue else Access.BLOCKED
 
     def admits(self, job: Job) -> bool:
         """Is the job's user, group or project on the reservation's lists?"""
