@@ -1093,6 +1093,47 @@ def test_generated_bad_commands_never_stop_the_server(live):
     assert wait_for(env, work, ok)["exit_status"] == "0"
 
 
+def test_an_epilogue_its_server_died_before_starting_is_started_by_the_next(rig, monkeypatch):
+    """The job's end journaled (E), its server dies before the epilogue starts: the next
+    server starts it, keeps the job E while it runs, and records the end once it has."""
+    import io
+
+    from hpcsched.pbs import qsub
+    from hpcsched.server import loop as server
+    from hpcsched.store.journaled import Batch
+    from hpcsched.store.site import load_site
+    config = rig / "home" / "config.toml"
+    config.write_text(f'epilogue = ["sh", "-c", "sleep 0.3; echo $1 >> {rig / "cleaned"}", "epi"]\n'
+                      + config.read_text())
+    qsub.submit(["-l", "walltime=60"], stdin=io.StringIO("true\n"), cwd=str(rig), env={})
+
+    class Died(BaseException):
+        pass
+
+    def die(*_):
+        raise Died
+    real = server.Server._script
+    monkeypatch.setattr(server.Server, "_script", die)  # (the site has no prologue: the epilogue's start)
+    srv, deadline = server.Server(load_site(), grace=0.5), time.time() + 10
+    with pytest.raises(Died):
+        while time.time() < deadline:
+            srv.step()
+            time.sleep(0.05)
+    monkeypatch.setattr(server.Server, "_script", real)
+
+    def job():
+        with Batch(load_site()).open(write=False) as batch:
+            return batch.sched.jobs[1]
+    assert job().state.value == "exiting" and "epilogue_pid" not in job().extra
+    srv = server.Server(load_site(), grace=0.5)
+    srv.step()
+    assert job().state.value == "exiting" and not (rig / "cleaned").exists()  # (it runs: the job stays E)
+    while job().state.value != "completed" and time.time() < deadline + 10:
+        time.sleep(0.05)
+        srv.step()
+    assert (rig / "cleaned").read_text() == "1.headnode\n" and job().exit_status == 0
+
+
 def test_a_full_disk_stops_changes_not_jobs_and_no_end_is_lost(rig, monkeypatch, capsys):
     """While the journal cannot be written: commands fail cleanly and save nothing, running
     jobs go on and walltimes are enforced, no job starts; when space returns, every end is

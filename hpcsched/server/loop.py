@@ -598,14 +598,20 @@ class Server:
                  **({"killed": True} if _killed(job) else {})}
         self.batch.do("exiting", now, id=job.id, exit_status=status, set=noted,
                       **({"cpu_time": cpu_time} if cpu_time is not None else {}))
+        self._start_epilogue(job, now)
+
+    def _start_epilogue(self, job: Job, now: float) -> None:
+        """Start the epilogue of a job its `exiting` record made E (a restarted server: one
+        its predecessor died before it could say it had started, so at least once)."""
         owner = None
         with contextlib.suppress(KeyError):
             owner = privilege.Owner.of(job.owner) if self.as_owners else None
-        args = scripts.epilogue_args(job, self.site.server, job.extra.get("session", job.extra.get("pid", 0)), now)
-        proc, did = self._script(self.epilogue, args, job, owner)
+        args = scripts.epilogue_args(job, self.site.server, job.extra.get("session", job.extra.get("pid", 0)),
+                                     job.extra["epilogue_at"])
+        proc, did = self._script(self.epilogue, args, job, owner) if self.epilogue else (None, "is no longer set")
         if proc is None:
             log(f"job {job.id}: epilogue {did}")
-            self._finish(job, status, now)
+            self._finish(job, job.exit_status, now)
         else:
             self.epilogues[job.id] = (proc, now)
             # (its pid and start time: a restarted server waits for it too)
@@ -625,6 +631,8 @@ class Server:
                 return  # (the server looks again every POLL: _deadline)
             self._kill_epilogue(job)
             status, did = None, f"timed out after {self.script_timeout:g} s"
+        elif "epilogue_pid" not in job.extra:  # (its server died before it said the epilogue ran)
+            return self._start_epilogue(job, now)
         else:
             status, did = None, "ended while the server was restarting"
         self.epilogues.pop(job.id, None)

@@ -15,7 +15,8 @@ not start it again at every pass.  While the epilogue runs the job is E and keep
 nodes (no job starts there before it has cleaned up); its end is recorded when the
 epilogue ends, or times out; its status is only reported.  The server goes on while they
 run (it reaps them as it reaps jobs).  An epilogue outlives a server that stops: the next
-one waits for it by its pid and start time, as it finds running jobs again.
+one waits for it by its pid and start time, as it finds running jobs again, and starts
+one its predecessor died before starting (at least once, then).
 """
 from __future__ import annotations
 
