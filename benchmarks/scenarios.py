@@ -24,7 +24,7 @@ sys.path[:0] = [ROOT, os.path.join(ROOT, "tests")]
 
 from scenarios import run  # noqa: E402
 
-KINDS = ("lost", "twice", "overbooked", "status", "order", "records", "stray", "server")
+KINDS = ("lost", "twice", "overbooked", "status", "order", "records", "stray", "server", "reservation", "scripts")
 
 
 def play(seed: int, steps: int) -> tuple[int, float, list[str]]:

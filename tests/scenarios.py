@@ -10,9 +10,18 @@ run must keep.  `run(root, seed, steps)` plays one and returns what broke ([] if
     records     a job's accounting records do not tell one story (two Q, an end with no start)
     stray       a process of a job outlived it
     server      the server died on its own, or wrote a traceback
+    reservation a job ran outside the pbs_rsub reservation it was submitted to, or one not
+                submitted to it could run on its nodes into its window (by its walltime), if
+                it started, or still ran, after the reservation was made
+    scripts     (a site with a prologue and an epilogue, half the seeds) a job's script ran
+                with no prologue passed before it, or a run was recorded ended before its
+                epilogue was done
 
 Every job writes `S id time` to an events file as it starts and `E id time status` as it
-ends, so what ran is known apart from what the server says ran.  tests/test_server.py plays
+ends, so what ran is known apart from what the server says ran; the site's prologue writes
+`P id time` and its epilogue `X id time` as it starts and `Y id time status` as it ends.
+The prologue aborts every job numbered 4 modulo 9 (status 1) and holds each numbered 7
+modulo 9 once (status 2: a system hold the scenario releases).  tests/test_server.py plays
 a few scenarios per CI run; benchmarks/scenarios.py plays many.
 """
 from __future__ import annotations
@@ -32,19 +41,37 @@ SETTLE = 90.0  # seconds the jobs left at the end may take to finish
 
 #: the commands a scenario draws from, with their weights
 STEPS = {"submit": 30, "delete": 5, "hold": 4, "release": 4, "alter": 3, "resize": 2, "rerun": 3, "signal": 2,
-         "suspend": 2, "resume": 2, "qrun": 2, "offline": 2, "online": 2, "kill": 4, "crash": 3, "qterm": 2, "wait": 10}
+         "suspend": 2, "resume": 2, "qrun": 2, "offline": 2, "online": 2, "kill": 4, "crash": 3, "qterm": 2, "wait": 10,
+         "rsub": 2, "rjob": 3, "rdel": 1}
+
+
+PROLOGUE = """#!/bin/sh
+n=${1%%.*}; echo "P $n $(date +%s.%N)" >> "$EVENTS"; sleep 0.2
+case $(( ${n%%[*} % 9 )) in
+4) exit 1;;
+7) [ -e "$EVENTS.held.$n" ] || { : > "$EVENTS.held.$n"; exit 2; };;
+esac
+"""
+EPILOGUE = """#!/bin/sh
+n=${1%%.*}; echo "X $n $(date +%s.%N)" >> "$EVENTS"; sleep 0.3; echo "Y $n $(date +%s.%N) ${10}" >> "$EVENTS"
+"""
 
 
 class Rig:
-    """A site on this host (2 nodes of 2 cores), its server, and the jobs given to it."""
+    """A site on this host (2 nodes of 2 cores), its server, and the jobs given to it;
+    with `scripts`, the site's prologue and epilogue (above)."""
 
-    def __init__(self, root: Path):
+    def __init__(self, root: Path, scripts: bool = False):
         from hpcsched.store.site import init_site
-        self.home, self.work = root / "home", root / "work"
+        self.home, self.work, self.scripts = root / "home", root / "work", scripts
         init_site(self.home, nodes=NODES, cores=CORES, managers=["boss"])
         config = self.home / "config.toml"
-        config.write_text("server_interval = 0.25\nkill_grace = 1\n"
-                          + config.read_text().replace("keep_completed = 300", "keep_completed = 86400"))
+        text = "server_interval = 0.25\nkill_grace = 1\n"
+        if scripts:
+            for name, body in (("prologue", PROLOGUE), ("epilogue", EPILOGUE)):
+                (root / name).write_text(body.replace("$EVENTS", str(root / "work" / "events")))
+                text += f'{name} = ["sh", "{root / name}"]\n'
+        config.write_text(text + config.read_text().replace("keep_completed = 300", "keep_completed = 86400"))
         self.work.mkdir()
         (root / "alice").mkdir()
         self.env = dict(os.environ, HPCSCHED_HOME=str(self.home), HPCSCHED_USER="alice", HOME=str(root / "alice"))
@@ -52,6 +79,7 @@ class Rig:
         self.server: subprocess.Popen | None = None
         self.logs: list[str] = []  # every server's stderr
         self.jobs: dict[str, dict] = {}  # id qsub printed -> what was asked of it
+        self.resvs: dict[str, dict] = {}  # pbs_rsub's id -> its window and nodes (as pbs_rstat -f said)
         self.broken: list[str] = []
 
     def cmd(self, *argv: str, stdin: str | None = None, manager: bool = False) -> subprocess.CompletedProcess:
@@ -107,7 +135,8 @@ def script(sleep: float, status: int) -> str:
 
 def ask(sleep: float, status: int, disturbed: bool = False) -> dict:
     """What a submission asked of its job (its script's pause and status), as `judge` reads it."""
-    return {"sleep": sleep, "status": status, "disturbed": disturbed, "after": None, "array": False}
+    return {"sleep": sleep, "status": status, "disturbed": disturbed, "after": None, "array": False,
+            "walltime": 30, "resv": None}
 
 
 def step(rig: Rig, rng: random.Random, kind: str) -> None:
@@ -120,6 +149,7 @@ def step(rig: Rig, rng: random.Random, kind: str) -> None:
         walltime = rng.choice([30, 30, 30, 1])  # (1 s: it may be killed at its walltime)
         argv = ["qsub", "-l", f"nodes={rng.randint(1, NODES)}:ppn={rng.randint(1, CORES)},walltime={walltime}"]
         asked = ask(sleep, status, disturbed=walltime == 1)
+        asked["walltime"] = walltime
         if rng.random() < 0.1:
             argv.append("-h")
         if rng.random() < 0.2:
@@ -135,6 +165,8 @@ def step(rig: Rig, rng: random.Random, kind: str) -> None:
             rig.jobs[p.stdout.strip().split(".")[0]] = asked
     elif kind in OPERATIONS and some:
         rig.jobs[some]["disturbed"] = True
+        if kind in ("alter", "qrun"):
+            rig.jobs[some]["free"] = True  # (its walltime changed, or a manager placed it: no reservation check)
         if rig.jobs[some]["array"] and rng.random() < 0.5:
             some = some.replace("[]", f"[{rng.randint(0, 1)}]")  # (one subjob)
         argv = {"delete": ["qdel", some], "hold": ["qhold", some], "release": ["qrls", some],
@@ -168,6 +200,32 @@ def step(rig: Rig, rng: random.Random, kind: str) -> None:
             rig.jobs[said.strip().split(".")[0]] = ask(0.5, 0)
     elif kind == "qterm" and rig.server:
         rig.qterm()
+    elif kind == "rsub":  # a node for a few seconds, from now or soon
+        argv = ["pbs_rsub", "-D", str(rng.randint(3, 8)), "-l", f"nodes=1:ppn={rng.randint(1, CORES)}"]
+        if rng.random() < 0.5:
+            argv += ["-R", time.strftime("%H%M.%S", time.localtime(time.time() + rng.uniform(1, 4)))]
+        p = rig.cmd(*argv)
+        if p.returncode == 0:
+            rid = p.stdout.split(".")[0]
+            said = dict(line.split(" = ", 1) for line in rig.cmd("pbs_rstat", "-f", rid).stdout.splitlines()
+                        if " = " in line)
+            start, end = (time.mktime(time.strptime(said[f"reserve_{k}"], "%a %b %d %H:%M:%S %Y"))
+                          for k in ("start", "end"))
+            rig.resvs[rid] = {"start": start, "end": end, "made": time.time(),
+                              "nodes": {part.strip("(").split(":")[0] for part in said["resv_nodes"].split("+")}}
+    elif kind == "rjob" and rig.resvs:  # a job inside a reservation
+        rid = rng.choice(sorted(rig.resvs))
+        sleep, status = rng.choice([0, 0.5, 1]), rng.choice([0, 0, 1])
+        p = rig.cmd("qsub", "-q", rid, "-l", "nodes=1:ppn=1,walltime=2", stdin=script(sleep, status))
+        if p.returncode == 0:
+            rig.jobs[p.stdout.strip().split(".")[0]] = dict(ask(sleep, status), walltime=2, resv=rid)
+    elif kind == "rdel" and rig.resvs:
+        rid = rng.choice(sorted(rig.resvs))
+        if rig.cmd("pbs_rdel", rid).returncode == 0:
+            rig.resvs[rid]["end"] = min(rig.resvs[rid]["end"], time.time())
+            for asked in rig.jobs.values():
+                if asked["resv"] == rid:
+                    asked["disturbed"] = True
     elif kind == "wait":
         time.sleep(rng.uniform(0.1, 1.5))
     if rig.server is None and rng.random() < 0.5:  # (else commands meet a stopped server for a while)
@@ -181,7 +239,7 @@ def step(rig: Rig, rng: random.Random, kind: str) -> None:
 def run(root: Path, seed: int, steps: int = 40) -> list[str]:
     """Play scenario `seed` in the empty directory `root`; what broke, one line each."""
     rng = random.Random(seed)
-    rig = Rig(root)
+    rig = Rig(root, scripts=rng.random() < 0.5)
     rig.start()
     try:
         kinds, weights = zip(*STEPS.items())
@@ -194,6 +252,9 @@ def run(root: Path, seed: int, steps: int = 40) -> list[str]:
         for jid in rig.jobs:  # (the held and the suspended)
             rig.cmd("qrls", jid)
             rig.cmd("qsig", "-s", "resume", jid, manager=True)
+        for rid, resv in rig.resvs.items():  # (one asked for a time already past is tomorrow's)
+            if resv["start"] > time.time() + 60:
+                rig.cmd("pbs_rdel", rid)
         jobs = settle(rig)
         rig.qterm()
     finally:
@@ -213,6 +274,10 @@ def settle(rig: Rig) -> dict:
             jobs = dict(batch.sched.jobs)
         if all(j.state in FINISHED for j in jobs.values()) or time.time() > deadline:
             return jobs
+        for job in jobs.values():  # (held by the prologue: released once, as an operator would)
+            if any(h.value == "s" for h in job.holds):
+                rig.cmd("qrls", "-h", "s", f"{job.array_id}[{job.array_index}]" if job.array_id else str(job.id),
+                        manager=True)
         time.sleep(0.25)
 
 
@@ -263,18 +328,54 @@ def judge(rig: Rig, jobs: dict) -> list[str]:
             node, _, cores = part.partition("/")
             for core in cores.split(","):
                 held.setdefault(f"{node}/{core}", []).append((start, end, jid))
+    for start, end, jid, hosts in runs:  # (not a subjob's: a qrun of one frees its array)
+        asked = rig.jobs.get(jid)
+        nodes = {part.partition("/")[0] for part in hosts.split("+") if part}
+        if asked is None or asked.get("free"):
+            continue
+        for rid, resv in rig.resvs.items():
+            if asked["resv"] == rid:
+                if not nodes <= resv["nodes"] or not resv["start"] - 1 <= start < resv["end"]:
+                    broken.append(f"reservation: job {jid} of {rid} ran on {'+'.join(sorted(nodes))} from {start}, "
+                                  f"outside {rid} ({'+'.join(sorted(resv['nodes']))}, {resv['start']:.0f}-"
+                                  f"{resv['end']:.0f})")
+            elif nodes & resv["nodes"] and start < resv["end"] - 1 and start + asked["walltime"] > resv["start"] + 1 \
+                    and (start >= resv["made"] or end > resv["made"] + 1):  # (it ran, or was to, once it was made)
+                broken.append(f"reservation: job {jid} ran on {'+'.join(sorted(nodes))} from {start} "
+                              f"(walltime {asked['walltime']}) into {rid}'s window ({resv['start']:.0f}-"
+                              f"{resv['end']:.0f})")
     for core, spans in held.items():
         spans.sort()
         for (s1, e1, j1), (s2, e2, j2) in zip(spans, spans[1:]):
             if s2 < e1:
                 broken.append(f"overbooked: {core} held by job {j1} ({s1}-{e1}) and job {j2} ({s2}-{e2})")
 
-    # what the jobs themselves wrote
-    events: dict[str, list] = {}
+    # what the jobs themselves wrote, and the site's scripts, in the order written
+    events: dict[str, list] = {}  # job -> its script's starts and ends
+    prologued: set[str] = set()  # jobs whose prologue ran since their script last started
+    epilogued: dict[str, float] = {}  # job -> when its epilogue last ended
     path = rig.work / "events"
     for line in (path.read_text().splitlines() if path.exists() else []):
         kind, jid, when, *status = line.split()
-        events.setdefault(jid, []).append((kind, float(when), int(status[0]) if status else None))
+        if kind == "P":
+            prologued.add(jid)
+        elif kind == "Y":
+            epilogued[jid] = float(when)
+        elif kind in "SE":
+            events.setdefault(jid, []).append((kind, float(when), int(status[0]) if status else None))
+            if kind == "S":
+                if rig.scripts and jid not in prologued:
+                    broken.append(f"scripts: job {jid}'s script started with no prologue run before it")
+                prologued.discard(jid)
+    if rig.scripts:
+        for jid, entries in records.items():
+            if "".join(e.kind for e in entries) in ("QSE", "QSDE") and jid in events:  # (ran once, to its end)
+                end = int(entries[-1].fields.get("end", 0))
+                if jid not in epilogued:
+                    broken.append(f"scripts: job {jid} ran and ended with no epilogue run")
+                elif end < int(epilogued[jid]):
+                    broken.append(f"scripts: job {jid} was recorded ended at {end}, its epilogue ended at "
+                                  f"{epilogued[jid]:.1f}")
     for jid, seen in events.items():
         started = sum(1 for e in records.get(jid, []) if e.kind == "S")
         if sum(1 for k, *_ in seen if k == "S") > started:

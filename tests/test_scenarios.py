@@ -55,3 +55,47 @@ def test_the_judge_sees_each_kind_of_break(tmp_path):
     assert "order: job 4 ran, its afterok parent 3 ended with 1" in found
     assert "twice: job 1's script started 2 times, the log has 1 starts" in found
     assert "records: job 4: QQE" in found and "records: job 4 ended with no start: QQE" in found
+
+
+def test_the_judge_sees_the_site_scripts_break(tmp_path):
+    """With a prologue and an epilogue: a script started with no prologue run since its
+    last start, a run with no epilogue, a run recorded ended before its epilogue was done."""
+    rig = Rig(tmp_path, scripts=True)
+    t = 1_800_000_000
+    rig.jobs = {str(i): ask(1, 0) for i in range(1, 5)}
+    jobs = {i: Job(id=i, state=COMPLETED) for i in range(1, 5)}
+    for i in range(1, 5):
+        _record(rig, "Q", i, t)
+        _record(rig, "S", i, t + 10 * i, start=t + 10 * i, exec_host=f"node01/{i}")
+        _record(rig, "E", i, t + 10 * i + 5, end=t + 10 * i + 5, Exit_status=0)
+    (rig.work / "events").write_text(
+        f"P 1 {t + 10}.0\nS 1 {t + 10}.2\nE 1 {t + 11}.0 0\nX 1 {t + 11}.1\nY 1 {t + 11}.5 0\n"  # as it should
+        f"P 2 {t + 20}.0\nS 2 {t + 20}.2\nS 2 {t + 20}.7\nE 2 {t + 21}.0 0\nY 2 {t + 22}.0 0\n"  # no 2nd prologue
+        f"P 3 {t + 30}.0\nS 3 {t + 30}.2\nE 3 {t + 31}.0 0\n"  # no epilogue
+        f"P 4 {t + 40}.0\nS 4 {t + 40}.2\nE 4 {t + 41}.0 0\nX 4 {t + 41}.1\nY 4 {t + 46}.5 0\n")  # ended after E
+    found = [line for line in judge(rig, jobs) if line.startswith("scripts")]
+    assert found == ["scripts: job 2's script started with no prologue run before it",
+                     "scripts: job 3 ran and ended with no epilogue run",
+                     f"scripts: job 4 was recorded ended at {t + 45}, its epilogue ended at {t + 46}.5"], found
+
+
+def test_the_judge_sees_a_reservation_broken(tmp_path):
+    """A job of a reservation run outside its window or nodes; a job of another queue
+    started on its nodes with a walltime reaching into its window, once it was made."""
+    rig = Rig(tmp_path)
+    t = 1_800_000_000
+    rig.resvs = {"R9": {"start": t + 100, "end": t + 200, "made": t + 50, "nodes": {"node01"}}}
+    rig.jobs = {str(i): dict(ask(1, 0), walltime=30) for i in range(1, 6)}
+    rig.jobs["1"]["resv"] = rig.jobs["2"]["resv"] = "R9"
+    jobs = {i: Job(id=i, state=COMPLETED) for i in range(1, 6)}
+    for i, start, host in ((1, t + 120, "node01/0"), (2, t + 90, "node02/0"),  # (2: before it, elsewhere)
+                           (3, t + 80, "node01/1"),  # (ran into it)
+                           (4, t + 10, "node01/2"),  # (ended before it was made: no break)
+                           (5, t + 75, "node02/1")):  # (not its nodes)
+        _record(rig, "Q", i, t)
+        _record(rig, "S", i, start, start=start, exec_host=host)
+        _record(rig, "E", i, start + 5, end=start + 5, Exit_status=0)
+    found = [line for line in judge(rig, jobs) if line.startswith("reservation")]
+    assert found == [f"reservation: job 2 of R9 ran on node02 from {t + 90}, outside R9 (node01, {t + 100}-{t + 200})",
+                     f"reservation: job 3 ran on node01 from {t + 80} (walltime 30) into R9's window "
+                     f"({t + 100}-{t + 200})"], found
