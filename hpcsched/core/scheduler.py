@@ -1220,15 +1220,17 @@ class Scheduler:
             job = self._active.get(jid)
             if job is not None and _base_end(job) == end and jid not in self._paused:
                 self._overrun.add(jid)
+        # (only its units up: one offline or down under it is no free unit to take)
+        up = self.topology.available()
         if self._overrun:
             grace = max(self.settings.overrun_grace, 1.0)
             for jid in sorted(self._overrun):
-                profile.occupy(self._units[jid], now, now + grace)
+                profile.occupy(self._units[jid] & up, now, now + grace)
         for jid in sorted(self._paused):  # a suspended job holds its units for what its walltime has left
             job = self._active[jid]
             t0, t1 = max(now, _base_end(job)), job.planned_end(now)
             if t1 > t0:
-                profile.occupy(self._units[jid], t0, t1)
+                profile.occupy(self._units[jid] & up, t0, t1)
         return profile
 
     def _holds(self) -> dict[int, tuple[float, float, int]]:
