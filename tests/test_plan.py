@@ -213,18 +213,25 @@ def test_a_suspended_job_holds_its_nodes_for_what_its_walltime_has_left():
     assert started(s.iterate(290)) == [big.id]
 
 
-@pytest.mark.parametrize("suspended", [True, False])
-def test_a_node_taken_offline_under_a_stopped_or_overrunning_job_stays_out_of_every_plan(suspended):
-    """The units a suspended or overrunning job holds are counted as busy only where they
-    are up: one offline under it is never counted free (no job started on it), with a
-    reservation ahead too (the profile then has boundaries after now)."""
+@pytest.mark.parametrize("how", ["ends early", "suspended", "overruns"])
+def test_a_node_taken_offline_under_a_job_stays_out_of_every_plan(how):
+    """The units a job holds are taken and given back only where they are up: one offline
+    under it is never counted free (no job started on it) when the job ends early, is
+    suspended or overruns, with a reservation ahead too (the profile then has boundaries
+    after now)."""
     s = scheduler(2, overrun_grace=300)
     s.add_reservation(Reservation("later", start=500, duration=100, nodes=("n01",)), 0)
-    a = s.submit(job(2, 10), 0)
+    a = s.submit(job(2, 10 if how != "ends early" else 400), 0)
     s.iterate(0)
-    if suspended:
-        s.suspend(a.id, 5)
     s.set_node_state("n00", "offline")
+    both = s.submit(job(2, 10), 1)  # (one node is up)
+    assert started(s.iterate(1)) == []
+    if how == "suspended":
+        s.suspend(a.id, 5)
+    if how == "ends early":
+        s.job_ended(a.id, 20, 0)
+        assert started(s.iterate(20)) == [] and both.state.value == "queued"
+        return
     b = s.submit(job(1, 10), 20)  # (past a's walltime: stopped, or overrunning)
     assert started(s.iterate(20)) == []
     s.set_node_state("n00", "up")

@@ -244,8 +244,8 @@ class Scheduler:
             units = self._units.pop(jid, None)
             if units:
                 self.busy ^= units
-            if self._base is not None and units:
-                self._base.release(units, now, _base_end(job))
+            if self._base is not None and units:  # (those up: the kept profile holds no other)
+                self._base.release(units & self.topology.available(), now, _base_end(job))
             if freed is not None:  # its units are free from now, not from its expected end
                 end = job.planned_end(now)
                 if jid in self._overrun:
