@@ -93,7 +93,10 @@ def run_as(user: str, home: Path, prog: str, argv: list[str], cwd: str | None = 
     os.close(pipes[0][0])
     os.close(pipes[1][1])
     os.close(pipes[2][1])
-    os.write(pipes[0][1], stdin)
+    try:
+        os.write(pipes[0][1], stdin)
+    except BrokenPipeError:
+        pass  # (a command that ended before it read its input)
     os.close(pipes[0][1])
     with os.fdopen(pipes[1][0], "rb") as out, os.fdopen(pipes[2][0], "rb") as err:
         o, e = out.read(), err.read()

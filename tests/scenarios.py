@@ -16,6 +16,9 @@ run must keep.  `run(root, seed, steps)` plays one and returns what broke ([] if
     scripts     (a site with a prologue and an epilogue, half the seeds) a job's script ran
                 with no prologue passed before it, or a run was recorded ended before its
                 epilogue was done
+    offline     a job started on a node while pbsnodes -o had it offline
+    security    (a multi-user site) a user's command on another's job or reservation did
+                not fail, or a job ran as someone other than its owner
 
 Every job writes `S id time` to an events file as it starts and `E id time status` as it
 ends, so what ran is known apart from what the server says ran; the site's prologue writes
@@ -31,6 +34,7 @@ import random
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -59,35 +63,81 @@ n=${1%%.*}; echo "X $n $(date +%s.%N)" >> "$EVENTS"; sleep 0.3; echo "Y $n $(dat
 
 class Rig:
     """A site on this host (2 nodes of 2 cores), its server, and the jobs given to it;
-    with `scripts`, the site's prologue and epilogue (above)."""
+    with `scripts`, the site's prologue and epilogue (above).  With `users` (real Unix
+    users: tests/multiuser.py), a multi-user site: a root server, each user's commands run
+    as that user from a work directory of its own, the managers' as root."""
 
-    def __init__(self, root: Path, scripts: bool = False):
+    def __init__(self, root: Path, scripts: bool = False, users: tuple[str, ...] = ()):
         from hpcsched.store.site import init_site
         self.home, self.work, self.scripts = root / "home", root / "work", scripts
-        init_site(self.home, nodes=NODES, cores=CORES, managers=["boss"])
+        self.users, self.multi = users or ("alice",), bool(users)
+        init_site(self.home, nodes=NODES, cores=CORES, managers=["root" if users else "boss"], multi_user=self.multi)
         config = self.home / "config.toml"
         text = "server_interval = 0.25\nkill_grace = 1\n"
-        if scripts:
+        if scripts:  # (run as the server: on a multi-user site, into the job owner's, $2, events)
+            events = f"{self.work}/$2/events" if users else str(self.work / "events")
             for name, body in (("prologue", PROLOGUE), ("epilogue", EPILOGUE)):
-                (root / name).write_text(body.replace("$EVENTS", str(root / "work" / "events")))
+                (root / name).write_text(body.replace("$EVENTS", events))
                 text += f'{name} = ["sh", "{root / name}"]\n'
         config.write_text(text + config.read_text().replace("keep_completed = 300", "keep_completed = 86400"))
         self.work.mkdir()
+        if users:
+            import pwd
+            os.chmod(root, 0o755)
+            for user in users:  # (its events file its own, whoever appends first)
+                pw = pwd.getpwnam(user)
+                self.workdir(user).mkdir(mode=0o755)
+                (self.workdir(user) / "events").touch(mode=0o644)
+                for path in (self.workdir(user), self.workdir(user) / "events"):
+                    os.chown(path, pw.pw_uid, pw.pw_gid)
         (root / "alice").mkdir()
         self.env = dict(os.environ, HPCSCHED_HOME=str(self.home), HPCSCHED_USER="alice", HOME=str(root / "alice"))
         self.env.pop("HPCSCHED_FLAVOR", None)
+        if users:
+            del self.env["HPCSCHED_USER"]  # (the server is root, and says so)
         self.server: subprocess.Popen | None = None
         self.logs: list[str] = []  # every server's stderr
         self.jobs: dict[str, dict] = {}  # id qsub printed -> what was asked of it
         self.resvs: dict[str, dict] = {}  # pbs_rsub's id -> its window and nodes (as pbs_rstat -f said)
+        self.offline: dict[str, list] = {}  # node -> [from, until (None: still)] while pbsnodes -o held it
         self.broken: list[str] = []
 
-    def cmd(self, *argv: str, stdin: str | None = None, manager: bool = False) -> subprocess.CompletedProcess:
-        env = dict(self.env, HPCSCHED_USER="boss") if manager else self.env
-        p = subprocess.run([str(BIN / argv[0]), *argv[1:]], input=stdin, capture_output=True, text=True,
-                           env=env, cwd=self.work, timeout=60)
+    def workdir(self, user: str) -> Path:
+        """Where the user's commands run, its jobs start and write their events."""
+        return self.work / user if self.multi else self.work
+
+    def cmd(self, *argv: str, stdin: str | None = None, manager: bool = False,
+            user: str | None = None) -> subprocess.CompletedProcess:
+        """A command as `user` (the first user by default), or as a manager."""
+        user = user or self.users[0]
+        if self.multi:
+            from multiuser import run_as
+            who = "root" if manager else user
+            status, out, err = run_as(who, self.home, argv[0], list(argv[1:]),
+                                      cwd=str(self.work if manager else self.workdir(user)),
+                                      stdin=(stdin or "").encode())
+            p = subprocess.CompletedProcess(argv, status, out, err)
+        else:
+            env = dict(self.env, HPCSCHED_USER="boss") if manager else self.env
+            p = subprocess.run([str(BIN / argv[0]), *argv[1:]], input=stdin, capture_output=True, text=True,
+                               env=env, cwd=self.work, timeout=60)
         self.said(argv, p.stderr)
         return p
+
+    def someone(self, rng: random.Random) -> str:
+        """A user to act (on a single-user site, its one user: no draw)."""
+        return rng.choice(self.users) if self.multi else self.users[0]
+
+    def other(self, user: str) -> str:
+        return next(u for u in self.users if u != user)
+
+    def refused(self, p: subprocess.CompletedProcess, argv, actor: str, owner: str) -> bool:
+        """Was this a user acting on another's job or reservation?  It must fail."""
+        if actor == owner:
+            return False
+        if p.returncode == 0:
+            self.broken.append(f"security: {actor}'s {' '.join(argv)} on {owner}'s succeeded: {p.stdout.strip()}")
+        return True
 
     def said(self, argv, err: str) -> None:
         """A command's stderr: a traceback in it is a break."""
@@ -98,10 +148,19 @@ class Rig:
         self.server = subprocess.Popen([sys.executable, "-m", "hpcsched", "server"], cwd=ROOT, env=self.env,
                                        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
                                        start_new_session=True)
-        for _ in range(400):  # until it answers commands
-            if (self.home / "commands.sock").exists() or self.server.poll() is not None:
+        for _ in range(400):  # until it answers commands (a killed one's socket file may stay)
+            if self.server.poll() is not None or self.answers():
                 break
             time.sleep(0.05)
+
+    def answers(self) -> bool:
+        import socket
+        with socket.socket(socket.AF_UNIX) as s:
+            try:
+                s.connect(str(self.home / "commands.sock"))
+                return True
+            except OSError:
+                return False
 
     def stopped(self) -> None:
         """The server has exited: keep what it wrote, and say so if it died on its own."""
@@ -129,14 +188,14 @@ OPERATIONS = ("delete", "hold", "release", "alter", "resize", "rerun", "signal",
 
 
 def script(sleep: float, status: int) -> str:
-    return ('cd "$PBS_O_WORKDIR"\necho "S ${PBS_JOBID%%.*} $(date +%s.%N)" >> events\n'
+    return ('cd "$PBS_O_WORKDIR"\necho "S ${PBS_JOBID%%.*} $(date +%s.%N) $(id -un)" >> events\n'
             f'sleep {sleep}\necho "E ${{PBS_JOBID%%.*}} $(date +%s.%N) {status}" >> events\nexit {status}\n')
 
 
 def ask(sleep: float, status: int, disturbed: bool = False) -> dict:
     """What a submission asked of its job (its script's pause and status), as `judge` reads it."""
     return {"sleep": sleep, "status": status, "disturbed": disturbed, "after": None, "array": False,
-            "walltime": 30, "resv": None}
+            "walltime": 30, "resv": None, "owner": None}
 
 
 def step(rig: Rig, rng: random.Random, kind: str) -> None:
@@ -160,13 +219,18 @@ def step(rig: Rig, rng: random.Random, kind: str) -> None:
         if rng.random() < 0.1:
             argv += ["-t", "0-1"]
             asked["array"] = True
-        p = rig.cmd(*argv, stdin=script(sleep, status))
+        asked["owner"] = user = rig.someone(rng)
+        p = rig.cmd(*argv, stdin=script(sleep, status), user=user)
         if p.returncode == 0:
             rig.jobs[p.stdout.strip().split(".")[0]] = asked
     elif kind in OPERATIONS and some:
-        rig.jobs[some]["disturbed"] = True
-        if kind in ("alter", "qrun"):
-            rig.jobs[some]["free"] = True  # (its walltime changed, or a manager placed it: no reservation check)
+        manager = kind in ("rerun", "suspend", "resume", "qrun")
+        owner = rig.jobs[some]["owner"]
+        actor = owner if manager or not rig.multi or rng.random() < 0.8 else rig.other(owner)
+        if actor == owner:
+            rig.jobs[some]["disturbed"] = True
+            if kind in ("alter", "qrun"):
+                rig.jobs[some]["free"] = True  # (its walltime changed, or a manager placed it: no reservation check)
         if rig.jobs[some]["array"] and rng.random() < 0.5:
             some = some.replace("[]", f"[{rng.randint(0, 1)}]")  # (one subjob)
         argv = {"delete": ["qdel", some], "hold": ["qhold", some], "release": ["qrls", some],
@@ -175,53 +239,64 @@ def step(rig: Rig, rng: random.Random, kind: str) -> None:
                 "rerun": ["qrerun", some], "signal": ["qsig", "-s", "USR1", some],
                 "suspend": ["qsig", "-s", "suspend", some], "resume": ["qsig", "-s", "resume", some],
                 "qrun": ["qrun", *(["-H", "node01"] if rng.random() < 0.5 else []), some]}[kind]
-        rig.cmd(*argv, manager=kind in ("rerun", "suspend", "resume", "qrun"))
+        p = rig.cmd(*argv, manager=manager, user=actor)
+        rig.refused(p, argv, actor, owner)
     elif kind in ("offline", "online"):
         node = f"node{rng.randint(1, NODES):02d}"
-        rig.cmd("pbsnodes", "-o" if kind == "offline" else "-c", node, manager=True)
+        asked = time.time()
+        if rig.cmd("pbsnodes", "-o" if kind == "offline" else "-c", node, manager=True).returncode == 0:
+            spans = rig.offline.setdefault(node, [])
+            if kind == "offline" and not (spans and spans[-1][1] is None):
+                spans.append([time.time(), None])  # (from when it surely was)
+            elif kind == "online" and spans and spans[-1][1] is None:
+                spans[-1][1] = asked  # (until when it surely was)
     elif kind == "kill" and rig.server:
         rig.kill()
     elif kind == "crash" and rig.server:  # killed while it answers a qsub (or a qdel)
         deleting = some and rng.random() < 0.3
         argv = ["qdel", some] if deleting else ["qsub", "-l", "nodes=1,walltime=30"]
-        p = subprocess.Popen([str(BIN / argv[0]), *argv[1:]], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                             stderr=subprocess.PIPE, text=True, env=rig.env, cwd=rig.work)
-        if not deleting:
-            p.stdin.write(script(0.5, 0))
-        p.stdin.close()
+        user = rig.jobs[some]["owner"] if deleting else rig.someone(rng)
+        done: list[subprocess.CompletedProcess] = []
+        asking = threading.Thread(target=lambda: done.append(
+            rig.cmd(*argv, stdin=None if deleting else script(0.5, 0), user=user)))
+        asking.start()
         time.sleep(rng.uniform(0, 0.3))
         rig.kill()
-        said, err = p.stdout.read(), p.stderr.read()  # (small: no pipe fills)
-        p.wait(60)
-        rig.said(argv, err)
+        asking.join(90)
         if deleting:
             rig.jobs[some]["disturbed"] = True
-        elif p.returncode == 0:
-            rig.jobs[said.strip().split(".")[0]] = ask(0.5, 0)
+        elif done and done[0].returncode == 0:
+            rig.jobs[done[0].stdout.strip().split(".")[0]] = dict(ask(0.5, 0), owner=user)
     elif kind == "qterm" and rig.server:
         rig.qterm()
     elif kind == "rsub":  # a node for a few seconds, from now or soon
         argv = ["pbs_rsub", "-D", str(rng.randint(3, 8)), "-l", f"nodes=1:ppn={rng.randint(1, CORES)}"]
         if rng.random() < 0.5:
             argv += ["-R", time.strftime("%H%M.%S", time.localtime(time.time() + rng.uniform(1, 4)))]
-        p = rig.cmd(*argv)
+        user = rig.someone(rng)
+        p = rig.cmd(*argv, user=user)
         if p.returncode == 0:
             rid = p.stdout.split(".")[0]
-            said = dict(line.split(" = ", 1) for line in rig.cmd("pbs_rstat", "-f", rid).stdout.splitlines()
+            said = dict(line.split(" = ", 1) for line in rig.cmd("pbs_rstat", "-f", rid, user=user).stdout.splitlines()
                         if " = " in line)
             start, end = (time.mktime(time.strptime(said[f"reserve_{k}"], "%a %b %d %H:%M:%S %Y"))
                           for k in ("start", "end"))
-            rig.resvs[rid] = {"start": start, "end": end, "made": time.time(),
+            rig.resvs[rid] = {"start": start, "end": end, "made": time.time(), "owner": user,
                               "nodes": {part.strip("(").split(":")[0] for part in said["resv_nodes"].split("+")}}
     elif kind == "rjob" and rig.resvs:  # a job inside a reservation
         rid = rng.choice(sorted(rig.resvs))
         sleep, status = rng.choice([0, 0.5, 1]), rng.choice([0, 0, 1])
-        p = rig.cmd("qsub", "-q", rid, "-l", "nodes=1:ppn=1,walltime=2", stdin=script(sleep, status))
-        if p.returncode == 0:
-            rig.jobs[p.stdout.strip().split(".")[0]] = dict(ask(sleep, status), walltime=2, resv=rid)
+        user = rig.someone(rng)
+        argv = ["qsub", "-q", rid, "-l", "nodes=1:ppn=1,walltime=2"]
+        p = rig.cmd(*argv, stdin=script(sleep, status), user=user)
+        if not rig.refused(p, argv, user, rig.resvs[rid]["owner"]) and p.returncode == 0:
+            rig.jobs[p.stdout.strip().split(".")[0]] = dict(ask(sleep, status), walltime=2, resv=rid, owner=user)
     elif kind == "rdel" and rig.resvs:
         rid = rng.choice(sorted(rig.resvs))
-        if rig.cmd("pbs_rdel", rid).returncode == 0:
+        owner = rig.resvs[rid]["owner"]
+        user = owner if not rig.multi or rng.random() < 0.8 else rig.other(owner)
+        p = rig.cmd("pbs_rdel", rid, user=user)
+        if not rig.refused(p, ["pbs_rdel", rid], user, owner) and p.returncode == 0:
             rig.resvs[rid]["end"] = min(rig.resvs[rid]["end"], time.time())
             for asked in rig.jobs.values():
                 if asked["resv"] == rid:
@@ -236,10 +311,11 @@ def step(rig: Rig, rng: random.Random, kind: str) -> None:
         rig.start()
 
 
-def run(root: Path, seed: int, steps: int = 40) -> list[str]:
-    """Play scenario `seed` in the empty directory `root`; what broke, one line each."""
+def run(root: Path, seed: int, steps: int = 40, users: tuple[str, ...] = ()) -> list[str]:
+    """Play scenario `seed` in the empty directory `root` (on a multi-user site, with
+    `users`); what broke, one line each."""
     rng = random.Random(seed)
-    rig = Rig(root, scripts=rng.random() < 0.5)
+    rig = Rig(root, scripts=rng.random() < 0.5, users=users)
     rig.start()
     try:
         kinds, weights = zip(*STEPS.items())
@@ -249,12 +325,12 @@ def run(root: Path, seed: int, steps: int = 40) -> list[str]:
             rig.start()
         for node in range(1, NODES + 1):
             rig.cmd("pbsnodes", "-c", f"node{node:02d}", manager=True)
-        for jid in rig.jobs:  # (the held and the suspended)
-            rig.cmd("qrls", jid)
+        for jid, asked in rig.jobs.items():  # (the held and the suspended)
+            rig.cmd("qrls", jid, user=asked["owner"])
             rig.cmd("qsig", "-s", "resume", jid, manager=True)
         for rid, resv in rig.resvs.items():  # (one asked for a time already past is tomorrow's)
             if resv["start"] > time.time() + 60:
-                rig.cmd("pbs_rdel", rid)
+                rig.cmd("pbs_rdel", rid, user=resv["owner"])
         jobs = settle(rig)
         rig.qterm()
     finally:
@@ -344,6 +420,11 @@ def judge(rig: Rig, jobs: dict) -> list[str]:
                 broken.append(f"reservation: job {jid} ran on {'+'.join(sorted(nodes))} from {start} "
                               f"(walltime {asked['walltime']}) into {rid}'s window ({resv['start']:.0f}-"
                               f"{resv['end']:.0f})")
+    for start, end, jid, hosts in runs:
+        for node in {part.partition("/")[0] for part in hosts.split("+") if part}:
+            for since, until in rig.offline.get(node, ()):
+                if since + 1 < start and (until is None or start < until - 1):
+                    broken.append(f"offline: job {jid} started on {node} at {start}, offline from {since:.0f}")
     for core, spans in held.items():
         spans.sort()
         for (s1, e1, j1), (s2, e2, j2) in zip(spans, spans[1:]):
@@ -354,19 +435,24 @@ def judge(rig: Rig, jobs: dict) -> list[str]:
     events: dict[str, list] = {}  # job -> its script's starts and ends
     prologued: set[str] = set()  # jobs whose prologue ran since their script last started
     epilogued: dict[str, float] = {}  # job -> when its epilogue last ended
-    path = rig.work / "events"
-    for line in (path.read_text().splitlines() if path.exists() else []):
-        kind, jid, when, *status = line.split()
+    owners = {jid: asked["owner"] for jid, asked in rig.jobs.items()}
+    lines = [line for path in {rig.workdir(user) / "events" for user in rig.users} if path.exists()
+             for line in path.read_text().splitlines()]  # (each job's in one file, in order)
+    for line in lines:
+        kind, jid, when, *more = line.split()
         if kind == "P":
             prologued.add(jid)
         elif kind == "Y":
             epilogued[jid] = float(when)
         elif kind in "SE":
-            events.setdefault(jid, []).append((kind, float(when), int(status[0]) if status else None))
+            events.setdefault(jid, []).append((kind, float(when), int(more[0]) if kind == "E" else None))
             if kind == "S":
                 if rig.scripts and jid not in prologued:
                     broken.append(f"scripts: job {jid}'s script started with no prologue run before it")
                 prologued.discard(jid)
+                owner = owners.get(jid.split("[")[0] + "[]" if "[" in jid else jid)
+                if rig.multi and more and more[0] != owner:
+                    broken.append(f"security: job {jid} of {owner} ran as {more[0]}")
     if rig.scripts:
         for jid, entries in records.items():
             if "".join(e.kind for e in entries) in ("QSE", "QSDE") and jid in events:  # (ran once, to its end)

@@ -1,8 +1,10 @@
 """Live-server scenarios (tests/scenarios.py): commands, server kills and qterms at random
 moments, then the invariants; and the judge itself, shown each kind of break."""
+import shutil
 import time
 
 import pytest
+from multiuser import USERS, drop_users, make_users, needs_root, new_base
 
 from hpcsched.core.jobs import COMPLETED, QUEUED, Job
 from scenarios import Rig, ask, judge, run
@@ -11,6 +13,19 @@ from scenarios import Rig, ask, judge, run
 @pytest.mark.parametrize("seed", [3, 11])
 def test_a_scenario_keeps_every_invariant(tmp_path, seed):
     assert run(tmp_path, seed, steps=40) == []
+
+
+@needs_root
+def test_a_multi_user_scenario_keeps_every_invariant():
+    """Two real users (seed 2 found a suspended job's node, set offline, given to another)."""
+    base = new_base()
+    made = make_users(base)
+    try:
+        (base / "run").mkdir()
+        assert run(base / "run", 2, steps=40, users=USERS) == []
+    finally:
+        drop_users(made)
+        shutil.rmtree(base, ignore_errors=True)
 
 
 def _record(rig, kind, jid, when, **fields):
@@ -99,3 +114,18 @@ def test_the_judge_sees_a_reservation_broken(tmp_path):
     assert found == [f"reservation: job 2 of R9 ran on node02 from {t + 90}, outside R9 (node01, {t + 100}-{t + 200})",
                      f"reservation: job 3 ran on node01 from {t + 80} (walltime 30) into R9's window "
                      f"({t + 100}-{t + 200})"], found
+
+
+def test_the_judge_sees_a_start_on_an_offline_node(tmp_path):
+    rig = Rig(tmp_path)
+    t = 1_800_000_000
+    rig.offline = {"node01": [[t + 10, t + 20], [t + 50, None]], "node02": [[t, t + 100]]}
+    rig.jobs = {str(i): ask(1, 0) for i in range(1, 4)}
+    jobs = {i: Job(id=i, state=COMPLETED) for i in range(1, 4)}
+    for i, start, host in ((1, t + 15, "node01/0"), (2, t + 30, "node01/0"), (3, t + 60, "node01/1")):
+        _record(rig, "Q", i, t)
+        _record(rig, "S", i, start, start=start, exec_host=host)
+        _record(rig, "E", i, start + 2, end=start + 2, Exit_status=0)
+    found = [line for line in judge(rig, jobs) if line.startswith("offline")]
+    assert found == [f"offline: job 1 started on node01 at {t + 15}, offline from {t + 10}",
+                     f"offline: job 3 started on node01 at {t + 60}, offline from {t + 50}"], found
