@@ -124,6 +124,16 @@ class Rig:
         self.said(argv, p.stderr)
         return p
 
+    def node(self, name: str, offline: bool) -> None:
+        """pbsnodes -o (or -c) as a manager; while it surely was offline is kept."""
+        asked = time.time()
+        if self.cmd("pbsnodes", "-o" if offline else "-c", name, manager=True).returncode == 0:
+            spans = self.offline.setdefault(name, [])
+            if offline and not (spans and spans[-1][1] is None):
+                spans.append([time.time(), None])
+            elif not offline and spans and spans[-1][1] is None:
+                spans[-1][1] = asked
+
     def someone(self, rng: random.Random) -> str:
         """A user to act (on a single-user site, its one user: no draw)."""
         return rng.choice(self.users) if self.multi else self.users[0]
@@ -242,14 +252,7 @@ def step(rig: Rig, rng: random.Random, kind: str) -> None:
         p = rig.cmd(*argv, manager=manager, user=actor)
         rig.refused(p, argv, actor, owner)
     elif kind in ("offline", "online"):
-        node = f"node{rng.randint(1, NODES):02d}"
-        asked = time.time()
-        if rig.cmd("pbsnodes", "-o" if kind == "offline" else "-c", node, manager=True).returncode == 0:
-            spans = rig.offline.setdefault(node, [])
-            if kind == "offline" and not (spans and spans[-1][1] is None):
-                spans.append([time.time(), None])  # (from when it surely was)
-            elif kind == "online" and spans and spans[-1][1] is None:
-                spans[-1][1] = asked  # (until when it surely was)
+        rig.node(f"node{rng.randint(1, NODES):02d}", kind == "offline")
     elif kind == "kill" and rig.server:
         rig.kill()
     elif kind == "crash" and rig.server:  # killed while it answers a qsub (or a qdel)
@@ -324,7 +327,7 @@ def run(root: Path, seed: int, steps: int = 40, users: tuple[str, ...] = ()) -> 
         if rig.server is None:
             rig.start()
         for node in range(1, NODES + 1):
-            rig.cmd("pbsnodes", "-c", f"node{node:02d}", manager=True)
+            rig.node(f"node{node:02d}", False)
         for jid, asked in rig.jobs.items():  # (the held and the suspended)
             rig.cmd("qrls", jid, user=asked["owner"])
             rig.cmd("qsig", "-s", "resume", jid, manager=True)
