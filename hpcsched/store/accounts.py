@@ -9,8 +9,8 @@ disk) stay pending: every later change keeps them ahead of its own and its write
 them again first, and the next writer to take the lock tries those a dead writer left.
 Pending lines are written only for a change that stands: every journal append drops
 the pending entries numbered as or after itself (their change was never journaled), and
-a writer taking the lock writes none numbered after the journal's newest record (`mend`).  So
-each record is written once, and only for a change that stands.
+a writer taking the lock writes none numbered after the journal's newest record
+(`mend`).  So each record is written once, and only for a change that stands.
 """
 from __future__ import annotations
 
