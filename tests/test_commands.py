@@ -765,7 +765,12 @@ def test_qrun_by_operators_on_free_nodes(rig, monkeypatch, capsys):
     assert "job_state = R" in out and "exec_host = node03/0-3+node04/0-3" in out
     assert qctl.QRUN(["-H", "node03", "1"]) == 196  # node03 is taken
     assert "Insufficient amount of resource" in capsys.readouterr().err
+    assert qctl.QRUN(["-H", "(node03:ncpus=4)+(node01:ncpus=4)", "1"]) == 196  # (OpenPBS's form)
+    assert "Insufficient amount of resource" in capsys.readouterr().err
     assert qctl.QRUN(["2"]) == 170  # already running
+    third = submit("-l", "nodes=2:ppn=4,walltime=00:10:00")
+    assert qctl.QRUN(["-H", "(node01:ncpus=4)+(node02:ncpus=4)", third]) == 0
+    assert "exec_host = node01/0-3+node02/0-3" in stat("-f", "-1", third)[1]
     # the journal replays to the same placement
     from hpcsched.store.journaled import Batch
     from hpcsched.store.site import load_site

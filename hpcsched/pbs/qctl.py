@@ -396,9 +396,10 @@ def qrun(opts: list[tuple[str, str]], ids: list[str], out, now: float) -> int:
         if not batch.site.is_operator(whoami()):
             raise common.deny("qrun", job, batch.site)
         hosts = ()
-        if "H" in opts:
+        if "H" in opts:  # host+host, or OpenPBS's (host:ncpus=2)+(host:ncpus=1): the hosts named
             try:
-                hosts = tuple(n.split("/")[0] for part in opts["H"].split("+") for n in nodelist.expand(part))
+                hosts = tuple(n.split("/")[0] for part in opts["H"].split("+")
+                              for n in nodelist.expand(part.strip().strip("()").split(":")[0]))
             except SchedulerError as e:
                 raise common.CommandError(f"illegal -H value: {e}", common.USAGE) from None
             known = {n.name for n in batch.sched.topology.all_nodes()}
