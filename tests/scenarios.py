@@ -20,7 +20,8 @@ run must keep.  `run(root, seed, steps)` plays one and returns what broke ([] if
     security    (a multi-user site) a user's command on another's job or reservation did
                 not fail, or a job ran as someone other than its owner
 
-Every job writes `S id time` to an events file as it starts and `E id time status` as it
+Seeds 2 modulo 3 play an OpenPBS-flavored site (select=, -J, qrun -H (host:ncpus=1)), the
+others a Torque one.  Every job writes `S id time` to an events file as it starts and `E id time status` as it
 ends, so what ran is known apart from what the server says ran; the site's prologue writes
 `P id time` and its epilogue `X id time` as it starts and `Y id time status` as it ends.
 The prologue aborts every job numbered 4 modulo 9 (status 1) and holds each numbered 7
@@ -67,9 +68,9 @@ class Rig:
     users: tests/multiuser.py), a multi-user site: a root server, each user's commands run
     as that user from a work directory of its own, the managers' as root."""
 
-    def __init__(self, root: Path, scripts: bool = False, users: tuple[str, ...] = ()):
+    def __init__(self, root: Path, scripts: bool = False, users: tuple[str, ...] = (), flavor: str = "torque"):
         from hpcsched.store.site import init_site
-        self.home, self.work, self.scripts = root / "home", root / "work", scripts
+        self.home, self.work, self.scripts, self.flavor = root / "home", root / "work", scripts, flavor
         self.users, self.multi = users or ("alice",), bool(users)
         init_site(self.home, nodes=NODES, cores=CORES, managers=["root" if users else "boss"], multi_user=self.multi)
         config = self.home / "config.toml"
@@ -79,7 +80,8 @@ class Rig:
             for name, body in (("prologue", PROLOGUE), ("epilogue", EPILOGUE)):
                 (root / name).write_text(body.replace("$EVENTS", events))
                 text += f'{name} = ["sh", "{root / name}"]\n'
-        config.write_text(text + config.read_text().replace("keep_completed = 300", "keep_completed = 86400"))
+        config.write_text(text + config.read_text().replace("keep_completed = 300", "keep_completed = 86400")
+                          .replace('flavor = "torque"', f'flavor = "{flavor}"'))
         self.work.mkdir()
         if users:
             import pwd
@@ -133,6 +135,13 @@ class Rig:
                 spans.append([time.time(), None])
             elif not offline and spans and spans[-1][1] is None:
                 spans[-1][1] = asked
+
+    def resources(self, nodes: int, cores: int, walltime: int | None = None) -> list[str]:
+        """-l options for `nodes` nodes of `cores` cores, in the site's flavor."""
+        wall = [f"walltime={walltime}"] if walltime else []
+        if self.flavor == "openpbs":
+            return ["-l", f"select={nodes}:ncpus={cores}", *(["-l", *wall] if wall else [])]
+        return ["-l", ",".join([f"nodes={nodes}:ppn={cores}", *wall])]
 
     def someone(self, rng: random.Random) -> str:
         """A user to act (on a single-user site, its one user: no draw)."""
@@ -216,7 +225,7 @@ def step(rig: Rig, rng: random.Random, kind: str) -> None:
         sleep = rng.choice([0, 0.2, 0.5, 1, 2])
         status = rng.choice([0, 0, 0, 1, 3])
         walltime = rng.choice([30, 30, 30, 1])  # (1 s: it may be killed at its walltime)
-        argv = ["qsub", "-l", f"nodes={rng.randint(1, NODES)}:ppn={rng.randint(1, CORES)},walltime={walltime}"]
+        argv = ["qsub", *rig.resources(rng.randint(1, NODES), rng.randint(1, CORES), walltime)]
         asked = ask(sleep, status, disturbed=walltime == 1)
         asked["walltime"] = walltime
         if rng.random() < 0.1:
@@ -227,7 +236,7 @@ def step(rig: Rig, rng: random.Random, kind: str) -> None:
             asked["after"] = some
             argv += ["-W", f"depend=afterok:{some}"]
         if rng.random() < 0.1:
-            argv += ["-t", "0-1"]
+            argv += ["-J" if rig.flavor == "openpbs" else "-t", "0-1"]
             asked["array"] = True
         asked["owner"] = user = rig.someone(rng)
         p = rig.cmd(*argv, stdin=script(sleep, status), user=user)
@@ -245,10 +254,11 @@ def step(rig: Rig, rng: random.Random, kind: str) -> None:
             some = some.replace("[]", f"[{rng.randint(0, 1)}]")  # (one subjob)
         argv = {"delete": ["qdel", some], "hold": ["qhold", some], "release": ["qrls", some],
                 "alter": ["qalter", "-l", f"walltime={rng.choice([1, 60])}", some],
-                "resize": ["qalter", "-l", f"nodes={rng.randint(1, NODES)}:ppn={rng.randint(1, CORES)}", some],
+                "resize": ["qalter", *rig.resources(rng.randint(1, NODES), rng.randint(1, CORES)), some],
                 "rerun": ["qrerun", some], "signal": ["qsig", "-s", "USR1", some],
                 "suspend": ["qsig", "-s", "suspend", some], "resume": ["qsig", "-s", "resume", some],
-                "qrun": ["qrun", *(["-H", "node01"] if rng.random() < 0.5 else []), some]}[kind]
+                "qrun": ["qrun", *(["-H", "(node01:ncpus=1)" if rig.flavor == "openpbs" else "node01"]
+                                   if rng.random() < 0.5 else []), some]}[kind]
         p = rig.cmd(*argv, manager=manager, user=actor)
         rig.refused(p, argv, actor, owner)
     elif kind in ("offline", "online"):
@@ -257,7 +267,7 @@ def step(rig: Rig, rng: random.Random, kind: str) -> None:
         rig.kill()
     elif kind == "crash" and rig.server:  # killed while it answers a qsub (or a qdel)
         deleting = some and rng.random() < 0.3
-        argv = ["qdel", some] if deleting else ["qsub", "-l", "nodes=1,walltime=30"]
+        argv = ["qdel", some] if deleting else ["qsub", *rig.resources(1, 1, 30)]
         user = rig.jobs[some]["owner"] if deleting else rig.someone(rng)
         done: list[subprocess.CompletedProcess] = []
         asking = threading.Thread(target=lambda: done.append(
@@ -273,7 +283,7 @@ def step(rig: Rig, rng: random.Random, kind: str) -> None:
     elif kind == "qterm" and rig.server:
         rig.qterm()
     elif kind == "rsub":  # a node for a few seconds, from now or soon
-        argv = ["pbs_rsub", "-D", str(rng.randint(3, 8)), "-l", f"nodes=1:ppn={rng.randint(1, CORES)}"]
+        argv = ["pbs_rsub", "-D", str(rng.randint(3, 8)), *rig.resources(1, rng.randint(1, CORES))]
         if rng.random() < 0.5:
             argv += ["-R", time.strftime("%H%M.%S", time.localtime(time.time() + rng.uniform(1, 4)))]
         user = rig.someone(rng)
@@ -290,7 +300,7 @@ def step(rig: Rig, rng: random.Random, kind: str) -> None:
         rid = rng.choice(sorted(rig.resvs))
         sleep, status = rng.choice([0, 0.5, 1]), rng.choice([0, 0, 1])
         user = rig.someone(rng)
-        argv = ["qsub", "-q", rid, "-l", "nodes=1:ppn=1,walltime=2"]
+        argv = ["qsub", "-q", rid, *rig.resources(1, 1, 2)]
         p = rig.cmd(*argv, stdin=script(sleep, status), user=user)
         if not rig.refused(p, argv, user, rig.resvs[rid]["owner"]) and p.returncode == 0:
             rig.jobs[p.stdout.strip().split(".")[0]] = dict(ask(sleep, status), walltime=2, resv=rid, owner=user)
@@ -318,7 +328,7 @@ def run(root: Path, seed: int, steps: int = 40, users: tuple[str, ...] = ()) -> 
     """Play scenario `seed` in the empty directory `root` (on a multi-user site, with
     `users`); what broke, one line each."""
     rng = random.Random(seed)
-    rig = Rig(root, scripts=rng.random() < 0.5, users=users)
+    rig = Rig(root, scripts=rng.random() < 0.5, users=users, flavor="openpbs" if seed % 3 == 2 else "torque")
     rig.start()
     try:
         kinds, weights = zip(*STEPS.items())

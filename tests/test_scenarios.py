@@ -17,7 +17,7 @@ def test_a_scenario_keeps_every_invariant(tmp_path, seed):
 
 @needs_root
 def test_a_multi_user_scenario_keeps_every_invariant():
-    """Two real users (seed 2 found a suspended job's node, set offline, given to another)."""
+    """Two real users, an OpenPBS-flavored site (seed 2)."""
     base = new_base()
     made = make_users(base)
     try:
