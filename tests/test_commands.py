@@ -963,6 +963,19 @@ def test_subjob_ids_work_wherever_a_job_id_does(rig, monkeypatch, capsys):
     assert qctl.QDEL(["1[]"]) == 0
 
 
+def test_an_array_with_no_subjob_left_to_act_on_answers_as_one_job(rig, monkeypatch, capsys):
+    """Every subjob finished: qdel, qhold, qrls or qalter of the array is refused, not a
+    silent success: Unauthorized for someone else, invalid state for its owner."""
+    submit("-t", "0-1")
+    _ended("1[]", 0, time.time())
+    monkeypatch.setenv("HPCSCHED_USER", "bob")
+    assert qctl.QDEL(["1[]"]) == 159 and "qdel: Unauthorized Request  1[].headnode" in capsys.readouterr().err
+    monkeypatch.setenv("HPCSCHED_USER", "alice")
+    for prog, argv in (("qdel", []), ("qhold", []), ("qrls", []), ("qalter", ["-N", "late"])):
+        assert getattr(qctl, prog.upper())([*argv, "1[]"]) == 170, prog
+        assert f"{prog}: Request invalid for state of job 1[].headnode" in capsys.readouterr().err
+
+
 def test_a_failed_subjob_is_named_by_its_subjob_id(rig):
     submit("-t", "1-2")
     child = submit("-W", "depend=afterok:1[2].headnode")

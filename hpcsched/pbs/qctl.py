@@ -25,7 +25,8 @@ def act(prog: str, ids: list[str], action: Callable[[Batch, Job, dict], None], o
     """Apply `action` to each job an id names (`all`: every job the caller may touch, if
     `every`), each on its own: one failing prints its line and the others go on.  Of an
     array's subjobs, those ending or finished are left alone, and with `only` those it
-    refuses (one line for the array if it refuses them all).  Torque's `-t RANGE` (in
+    refuses (one line for the array if that leaves none: the caller may not touch it, or
+    it is in no state for the request).  Torque's `-t RANGE` (in
     `opts`) names the subjobs of each array id (`123[]` or `123`) in RANGE."""
     opts = opts or {}
     if not ids:
@@ -59,9 +60,14 @@ def act(prog: str, ids: list[str], action: Callable[[Batch, Job, dict], None], o
                 sys.stderr.write(f"{prog}: {e}\n")
                 status = status or e.status
                 continue
-            if len(jobs) > 1 and only is not None and not any(map(only, jobs)):
-                sys.stderr.write(f"{prog}: Request invalid for state of job {jobs[0].array_id}[].{site.server}\n")
-                status = status or common.BAD_STATE
+            if len(jobs) > 1 and not any(j.state not in FINISHED and j.state != EXITING and (only is None or only(j))
+                                         for j in jobs):  # (no subjob to act on: the array answers as one job)
+                if not common.may_touch(site, user, jobs[0]):
+                    sys.stderr.write(f"{prog}: Unauthorized Request  {jobs[0].array_id}[].{site.server}\n")
+                    status = status or common.UNAUTHORIZED
+                else:
+                    sys.stderr.write(f"{prog}: Request invalid for state of job {jobs[0].array_id}[].{site.server}\n")
+                    status = status or common.BAD_STATE
                 continue
             for job in jobs:
                 if len(jobs) > 1 and (job.state in FINISHED or job.state == EXITING
