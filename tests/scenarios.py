@@ -92,11 +92,12 @@ class Rig:
                 (self.workdir(user) / "events").touch(mode=0o644)
                 for path in (self.workdir(user), self.workdir(user) / "events"):
                     os.chown(path, pw.pw_uid, pw.pw_gid)
-        (root / "alice").mkdir()
-        self.env = dict(os.environ, HPCSCHED_HOME=str(self.home), HPCSCHED_USER="alice", HOME=str(root / "alice"))
+        self.env = dict(os.environ, HPCSCHED_HOME=str(self.home))  # (the server's; on one user's site, hers)
         self.env.pop("HPCSCHED_FLAVOR", None)
-        if users:
-            del self.env["HPCSCHED_USER"]  # (the server is root, and says so)
+        self.env.pop("HPCSCHED_USER", None)
+        if not users:
+            (root / "alice").mkdir()
+            self.env.update(HPCSCHED_USER="alice", HOME=str(root / "alice"))
         self.server: subprocess.Popen | None = None
         self.logs: list[str] = []  # every server's stderr
         self.jobs: dict[str, dict] = {}  # id qsub printed -> what was asked of it
