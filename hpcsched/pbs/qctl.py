@@ -41,6 +41,9 @@ def act(prog: str, ids: list[str], action: Callable[[Batch, Job, dict], None], o
     user = whoami()
     batch = Batch.of(site)
     status = 0
+
+    def idle(job: Job) -> bool:  # (a subjob an array's id leaves alone)
+        return job.state in FINISHED or job.state == EXITING or only is not None and not only(job)
     with batch.open(write=True), batch.store.one_sync():
         sched = batch.sched
         if every and ids == ["all"]:  # (each job as itself: resolving each id again read every job)
@@ -60,8 +63,7 @@ def act(prog: str, ids: list[str], action: Callable[[Batch, Job, dict], None], o
                 sys.stderr.write(f"{prog}: {e}\n")
                 status = status or e.status
                 continue
-            if len(jobs) > 1 and not any(j.state not in FINISHED and j.state != EXITING and (only is None or only(j))
-                                         for j in jobs):  # (no subjob to act on: the array answers as one job)
+            if len(jobs) > 1 and all(map(idle, jobs)):  # (no subjob to act on: the array answers as one job)
                 if not common.may_touch(site, user, jobs[0]):
                     sys.stderr.write(f"{prog}: Unauthorized Request  {jobs[0].array_id}[].{site.server}\n")
                     status = status or common.UNAUTHORIZED
@@ -70,8 +72,7 @@ def act(prog: str, ids: list[str], action: Callable[[Batch, Job, dict], None], o
                     status = status or common.BAD_STATE
                 continue
             for job in jobs:
-                if len(jobs) > 1 and (job.state in FINISHED or job.state == EXITING
-                                      or only is not None and not only(job)):
+                if len(jobs) > 1 and idle(job):
                     continue  # an array's ending or finished subjobs are left as they are
                 try:
                     action(batch, job, opts)
