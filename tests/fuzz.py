@@ -24,7 +24,7 @@ import signal
 import string
 import time
 
-from hpcsched.pbs import cobalt, options
+from hpcsched.pbs import cobalt, cqadm, options
 
 #: every exit status a command may use, per flavor (the table in man 1 hpcsched)
 STATUSES = {"torque": {0, 1, 2, 153, 154, 159, 161, 170, 172, 175, 188, 192, 196, 236, 238},
@@ -63,10 +63,12 @@ WEIGHTED = sorted(set(LETTERS) - {"pbsyod"}) + ["qsub"] * 12 + ["qalter"] * 4
 COBALT_SPELLINGS = {"qsub": [s for spellings, _, _ in options.COBALT_QSUB for s in spellings],
                     "qstat": [s for spellings, _, _ in cobalt.QSTAT_TABLE for s in spellings],
                     "qalter": [s for spellings, _, _ in cobalt.QALTER_TABLE for s in spellings],
-                    "qdel": ["-d", "--debug"], "qhold": ["-d"], "qrls": ["-d", "--dependencies"], "qmove": ["-d"]}
+                    "qdel": ["-d", "--debug"], "qhold": ["-d"], "qrls": ["-d", "--dependencies"], "qmove": ["-d"],
+                    "cqadm": [s for spellings, _, _ in cqadm.TABLE for s in spellings]}
 COBALT_VALUES = ["1", "0", "-1", "30", "1:00:00", "+5", "-5", "c16", "c3", "script", "interactive", "A=1:B=x\\:y",
                  "A", "1A=2", "1:2", "x:y", "job.sh", "missing.sh", "/tmp", "$jobid.out", "JobID:State", "Nosuch",
-                 "batch", "nosuch", "location=x", "027", "999"]
+                 "batch", "nosuch", "location=x", "027", "999", "maxtime=30 users=alice:bob", "state=dead",
+                 "state=x", "maxrunning", "totalnodes=2", "node01", "node01:node02"]
 
 
 def _value(rnd: random.Random) -> str:
@@ -114,7 +116,8 @@ def cobalt_case(rnd: random.Random) -> dict:
     lines = ["#!/bin/sh"] + [f"#COBALT {rnd.choice(COBALT_SPELLINGS['qsub'])} {rnd.choice(COBALT_VALUES)}"
                              for _ in range(rnd.randint(0, 3))]
     return {"kind": "command", "prog": prog, "argv": argv, "stdin": "\n".join(lines + ["true"]) + "\n",
-            "flavor": "cobalt", "user": rnd.choice(["alice"] * 9 + ["bob"]), "tz": "UTC"}
+            "flavor": "cobalt", "user": rnd.choice(["alice"] * 9 + ["bob"] + ["root"] * 5 * (prog == "cqadm")),
+            "tz": "UTC"}
 
 
 def directives_script(rnd: random.Random) -> str:

@@ -543,10 +543,15 @@ def _queue_row(q) -> list[str]:
         return "None" if t is None else hms(t)
     users = ":".join(sorted(q.acl_users)) if q.acl_users is not None else "*"
     groups = ":".join(sorted(q.acl_groups)) if q.acl_groups is not None else "*"
-    state = {(True, True): "running", (True, False): "stopped", (False, True): "draining",
-             (False, False): "dead"}[(q.enabled and not q.draining, q.started)]
     return [q.name, users, groups, shown(q.min_walltime), shown(q.max_walltime), str(q.max_running_per_user),
-            str(q.max_queued_per_user), "None", "None", str(q.max_nodes), state]
+            str(q.max_queued_per_user), "None", "None", str(q.max_nodes), queue_state(q)]
+
+
+def queue_state(q) -> str:
+    """A queue's Cobalt state, by whether it takes jobs and runs them: running, stopped,
+    draining or dead."""
+    return {(True, True): "running", (True, False): "stopped", (False, True): "draining",
+            (False, False): "dead"}[(q.enabled and not q.draining, q.started)]
 
 
 QSTAT = CobaltCommand("qstat", QSTAT_TABLE, "[options] <jobids1> ... <jobidsN>", qstat_action)

@@ -37,7 +37,7 @@ COMMANDS = {name: f"{module}:{name.upper()}" for module, names in (
     ("maui", ["checkjob", "checknode", "mdiag", "releaseres", "setres", "showbf", "showq", "showres", "showstart"]),
     ("rsub", ["pbs_rsub", "pbs_rstat", "pbs_ralter", "pbs_rdel"]),
     ("psc", ["pbsyod", "shownids"]), ("pbsdsh", ["pbsdsh"]), ("partlist", ["partlist"]), ("pbsnodes", ["pbsnodes"]), ("qmgr", ["qmgr", "qstart", "qstop", "qenable", "qdisable"]),
-    ("tracejob", ["tracejob"]), ("schedctl", ["schedctl", "qterm"]), ("cobalt", ["cqwait"]),
+    ("tracejob", ["tracejob"]), ("schedctl", ["schedctl", "qterm"]), ("cobalt", ["cqwait"]), ("cqadm", ["cqadm"]),
     ("gold", ["mybalance", "gbalance", "gstatement", "gdeposit", "gchalloc", "gcharge", "grefund"]))
     for name in names}
 #: pbsyod and pbsdsh run programs as the caller's children, inside the job, and cqwait waits

@@ -396,12 +396,27 @@ QSELECT = Command("qselect", "u:q:s:N:A:h:l:p:r:a:x", "usage: qselect [-u users]
 NO_RESOURCES = 196  # PBSE_RESCUNAV mod 256
 
 
+def run_on(batch: Batch, job: Job, hosts: tuple[str, ...] = ()) -> None:
+    """Start a waiting job now (an operator's: qrun, cqadm --run), on `hosts` if any: node
+    names, or anything the machine names a place by (a Blue Gene's blocks)."""
+    if not batch.site.is_operator(whoami()):
+        raise common.deny("qrun", job, batch.site)
+    for host in hosts:
+        try:
+            batch.sched.topology.units_of_nodes((host,))
+        except SchedulerError:
+            raise common.CommandError(f"Unknown node {host}", common.USAGE) from None
+    try:  # the core is deterministic: replaying this record picks the same nodes
+        batch.do("run", id=job.id, nodes=list(hosts))
+    except Rejected:
+        raise common.CommandError(f"Insufficient amount of resource to run {common.display_id(job, batch.site.server)}",
+                                  NO_RESOURCES) from None
+
+
 def qrun(opts: list[tuple[str, str]], ids: list[str], out, now: float) -> int:
     from ..core import nodelist
 
     def run(batch: Batch, job: Job, opts: dict) -> None:
-        if not batch.site.is_operator(whoami()):
-            raise common.deny("qrun", job, batch.site)
         hosts = ()
         if "H" in opts:  # host+host, or OpenPBS's (host:ncpus=2)+(host:ncpus=1): the hosts named
             try:
@@ -409,15 +424,7 @@ def qrun(opts: list[tuple[str, str]], ids: list[str], out, now: float) -> int:
                               for n in nodelist.expand(part.strip().strip("()").split(":")[0]))
             except SchedulerError as e:
                 raise common.CommandError(f"illegal -H value: {e}", common.USAGE) from None
-            known = {n.name for n in batch.sched.topology.all_nodes()}
-            unknown = [h for h in hosts if h not in known]
-            if unknown:
-                raise common.CommandError(f"Unknown node {unknown[0]}", common.USAGE)
-        try:  # the core is deterministic: replaying this record picks the same nodes
-            batch.do("run", id=job.id, nodes=list(hosts))
-        except Rejected:
-            raise common.CommandError(f"Insufficient amount of resource to run {common.display_id(job, batch.site.server)}",
-                                   NO_RESOURCES) from None
+        run_on(batch, job, hosts)
 
     return act("qrun", ids, run, dict(opts))
 

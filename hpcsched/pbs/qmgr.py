@@ -287,6 +287,15 @@ class Qmgr:
             return self._next_job_number(attrs, op)
         self._apply(_copy(self.changes), obj, name, attrs, op)
 
+    def set_queue(self, name: str, values: dict) -> None:
+        """Set a queue's configuration keys (a value None: unset), as `set queue` sets PBS's
+        attributes (cqadm's --setq, --stopq, ...)."""
+        self._manager(name)
+        self._site_queue(self._sched(), name)
+        changes = _copy(self.changes)
+        changes["queues"][name] = {**(changes["queues"].get(name) or {}), **values}
+        self._write(changes)
+
     def _next_job_number(self, attrs, op: str) -> None:
         """Torque's and OpenPBS's `set server next_job_number = N`: the next job's id (and
         those after it) from N on; store state, not configuration, and never lowered, so no
