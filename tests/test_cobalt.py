@@ -319,7 +319,7 @@ def test_a_cobalt_job_runs_its_command_with_cobalts_environment(live):
     start()
     script = work / "job.sh"
     script.write_text("#!/bin/sh\n#COBALT -t 5 -n 1\necho \"$1 $COBALT_JOBID $COBALT_PARTNAME $COBALT_JOBSIZE "
-                      "$FOO $(cat $COBALT_NODEFILE) $PWD\"\ncat\n")
+                      "$FOO $(cat $COBALT_NODEFILE) $PWD\"\ncat\nsleep 1\n")  # (still there for qstat)
     script.chmod(0o755)
     (work / "in.txt").write_text("from stdin\n")
     done = cmd(env, work, "qsub", "--env", "FOO=bar_$jobid", "-i", "in.txt", "job.sh", "arg")
