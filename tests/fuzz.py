@@ -101,7 +101,7 @@ def command_case(rnd: random.Random) -> dict:
 
 def cobalt_case(rnd: random.Random) -> dict:
     """One of Cobalt's commands on a cobalt site; qsub's command, job.sh, is the case's script."""
-    prog = rnd.choice(sorted(COBALT_SPELLINGS) + ["qsub"] * 6 + ["qstat"] * 2 + ["qalter"] * 2)
+    prog = rnd.choice(sorted(COBALT_SPELLINGS) + ["qsub"] * 6 + ["qstat"] * 2 + ["qalter"] * 2 + ["cqadm"] * 3)
     argv = []
     for _ in range(rnd.randint(0, 5)):
         argv.append(rnd.choice(COBALT_SPELLINGS[prog]))
