@@ -28,7 +28,7 @@ sys.path[:0] = [ROOT, os.path.join(ROOT, "tests")]
 from scenarios import run  # noqa: E402
 
 KINDS = ("lost", "twice", "overbooked", "status", "order", "records", "stray", "server", "reservation", "scripts",
-         "offline", "security")
+         "offline", "limits", "security")
 
 
 def play(seed: int, steps: int, users: tuple[str, ...]) -> tuple[int, float, list[str]]:

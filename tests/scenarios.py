@@ -17,16 +17,21 @@ run must keep.  `run(root, seed, steps)` plays one and returns what broke ([] if
                 with no prologue passed before it, or a run was recorded ended before its
                 epilogue was done
     offline     a job started on a node while pbsnodes -o had it offline
+    limits      two of a user's jobs ran at once in queue short (max_running_per_user 1), or
+                a job started from short while qstop had it stopped (qrun aside)
     security    (a multi-user site) a user's command on another's job or reservation did
                 not fail, or a job ran as someone other than its owner
 
-Seeds 2 modulo 3 play an OpenPBS-flavored site (select=, -J, qrun -H (host:ncpus=1)), the
-others a Torque one.  Every job writes `S id time` to an events file as it starts and `E id time status` as it
-ends, so what ran is known apart from what the server says ran; the site's prologue writes
-`P id time` and its epilogue `X id time` as it starts and `Y id time status` as it ends.
-The prologue aborts every job numbered 4 modulo 9 (status 1) and holds each numbered 7
-modulo 9 once (status 2: a system hold the scenario releases).  tests/test_server.py plays
-a few scenarios per CI run; benchmarks/scenarios.py plays many.
+Seeds 0 modulo 3 play a Torque-flavored site, 1 a Cobalt one (qsub -n -t of a script file,
+qalter -t and -n, cqadm --run, --stopq, --startq and --admin-release; the other commands keep
+Torque's form), 2 an OpenPBS one (select=, -J, qrun -H (host:ncpus=1)).  Jobs go to queue
+batch or short, and move between them.  Every job writes `S id time` to an events file as
+it starts and `E id time status` as it ends, so what ran is known apart from what the
+server says ran; the site's prologue writes `P id time` and its epilogue `X id time` as it
+starts and `Y id time status` as it ends.  The prologue aborts every job numbered 4 modulo
+9 (status 1) and holds each numbered 7 modulo 9 once (status 2: a system hold the scenario
+releases).  tests/test_scenarios.py plays a few scenarios per CI run;
+benchmarks/scenarios.py plays many.
 """
 from __future__ import annotations
 
@@ -42,12 +47,14 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 BIN = ROOT / "bin"
 NODES, CORES = 2, 2
+FLAVORS = ("torque", "cobalt", "openpbs")  # by seed modulo 3
+SHORT = '[queues.short]\nmax_walltime = "00:10:00"\nmax_running_per_user = 1\n'
 SETTLE = 90.0  # seconds the jobs left at the end may take to finish
 
 #: the commands a scenario draws from, with their weights
 STEPS = {"submit": 30, "delete": 5, "hold": 4, "release": 4, "alter": 3, "resize": 2, "rerun": 3, "signal": 2,
          "suspend": 2, "resume": 2, "qrun": 2, "offline": 2, "online": 2, "kill": 4, "crash": 3, "qterm": 2, "wait": 10,
-         "rsub": 2, "rjob": 3, "rdel": 1}
+         "rsub": 2, "rjob": 3, "rdel": 1, "move": 3, "stop": 1, "start": 1}
 
 
 PROLOGUE = """#!/bin/sh
@@ -81,7 +88,7 @@ class Rig:
                 (root / name).write_text(body.replace("$EVENTS", events))
                 text += f'{name} = ["sh", "{root / name}"]\n'
         config.write_text(text + config.read_text().replace("keep_completed = 300", "keep_completed = 86400")
-                          .replace('flavor = "torque"', f'flavor = "{flavor}"'))
+                          .replace('flavor = "torque"', f'flavor = "{flavor}"') + SHORT)
         self.work.mkdir()
         if users:
             import pwd
@@ -103,6 +110,8 @@ class Rig:
         self.jobs: dict[str, dict] = {}  # id qsub printed -> what was asked of it
         self.resvs: dict[str, dict] = {}  # pbs_rsub's id -> its window and nodes (as pbs_rstat -f said)
         self.offline: dict[str, list] = {}  # node -> [from, until (None: still)] while pbsnodes -o held it
+        self.stopped_short: list = []  # [from, until] while qstop held queue short
+        self.written = 0  # Cobalt job scripts written
         self.broken: list[str] = []
 
     def workdir(self, user: str) -> Path:
@@ -131,18 +140,38 @@ class Rig:
         """pbsnodes -o (or -c) as a manager; while it surely was offline is kept."""
         asked = time.time()
         if self.cmd("pbsnodes", "-o" if offline else "-c", name, manager=True).returncode == 0:
-            spans = self.offline.setdefault(name, [])
-            if offline and not (spans and spans[-1][1] is None):
-                spans.append([time.time(), None])
-            elif not offline and spans and spans[-1][1] is None:
-                spans[-1][1] = asked
+            span(self.offline.setdefault(name, []), offline, asked)
 
-    def resources(self, nodes: int, cores: int, walltime: int | None = None) -> list[str]:
-        """-l options for `nodes` nodes of `cores` cores, in the site's flavor."""
+    def short(self, stop: bool) -> None:
+        """qstop (or qstart; a Cobalt site's cqadm --stopq, --startq) short as a manager; while
+        it surely was stopped is kept."""
+        asked = time.time()
+        argv = ["cqadm", "--stopq" if stop else "--startq"] if self.flavor == "cobalt" else \
+            ["qstop" if stop else "qstart"]
+        if self.cmd(*argv, "short", manager=True).returncode == 0:
+            span(self.stopped_short, stop, asked)
+
+    def resources(self, nodes: int, cores: int, walltime: int | None = None, cobalt: bool = True) -> list[str]:
+        """The options for `nodes` nodes of `cores` cores, in the site's flavor: a Cobalt
+        qsub's or qalter's -n (whole nodes) and -t, unless not `cobalt` (pbs_rsub's)."""
         wall = [f"walltime={walltime}"] if walltime else []
+        if self.flavor == "cobalt" and cobalt:
+            return ["-n", str(nodes), *(["-t", time.strftime("%H:%M:%S", time.gmtime(walltime))] if walltime else [])]
         if self.flavor == "openpbs":
             return ["-l", f"select={nodes}:ncpus={cores}", *(["-l", *wall] if wall else [])]
         return ["-l", ",".join([f"nodes={nodes}:ppn={cores}", *wall])]
+
+    def qsub(self, options: list[str], sleep: float, status: int, user: str) -> subprocess.CompletedProcess:
+        """qsub of a job that pauses `sleep` s and exits `status`: its script on stdin, or on
+        a Cobalt site in a file of the user's, given as the command."""
+        body = script(sleep, status, self.flavor)
+        if self.flavor != "cobalt":
+            return self.cmd("qsub", *options, stdin=body, user=user)
+        self.written += 1
+        path = self.workdir(user) / f"job{self.written}.sh"
+        path.write_text("#!/bin/sh\n" + body)
+        path.chmod(0o755)
+        return self.cmd("qsub", *options, str(path), user=user)
 
     def someone(self, rng: random.Random) -> str:
         """A user to act (on a single-user site, its one user: no draw)."""
@@ -204,18 +233,31 @@ class Rig:
 
 
 #: the commands on one job (an array's subjob, at times), by a step's kind
-OPERATIONS = ("delete", "hold", "release", "alter", "resize", "rerun", "signal", "suspend", "resume", "qrun")
+OPERATIONS = ("delete", "hold", "release", "alter", "resize", "rerun", "signal", "suspend", "resume", "qrun",
+              "move")
 
 
-def script(sleep: float, status: int) -> str:
-    return ('cd "$PBS_O_WORKDIR"\necho "S ${PBS_JOBID%%.*} $(date +%s.%N) $(id -un)" >> events\n'
-            f'sleep {sleep}\necho "E ${{PBS_JOBID%%.*}} $(date +%s.%N) {status}" >> events\nexit {status}\n')
+def script(sleep: float, status: int, flavor: str = "torque") -> str:
+    """A job's script: `S`, a pause, `E` to the events file in its work directory (a Cobalt
+    job's own: where qsub ran)."""
+    jid = "$COBALT_JOBID" if flavor == "cobalt" else "${PBS_JOBID%%.*}"
+    return (('' if flavor == "cobalt" else 'cd "$PBS_O_WORKDIR"\n') +
+            f'echo "S {jid} $(date +%s.%N) $(id -un)" >> events\n'
+            f'sleep {sleep}\necho "E {jid} $(date +%s.%N) {status}" >> events\nexit {status}\n')
+
+
+def span(spans: list, on: bool, asked: float) -> None:
+    """Keep [from, until] spans of a state set on (from now) and off (from `asked`)."""
+    if on and not (spans and spans[-1][1] is None):
+        spans.append([time.time(), None])
+    elif not on and spans and spans[-1][1] is None:
+        spans[-1][1] = asked
 
 
 def ask(sleep: float, status: int, disturbed: bool = False) -> dict:
     """What a submission asked of its job (its script's pause and status), as `judge` reads it."""
     return {"sleep": sleep, "status": status, "disturbed": disturbed, "after": None, "array": False,
-            "walltime": 30, "resv": None, "owner": None}
+            "walltime": 30, "resv": None, "owner": None, "free": False, "forced": False}
 
 
 def step(rig: Rig, rng: random.Random, kind: str) -> None:
@@ -229,18 +271,21 @@ def step(rig: Rig, rng: random.Random, kind: str) -> None:
         argv = ["qsub", *rig.resources(rng.randint(1, NODES), rng.randint(1, CORES), walltime)]
         asked = ask(sleep, status, disturbed=walltime == 1)
         asked["walltime"] = walltime
+        cobalt = rig.flavor == "cobalt"
         if rng.random() < 0.1:
             argv.append("-h")
-        if rng.random() < 0.2:
+        if rng.random() < 0.3:
+            argv += ["-q", "short"]
+        if rng.random() < 0.2 and not cobalt:
             argv += ["-r", "n"]
-        if known and rng.random() < 0.2:
+        if known and rng.random() < 0.2 and not (cobalt and rig.jobs[some]["array"]):
             asked["after"] = some
-            argv += ["-W", f"depend=afterok:{some}"]
-        if rng.random() < 0.1:
+            argv += ["--dependencies", some] if cobalt else ["-W", f"depend=afterok:{some}"]
+        if rng.random() < 0.1 and not cobalt:
             argv += ["-J" if rig.flavor == "openpbs" else "-t", "0-1"]
             asked["array"] = True
         asked["owner"] = user = rig.someone(rng)
-        p = rig.cmd(*argv, stdin=script(sleep, status), user=user)
+        p = rig.qsub(argv[1:], sleep, status, user)
         if p.returncode == 0:
             rig.jobs[p.stdout.strip().split(".")[0]] = asked
     elif kind in OPERATIONS and some:
@@ -249,17 +294,24 @@ def step(rig: Rig, rng: random.Random, kind: str) -> None:
         actor = owner if manager or not rig.multi or rng.random() < 0.8 else rig.other(owner)
         if actor == owner:
             rig.jobs[some]["disturbed"] = True
-            if kind in ("alter", "qrun"):
+            if kind in ("alter", "qrun") or kind == "move" and rig.jobs[some]["resv"]:
                 rig.jobs[some]["free"] = True  # (its walltime changed, or a manager placed it: no reservation check)
+            rig.jobs[some]["forced"] |= kind == "qrun"  # (no queue limit check)
+        owned = some
         if rig.jobs[some]["array"] and rng.random() < 0.5:
             some = some.replace("[]", f"[{rng.randint(0, 1)}]")  # (one subjob)
+        walltime = rng.choice([1, 60])
         argv = {"delete": ["qdel", some], "hold": ["qhold", some], "release": ["qrls", some],
-                "alter": ["qalter", "-l", f"walltime={rng.choice([1, 60])}", some],
+                "alter": ["qalter", *(["-t", f"00:00:{walltime:02d}" if walltime < 60 else "1"]
+                                      if rig.flavor == "cobalt" else ["-l", f"walltime={walltime}"]), some],
                 "resize": ["qalter", *rig.resources(rng.randint(1, NODES), rng.randint(1, CORES)), some],
+                "move": ["qmove", "batch" if rig.jobs[owned]["resv"] else rng.choice(["batch", "short"]), some],
                 "rerun": ["qrerun", some], "signal": ["qsig", "-s", "USR1", some],
                 "suspend": ["qsig", "-s", "suspend", some], "resume": ["qsig", "-s", "resume", some],
                 "qrun": ["qrun", *(["-H", "(node01:ncpus=1)" if rig.flavor == "openpbs" else "node01"]
                                    if rng.random() < 0.5 else []), some]}[kind]
+        if rig.flavor == "cobalt" and kind == "qrun" and len(argv) == 4:
+            argv = ["cqadm", "--run=node01", some]
         p = rig.cmd(*argv, manager=manager, user=actor)
         rig.refused(p, argv, actor, owner)
     elif kind in ("offline", "online"):
@@ -268,11 +320,10 @@ def step(rig: Rig, rng: random.Random, kind: str) -> None:
         rig.kill()
     elif kind == "crash" and rig.server:  # killed while it answers a qsub (or a qdel)
         deleting = some and rng.random() < 0.3
-        argv = ["qdel", some] if deleting else ["qsub", *rig.resources(1, 1, 30)]
         user = rig.jobs[some]["owner"] if deleting else rig.someone(rng)
         done: list[subprocess.CompletedProcess] = []
         asking = threading.Thread(target=lambda: done.append(
-            rig.cmd(*argv, stdin=None if deleting else script(0.5, 0), user=user)))
+            rig.cmd("qdel", some, user=user) if deleting else rig.qsub(rig.resources(1, 1, 30), 0.5, 0, user)))
         asking.start()
         time.sleep(rng.uniform(0, 0.3))
         rig.kill()
@@ -284,7 +335,7 @@ def step(rig: Rig, rng: random.Random, kind: str) -> None:
     elif kind == "qterm" and rig.server:
         rig.qterm()
     elif kind == "rsub":  # a node for a few seconds, from now or soon
-        argv = ["pbs_rsub", "-D", str(rng.randint(3, 8)), *rig.resources(1, rng.randint(1, CORES))]
+        argv = ["pbs_rsub", "-D", str(rng.randint(3, 8)), *rig.resources(1, rng.randint(1, CORES), cobalt=False)]
         if rng.random() < 0.5:
             argv += ["-R", time.strftime("%H%M.%S", time.localtime(time.time() + rng.uniform(1, 4)))]
         user = rig.someone(rng)
@@ -302,7 +353,7 @@ def step(rig: Rig, rng: random.Random, kind: str) -> None:
         sleep, status = rng.choice([0, 0.5, 1]), rng.choice([0, 0, 1])
         user = rig.someone(rng)
         argv = ["qsub", "-q", rid, *rig.resources(1, 1, 2)]
-        p = rig.cmd(*argv, stdin=script(sleep, status), user=user)
+        p = rig.qsub(argv[1:], sleep, status, user)
         if not rig.refused(p, argv, user, rig.resvs[rid]["owner"]) and p.returncode == 0:
             rig.jobs[p.stdout.strip().split(".")[0]] = dict(ask(sleep, status), walltime=2, resv=rid, owner=user)
     elif kind == "rdel" and rig.resvs:
@@ -315,6 +366,8 @@ def step(rig: Rig, rng: random.Random, kind: str) -> None:
             for asked in rig.jobs.values():
                 if asked["resv"] == rid:
                     asked["disturbed"] = True
+    elif kind in ("stop", "start"):
+        rig.short(kind == "stop")
     elif kind == "wait":
         time.sleep(rng.uniform(0.1, 1.5))
     if rig.server is None and rng.random() < 0.5:  # (else commands meet a stopped server for a while)
@@ -329,7 +382,7 @@ def run(root: Path, seed: int, steps: int = 40, users: tuple[str, ...] = ()) -> 
     """Play scenario `seed` in the empty directory `root` (on a multi-user site, with
     `users`); what broke, one line each."""
     rng = random.Random(seed)
-    rig = Rig(root, scripts=rng.random() < 0.5, users=users, flavor="openpbs" if seed % 3 == 2 else "torque")
+    rig = Rig(root, scripts=rng.random() < 0.5, users=users, flavor=FLAVORS[seed % 3])
     rig.start()
     try:
         kinds, weights = zip(*STEPS.items())
@@ -339,6 +392,7 @@ def run(root: Path, seed: int, steps: int = 40, users: tuple[str, ...] = ()) -> 
             rig.start()
         for node in range(1, NODES + 1):
             rig.node(f"node{node:02d}", False)
+        rig.short(False)
         for jid, asked in rig.jobs.items():  # (the held and the suspended)
             rig.cmd("qrls", jid, user=asked["owner"])
             rig.cmd("qsig", "-s", "resume", jid, manager=True)
@@ -366,8 +420,8 @@ def settle(rig: Rig) -> dict:
             return jobs
         for job in jobs.values():  # (held by the prologue: released once, as an operator would)
             if any(h.value == "s" for h in job.holds):
-                rig.cmd("qrls", "-h", "s", f"{job.array_id}[{job.array_index}]" if job.array_id else str(job.id),
-                        manager=True)
+                rig.cmd(*(["cqadm", "--admin-release"] if rig.flavor == "cobalt" else ["qrls", "-h", "s"]),
+                        f"{job.array_id}[{job.array_index}]" if job.array_id else str(job.id), manager=True)
         time.sleep(0.25)
 
 
@@ -392,7 +446,7 @@ def judge(rig: Rig, jobs: dict) -> list[str]:
     records: dict[str, list] = {}
     for e in accounting.read(rig.home):
         records.setdefault(e.job_id.split(".")[0], []).append(e)
-    runs = []  # (start, end, job, exec_host)
+    runs = []  # (start, end, job, exec_host, queue, user)
     for jid, entries in records.items():
         kinds = "".join(e.kind for e in entries)
         said = kinds if len(kinds) <= 40 else f"{kinds[:40]}... ({len(kinds)} records)"
@@ -404,21 +458,22 @@ def judge(rig: Rig, jobs: dict) -> list[str]:
             if e.kind == "S":
                 if opened:
                     broken.append(f"records: job {jid} started twice without an end between: {said}")
-                opened = (int(e.fields["start"]), e.fields.get("exec_host", ""))
+                opened = (int(e.fields["start"]), e.fields.get("exec_host", ""), e.fields.get("queue"),
+                          e.fields.get("user"))
             elif e.kind in "ERA" and opened:  # (a D for a running job comes before its E)
-                runs.append((opened[0], int(e.fields.get("end", when)), jid, opened[1]))
+                runs.append((opened[0], int(e.fields.get("end", when)), jid, *opened[1:]))
                 opened = None
             elif e.kind == "E":
                 broken.append(f"records: job {jid} ended with no start: {said}")
         if opened:
             broken.append(f"records: job {jid} started and never ended: {said}")
     held: dict[str, list] = {}
-    for start, end, jid, hosts in runs:
+    for start, end, jid, hosts, *_ in runs:
         for part in filter(None, hosts.split("+")):
             node, _, cores = part.partition("/")
             for core in cores.split(","):
                 held.setdefault(f"{node}/{core}", []).append((start, end, jid))
-    for start, end, jid, hosts in runs:  # (not a subjob's: a qrun of one frees its array)
+    for start, end, jid, hosts, *_ in runs:  # (not a subjob's: a qrun of one frees its array)
         asked = rig.jobs.get(jid)
         nodes = {part.partition("/")[0] for part in hosts.split("+") if part}
         if asked is None or asked.get("free"):
@@ -434,16 +489,26 @@ def judge(rig: Rig, jobs: dict) -> list[str]:
                 broken.append(f"reservation: job {jid} ran on {'+'.join(sorted(nodes))} from {start} "
                               f"(walltime {asked['walltime']}) into {rid}'s window ({resv['start']:.0f}-"
                               f"{resv['end']:.0f})")
-    for start, end, jid, hosts in runs:
+    for start, end, jid, hosts, *_ in runs:
         for node in {part.partition("/")[0] for part in hosts.split("+") if part}:
             for since, until in rig.offline.get(node, ()):
                 if since + 1 < start and (until is None or start < until - 1):
                     broken.append(f"offline: job {jid} started on {node} at {start}, offline from {since:.0f}")
+    short: dict[str, list] = {}  # user -> the runs in queue short of their jobs no qrun forced
+    for start, end, jid, hosts, queue, user in runs:
+        asked = rig.jobs.get(jid.split("[")[0] + "[]" if "[" in jid else jid)
+        if queue != "short" or asked is None or asked["forced"]:
+            continue
+        short.setdefault(user, []).append((start, end, jid))
+        for since, until in rig.stopped_short:
+            if since + 1 < start and (until is None or start < until - 1):
+                broken.append(f"limits: job {jid} started from short at {start}, stopped from {since:.0f}")
+    for user, spans in short.items():
+        for (s1, e1, j1), (s2, e2, j2) in overlaps(spans):
+            broken.append(f"limits: {user}'s jobs {j1} ({s1}-{e1}) and {j2} ({s2}-{e2}) ran at once in short")
     for core, spans in held.items():
-        spans.sort()
-        for (s1, e1, j1), (s2, e2, j2) in zip(spans, spans[1:]):
-            if s2 < e1:
-                broken.append(f"overbooked: {core} held by job {j1} ({s1}-{e1}) and job {j2} ({s2}-{e2})")
+        for (s1, e1, j1), (s2, e2, j2) in overlaps(spans):
+            broken.append(f"overbooked: {core} held by job {j1} ({s1}-{e1}) and job {j2} ({s2}-{e2})")
 
     # what the jobs themselves wrote, and the site's scripts, in the order written
     events: dict[str, list] = {}  # job -> its script's starts and ends
@@ -504,6 +569,18 @@ def judge(rig: Rig, jobs: dict) -> list[str]:
             os.killpg(int(pid.read_text()), signal.SIGKILL)
             broken.append(f"stray: job {d.parent.name}'s run {d.name} was still running")
     return broken
+
+
+def overlaps(spans: list) -> list:
+    """The pairs of (start, end, job) spans that overlap: each span with the one before it
+    that ends last."""
+    found, last = [], None
+    for span in sorted(spans):
+        if last is not None and span[0] < last[1]:
+            found.append((last, span))
+        if last is None or span[1] > last[1]:
+            last = span
+    return found
 
 
 def group_alive(pgid: int) -> bool:

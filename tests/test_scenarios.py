@@ -10,7 +10,7 @@ from hpcsched.core.jobs import COMPLETED, QUEUED, Job
 from scenarios import Rig, ask, judge, run
 
 
-@pytest.mark.parametrize("seed", [3, 11])
+@pytest.mark.parametrize("seed", [3, 4, 11])  # (a Torque, a Cobalt and an OpenPBS site)
 def test_a_scenario_keeps_every_invariant(tmp_path, seed):
     assert run(tmp_path, seed, steps=40) == []
 
@@ -129,3 +129,25 @@ def test_the_judge_sees_a_start_on_an_offline_node(tmp_path):
     found = [line for line in judge(rig, jobs) if line.startswith("offline")]
     assert found == [f"offline: job 1 started on node01 at {t + 15}, offline from {t + 10}",
                      f"offline: job 3 started on node01 at {t + 60}, offline from {t + 50}"], found
+
+
+def test_the_judge_sees_a_queue_limit_broken(tmp_path):
+    """Two of a user's jobs at once in queue short (its max_running_per_user is 1), unless
+    a qrun forced one; a job started from short while qstop had it stopped."""
+    rig = Rig(tmp_path)
+    t = 1_800_000_000
+    rig.stopped_short = [[t + 100, t + 120]]
+    rig.jobs = {str(i): ask(1, 0) for i in range(1, 7)}
+    rig.jobs["5"]["forced"] = True
+    jobs = {i: Job(id=i, state=COMPLETED) for i in range(1, 7)}
+    for i, start, end, queue, user in ((1, t, t + 50, "short", "alice"), (2, t + 10, t + 20, "short", "bob"),
+                                       (3, t + 30, t + 40, "short", "alice"),  # (inside 1's run)
+                                       (4, t + 45, t + 60, "batch", "alice"),  # (another queue)
+                                       (5, t + 48, t + 55, "short", "alice"),  # (forced)
+                                       (6, t + 110, t + 115, "short", "bob")):  # (while short was stopped)
+        _record(rig, "Q", i, t)
+        _record(rig, "S", i, start, start=start, exec_host=f"node0{i % 2 + 1}/{i}", queue=queue, user=user)
+        _record(rig, "E", i, end, end=end, Exit_status=0)
+    found = [line for line in judge(rig, jobs) if line.startswith("limits")]
+    assert found == [f"limits: job 6 started from short at {t + 110}, stopped from {t + 100}",
+                     f"limits: alice's jobs 1 ({t}-{t + 50}) and 3 ({t + 30}-{t + 40}) ran at once in short"], found
