@@ -573,18 +573,21 @@ def test_pbsyod_asks_the_server_and_runs_the_program_as_the_caller(live):
 
 def test_a_session_that_rewrites_its_pid_file_cannot_aim_the_server_at_another_users_process(live):
     victim = submit(live, ALICE, "sleep 3041\n")
-    wrapper = live.wait(victim, ("R",)).extra["pid"]
-    while "pid" not in live.sched().jobs[victim].extra:
-        time.sleep(0.1)
-    session = (f'd=$(dirname "$PBS_NODEFILE"); sleep 1.5\n'
-               f'echo {wrapper} > "$d/pid.tmp"; mv -f "$d/pid.tmp" "$d/pid" && echo rewritten\nsleep 3042\n')
-    status, out, err = live.run(BOB, "qsub", "-I", "-l", "walltime=6", stdin=session.encode())
-    job = live.wait(2)
-    assert "rewritten" in out, out + err  # (the pid file was rewritten before the walltime came)
-    assert job.exit_status >= 256  # bob's session was the one killed at its walltime
-    assert live.sched().jobs[victim].state == "running" and processes("sleep 3041")
-    assert gone("sleep 3042")
-    live.run(ALICE, "qdel", str(victim))
+    try:
+        wrapper = live.wait(victim, ("R",)).extra["pid"]
+        while "pid" not in live.sched().jobs[victim].extra:
+            time.sleep(0.1)
+        session = (f'd=$(dirname "$PBS_NODEFILE"); sleep 1.5\n'
+                   f'echo {wrapper} > "$d/pid.tmp"; mv -f "$d/pid.tmp" "$d/pid" && echo rewritten\nsleep 3042\n')
+        status, out, err = live.run(BOB, "qsub", "-I", "-l", "walltime=6", stdin=session.encode())
+        job = live.wait(2)
+        assert "rewritten" in out, out + err  # (the pid file was rewritten before the walltime came)
+        assert job.exit_status >= 256  # bob's session was the one killed at its walltime
+        assert live.sched().jobs[victim].state == "running" and processes("sleep 3041")
+        assert gone("sleep 3042")
+        live.run(ALICE, "qdel", str(victim))
+    finally:  # (a failure leaves no process behind to fail the next run)
+        subprocess.run(["pkill", "-9", "-f", "sleep 304[12]"], check=False)
 
 
 def test_a_service_account_server_runs_its_own_jobs_and_refuses_others(site, users):
@@ -625,6 +628,10 @@ def test_a_cobalt_site_takes_its_users_jobs_through_the_server(site, users):
     status, out, err = site.run(ALICE, "qsub", "-n", "1", "-t", "1", "-O", "second", "job.sh")
     assert (status, out) == (0, "2\n"), err
     assert site.run(BOB, "qdel", "1")[0] == 1
+    status, _, err = site.run(BOB, "cqadm", "--admin-hold", "1")  # (an operator's tool: the server says who)
+    assert status == 1 and err == f"Permission denied: {BOB} is not an operator or a manager\n"
+    status, out, err = site.run("root", "cqadm", "--getq")
+    assert status == 0 and [line.split()[0] for line in out.splitlines()[2:]] == ["batch"], err
     assert site.run(BOB, "qstat", "1")[1].splitlines()[0].split() == ["JobID", "User", "WallTime", "Nodes", "State",
                                                                    "Location"]
     home = Path(users[ALICE].pw_dir)
