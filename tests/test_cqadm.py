@@ -150,3 +150,17 @@ def test_setjobid_numbers_the_next_job_and_never_goes_back(site, monkeypatch, ca
     assert run("-j", "1000")[0] == 0 and submit(monkeypatch) == 1000
     assert run("--setjobid=5")[0] == 1 and "is below the next id, 1001" in capsys.readouterr().err
     assert run("-j", "x")[0] == 1 and "'x' is not a whole number" in capsys.readouterr().err
+
+
+def test_a_queue_name_or_a_number_it_cannot_take_is_one_line(site, capsys):
+    """`@` names a server and `[` an array in every command: qmgr (and so cqadm) creates no
+    queue named so; a digit of another script is no number."""
+    from hpcsched.pbs import qmgr
+    for name in ("#q", "é", "-", "q[1]", "batch@x"):
+        assert run("--addq", "--", name)[0] == 1
+        assert capsys.readouterr().err == f"{name}: Illegal queue name: a letter, then letters, digits, '_', '-' or '.'\n"
+    assert qmgr.QMGR(["-c", "create queue x@y"], out=io.StringIO()) == 2
+    assert "Illegal queue name" in capsys.readouterr().err
+    assert run("--addq", "prod-short", "a.b_c")[0] == 0 and {"prod-short", "a.b_c"} <= set(sched().router.queues)
+    for argv in (["-j", "²"], ["--setq", "maxrunning=٣", "batch"]):
+        assert run(*argv)[0] == 1 and "is not a whole number" in capsys.readouterr().err

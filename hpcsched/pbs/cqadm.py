@@ -27,7 +27,7 @@ from ..core.timefmt import hms
 from ..store.journaled import Batch
 from ..store.site import load_site, whoami
 from . import qctl
-from .cobalt import CobaltCommand, job_ids, minutes, queue_state, tabular
+from .cobalt import CobaltCommand, job_ids, minutes, number, queue_state, tabular
 from .errors import CommandError, UsageError
 from .qmgr import Qmgr
 
@@ -53,7 +53,7 @@ SWITCHES = {"startq": "running", "stopq": "stopped", "drainq": "draining", "kill
 
 
 def _count(text: str) -> int:
-    if not text.isdigit():
+    if not number(text):
         raise CommandError(f"{text!r} is not a whole number")
     return int(text)
 

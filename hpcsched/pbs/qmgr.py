@@ -34,6 +34,7 @@ UNKNOWN_ATTR = 154  # PBSE_NOATTR 15002 mod 256
 UNKNOWN_QUEUE = 170
 BAD_VALUE = 2
 
+QUEUE_NAME = re.compile(r"[A-Za-z][A-Za-z0-9_.-]*")  # what qmgr creates (PBS's rule)
 _VERBS = {"c": "create", "create": "create", "d": "delete", "delete": "delete", "s": "set", "set": "set",
           "u": "unset", "unset": "unset", "l": "list", "list": "list", "p": "print", "print": "print"}
 _OBJECTS = {"s": "server", "server": "server", "q": "queue", "queue": "queue", "n": "node", "node": "node"}
@@ -255,6 +256,9 @@ class Qmgr:
         if obj != "queue" or not name:
             raise common.CommandError(f"qmgr: Illegal object type: {obj}" if obj != "queue" else "qmgr: Syntax error", BAD_VALUE)
         self._manager(name)
+        if not QUEUE_NAME.fullmatch(name):  # (`@` names a server, `[` an array, in every command)
+            raise common.CommandError(f"qmgr obj={name} svr=default: Illegal queue name: a letter, then letters, "
+                                      f"digits, '_', '-' or '.'", BAD_VALUE)
         if name in self.site.config.get("queues", {}) or name in self._sched().router.queues:
             raise common.CommandError(f"qmgr obj={name} svr=default: Queue already exists", 161)  # PBSE_QUEEXIST
         changes = _copy(self.changes)
