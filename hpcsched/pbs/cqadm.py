@@ -179,8 +179,8 @@ def _delete(session: Qmgr, name: str, force: bool) -> None:
 
 
 def jobs(o: dict, ids: list[int], now: float) -> int:
-    """The job actions, in one locked write: each job named, each action in the order
-    holds, queue, time (or kill, or run alone); a job that fails says so and the rest go on."""
+    """The job actions, in one locked write: on each job named its holds, queue and time
+    (or a kill, or a run); a job that fails says so and the rest go on."""
     site = load_site()
     user = whoami()
     if not site.is_operator(user):
