@@ -130,7 +130,7 @@ def queues(o: dict, names: list[str], out) -> int:
     if not session.site.is_manager(whoami()):
         raise CommandError(f"Permission denied: {whoami()} is not a manager")
     if "addq" in o:  # (Cobalt's new queue is stopped: it runs nothing until started)
-        known = [q for q in names if q in _queues(session)]
+        known = [q for q in names if q in session.sched().router.queues]
         if known:
             raise CommandError(f"queue already exists: {known[0]}")
     done, status = [], 0
@@ -138,8 +138,8 @@ def queues(o: dict, names: list[str], out) -> int:
         try:
             if "addq" in o:
                 session.run(f"create queue {name} started = False")
-            elif "delq" in o:
-                _delete(session, name, "force" in o)
+            elif "delq" in o:  # (one holding unfinished jobs is refused, with -f too)
+                session.run(f"delete queue {name}")
             elif "setq" in o or "unsetq" in o:
                 session.set_queue(name, properties(o.get("setq") or o["unsetq"], "unsetq" in o))
             else:
@@ -158,24 +158,6 @@ def plain(e: CommandError) -> str:
     """qmgr's error as cqadm says it: `qmgr obj=NAME svr=default: WHY` is `NAME: WHY`."""
     m = re.fullmatch(r"qmgr(?: obj=(\S*) svr=\S*)?: (.*)", str(e), re.S)
     return str(e) if m is None else f"{m.group(1)}: {m.group(2)}" if m.group(1) else m.group(2)
-
-
-def _queues(session: Qmgr) -> set[str]:
-    batch = Batch.of(session.site)
-    with batch.open(write=False):
-        return set(batch.sched.router.queues)
-
-
-def _delete(session: Qmgr, name: str, force: bool) -> None:
-    batch = Batch.of(session.site)
-    with batch.open(write=False):
-        if name not in batch.sched.router.queues:
-            raise CommandError(f"queue {name} not found")
-        left = [j for j in batch.sched.jobs.values() if j.queue == name and j.state not in FINISHED]
-    if left:
-        raise CommandError(f"The {name} queue contains jobs. Either move the jobs to another queue, or delete them"
-                           + (" and delete it when they have ended (-f deletes no jobs here)" if force else ""))
-    session.run(f"delete queue {name}")
 
 
 def jobs(o: dict, ids: list[int], now: float) -> int:

@@ -181,7 +181,8 @@ class Qmgr:
         getattr(self, f"_{verb}")(obj, name, attrs)
 
     # --- reading ---------------------------------------------------------------------
-    def _sched(self):
+    def sched(self):
+        """The store's scheduler as it stands (read, never written)."""
         batch = Batch.of(self.site)
         with batch.open(write=False):
             return batch.sched
@@ -193,7 +194,7 @@ class Qmgr:
         return server_attributes(self.site, sched)
 
     def _list(self, obj: str, name: str, attrs) -> None:
-        sched = self._sched()
+        sched = self.sched()
         if obj == "server":
             self._block(f"Server {self.site.server}", self._server_lines(sched), attrs)
         elif obj == "queue":
@@ -213,7 +214,7 @@ class Qmgr:
         self.out.write(title + "\n" + "".join(f"\t{k} = {v}\n" for k, v in rows if not wanted or k in wanted) + "\n")
 
     def _print(self, obj: str, name: str, attrs) -> None:
-        sched = self._sched()
+        sched = self.sched()
         w = self.out.write
         if obj == "node":
             for n in sched.topology.all_nodes():
@@ -259,7 +260,7 @@ class Qmgr:
         if not QUEUE_NAME.fullmatch(name):  # (`@` names a server, `[` an array, in every command)
             raise common.CommandError(f"qmgr obj={name} svr=default: Illegal queue name: a letter, then letters, "
                                       f"digits, '_', '-' or '.'", BAD_VALUE)
-        if name in self.site.config.get("queues", {}) or name in self._sched().router.queues:
+        if name in self.site.config.get("queues", {}) or name in self.sched().router.queues:
             raise common.CommandError(f"qmgr obj={name} svr=default: Queue already exists", 161)  # PBSE_QUEEXIST
         changes = _copy(self.changes)
         changes["queues"][name] = {}
@@ -269,7 +270,7 @@ class Qmgr:
         if obj != "queue" or not name:
             raise common.CommandError(f"qmgr: Illegal object type: {obj}" if obj != "queue" else "qmgr: Syntax error", BAD_VALUE)
         self._manager(name)
-        sched = self._sched()
+        sched = self.sched()
         self._site_queue(sched, name)
         if any(j.queue == name and j.state not in FINISHED for j in sched.jobs.values()):
             raise common.CommandError(f"qmgr obj={name} svr=default: Queue is not empty", 175)
@@ -286,7 +287,7 @@ class Qmgr:
         if obj == "queue":
             if not name:
                 raise common.CommandError("qmgr: Syntax error: give the queue's name", BAD_VALUE)
-            self._site_queue(self._sched(), name)
+            self._site_queue(self.sched(), name)
         if obj == "server" and any(attr == NEXT_JOB_NUMBER for attr, _, _ in attrs):
             return self._next_job_number(attrs, op)
         self._apply(_copy(self.changes), obj, name, attrs, op)
@@ -295,7 +296,7 @@ class Qmgr:
         """Set a queue's configuration keys (a value None: unset), as `set queue` sets PBS's
         attributes (cqadm's --setq, --stopq, ...)."""
         self._manager(name)
-        self._site_queue(self._sched(), name)
+        self._site_queue(self.sched(), name)
         changes = _copy(self.changes)
         changes["queues"][name] = {**(changes["queues"].get(name) or {}), **values}
         self._write(changes)
