@@ -142,11 +142,12 @@ def cmd_sweep(args) -> int:
             if sys.stderr.isatty() and not args.quiet:
                 start = time.monotonic()
 
-                def show(done, total):
+                def line(done, total):
                     spent = time.monotonic() - start
                     left = spent / done * (total - done) if done else 0.0
                     sys.stderr.write(f"\r{done}/{total} cells, {spent:.0f} s, about {left:.0f} s left ")
                     sys.stderr.flush()
+                show = line
             outcomes = sweep.run(cells, args.jobs, show)
             if show:
                 sys.stderr.write("\n")

@@ -198,8 +198,8 @@ def test_passing_over_a_closed_subtree_decides_as_reading_it(seed, monkeypatch):
                                                                          for x in pb.started]
         assert pa.reserved.keys() == pb.reserved.keys()
         assert pb.passed_reason is None
-        for jid, job in a.jobs.items():
-            if job.state.value != "queued":
+        for jid, qjob in a.jobs.items():
+            if qjob.state.value != "queued":
                 continue
             if jid in pa.reasons:  # walked by both (the walks stop at the same job)
                 assert pa.reasons[jid] == pb.reasons[jid]
@@ -207,7 +207,7 @@ def test_passing_over_a_closed_subtree_decides_as_reading_it(seed, monkeypatch):
                 passed_over += 1
                 assert pa.reason(jid).startswith("exceeds limit")
                 assert pb.reason(jid).startswith("exceeds limit") or jid not in pb.reasons
-                assert a.comment(job) == "Not Running: " + pa.reason(jid)
+                assert a.comment(qjob) == "Not Running: " + pa.reason(jid)
             else:
                 assert pa.reason(jid) == pb.reason(jid)
         t += rng.choice([50.0, 100.0, 200.0])

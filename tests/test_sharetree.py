@@ -303,25 +303,25 @@ def test_a_closed_order_yields_the_plain_order_less_the_closed_subtrees_from_the
     order = tree.order()
     assert isinstance(order, Sieved) and order.closable
     got, closes = [], {}  # index in got -> attrs closed after it
-    for job in order:
-        got.append(job)
+    for qjob in order:
+        got.append(qjob)
         if rng.random() < 0.08:
             attrs = closes[len(got) - 1] = rng.choice(CLOSES)
-            assert order.close(job, attrs) == (closed_node(tree, job, attrs, order.top) is not None)
+            assert order.close(qjob, attrs) == (closed_node(tree, qjob, attrs, order.top) is not None)
     # the model: the plain order, each job dropped once a node above it is closed
-    def above(job):
-        node, path = tree._of[job.id], set()
+    def above(qjob):
+        node, path = tree._of[qjob.id], set()
         while node is not None:
             path.add(node)
             node = node.parent
         return path
     closed, want = set(), []
-    for job in plain:
-        if above(job) & closed:
+    for qjob in plain:
+        if above(qjob) & closed:
             continue
-        want.append(job)
+        want.append(qjob)
         if len(want) - 1 in closes:
-            found = closed_node(tree, job, closes[len(want) - 1], order.top)
+            found = closed_node(tree, qjob, closes[len(want) - 1], order.top)
             if found is not None:
                 closed.add(found)
     assert got == want and order.passed == 0
