@@ -48,6 +48,8 @@ NASTY = ["", "-", "--", "0", "-1", "1", "2", "99", "1e999", "nan", "inf", "²", 
          "999912312359", "23:59:59_12/31/99", "25:00_01/01", "+1:00:00", "253402300800", "1e308",
          "mem=99999999999999999999999tb", "select=1:mem=9999999999999999999pb", "USR1",
          "FREQ=DAILY;COUNT=2", "FREQ=WEEKLY;UNTIL=20261231", "FREQ=HOURLY;INTERVAL=0", "FREQ=DAILY;UNTIL=99999999",
+         "FREQ=WEEKLY;BYDAY=MO,WE;COUNT=3", "FREQ=DAILY;BYHOUR=9,17", "FREQ=WEEKLY;BYDAY=XX", "FREQ=DAILY;BYHOUR=-1",
+         "FREQ=WEEKLY;INTERVAL=99999999;BYDAY=SU", "FREQ=DAILY;UNTIL=99991231T235959Z", "FREQ=DAILY;BYDAY=",
          "R1", "S1.headnode", "--hosts"]
 
 LETTERS = {"qsub": "aAcCdeFhIjJklmMnNopqrStuvVwWz", "qalter": "aAehjklmMNoprSvWt", "qdel": "Wpxt", "qhold": "ht",

@@ -1,7 +1,10 @@
 """OpenPBS advance reservations: pbs_rsub, pbs_rstat, pbs_rdel, and the queue each one makes."""
 import io
+import math
+import random
 import time
-from datetime import datetime, timedelta
+from datetime import datetime, timedelta, timezone
+from datetime import time as dtime
 
 import pytest
 from helpers import job, scheduler
@@ -157,7 +160,11 @@ def test_a_standing_reservation_repeats_then_ends(rig):
     (["-D", "60", "-l", "nodes=9"], 196, "not confirmed"),
     (["-D", "60", "-l", "select=1:ncpus=5"], 196, "not confirmed"),
     (["-D", "60", "-l", "ncpus=5"], 196, "not confirmed"),  # (one chunk: no node has 5)
-    (["-D", "60", "-l", "nodes=1", "-r", "FREQ=DAILY;BYDAY=MO"], 2, "BYDAY is not taken"),
+    (["-D", "60", "-l", "nodes=1", "-r", "FREQ=DAILY;BYMONTHDAY=1"], 2, "BYMONTHDAY is not taken"),
+    (["-D", "60", "-l", "nodes=1", "-r", "FREQ=HOURLY;BYDAY=MO"], 2, "BYDAY and BYHOUR with DAILY or WEEKLY"),
+    (["-D", "60", "-l", "nodes=1", "-r", "FREQ=WEEKLY;BYDAY=1MO"], 2, "illegal -r value"),
+    (["-D", "60", "-l", "nodes=1", "-r", "FREQ=DAILY;BYHOUR=24"], 2, "illegal -r value"),
+    (["-D", "2:00:00", "-l", "nodes=1", "-r", "FREQ=DAILY;BYHOUR=9,10"], 238, "occurrences overlap"),
     (["-D", "2:00:00", "-l", "nodes=1", "-r", "FREQ=HOURLY"], 238, "occurrences overlap"),
     (["-D", "60", "-l", "nodes=1", "-W", "qmove=5"], 2, "illegal -W value"),
     (["-D", "60", "--hosts"], 2, "missing host"),
@@ -256,6 +263,87 @@ def test_a_begun_reservation_may_change_only_its_end(rig):
     assert run("pbs_ralter", "-D", "1200", "R1", now=now + 10)[0] == 0
     assert stored().reservations["R1"].duration == 1200
     assert run("pbs_ralter", "-D", "5", "R1", now=now + 10)[0] == 238
+
+
+def test_a_standing_reservation_on_some_days_holds_them_alone(rig):
+    """OpenPBS's BYDAY: `-R 1130 -E 1330 -r FREQ=WEEKLY;BYDAY=MO,WE,FR;COUNT=10` asked on a
+    Tuesday first holds Wednesday 11:30-13:30, then Friday, Monday, ..., ten in all."""
+    tuesday = datetime(2030, 1, 1, 9, 0).timestamp()  # (a Tuesday)
+    rule = "FREQ=WEEKLY;BYDAY=MO,WE,FR;COUNT=10"
+    assert run("pbs_rsub", "-R", "1130", "-E", "1330", "-r", rule, "-l", "nodes=1", now=tuesday)[0] == 0
+    res = stored().reservations["S1"]
+    starts = [datetime.fromtimestamp(s) for s, _ in res.occurrences(tuesday, math.inf)]
+    assert [(t.strftime("%a %d"), t.hour, t.minute) for t in starts] == [
+        (f"{day} {d:02}", 11, 30) for day, d in [("Wed", 2), ("Fri", 4), ("Mon", 7), ("Wed", 9), ("Fri", 11),
+                                                 ("Mon", 14), ("Wed", 16), ("Fri", 18), ("Mon", 21), ("Wed", 23)]]
+    assert res.total() == 10 and not res.expired(starts[-1].timestamp() + 7199)
+    assert res.expired(starts[-1].timestamp() + 7200)
+    status, out = run("pbs_rstat", "-f", "S1", now=tuesday)
+    attrs = dict(line.split(" = ", 1) for line in out.splitlines()[1:] if " = " in line)
+    assert attrs["reserve_rrule"] == rule and attrs["reserve_count"] == "10"
+    assert attrs["reserve_start"] == "Wed Jan 02 11:30:00 2030" and attrs["reserve_duration"] == "7200"
+    submit("-q", "S1", "-l", "walltime=30:00")  # job 2: runs in its occurrences alone
+    sched = stored()
+    assert sched.iterate(tuesday).reserved[2][0] == starts[0].timestamp()
+    assert sched.iterate(starts[0].timestamp() + 7200).reserved[2][0] == starts[1].timestamp()  # (Wed's ended)
+    assert [s.job_id for s in sched.iterate(starts[1].timestamp()).started] == [2]
+
+
+def test_byhour_takes_the_hours_at_the_minutes_of_r_and_until_with_z_is_utc():
+    """BYHOUR with DAILY: the hours given, at -R's minutes; UNTIL with a Z is UTC."""
+    t0 = datetime(2030, 1, 1, 10, 15).timestamp()
+    first, period, offsets, last = rsub._rrule("FREQ=DAILY;BYHOUR=9,17;COUNT=3", t0)
+    assert datetime.fromtimestamp(first).hour == 17 and period == 86400 and offsets == (0.0, 16 * 3600.0)
+    assert last == first + 86400  # (17:15, 9:15 the next day, 17:15 then)
+    assert rsub._rrule("FREQ=DAILY;UNTIL=20300105T000000Z", t0)[3] == datetime(2030, 1, 5,
+                                                                                tzinfo=timezone.utc).timestamp()
+
+
+def _brute_occurrences(freq, interval, days, hours, t0, n):
+    """Every hour of every day from t0 on, kept if the rule picks it: slow and plain."""
+    out, day0 = [], t0.date()
+    monday = day0 - timedelta(days=day0.weekday())
+    d = 0
+    while len(out) < n:
+        date = day0 + timedelta(days=d)
+        if freq == "WEEKLY":
+            picked = ((date - monday).days // 7) % interval == 0 and date.weekday() in (days or [t0.weekday()])
+        else:
+            picked = (date - day0).days % interval == 0 and (not days or date.weekday() in days)
+        for hour in range(24):
+            t = datetime.combine(date, dtime(hour, t0.minute, t0.second))
+            if picked and t >= t0 and hour in (hours or [t0.hour]):
+                out.append(t)
+        d += 1
+    return out[:n]
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_byday_and_byhour_occurrences_match_a_plain_day_by_day_reading(seed, monkeypatch):
+    monkeypatch.setenv("TZ", "UTC")
+    time.tzset()
+    try:
+        rng = random.Random(seed)
+        freq, interval = rng.choice(["DAILY", "WEEKLY"]), rng.choice([1, 1, 2, 3])
+        days = sorted(rng.sample(range(7), rng.randint(1, 4))) if rng.random() < 0.7 else []
+        hours = sorted(rng.sample(range(24), rng.randint(1, 3))) if rng.random() < 0.5 else []
+        rule = f"FREQ={freq};INTERVAL={interval}" + \
+            (";BYDAY=" + ",".join(rsub._DAYS[d] for d in days) if days else "") + \
+            (";BYHOUR=" + ",".join(map(str, hours)) if hours else "") + ";COUNT=25"
+        t0 = datetime(2030, 1, 1) + timedelta(minutes=rng.randrange(0, 14 * 24 * 60))
+        first, period, offsets, last = rsub._rrule(rule, t0.timestamp())
+        res = Reservation(name="S1", start=first, duration=60, nodes=("node01",), period=period, offsets=offsets,
+                          last=last)
+        want = _brute_occurrences(freq, interval, days, hours, t0, 25)
+        got = [datetime.fromtimestamp(s) for s, _ in res.occurrences(t0.timestamp(), math.inf)]
+        assert got == want, rule
+        assert res.total() == 25
+        since = rng.choice(want).timestamp() + 30  # (read from within an occurrence, later on)
+        assert [datetime.fromtimestamp(s) for s, _ in res.occurrences(since, math.inf)] == \
+            [t for t in want if t.timestamp() + 60 > since]
+    finally:
+        monkeypatch.undo()
+        time.tzset()
 
 
 def test_a_standing_reservations_times_stay(rig, capsys):

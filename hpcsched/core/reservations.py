@@ -1,5 +1,8 @@
 """Advance reservations: a set of nodes held for a time window, once or every period.
 
+A standing one's occurrences start at `start + k * period + offset` for k = 0, 1, ... and
+each of its `offsets` (0 alone, or more: OpenPBS's BYDAY and BYHOUR), up to `last`.
+
 A reservation blocks its nodes for every job that may not use it.  Who may use it: the
 users, groups and projects (accounts) in its ACL; a reservation with no ACL at all is a
 drain (Maui's standing maintenance reservations, PSC's target drains, Kraken's weekly
@@ -25,6 +28,11 @@ class Access(Enum):
     BOUND = 2  # the job must run inside this reservation and nowhere else
 
 
+def overlapping(duration: float, period: float, offsets: tuple[float, ...]) -> bool:
+    """Would occurrences of `duration` at these `offsets` in each `period` overlap?"""
+    return any(o + duration > nxt for o, nxt in zip(offsets, [*offsets[1:], offsets[0] + period]))
+
+
 @dataclass
 class Reservation:
     name: str
@@ -43,6 +51,8 @@ class Reservation:
     own_queue: bool = False  # made its `queue` (pbs_rsub): the queue goes, and its jobs, when it ends
     last: float = 0.0  # a repeating one's last occurrence starts at or before this (0: it never ends)
     title: str = ""  # the name its owner gave it (pbs_rsub -N); `name` is its id
+    offsets: tuple[float, ...] = (0.0,)  # where each period's occurrences start, from its own start
+    rule: str = ""  # the recurrence as its owner gave it (pbs_rsub -r), shown again as given
 
     def __post_init__(self):
         if not self.name:
@@ -57,8 +67,14 @@ class Reservation:
             raise InvalidRequest(f"reservation {self.name}: its last occurrence comes before its first")
         if self.own_queue and not self.queue:
             raise InvalidRequest(f"reservation {self.name}: it makes its queue, but names none")
-        if self.period and self.period < self.duration:
-            raise InvalidRequest(f"reservation {self.name}: period shorter than its duration")
+        self.offsets = tuple(self.offsets)
+        if not (self.offsets and all(isinstance(x, (int, float)) and math.isfinite(x) for x in self.offsets)
+                and self.offsets[0] == 0 and (self.period or len(self.offsets) == 1)):
+            raise InvalidRequest(f"reservation {self.name}: its occurrences' offsets must start at 0, "
+                                 f"and more than one needs a period")
+        if self.period and overlapping(self.duration, self.period, self.offsets):
+            raise InvalidRequest(f"reservation {self.name}: its occurrences overlap (period or offsets "
+                                 f"shorter than its duration)")
         if not self.nodes and self.count <= 0:
             raise InvalidRequest(f"reservation {self.name}: give nodes or a node count")
         self.nodes = tuple(self.nodes)
@@ -83,25 +99,45 @@ class Reservation:
             or bool(job.account and job.account in self.projects)
 
     def occurrences(self, since: float, until: float):
-        """(start, end) of every occurrence that overlaps [since, until)."""
+        """(start, end) of every occurrence that overlaps [since, until), in time order."""
         if not self.period:
             if self.start < until and self.start + self.duration > since:
                 yield self.start, self.start + self.duration
             return
-        k = max(0, math.floor((since - self.start - self.duration) / self.period) + 1)
+        # the first period with an occurrence that may end after `since`
+        k = max(0, math.floor((since - self.start - self.duration - self.offsets[-1]) / self.period) + 1)
         while True:
-            s = self.start + k * self.period
-            if s >= until or (self.last and s > self.last):
-                return
-            if s + self.duration > since:
-                yield s, s + self.duration
+            for o in self.offsets:
+                s = self.start + k * self.period + o
+                if s >= until or (self.last and s > self.last):
+                    return
+                if s + self.duration > since:
+                    yield s, s + self.duration
             k += 1
+
+    def _final(self) -> tuple[int, int]:
+        """(periods before its last occurrence, that occurrence's offset's index)."""
+        k = math.floor((self.last - self.start) / self.period)
+        left = self.last - self.start - k * self.period
+        return k, max(i for i, o in enumerate(self.offsets) if o <= left)
+
+    def total(self) -> int:
+        """How many occurrences it has in all (0: a standing one with no end)."""
+        if not self.period:
+            return 1
+        if not self.last:
+            return 0
+        k, i = self._final()
+        return k * len(self.offsets) + i + 1
 
     def expired(self, now: float) -> bool:
         """Has its last occurrence ended by `now`?"""
         if self.period and not self.last:
             return False
-        final = self.start + (math.floor((self.last - self.start) / self.period) * self.period if self.period else 0)
+        final = self.start
+        if self.period:
+            k, i = self._final()
+            final += k * self.period + self.offsets[i]
         return final + self.duration <= now
 
     def to_dict(self) -> dict:
@@ -113,7 +149,9 @@ class Reservation:
                 **({"links": True} if self.links else {}),
                 **({"own_queue": True} if self.own_queue else {}),
                 **({"last": self.last} if self.last else {}),
-                **({"title": self.title} if self.title else {})}
+                **({"title": self.title} if self.title else {}),
+                **({"offsets": list(self.offsets)} if self.offsets != (0.0,) else {}),
+                **({"rule": self.rule} if self.rule else {})}
 
     @classmethod
     def from_dict(cls, d: dict) -> "Reservation":

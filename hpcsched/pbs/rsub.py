@@ -20,11 +20,11 @@ import math
 import re
 import sys
 import time
-from datetime import datetime
+from datetime import datetime, timedelta, timezone
 
 from ..core.errors import InvalidRequest, SchedulerError
 from ..core.jobs import Request
-from ..core.reservations import Reservation
+from ..core.reservations import Reservation, overlapping
 from ..core.timefmt import hms, parse_duration
 from ..store.site import load_site, whoami
 from . import common
@@ -36,8 +36,11 @@ from .maui import load, name_cores, node_count, release
 UNKNOWN_RESV = 236  # PBSE_UNKRESVID 15084 mod 256
 BAD_TIME = 238  # PBSE_BADTSPEC 15086 mod 256
 UNAVAILABLE = 196  # PBSE_RESCUNAV 15044 mod 256: no nodes free for its window
-#: rrule FREQ -> seconds (BYDAY and the like are not taken)
+#: rrule FREQ -> seconds
 _FREQ = {"MINUTELY": 60.0, "HOURLY": 3600.0, "DAILY": 86400.0, "WEEKLY": 604800.0}
+_DAYS = ("MO", "TU", "WE", "TH", "FR", "SA", "SU")  # (datetime's weekday() order)
+_RULE_HELP = ("give FREQ=MINUTELY|HOURLY|DAILY|WEEKLY[;INTERVAL=n][;BYDAY=MO,...][;BYHOUR=h,...]"
+              "[;COUNT=n|;UNTIL=YYYYMMDD[THHMMSS[Z]]]; BYDAY and BYHOUR with DAILY or WEEKLY")
 
 
 class _Rsub(Command):
@@ -59,35 +62,66 @@ def _names(text: str) -> frozenset[str]:
     return frozenset(w.strip().split("@")[0] for w in text.split(",") if w.strip())
 
 
-def _rrule(text: str, start: float) -> tuple[float, float]:
-    """(period, last start; 0 none) of `FREQ=...;INTERVAL=n;COUNT=n|UNTIL=date`."""
+def _rrule(text: str, start: float) -> tuple[float, float, tuple[float, ...], float]:
+    """(first start, period, offsets, last start; 0 none) of an iCalendar recurrence,
+    `FREQ=...;INTERVAL=n;BYDAY=MO,...;BYHOUR=h,...;COUNT=n|UNTIL=date`, from `start` on.
+    BYDAY and BYHOUR pick days and hours (the minutes are `start`'s) in local time; the
+    first occurrence is the first they pick at or after `start`, and the pattern then
+    repeats every period, of fixed seconds (a daylight-saving change does not move it)."""
     fields = {}
     for part in filter(None, text.upper().replace(" ", "").split(";")):
         key, eq, value = part.partition("=")
         if not eq or key in fields:
             raise UsageError(f"illegal -r value {text!r}")
         fields[key] = value
-    unknown = sorted(set(fields) - {"FREQ", "INTERVAL", "COUNT", "UNTIL"})
-    if unknown or fields.get("FREQ") not in _FREQ or ("COUNT" in fields and "UNTIL" in fields):
+    freq = fields.get("FREQ")
+    unknown = sorted(set(fields) - {"FREQ", "INTERVAL", "COUNT", "UNTIL", "BYDAY", "BYHOUR"})
+    if unknown or freq not in _FREQ or ("COUNT" in fields and "UNTIL" in fields) \
+            or (fields.keys() & {"BYDAY", "BYHOUR"} and freq not in ("DAILY", "WEEKLY")):
         not_taken = f"; {unknown[0]} is not taken" if unknown else ""
-        raise UsageError(f"illegal -r value {text!r} (give FREQ=MINUTELY|HOURLY|DAILY|WEEKLY[;INTERVAL=n]"
-                         f"[;COUNT=n|;UNTIL=YYYYMMDD[THHMMSS]]{not_taken})")
+        raise UsageError(f"illegal -r value {text!r} ({_RULE_HELP}{not_taken})")
     try:
         interval = int(fields.get("INTERVAL", "1"))
         count = int(fields.get("COUNT", "0"))
-        period = _FREQ[fields["FREQ"]] * interval
-        if interval < 1 or count < 0 or "COUNT" in fields and count < 1:
+        days = sorted({_DAYS.index(d) for d in fields["BYDAY"].split(",")}) if "BYDAY" in fields else []
+        hours = sorted({int(h) for h in fields["BYHOUR"].split(",")}) if "BYHOUR" in fields else []
+        if not 1 <= interval <= 10 ** 4 or count < 0 or "COUNT" in fields and count < 1 \
+                or any(not 0 <= h <= 23 for h in hours):
             raise ValueError
+        first, period, offsets = _pattern(freq, interval, days, hours, start)
         if "UNTIL" in fields:
-            u = fields["UNTIL"]
-            last = datetime.strptime(u, "%Y%m%dT%H%M%S" if "T" in u else "%Y%m%d").timestamp()
-            if last < start:
+            u = fields["UNTIL"]  # local time, or UTC with a Z
+            until = datetime.strptime(u.removesuffix("Z"), "%Y%m%dT%H%M%S" if "T" in u else "%Y%m%d")
+            last = (until.replace(tzinfo=timezone.utc) if u.endswith("Z") else until).timestamp()
+            if last < first:
                 raise ValueError
+        elif count:
+            k, i = divmod(count - 1, len(offsets))
+            last = first + k * period + offsets[i]
         else:
-            last = start + (count - 1) * period if count else 0.0
+            last = 0.0
     except (ValueError, OverflowError, OSError):
         raise UsageError(f"illegal -r value {text!r}") from None
-    return period, last
+    return first, period, offsets, last
+
+
+def _pattern(freq: str, interval: int, days: list[int], hours: list[int], start: float):
+    """(first start, period, offsets): the rule's occurrences over two of its periods,
+    counted in local wall-clock time, the first at or after `start`."""
+    t0 = datetime.fromtimestamp(start).replace(microsecond=0)
+    base = timedelta(seconds=_FREQ[freq] * interval)
+    if freq == "WEEKLY":  # each period's first week, from its Monday
+        monday, period = t0 - timedelta(days=t0.weekday()), base
+        starts = [monday + k * base + timedelta(days=d) for k in (0, 1) for d in days or [t0.weekday()]]
+    else:  # every `interval` of the frequency, on the days picked (a whole number of weeks then)
+        period = base * (7 // math.gcd(7, interval)) if days and freq == "DAILY" else base
+        starts = [t0 + k * base for k in range(2 * (period // base))]
+        starts = [t for t in starts if not days or t.weekday() in days]
+    if hours:
+        starts = [t.replace(hour=h) for t in starts for h in hours]
+    first = min(t for t in starts if t >= t0)
+    offsets = tuple(sorted((t - first).total_seconds() for t in starts if first <= t < first + period))
+    return first.timestamp(), period.total_seconds(), offsets
 
 
 def _window(opts: dict, resources: dict, now: float) -> tuple[float, float]:
@@ -129,10 +163,12 @@ def pbs_rsub(options: list[tuple[str, str]], operands: list[str], out, now: floa
     if not hosts and not resources.keys() - {"walltime"}:
         raise UsageError("give the resources to reserve: -l select=... (or nodes=..., ncpus=...), or --hosts")
     start, duration = _window(opts, resources, now)
-    period, last = _rrule(opts["r"], start) if "r" in opts else (0.0, 0.0)
-    if period and period < duration:
-        raise common.CommandError("Bad time specification(s): a standing reservation's occurrences overlap",
-                                  BAD_TIME)
+    period, offsets, last = 0.0, (0.0,), 0.0
+    if "r" in opts:
+        start, period, offsets, last = _rrule(opts["r"], start)
+        if overlapping(duration, period, offsets):
+            raise common.CommandError("Bad time specification(s): a standing reservation's occurrences overlap",
+                                      BAD_TIME)
     site, batch = load(write=True)
     user = whoami()
     if not site.config.get("resv_enable", True) and not site.is_operator(user):
@@ -169,6 +205,7 @@ def pbs_rsub(options: list[tuple[str, str]], operands: list[str], out, now: floa
         try:
             res = Reservation(name=name, start=start, duration=duration, nodes=nodes, users=users,
                               groups=_names(opts.get("G", "")), queue=name, period=period, last=last,
+                              offsets=offsets, rule=opts.get("r", "").upper().replace(" ", ""),
                               owner=user, own_queue=True, title=opts.get("N", ""))
             batch.do("reservation", now, reservation=res.to_dict())
         except (InvalidRequest, SchedulerError) as e:
@@ -256,9 +293,9 @@ def pbs_rstat(opts: list[tuple[str, str]], operands: list[str], out, now: float)
             if res.groups:
                 rows.append(("Authorized_Groups", ",".join(sorted(res.groups))))
             if res.period:
-                rows.append(("reserve_rrule", _rrule_text(res)))
+                rows.append(("reserve_rrule", res.rule or _rrule_text(res)))
                 if res.last:
-                    rows.append(("reserve_count", str(int((res.last - res.start) // res.period) + 1)))
+                    rows.append(("reserve_count", str(res.total())))
             rows.append(("server", server))
             w(f"Resv ID: {_id(res, server)}\n" + "".join(f"{k} = {v}\n" for k, v in rows) + "\n")
     return status
@@ -268,7 +305,7 @@ def _rrule_text(res: Reservation) -> str:
     freq = next((f for f, s in sorted(_FREQ.items(), key=lambda kv: -kv[1]) if res.period % s == 0), "MINUTELY")
     n = int(res.period // _FREQ[freq])
     return f"FREQ={freq}" + (f";INTERVAL={n}" if n != 1 else "") + \
-        (f";COUNT={int((res.last - res.start) // res.period) + 1}" if res.last else "")
+        (f";COUNT={res.total()}" if res.last else "")
 
 
 def pbs_rdel(opts: list[tuple[str, str]], operands: list[str], out, now: float) -> int:
