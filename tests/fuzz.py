@@ -70,7 +70,8 @@ COBALT_SPELLINGS = {"qsub": [s for spellings, _, _ in options.COBALT_QSUB for s 
 COBALT_VALUES = ["1", "0", "-1", "30", "1:00:00", "+5", "-5", "c16", "c3", "script", "interactive", "A=1:B=x\\:y",
                  "A", "1A=2", "1:2", "x:y", "job.sh", "missing.sh", "/tmp", "$jobid.out", "JobID:State", "Nosuch",
                  "batch", "nosuch", "location=x", "027", "999", "maxtime=30 users=alice:bob", "state=dead",
-                 "state=x", "maxrunning", "totalnodes=2", "node01", "node01:node02"]
+                 "state=x", "maxrunning", "totalnodes=2", "node01", "node01:node02", "location=node01",
+                 "location=node[01-04]:ssds:no_x", "location=", "a=b=c", ":", "location=node[1-99999999]"]
 
 
 def _value(rnd: random.Random) -> str:

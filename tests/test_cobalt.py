@@ -162,7 +162,12 @@ def test_qsub_t0_is_the_queues_most(site, capsys):
     (("-n", "1", "-t", "5", "--env", "1A=2", "job.sh"), 1, "Improperly formatted argument to env"),
     (("-n", "1", "-t", "5", "--env", "A", "job.sh"), 1, "Improperly formatted argument to env"),
     (("-n", "1", "-t", "5", "--dependencies", "x", "job.sh"), 1, "jobid must be an integer: x"),
-    (("-n", "1", "-t", "5", "--attrs", "location=b", "job.sh"), 1, "--attrs is not supported here: no partition attributes"),
+    (("-n", "1", "-t", "5", "--attrs", "location=node09", "job.sh"), 1, "location 'node09': "),
+    (("-n", "1", "-t", "5", "--attrs", "location=", "job.sh"), 1, "location '': "),
+    (("-n", "2", "-t", "5", "--attrs", "location=node01", "job.sh"), 1,
+     "requests more than the nodes it may use have (2 nodes within node01)"),
+    (("-n", "1", "-t", "5", "--attrs", "a=b=c", "job.sh"), 1, "Improperly formatted argument to attrs : a=b=c"),
+    (("-n", "1", "-t", "5", "--geometry", "4x4x4x4x2", "job.sh"), 1, "--geometry is not supported here"),
     (("-n", "1", "-t", "5", "missing.sh"), 1, "not found, or is not a file"),
     (("-n", "1", "-t", "5", "-i", "nothere", "job.sh"), 1, "file"),
     (("-n", "1", "-t", "5", "-q", "nosuch", "job.sh"), 1, "Unknown queue"),
@@ -308,6 +313,55 @@ def test_a_blue_gene_takes_its_modes_and_shows_its_block(rig, monkeypatch):
     env = cobalt.environment(job, stored().topology, "/x")
     assert env["COBALT_PARTNAME"] == job.nodes[0] and env["COBALT_PARTSIZE"] == "512"
     assert run("qstat", "1")[1].splitlines()[2].split()[-1] == job.nodes[0]
+
+
+def test_attrs_location_keeps_a_job_to_the_nodes_it_names(site):
+    """Cobalt's `--attrs location=...`: the job runs there alone; the other attributes are
+    kept and shown (qstat -f's attrs), and choose nothing."""
+    assert run("qsub", "-n", "1", "-t", "5", "--attrs", "location=node03:ssds:no_debug", "job.sh") == (0, "1\n")
+    assert run("qsub", "-n", "2", "-t", "5", "--attrs", "location=node[02-04]", "job.sh") == (0, "2\n")
+    job = stored().jobs[1]
+    assert job.request.within == ("node03",) and stored().jobs[2].request.within == ("node02", "node03", "node04")
+    assert job.extra["cobalt"]["attrs"] == {"location": "node03", "ssds": "true", "debug": "false"}
+    batch = Batch(load_site())
+    with batch.open(write=True):
+        batch.do("pass", NOW)
+    assert stored().jobs[1].nodes == ("node03",) and stored().jobs[2].nodes == ("node02", "node04")
+    long = dict(line.split(": ", 1) for line in run("qstat", "-lf", "1")[1].splitlines() if ": " in line)
+    assert {k.strip(): v for k, v in long.items()}["attrs"] == "{'location': 'node03', 'ssds': 'true', 'debug': 'false'}"
+
+
+def test_attrs_location_names_a_block_on_a_blue_gene_or_nids_on_a_cray(rig, monkeypatch):
+    home = rig / "home"
+    examples = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "examples")
+    text = open(os.path.join(examples, "mira.toml")).read()
+    (home / "config.toml").write_text('flavor = "cobalt"\nserver_name = "headnode"\nmanagers = ["root"]\n' + text)
+    work = rig / "work"
+    work.mkdir()
+    (work / "a.out").write_text("#!/bin/sh\n")
+    (work / "a.out").chmod(0o755)
+    monkeypatch.chdir(work)
+    last = [b.name for b in stored().topology.blocks if b.size == 512][-1]
+    assert run("qsub", "-n", "512", "-t", "30", "--attrs", f"location={last}", "a.out") == (0, "1\n")
+    batch = Batch(load_site())
+    with batch.open(write=True):
+        batch.do("pass", NOW)
+    assert stored().jobs[1].nodes == (last,)  # (not the first free block of 512: the one named)
+    assert run("qsub", "-n", "512", "-t", "30", "--attrs", "location=MIR-nosuch", "a.out")[0] == 1
+    from hpcsched.store.site import init_site
+    home = rig / "cray"  # (a site of its own: the store's jobs name their machine's places)
+    init_site(home, nodes=1, cores=1)
+    monkeypatch.setenv("HPCSCHED_HOME", str(home))
+    (home / "config.toml").write_text('flavor = "cobalt"\nserver_name = "headnode"\n[machine]\nkind = "cray"\n'
+                                      'torus = [2, 2, 2]\nper_router = 1\nnodes = [{count = 8, cores = 4}]\n')
+    batch = Batch(load_site())
+    assert run("qsub", "-n", "2", "-t", "30", "--attrs", "location=5-6", "a.out") == (0, "1\n")
+    assert run("qsub", "-n", "1", "-t", "30", "--attrs", "location=7..7", "a.out") == (0, "2\n")
+    assert run("qsub", "-n", "1", "-t", "30", "--attrs", "location=6-9", "a.out")[0] == 1  # (no nid 8 or 9)
+    with batch.open(write=True):
+        batch.do("pass", NOW)
+    assert stored().jobs[1].nodes == ("nid00005", "nid00006") and stored().jobs[2].nodes == ("nid00007",)
+    assert run("qstat", "1")[1].splitlines()[2].split()[-1] == "5..6"
 
 
 # --- a live server ------------------------------------------------------------------------

@@ -351,6 +351,10 @@ class Scheduler:
                 queue = q
         if not self._fits_anywhere(job.request):
             gpus = f" with {job.request.gpus} GPUs each" if job.request.gpus else ""
+            within = job.request.within
+            if within:  # (kept to some nodes: -l host=, nidmask, Cobalt's location)
+                named = ", ".join(within[:3]) + (", ..." if len(within) > 3 else "")
+                raise Rejected(f"requests more than the nodes it may use have ({size} nodes{gpus} within {named})")
             raise Rejected(f"requests more than the machine has ({size} nodes{gpus} of {machine})")
         if job.consumes or self.quotas:
             why = self.quotas.check(replace(job, queue=queue.name))

@@ -8,7 +8,7 @@ the one core sees one kind of job and every PBS command shows a Cobalt job too.
 
     qsub -n NODES -t MINUTES|HH:MM:SS [-A project] [-q queue] [--mode M] [--env A=1:B=2]
          [--cwd dir] [-O prefix] [-o file] [-e file] [-i file] [--jobname name] [-h] [-M addr]
-         [--dependencies ID:ID] [--proccount N] [-u umask] [-I] command [args]
+         [--dependencies ID:ID] [--proccount N] [-u umask] [--attrs location=LOC:k=v] [-I] command [args]
     qstat [-f] [-l] [-u user] [--header A:B] [--sort A:B] [--reverse] [-Q] [jobid|queue ...]
     qdel ID...    qhold ID...    qrls [--dependencies] ID...    qmove QUEUE ID...
     qalter [-t [+|-]TIME] [-n N] [-A p] [--mode M] [--proccount N] [-e f] [-o f] [-M a]
@@ -35,6 +35,7 @@ import os
 import re
 import sys
 import time
+from dataclasses import replace
 
 from ..core.errors import InvalidState, SchedulerError
 from ..core.jobs import (ACTIVE, DEP_FAIL, DEP_HOLD, EXITING, FINISHED, HELD, PENDING, QUEUED, RUNNING, WAITING,
@@ -216,8 +217,44 @@ QSUB_USAGE = "[options] <executable> [<executable options>]"
 BG_MODES = ("c1", "c2", "c4", "c8", "c16", "c32", "c64", "script", "interactive")
 OTHER_MODES = ("script", "interactive")
 UNSUPPORTED = {"run_users": "no other user may act on a job", "run_project": "no other user may act on a job",
-               "attrs": "no partition attributes to match", "geometry": "blocks are chosen by size",
+               "geometry": "blocks are chosen by size",
                "preemptable": "no job is preempted"}
+
+
+def attributes(text: str) -> dict[str, str]:
+    """`--attrs location=X:foo:no_bar` -> {"location": "X", "foo": "true", "bar": "false"}."""
+    out = {}
+    for attr in text.split(":"):
+        key, eq, value = attr.partition("=")
+        if "=" in value or not key:
+            raise CommandError(f"Improperly formatted argument to attrs : {attr}")
+        if eq:
+            out[key] = value
+        else:
+            out[key[3:] if key.startswith("no_") else key] = "false" if key.startswith("no_") else "true"
+    return out
+
+
+def places(text: str, topology) -> tuple[str, ...]:
+    """The nodes a `location` attribute names, as `location` shows them: blocks on a Blue
+    Gene, nid ranges on a Cray (`10..12,30` or Cobalt's `10-12,30`), else a host list."""
+    from ..core import nodelist
+    try:
+        if isinstance(topology, BlueGene):
+            names = tuple(n for n in text.split(",") if n)
+        elif isinstance(topology, Cray):
+            nids = set(nodelist.expand_nids(re.sub(r"(?<=[0-9])-(?=[0-9])", "..", text)))
+            names = tuple(n.name for n in topology.all_nodes() if n.nid in nids)
+            if len(names) != len(nids):
+                raise SchedulerError(f"no compute node has nid {min(nids - {topology.node(n).nid for n in names})}")
+        else:
+            names = tuple(nodelist.expand(text))
+        if not names:
+            raise SchedulerError("it names nothing")
+        topology.units_of_nodes(names)
+    except SchedulerError as e:
+        raise CommandError(f"location {text!r}: {e}") from None
+    return names
 
 
 def directives(head: str) -> list[str]:
@@ -285,7 +322,8 @@ def qsub_action(opts: list[tuple[str, str]], operands: list[str], out, now: floa
     nodes = positive(o["nodecount"], "node count")
     mode = "interactive" if interactive else o.get("mode")
     walltime = minutes(o["time"])
-    cobalt = {"nodes": nodes, "mode": mode, "env": envs,
+    attrs = attributes(o["attrs"]) if "attrs" in o else {}
+    cobalt = {"nodes": nodes, "mode": mode, "env": envs, **({"attrs": attrs} if attrs else {}),
               **{k: o[k] for k in ("kernel", "kerneloptions", "ion_kernel", "ion_kerneloptions") if k in o}}
     if "proccount" in o:
         cobalt["procs"] = positive(o["proccount"], "proccount")
@@ -306,6 +344,8 @@ def qsub_action(opts: list[tuple[str, str]], operands: list[str], out, now: floa
             if not most:
                 raise CommandError("-t 0 asks for the queue's most walltime, and the queue sets none")
             job.walltime = most
+        if "location" in attrs:  # (it runs there alone: inside that block, on those nodes)
+            job.request = replace(job.request, within=places(attrs["location"], sched.topology))
     if interactive and sitemod.caller is None and not front.owns_site():
         # (a multi-user site: the server submits it, the session runs here)
         return qsub.remote_session([f"--{k}={v}" if v else f"--{k}" for k, v in opts])
@@ -423,7 +463,7 @@ def job_fields(job: Job, sched, now: float, score) -> dict[str, object]:
         "project": job.account or None,
         "dependencies": ":".join(str(d.job_id) for d in job.dependencies) or None,
         "short_state": {"queued": "Q", "running": "R", "exiting": "E", "killing": "K"}.get(s, "H"),
-        "notify": x.get("mail_users") or None, "score": score(job), "maxtasktime": None, "attrs": {},
+        "notify": x.get("mail_users") or None, "score": score(job), "maxtasktime": None, "attrs": c.get("attrs", {}),
         "dep_frac": None, "user_list": job.owner, "geometry": "Any",
         "est_start_time": (sched.planned(job.id) or (None,))[0] if job.state in PENDING else None}
 
