@@ -331,6 +331,20 @@ def test_attrs_location_keeps_a_job_to_the_nodes_it_names(site):
     assert {k.strip(): v for k, v in long.items()}["attrs"] == "{'location': 'node03', 'ssds': 'true', 'debug': 'false'}"
 
 
+def test_qalter_attrs_replaces_them_and_a_new_node_count_keeps_the_location(site, capsys):
+    assert run("qsub", "-n", "1", "-t", "5", "--attrs", "location=node01:ssds", "job.sh") == (0, "1\n")
+    assert run("qalter", "-n", "2", "1")[0] == 1  # (node01 alone cannot hold two)
+    assert "requests more than the nodes it may use have (2 nodes within node01)" in capsys.readouterr().err
+    assert run("qalter", "-n", "2", "--attrs", "location=node[02-03]", "1") == (0, "nodecount, attrs changed for job 1\n")
+    job = stored().jobs[1]
+    assert job.request.nodes == 2 and job.request.within == ("node02", "node03")
+    assert job.extra["cobalt"]["attrs"] == {"location": "node[02-03]"}  # (ssds went: the new ones replace them)
+    assert run("qalter", "-t", "10", "1")[0] == 0 and stored().jobs[1].request.within == ("node02", "node03")
+    assert run("qalter", "--attrs", "", "1")[0] == 0
+    job = stored().jobs[1]
+    assert job.request.within == () and "attrs" not in job.extra["cobalt"]
+
+
 def test_attrs_location_names_a_block_on_a_blue_gene_or_nids_on_a_cray(rig, monkeypatch):
     home = rig / "home"
     examples = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "examples")

@@ -39,7 +39,7 @@ from dataclasses import replace
 
 from ..core.errors import InvalidState, SchedulerError
 from ..core.jobs import (ACTIVE, DEP_FAIL, DEP_HOLD, EXITING, FINISHED, HELD, PENDING, QUEUED, RUNNING, WAITING,
-                         Hold, Job)
+                         Hold, Job, Request)
 from ..core.timefmt import hms
 from ..machines.bluegene import BlueGene
 from ..machines.cray import Cray
@@ -712,7 +712,7 @@ QALTER_TABLE = ((("-d", "--debug"), "debug", False), (("-v", "--verbose"), "verb
                 (("--proccount",), "proccount", True), (("-e", "--error"), "error", True),
                 (("-o", "--output"), "output", True), (("-M", "--notify"), "notify", True),
                 (("--dependencies",), "dependencies", True), (("-h", "--held"), "held", False),
-                (("--jobname",), "jobname", True), (("--defer",), "defer", False))
+                (("--jobname",), "jobname", True), (("--defer",), "defer", False), (("--attrs",), "attrs", True))
 
 
 def qalter_action(opts, operands, out, now: float) -> int:
@@ -764,7 +764,7 @@ def _alterations(job: Job, o: dict, batch: Batch, now: float) -> tuple[dict, lis
     of the same change (qctl.alter_changes), and its Cobalt record's nodes, mode and procs."""
     options: dict[str, str] = {}
     resources: dict[str, str] = {}
-    said = [name for name in ("nodecount", "mode", "proccount", "output", "error", "notify", "dependencies")
+    said = [name for name in ("nodecount", "mode", "proccount", "output", "error", "notify", "dependencies", "attrs")
             if name in o]
     if "time" in o:
         text = o["time"].strip()
@@ -802,6 +802,15 @@ def _alterations(job: Job, o: dict, batch: Batch, now: float) -> tuple[dict, lis
         c["procs"] = positive(o["proccount"], "proccount")
     elif "nodecount" in o or "mode" in o:
         c["procs"] = c["nodes"] * int(c["mode"][1:]) if c["mode"][0] == "c" else c["nodes"]
+    if "attrs" in o:  # (the attributes given replace the job's)
+        c.pop("attrs", None)
+        c.update({"attrs": attributes(o["attrs"])} if o["attrs"] else {})
+    location = c.get("attrs", {}).get("location")
+    if location or "attrs" in o:  # (a request built anew keeps its location too)
+        request = Request.from_dict(changes["request"]) if "request" in changes else job.request
+        within = places(location, batch.sched.topology) if location else ()
+        if request.within != within:
+            changes["request"] = replace(request, within=within).to_dict()
     if c != job.extra.get("cobalt"):
         changes["extra"] = {**changes.get("extra", job.extra), "cobalt": c}
     return changes, said
