@@ -291,7 +291,9 @@ def test_qalter_and_qmove(site, capsys):
     assert stored().jobs[1].walltime == 2700.0
 
 
-def test_a_blue_gene_takes_its_modes_and_shows_its_block(rig, monkeypatch):
+@pytest.fixture
+def mira(rig, monkeypatch):
+    """The test rig as Mira (examples/mira.toml), qsub run beside an executable `a.out`."""
     home = rig / "home"
     examples = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "examples")
     text = open(os.path.join(examples, "mira.toml")).read()
@@ -301,6 +303,10 @@ def test_a_blue_gene_takes_its_modes_and_shows_its_block(rig, monkeypatch):
     (work / "a.out").write_text("#!/bin/sh\n")
     (work / "a.out").chmod(0o755)
     monkeypatch.chdir(work)
+    return work
+
+
+def test_a_blue_gene_takes_its_modes_and_shows_its_block(mira):
     assert run("qsub", "-n", "512", "-t", "30", "--mode", "c16", "a.out") == (0, "1\n")
     assert run("qsub", "-n", "8192", "-t", "30", "a.out") == (0, "2\n")
     sched = stored()
@@ -345,16 +351,7 @@ def test_qalter_attrs_replaces_them_and_a_new_node_count_keeps_the_location(site
     assert job.request.within == () and "attrs" not in job.extra["cobalt"]
 
 
-def test_attrs_location_names_a_block_on_a_blue_gene_or_nids_on_a_cray(rig, monkeypatch):
-    home = rig / "home"
-    examples = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "examples")
-    text = open(os.path.join(examples, "mira.toml")).read()
-    (home / "config.toml").write_text('flavor = "cobalt"\nserver_name = "headnode"\nmanagers = ["root"]\n' + text)
-    work = rig / "work"
-    work.mkdir()
-    (work / "a.out").write_text("#!/bin/sh\n")
-    (work / "a.out").chmod(0o755)
-    monkeypatch.chdir(work)
+def test_attrs_location_names_a_block_on_a_blue_gene_or_nids_on_a_cray(mira, rig, monkeypatch):
     last = [b.name for b in stored().topology.blocks if b.size == 512][-1]
     assert run("qsub", "-n", "512", "-t", "30", "--attrs", f"location={last}", "a.out") == (0, "1\n")
     batch = Batch(load_site())
