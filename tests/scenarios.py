@@ -25,7 +25,9 @@ run must keep.  `run(root, seed, steps)` plays one and returns what broke ([] if
 Seeds 0 modulo 3 play a Torque-flavored site, 1 a Cobalt one (qsub -n -t of a script file,
 qalter -t and -n, cqadm --run, --stopq, --startq and --admin-release; the other commands keep
 Torque's form), 2 an OpenPBS one (select=, -J, qrun -H (host:ncpus=1)).  Jobs go to queue
-batch or short, and move between them.  Every job writes `S id time` to an events file as
+batch or short, and move between them.  Some are `qsub -I` sessions, their commands on
+stdin, played in the background and judged as the others once their qsub has ended (one
+whose session met a server killed or stopped, as disturbed).  Every job writes `S id time` to an events file as
 it starts and `E id time status` as it ends, so what ran is known apart from what the
 server says ran; the site's prologue writes `P id time` and its epilogue `X id time` as it
 starts and `Y id time status` as it ends.  The prologue aborts every job numbered 4 modulo
@@ -54,7 +56,7 @@ SETTLE = 90.0  # seconds the jobs left at the end may take to finish
 #: the commands a scenario draws from, with their weights
 STEPS = {"submit": 30, "delete": 5, "hold": 4, "release": 4, "alter": 3, "resize": 2, "rerun": 3, "signal": 2,
          "suspend": 2, "resume": 2, "qrun": 2, "offline": 2, "online": 2, "kill": 4, "crash": 3, "qterm": 2, "wait": 10,
-         "rsub": 2, "rjob": 3, "rdel": 1, "move": 3, "stop": 1, "start": 1}
+         "rsub": 2, "rjob": 3, "rdel": 1, "move": 3, "stop": 1, "start": 1, "interactive": 3}
 
 
 PROLOGUE = """#!/bin/sh
@@ -112,6 +114,8 @@ class Rig:
         self.offline: dict[str, list] = {}  # node -> [from, until (None: still)] while pbsnodes -o held it
         self.stopped_short: list = []  # [from, until] while qstop held queue short
         self.written = 0  # Cobalt job scripts written
+        self.sessions: list[tuple[threading.Thread, dict, list]] = []  # qsub -I's: the thread, asked, its answer
+        self.starts = 0  # servers started so far
         self.broken: list[str] = []
 
     def workdir(self, user: str) -> Path:
@@ -194,6 +198,7 @@ class Rig:
             self.broken.append(f"server: {' '.join(argv)} wrote a traceback: {err.strip()[-300:]}")
 
     def start(self) -> None:
+        self.starts += 1
         self.server = subprocess.Popen([sys.executable, "-m", "hpcsched", "server"], cwd=ROOT, env=self.env,
                                        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
                                        start_new_session=True)
@@ -366,6 +371,21 @@ def step(rig: Rig, rng: random.Random, kind: str) -> None:
             for asked in rig.jobs.values():
                 if asked["resv"] == rid:
                     asked["disturbed"] = True
+    elif kind == "interactive":  # qsub -I, its session's commands on stdin, in the background
+        sleep, status = rng.choice([0, 0.5, 1]), rng.choice([0, 0, 2])
+        user = rig.someone(rng)
+        argv = ["qsub", "-I", *rig.resources(1, rng.randint(1, CORES), 30), *(["-q", "short"] if rng.random() < 0.3
+                                                                            else [])]
+        asked, answer = dict(ask(sleep, status), owner=user, starts=rig.starts), []
+
+        def session():
+            try:
+                answer.append(rig.cmd(*argv, stdin=script(sleep, status), user=user))
+            except subprocess.TimeoutExpired as e:  # (its job left waiting for a client that is gone)
+                answer.append(e)
+        thread = threading.Thread(target=session, daemon=True)
+        thread.start()
+        rig.sessions.append((thread, asked, answer))
     elif kind in ("stop", "start"):
         rig.short(kind == "stop")
     elif kind == "wait":
@@ -399,12 +419,28 @@ def run(root: Path, seed: int, steps: int = 40, users: tuple[str, ...] = ()) -> 
         for rid, resv in rig.resvs.items():  # (one asked for a time already past is tomorrow's)
             if resv["start"] > time.time() + 60:
                 rig.cmd("pbs_rdel", rid, user=resv["owner"])
+        sessions(rig)
         jobs = settle(rig)
         rig.qterm()
     finally:
         if rig.server is not None:
             rig.kill()
     return rig.broken + judge(rig, jobs)
+
+
+def sessions(rig: Rig) -> None:
+    """Wait for the qsub -I sessions, and judge their jobs as the others: one whose session
+    met a server killed or stopped, or whose qsub did not end, as disturbed."""
+    import re
+    for thread, asked, answer in rig.sessions:
+        thread.join(SETTLE)
+        p = answer[0] if answer else None
+        said = p.stdout if isinstance(p, subprocess.CompletedProcess) else (p and p.stdout) or ""
+        said = said.decode() if isinstance(said, bytes) else said
+        found = re.search(r"waiting for job ([0-9]+)", said)
+        if found:
+            asked["disturbed"] = asked.pop("starts") != rig.starts or not isinstance(p, subprocess.CompletedProcess)
+            rig.jobs[found.group(1)] = asked
 
 
 def settle(rig: Rig) -> dict:

@@ -908,6 +908,32 @@ def test_the_sites_prologue_and_epilogue_run_around_each_job(live):
     assert kept["Hold_Types"] == "s" and kept["comment"].startswith("its prologue exited 2: requeued and held")
 
 
+MARKS = ("prologue = [\"sh\", \"-c\", 'echo \"P $1 $4\" >> \"$0\"; case $4 in abort) exit 1;; esac', \"{marks}\"]\n"
+         "epilogue = [\"sh\", \"-c\", 'echo \"E $1 ${10}\" >> \"$0\"', \"{marks}\"]\n")
+
+
+def test_an_interactive_session_has_the_sites_prologue_and_epilogue_around_it(live):
+    """As Torque's and OpenPBS's: the session starts once the prologue has passed, the
+    epilogue runs after it (with its exit status); a prologue that exits 1 aborts it."""
+    env, home, work, start = live
+    marks = work / "marks"
+    config = home / "config.toml"
+    config.write_text(MARKS.replace("{marks}", str(marks)) + config.read_text())
+    start()
+    p = interactive(env, work, "-N", "talk", "-l", "walltime=60")
+    out, err = p.communicate('test -s "$PBS_O_WORKDIR/marks" && echo "after the prologue"; exit 4\n', timeout=30)
+    jid = out.split()[4]
+    assert p.returncode == 4 and "after the prologue" in out, out + err
+    assert wait_for(env, work, jid)["exit_status"] == "4"
+    assert marks.read_text().splitlines() == [f"P {jid} talk", f"E {jid} 4"]
+    p = interactive(env, work, "-N", "abort")
+    out, _ = p.communicate("echo never\n", timeout=30)
+    jid = out.split()[4]
+    assert p.returncode == 1 and "never" not in out and "apparently deleted" in out
+    assert wait_for(env, work, jid)["comment"] == "launch failed: its prologue exited 1: job aborted"
+    assert not list(work.glob("abort.*"))  # (the scripts' output is dropped: no files of its own)
+
+
 CLEANUP = ("epilogue = [\"sh\", \"-c\", 'echo \"cleanup $1 $(date +%s.%N)\"; case $4 in slow) sleep 1;; stuck) sleep 3174;; esac', \"epi\"]\n"
            "prologue_timeout = 3\n")
 

@@ -387,7 +387,7 @@ class Server:
                     return
                 status = LOST
             cpu = self.cpu.get(pid)  # (None: not this server's child)
-            if self.epilogue and not job.extra.get("interactive"):
+            if self.epilogue:
                 self._epilogue(job, status, cpu, now)
             else:
                 self._finish(job, status, now, cpu_time=cpu)
@@ -683,10 +683,12 @@ class Server:
     def _script(self, command: list[str], args: list[str], job: Job,
                 owner: privilege.Owner | None) -> tuple[subprocess.Popen | None, str]:
         """Start a site script for `job`, its output at the end of the job's files (opened
-        with the owner's rights): (the process, or None, and what went wrong)."""
+        with the owner's rights; an interactive job has none: its output is dropped):
+        (the process, or None, and what went wrong)."""
         try:
             with contextlib.ExitStack() as files:
-                stdout, stderr = self._open_files(job, owner, files)
+                stdout, stderr = (subprocess.DEVNULL,) * 2 if job.extra.get("interactive") else \
+                    self._open_files(job, owner, files)
                 # (a session of its own: a timeout kills all it started)
                 return subprocess.Popen([*command, *args], stdin=subprocess.DEVNULL, stdout=stdout, stderr=stderr,
                                         env=self._script_env(job), start_new_session=True), ""
@@ -745,7 +747,7 @@ class Server:
             owner = privilege.Owner.of(job.owner) if self.as_owners else None
         except KeyError:
             return self._not_started(job, now, f"no such user on this host: {job.owner}")
-        if self.prologue and not job.extra.get("interactive"):
+        if self.prologue:  # (an interactive job's too: its session starts once it has passed)
             if (job.id, job.run_count) not in self.prologued:
                 return self._prologue(job, owner, now)
             self.prologued.discard((job.id, job.run_count))  # (passed: this launch takes it)
