@@ -71,7 +71,8 @@ COBALT_VALUES = ["1", "0", "-1", "30", "1:00:00", "+5", "-5", "c16", "c3", "scri
                  "A", "1A=2", "1:2", "x:y", "job.sh", "missing.sh", "/tmp", "$jobid.out", "JobID:State", "Nosuch",
                  "batch", "nosuch", "location=x", "027", "999", "maxtime=30 users=alice:bob", "state=dead",
                  "state=x", "maxrunning", "totalnodes=2", "node01", "node01:node02", "location=node01",
-                 "location=node[01-04]:ssds:no_x", "location=", "a=b=c", ":", "location=node[1-99999999]"]
+                 "location=node[01-04]:ssds:no_x", "location=", "a=b=c", ":", "location=node[1-99999999]",
+                 "4x4x4x4x2", "1x1x1x1x1", "4x4x4x4", "99999999x1x1x1x1", "0x0x0x0x0"]
 
 
 def _value(rnd: random.Random) -> str:

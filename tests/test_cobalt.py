@@ -167,7 +167,9 @@ def test_qsub_t0_is_the_queues_most(site, capsys):
     (("-n", "2", "-t", "5", "--attrs", "location=node01", "job.sh"), 1,
      "requests more than the nodes it may use have (2 nodes within node01)"),
     (("-n", "1", "-t", "5", "--attrs", "a=b=c", "job.sh"), 1, "Improperly formatted argument to attrs : a=b=c"),
-    (("-n", "1", "-t", "5", "--geometry", "4x4x4x4x2", "job.sh"), 1, "--geometry is not supported here"),
+    (("-n", "1", "-t", "5", "--geometry", "4x4x4x4x2", "job.sh"), 1, "Alternate location geometries are a Blue Gene's"),
+    (("-n", "1", "-t", "5", "--geometry", "1x1x1x1x1", "--attrs", "location=node01", "job.sh"), 1,
+     "give a location or a geometry, not both"),
     (("-n", "1", "-t", "5", "missing.sh"), 1, "not found, or is not a file"),
     (("-n", "1", "-t", "5", "-i", "nothere", "job.sh"), 1, "file"),
     (("-n", "1", "-t", "5", "-q", "nosuch", "job.sh"), 1, "Unknown queue"),
@@ -335,6 +337,29 @@ def test_attrs_location_keeps_a_job_to_the_nodes_it_names(site):
     assert stored().jobs[1].nodes == ("node03",) and stored().jobs[2].nodes == ("node02", "node04")
     long = dict(line.split(": ", 1) for line in run("qstat", "-lf", "1")[1].splitlines() if ": " in line)
     assert {k.strip(): v for k, v in long.items()}["attrs"] == "{'location': 'node03', 'ssds': 'true', 'debug': 'false'}"
+
+
+def test_geometry_keeps_a_job_to_the_blocks_of_that_shape(mira, capsys):
+    """Cobalt's --geometry AxBxCxDxE, nodes along each dimension: Mira's 1024-node blocks
+    are 8x4x4x4x2, 4x8x4x4x2, 4x4x8x4x2 or 4x4x4x8x2; the job runs on one of its shape."""
+    assert run("qsub", "-n", "1024", "-t", "30", "--geometry", "4x4x4x8x2", "a.out") == (0, "1\n")
+    assert run("qsub", "-n", "1024", "-t", "30", "--geometry", "4x4x8x4x2", "a.out") == (0, "2\n")
+    assert run("qalter", "--geometry", "8x4x4x4x2", "2") == (0, "geometry changed for job 2\n")
+    batch = Batch(load_site())
+    with batch.open(write=True):
+        batch.do("pass", NOW)
+    sched = stored()
+    shapes = {j: sched.topology.geometry(sched.topology.block(sched.jobs[j].nodes[0])) for j in (1, 2)}
+    assert shapes == {1: (4, 4, 4, 8, 2), 2: (8, 4, 4, 4, 2)}
+    long = dict(line.split(": ", 1) for line in run("qstat", "-lf", "1")[1].splitlines() if ": " in line)
+    assert {k.strip(): v for k, v in long.items()}["Geometry"] == "4x4x4x8x2"
+    for argv, said in ((("-n", "1024", "--geometry", "4x4x4x8"), "Invalid geometry entered: 4x4x4x8"),
+                       (("-n", "512", "--geometry", "4x4x4x8x2"), "Geometry requires more nodes than specified"),
+                       (("-n", "1024", "--geometry", "4x4x4x4x2"), "holds 512 nodes, fewer than the job's 1024"),
+                       (("-n", "1536", "--geometry", "4x4x4x12x2"), "Block Geometry 4x4x4x12x2 is not an available")):
+        capsys.readouterr()
+        assert run("qsub", *argv, "-t", "30", "a.out") == (1, "")
+        assert said in capsys.readouterr().err
 
 
 def test_qalter_attrs_replaces_them_and_a_new_node_count_keeps_the_location(site, capsys):

@@ -134,6 +134,28 @@ def test_a_queue_bound_to_blocks_stays_inside_them():
         s.submit(Job(owner="a", queue="long", request=Request(nodes=2048), walltime=100), now=0)
 
 
+def test_a_blocks_geometry_is_its_nodes_along_each_dimension():
+    bg = BlueGene((1, 1, 4, 2), small=(128, 256), passthrough=True)
+    shape = {b.name: bg.geometry(b) for b in bg.blocks}
+    assert shape["BGQ-0000-1111-512"] == (4, 4, 4, 4, 2) and shape["BGQ-0000-1112-1024"] == (4, 4, 4, 8, 2)
+    assert shape["BGQ-0000-1141-1024-SC13"] == (4, 4, 8, 4, 2)  # (two midplanes used along C, two passed)
+    assert shape["BGQ-0000-N00-128"] == (2, 2, 4, 4, 2) and shape["BGQ-0000-N00-256"] == (4, 2, 4, 4, 2)
+
+
+def test_naming_blocks_of_a_jobs_size_keeps_it_to_those_blocks_alone():
+    """(A --geometry's blocks: their boards together may cover others of the same size.)"""
+    s = mira_sched()
+    named = ("BGQ-0000-1121-1024", "BGQ-0001-1121-1024")  # (together they cover BGQ-0000-1112-1024 too)
+    covered = s.topology.block("BGQ-0000-1112-1024").boards
+    assert s.topology.units_of_nodes(named) & covered == covered
+    jobs = [s.submit(Job(owner="a", request=Request(nodes=1024, within=named), walltime=100), now=0) for _ in range(3)]
+    s.iterate(0)
+    assert sorted(j.nodes for j in jobs[:2]) == [(named[0],), (named[1],)] and jobs[2].state.value == "queued"
+    area = s.submit(Job(owner="a", request=Request(nodes=512, within=("BGQ-0020-1112-1024",)), walltime=100), now=0)
+    s.iterate(0)
+    assert area.nodes[0] in ("BGQ-0020-1111-512", "BGQ-0021-1111-512")  # (a larger block: an area to fit in)
+
+
 def test_a_down_board_takes_out_its_blocks_but_not_its_cables():
     s = mira_sched()
     s.set_node_state("R00-M0-N03", "down")

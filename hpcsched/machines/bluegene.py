@@ -301,6 +301,17 @@ class BlueGene(Topology):
             raise InvalidRequest(f"unknown block {name!r}")
         return self.blocks[k]
 
+    def geometry(self, block: Block) -> tuple[int, ...]:
+        """Its shape in nodes, A x B x C x D x E, as Cobalt's --geometry names it: 4 nodes
+        a midplane used along each of A-D, 2 along E; a sub-midplane block's by its size."""
+        if block.size < MIDPLANE:  # (Cobalt's: 2 each way, doubled along C, D, A, B in turn)
+            shape = [2] * 5
+            for d in (2, 3, 0, 1)[:(block.size // BOARD).bit_length() - 1]:
+                shape[d] *= 2
+            return tuple(shape)
+        coords = [self.coords(i) for i in block.midplanes]
+        return tuple(4 * len({c[d] for c in coords}) for d in range(4)) + (2,)
+
     def block_size(self, nodes: int) -> int | None:
         """The smallest block size holding `nodes` nodes (None: larger than every block)."""
         return next((s for s in self.sizes if s >= nodes), None)
@@ -383,6 +394,9 @@ class BlueGene(Topology):
             return []
         size = self.size(request)
         out = [k for k, b in enumerate(self.blocks) if b.size == size]
+        named = {self.by_block.get(n) for n in request.within}
+        if request.within and None not in named and all(self.blocks[k].size == size for k in named):
+            return [k for k in out if k in named]  # blocks of its size, named: those alone (a --geometry)
         if request.within:  # blocks whose used and passed-through midplanes lie in the area
             area = self.units_of_nodes(request.within)
             inside = []

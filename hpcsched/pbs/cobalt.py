@@ -8,7 +8,8 @@ the one core sees one kind of job and every PBS command shows a Cobalt job too.
 
     qsub -n NODES -t MINUTES|HH:MM:SS [-A project] [-q queue] [--mode M] [--env A=1:B=2]
          [--cwd dir] [-O prefix] [-o file] [-e file] [-i file] [--jobname name] [-h] [-M addr]
-         [--dependencies ID:ID] [--proccount N] [-u umask] [--attrs location=LOC:k=v] [-I] command [args]
+         [--dependencies ID:ID] [--proccount N] [-u umask] [--attrs location=LOC:k=v] [--geometry AxBxCxDxE]
+         [-I] command [args]
     qstat [-f] [-l] [-u user] [--header A:B] [--sort A:B] [--reverse] [-Q] [jobid|queue ...]
     qdel ID...    qhold ID...    qrls [--dependencies] ID...    qmove QUEUE ID...
     qalter [-t [+|-]TIME] [-n N] [-A p] [--mode M] [--proccount N] [-e f] [-o f] [-M a]
@@ -31,6 +32,7 @@ option prints Cobalt's usage and exits 2.
 """
 from __future__ import annotations
 
+import math
 import os
 import re
 import sys
@@ -217,7 +219,6 @@ QSUB_USAGE = "[options] <executable> [<executable options>]"
 BG_MODES = ("c1", "c2", "c4", "c8", "c16", "c32", "c64", "script", "interactive")
 OTHER_MODES = ("script", "interactive")
 UNSUPPORTED = {"run_users": "no other user may act on a job", "run_project": "no other user may act on a job",
-               "geometry": "blocks are chosen by size",
                "preemptable": "no job is preempted"}
 
 
@@ -255,6 +256,36 @@ def places(text: str, topology) -> tuple[str, ...]:
     except SchedulerError as e:
         raise CommandError(f"location {text!r}: {e}") from None
     return names
+
+
+def shaped(text: str, nodes: int, topology) -> tuple[str, ...]:
+    """The blocks of a `--geometry AxBxCxDxE` (nodes along each dimension) for a job of
+    `nodes`, which must be the geometry's: a Blue Gene's alone."""
+    m = re.fullmatch(r"([0-9]{1,6})x([0-9]{1,6})x([0-9]{1,6})x([0-9]{1,6})x([0-9]{1,6})", text)
+    if not m:
+        raise CommandError(f"Invalid geometry entered: {text}")
+    if not isinstance(topology, BlueGene):
+        raise CommandError("Alternate location geometries are a Blue Gene's: this machine has no blocks")
+    shape = tuple(int(g) for g in m.groups())
+    if math.prod(shape) > nodes:  # (Cobalt's rule: -n covers the geometry)
+        raise CommandError("Geometry requires more nodes than specified for job.")
+    if math.prod(shape) < nodes:
+        raise CommandError(f"Geometry {text} holds {math.prod(shape)} nodes, fewer than the job's {nodes}")
+    names = tuple(b.name for b in topology.blocks if topology.geometry(b) == shape)
+    if not names:
+        raise CommandError(f"Block Geometry {text} is not an available geometry.")
+    return names
+
+
+def kept_to(c: dict, topology) -> tuple[str, ...]:
+    """Where a Cobalt job may run: its location attribute's places, or the blocks of its
+    geometry (none: anywhere)."""
+    location, geometry = c.get("attrs", {}).get("location"), c.get("geometry")
+    if location is not None and geometry:
+        raise CommandError("give a location or a geometry, not both")
+    if location is not None:
+        return places(location, topology)
+    return shaped(geometry, c["nodes"], topology) if geometry else ()
 
 
 def directives(head: str) -> list[str]:
@@ -324,6 +355,7 @@ def qsub_action(opts: list[tuple[str, str]], operands: list[str], out, now: floa
     walltime = minutes(o["time"])
     attrs = attributes(o["attrs"]) if "attrs" in o else {}
     cobalt = {"nodes": nodes, "mode": mode, "env": envs, **({"attrs": attrs} if attrs else {}),
+              **({"geometry": o["geometry"]} if "geometry" in o else {}),
               **{k: o[k] for k in ("kernel", "kerneloptions", "ion_kernel", "ion_kerneloptions") if k in o}}
     if "proccount" in o:
         cobalt["procs"] = positive(o["proccount"], "proccount")
@@ -344,8 +376,9 @@ def qsub_action(opts: list[tuple[str, str]], operands: list[str], out, now: floa
             if not most:
                 raise CommandError("-t 0 asks for the queue's most walltime, and the queue sets none")
             job.walltime = most
-        if "location" in attrs:  # (it runs there alone: inside that block, on those nodes)
-            job.request = replace(job.request, within=places(attrs["location"], sched.topology))
+        within = kept_to(cobalt, sched.topology)
+        if within:  # (it runs there alone: inside that block, on those nodes, on a block of that shape)
+            job.request = replace(job.request, within=within)
     if interactive and sitemod.caller is None and not front.owns_site():
         # (a multi-user site: the server submits it, the session runs here)
         return qsub.remote_session([f"--{k}={v}" if v else f"--{k}" for k, v in opts])
@@ -464,7 +497,7 @@ def job_fields(job: Job, sched, now: float, score) -> dict[str, object]:
         "dependencies": ":".join(str(d.job_id) for d in job.dependencies) or None,
         "short_state": {"queued": "Q", "running": "R", "exiting": "E", "killing": "K"}.get(s, "H"),
         "notify": x.get("mail_users") or None, "score": score(job), "maxtasktime": None, "attrs": c.get("attrs", {}),
-        "dep_frac": None, "user_list": job.owner, "geometry": "Any",
+        "dep_frac": None, "user_list": job.owner, "geometry": c.get("geometry", "Any"),
         "est_start_time": (sched.planned(job.id) or (None,))[0] if job.state in PENDING else None}
 
 
@@ -712,7 +745,8 @@ QALTER_TABLE = ((("-d", "--debug"), "debug", False), (("-v", "--verbose"), "verb
                 (("--proccount",), "proccount", True), (("-e", "--error"), "error", True),
                 (("-o", "--output"), "output", True), (("-M", "--notify"), "notify", True),
                 (("--dependencies",), "dependencies", True), (("-h", "--held"), "held", False),
-                (("--jobname",), "jobname", True), (("--defer",), "defer", False), (("--attrs",), "attrs", True))
+                (("--jobname",), "jobname", True), (("--defer",), "defer", False), (("--attrs",), "attrs", True),
+                (("--geometry",), "geometry", True))
 
 
 def qalter_action(opts, operands, out, now: float) -> int:
@@ -764,8 +798,8 @@ def _alterations(job: Job, o: dict, batch: Batch, now: float) -> tuple[dict, lis
     of the same change (qctl.alter_changes), and its Cobalt record's nodes, mode and procs."""
     options: dict[str, str] = {}
     resources: dict[str, str] = {}
-    said = [name for name in ("nodecount", "mode", "proccount", "output", "error", "notify", "dependencies", "attrs")
-            if name in o]
+    said = [name for name in ("nodecount", "mode", "proccount", "output", "error", "notify", "dependencies", "attrs",
+                              "geometry") if name in o]
     if "time" in o:
         text = o["time"].strip()
         seconds = minutes(text.lstrip("+-"))
@@ -802,13 +836,15 @@ def _alterations(job: Job, o: dict, batch: Batch, now: float) -> tuple[dict, lis
         c["procs"] = positive(o["proccount"], "proccount")
     elif "nodecount" in o or "mode" in o:
         c["procs"] = c["nodes"] * int(c["mode"][1:]) if c["mode"][0] == "c" else c["nodes"]
-    if "attrs" in o:  # (the attributes given replace the job's)
-        c.pop("attrs", None)
-        c.update({"attrs": attributes(o["attrs"])} if o["attrs"] else {})
-    location = c.get("attrs", {}).get("location")
-    if location or "attrs" in o:  # (a request built anew keeps its location too)
+    for name, value in (("attrs", attributes(o["attrs"]) if o.get("attrs") else None),
+                        ("geometry", o.get("geometry") or None)):
+        if name in o:  # (what is given replaces the job's; an empty value drops it)
+            c.pop(name, None)
+            c.update({name: value} if value else {})
+    if "location" in c.get("attrs", {}) or c.get("geometry") or "attrs" in o or "geometry" in o:
+        # (a request built anew keeps its place too)
         request = Request.from_dict(changes["request"]) if "request" in changes else job.request
-        within = places(location, batch.sched.topology) if location else ()
+        within = kept_to(c, batch.sched.topology)
         if request.within != within:
             changes["request"] = replace(request, within=within).to_dict()
     if c != job.extra.get("cobalt"):
