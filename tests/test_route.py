@@ -55,16 +55,37 @@ def test_queue_limits_and_acl():
         r.route(ok, 2, 10, {}, {})
 
 
-def test_max_queued_per_user_counts_waiting_jobs():
-    cfg = {"nodes": [{"names": "n[1-4]"}], "queues": {"q": {"max_queued_per_user": 2}}}
+def test_max_queued_counts_the_jobs_in_the_queue_waiting_or_running():
+    """As PBS's max_queued ("queued in or running from this queue"), Torque's max_queuable
+    and Cobalt's maxqueued: a job counts until it ends or is deleted, not until it starts."""
+    cfg = {"nodes": [{"names": "n[1-4]"}], "queues": {"q": {"max_queued_per_user": 2, "max_queued": 4}}}
     s = build(cfg)
-    s.submit(Job(owner="a"), 0)
-    s.submit(Job(owner="a"), 0)
+    a1, a2 = s.submit(Job(owner="a", walltime=100), 0), s.submit(Job(owner="a", walltime=100), 0)
     with pytest.raises(Rejected, match="max_queued_per_user"):
         s.submit(Job(owner="a"), 0)
-    s.submit(Job(owner="b"), 0)
-    s.iterate(0)  # two start (one per node each): running jobs no longer count as queued
-    s.submit(Job(owner="a"), 0)
+    b1 = s.submit(Job(owner="b", walltime=100), 0)
+    s.iterate(0)  # all three start: running, they still count
+    assert all(j.state.value == "running" for j in (a1, a2, b1))
+    with pytest.raises(Rejected, match="max_queued_per_user"):
+        s.submit(Job(owner="a"), 1)
+    s.submit(Job(owner="b", walltime=100), 1)
+    with pytest.raises(Rejected, match="already holds its max_queued 4 jobs"):
+        s.submit(Job(owner="c"), 1)
+    s.job_ended(a1.id, 50, 0)  # one ends: room for one more, of a's too
+    s.submit(Job(owner="a"), 50)
+    s.requeue(a2.id, 60)  # (back to waiting: still in the queue, counted once)
+    with pytest.raises(Rejected, match="already holds its max_queued 4 jobs"):
+        s.submit(Job(owner="c"), 60)
+    s.delete(b1.id, 60)  # (running: it exits, and counts until it has ended)
+    with pytest.raises(Rejected, match="already holds its max_queued 4 jobs"):
+        s.submit(Job(owner="c"), 60)
+    s.job_ended(b1.id, 61, 271)
+    s.submit(Job(owner="c"), 61)
+    s.iterate(61)
+    again = build(cfg).restore(s.to_dict())  # (a restored store counts its running jobs too)
+    assert sorted(j.state.value for j in again.jobs.values()) == ["completed"] * 2 + ["running"] * 4
+    with pytest.raises(Rejected, match="already holds its max_queued 4 jobs"):
+        again.submit(Job(owner="d"), 62)
 
 
 def test_running_limits_hold_jobs_back():

@@ -117,8 +117,9 @@ class Scheduler:
         #: oldest first: a driver writes their records and clears the list
         self.deleted: list[Job] = []
         self.node_notes: dict[str, str] = {}  # operators' notes on nodes (pbsnodes -N)
-        self._pending_count: dict[str, int] = {}
-        self._pending_user: dict[tuple[str, str], int] = {}
+        # jobs in each queue, and each user's there, waiting or running (PBS's max_queued)
+        self._in_queue: dict[str, int] = {}
+        self._in_queue_user: dict[tuple[str, str], int] = {}
         self._fits: dict[Request, bool] = {}
         self._placed: dict[tuple[Request, str], Request] = {}
         self._bound = any(q.nodes for q in router.queues.values())  # some queue is bound to nodes
@@ -261,8 +262,8 @@ class Scheduler:
         elif new in ACTIVE and old not in ACTIVE:
             self._active[jid] = job
             self._count_running(self._tally, job, 1)
-        if (old in PENDING) != (new in PENDING):
-            self._count(job, 1 if new in PENDING else -1)
+        if (old in FINISHED) != (new in FINISHED):  # (it leaves the queue, or comes back to it)
+            self._count(job, -1 if new in FINISHED else 1)
 
     def _changed(self) -> None:
         """Something the last plan counted on changed (a limit, a node, a walltime, a
@@ -295,9 +296,9 @@ class Scheduler:
         return (-qp, -jp) if qp or jp else _UNRANKED
 
     def _count(self, job: Job, delta: int) -> None:
-        self._pending_count[job.queue] = self._pending_count.get(job.queue, 0) + delta
+        self._in_queue[job.queue] = self._in_queue.get(job.queue, 0) + delta
         key = (job.queue, job.owner)
-        self._pending_user[key] = self._pending_user.get(key, 0) + delta
+        self._in_queue_user[key] = self._in_queue_user.get(key, 0) + delta
 
     def _count_running(self, tally: dict, job: Job, sign: int, allocation: Allocation | None = None) -> None:
         """Add (1) or take away (-1) a running job in the counts queue and quota limits read
@@ -327,7 +328,7 @@ class Scheduler:
         if not (job.walltime > 0 and math.isfinite(job.walltime)):
             raise Rejected(f"walltime must be positive, not {job.walltime!r}")
         size, machine = self.size(job), self.topology.node_count
-        queue = self.router.route(job, size, machine, self._pending_count, self._pending_user)
+        queue = self.router.route(job, size, machine, self._in_queue, self._in_queue_user)
         bank = self.bank
         job.standing = "" if bank is None else bank.standing(job.account, now)
         if job.standing == "ok":
@@ -344,8 +345,8 @@ class Scheduler:
                 if q is None:
                     raise Rejected(f"project {job.account} has no allocation left and there is no "
                                    f"queue {bank.backfill_queue}")
-                why = q.refuse(job, size, machine, self._pending_count.get(q.name, 0),
-                               self._pending_user.get((q.name, job.owner), 0))
+                why = q.refuse(job, size, machine, self._in_queue.get(q.name, 0),
+                               self._in_queue_user.get((q.name, job.owner), 0))
                 if why:
                     raise Rejected(f"project {job.account} has no allocation left: {why}")
                 queue = q
@@ -1395,7 +1396,7 @@ class Scheduler:
                     units = self._units[job.id] = self.topology.units_of(job.nodes, job.cores)
                     self.busy |= units
                     job.allocation = Allocation(units, job.nodes, job.cores)
-                if job.state in PENDING:
+                if job.state not in FINISHED:
                     self._count(job, 1)
             for job in self.jobs.values():  # after all jobs: an array's tally counts its subjobs
                 if job.dependencies and job.state in PENDING:
