@@ -146,6 +146,20 @@ def test_run_starts_a_job_where_told_and_kill_deletes_it(site, monkeypatch, caps
     assert jobs[a].state == EXITING and jobs[b].state.value == "deleted"
 
 
+def test_run_takes_a_crays_nid_ranges(site, monkeypatch, capsys):
+    from hpcsched.store.site import init_site
+    cray = site / "cray"  # (a site of its own: nids name a Cray's nodes)
+    init_site(cray, nodes=1, cores=1)
+    monkeypatch.setenv("HPCSCHED_HOME", str(cray))
+    text = (cray / "config.toml").read_text()
+    (cray / "config.toml").write_text(text[:text.index("[[nodes]]")] + '[machine]\nkind = "cray"\n'
+                                      'torus = [2, 2, 2]\nper_router = 1\nnodes = [{count = 8, cores = 4}]\n')
+    a, b = submit(monkeypatch), submit(monkeypatch)
+    assert run("--run=8-9", str(a))[0] == 1 and "no compute node has nid 8" in capsys.readouterr().err
+    assert run("--run=5", str(a)) == (0, "") and run("--run=6-7:3", str(b)) == (0, "")
+    assert sched().jobs[a].nodes == ("nid00005",) and sched().jobs[b].nodes == ("nid00003",)
+
+
 def test_setjobid_numbers_the_next_job_and_never_goes_back(site, monkeypatch, capsys):
     assert run("-j", "1000")[0] == 0 and submit(monkeypatch) == 1000
     assert run("--setjobid=5")[0] == 1 and "is below the next id, 1001" in capsys.readouterr().err

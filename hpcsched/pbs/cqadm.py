@@ -27,7 +27,8 @@ from ..core.timefmt import hms
 from ..store.journaled import Batch
 from ..store.site import load_site, whoami
 from . import qctl
-from .cobalt import CobaltCommand, job_ids, minutes, number, queue_state, tabular
+from ..machines.cray import Cray
+from .cobalt import CobaltCommand, job_ids, minutes, number, places, queue_state, tabular
 from .errors import CommandError, UsageError
 from .qmgr import Qmgr
 
@@ -176,6 +177,8 @@ def jobs(o: dict, ids: list[int], now: float) -> int:
     failed = []
     batch = Batch.of(site)
     with batch.open(write=True), batch.store.one_sync():
+        if hosts and isinstance(batch.sched.topology, Cray):  # (a Cray's location: nid ranges, 10-12:30)
+            hosts = places(",".join(hosts), batch.sched.topology)
         for jid in ids:
             job = batch.sched.jobs.get(jid)
             if job is None or job.state in FINISHED:
