@@ -62,6 +62,11 @@ def test_queues_are_added_stopped_set_started_and_listed(site, capsys):
     assert (q["short"].enabled, q["short"].started) == (True, False)
     assert (q["long"].enabled, q["long"].started, q["long"].draining) == (False, False, False)
     assert run("--setq", "state=running", "long")[0] == 0 and cqadm.queue_state(sched().router.queues["long"]) == "running"
+    assert run("--setq", "totalnodes=3 maxusernodes=2", "short")[0] == 0
+    q = sched().router.queues["short"]
+    assert (q.max_running_nodes, q.max_running_nodes_per_user) == (3, 2)
+    row = next(line.split() for line in run("--getq")[1].splitlines() if line.startswith("short "))
+    assert (row[8], row[10]) == ("2", "3")  # MaxUserNodes, TotalNodes
 
 
 def test_queue_changes_refused_say_why_and_change_nothing(site, monkeypatch, capsys):
@@ -69,7 +74,7 @@ def test_queue_changes_refused_say_why_and_change_nothing(site, monkeypatch, cap
     capsys.readouterr()
     before = (site / "home" / "qmgr.json").read_text()
     for argv, said in ((["--addq", "short"], "queue already exists: short"),
-                       (["--setq", "totalnodes=3", "short"], "totalnodes is not supported here"),
+                       (["--setq", "maxnodehours=3", "short"], "maxnodehours is not supported here"),
                        (["--setq", "state=asleep", "short"], "state is one of running, stopped, draining, dead"),
                        (["--setq", "maxtime=x", "short"], "invalid maxtime specification: 'x'"),
                        (["--setq", "maxrunning", "short"], "'maxrunning': --setq takes prop=value"),

@@ -88,6 +88,23 @@ def test_max_queued_counts_the_jobs_in_the_queue_waiting_or_running():
         again.submit(Job(owner="d"), 62)
 
 
+def test_node_limits_on_running_jobs_hold_jobs_back_and_refuse_what_could_never_run():
+    """Cobalt's totalnodes and maxusernodes: the nodes a queue's running jobs hold, and a
+    user's there; a job larger than either is refused at once."""
+    cfg = {"nodes": [{"names": "n[1-9]"}], "queues": {"q": {"max_running_nodes": 5, "max_running_nodes_per_user": 3}}}
+    s = build(cfg)
+    with pytest.raises(Rejected, match="4 nodes exceed queue q max_running_nodes_per_user 3"):
+        s.submit(Job(owner="a", request=Request(nodes=4)), 0)
+    a1, a2 = (s.submit(Job(owner="a", request=Request(nodes=2), walltime=100), 0) for _ in range(2))
+    b1, b2 = (s.submit(Job(owner="b", request=Request(nodes=2), walltime=100), 0) for _ in range(2))
+    plan = s.iterate(0)
+    assert {x.job_id for x in plan.started} == {a1.id, b1.id}  # (4 nodes held: a second of a's would make 6)
+    assert "would exceed max_running_nodes_per_user 3 in queue q (2 in use)" in plan.reason(a2.id)
+    assert "queue q would exceed max_running_nodes 5 (4 in use)" in plan.reason(b2.id)
+    s.job_ended(a1.id, 10, 0)
+    assert {x.job_id for x in s.iterate(10).started} == {a2.id}
+
+
 def test_running_limits_hold_jobs_back():
     cfg = {"nodes": [{"names": "n[1-9]"}],
            "queues": {"long": {"max_running_fraction": 0.34, "max_running_per_user": 5}}}

@@ -34,6 +34,8 @@ class Queue:
     max_slots: int | None = None  # processors this queue's running jobs may hold together
     max_running: int | None = None
     max_running_per_user: int | None = None
+    max_running_nodes: int | None = None  # nodes this queue's running jobs may hold together (Cobalt's totalnodes)
+    max_running_nodes_per_user: int | None = None  # ... and a user's (Cobalt's maxusernodes)
     max_queued: int | None = None
     max_queued_per_user: int | None = None
     acl_users: frozenset[str] | None = None
@@ -47,6 +49,13 @@ class Queue:
     @property
     def routing(self) -> bool:
         return bool(self.route_to)
+
+    @property
+    def gates(self) -> bool:
+        """Can it hold a job back from starting (stopped, or a limit on its running jobs)?"""
+        return not self.started or any(v is not None for v in (
+            self.max_running, self.max_running_per_user, self.max_running_fraction, self.max_slots,
+            self.max_running_nodes, self.max_running_nodes_per_user))
 
     def refuse(self, job: Job, size: int, machine: int, queued: int, queued_by_user: int) -> str | None:
         """Why this queue will not take `job` (occupying `size` nodes), or None."""
@@ -90,6 +99,10 @@ class Queue:
             return f"cput {hms(job.cput)} exceeds queue {n} max_cput {hms(self.max_cput)}"
         if self.max_disk is not None and job.disk > self.max_disk:
             return f"{job.disk} MB of disk exceeds queue {n} max_disk {self.max_disk}"
+        for most, what in ((self.max_running_nodes, "max_running_nodes"),
+                           (self.max_running_nodes_per_user, "max_running_nodes_per_user")):
+            if most is not None and size > most:
+                return f"{size} nodes exceed queue {n} {what} {most}"
         if self.max_queued is not None and queued >= self.max_queued:
             return f"queue {n} already holds its max_queued {self.max_queued} jobs"
         if self.max_queued_per_user is not None and queued_by_user >= self.max_queued_per_user:
@@ -97,7 +110,7 @@ class Queue:
         return None
 
     def hold_back(self, job: Job, size: int, machine: int, running: int, running_by_user: int,
-                  running_nodes: int, running_slots: int = 0) -> str | None:
+                  running_nodes: int, running_slots: int = 0, running_nodes_by_user: int = 0) -> str | None:
         """Why this queue's limits keep `job` from starting now, or None."""
         n = self.name
         if not self.started:
@@ -110,6 +123,12 @@ class Queue:
                 running_nodes + size > self.max_running_fraction * machine:
             return (f"queue {n} would exceed max_running_fraction {self.max_running_fraction:g} "
                     f"({running_nodes} of {int(self.max_running_fraction * machine)} nodes in use)")
+        if self.max_running_nodes is not None and running_nodes + size > self.max_running_nodes:
+            return f"queue {n} would exceed max_running_nodes {self.max_running_nodes} ({running_nodes} in use)"
+        if self.max_running_nodes_per_user is not None and \
+                running_nodes_by_user + size > self.max_running_nodes_per_user:
+            return (f"user {job.owner} would exceed max_running_nodes_per_user {self.max_running_nodes_per_user} "
+                    f"in queue {n} ({running_nodes_by_user} in use)")
         if self.max_slots is not None and running_slots + job.request.processors > self.max_slots:
             return f"queue {n} would exceed max_slots {self.max_slots} ({running_slots} processors in use)"
         return None

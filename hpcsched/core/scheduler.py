@@ -162,7 +162,7 @@ class Scheduler:
         self._ranks = 0  # runnable jobs with a rank (the order then sorts by it)
         self._commented: set[int] = set()  # jobs whose comment says a quota holds them back
         # the running jobs' counts the queue and quota limits read, kept as jobs start and end
-        self._tally: dict = {"q": {}, "qu": {}, "qn": {}, "qs": {}, "arr": {}, "rqs": {}}
+        self._tally: dict = {"q": {}, "qu": {}, "qn": {}, "qun": {}, "qs": {}, "arr": {}, "rqs": {}}
 
     # --- reading ---------------------------------------------------------------------
     def job(self, job_id: int) -> Job:
@@ -306,7 +306,9 @@ class Scheduler:
         q, qu = job.queue, (job.queue, job.owner)
         tally["q"][q] = tally["q"].get(q, 0) + sign
         tally["qu"][qu] = tally["qu"].get(qu, 0) + sign
-        tally["qn"][q] = tally["qn"].get(q, 0) + sign * self.size(job)
+        size = self.size(job)
+        tally["qn"][q] = tally["qn"].get(q, 0) + sign * size
+        tally["qun"][qu] = tally["qun"].get(qu, 0) + sign * size
         tally["qs"][q] = tally["qs"].get(q, 0) + sign * job.request.processors
         if job.array_id:
             tally["arr"][job.array_id] = tally["arr"].get(job.array_id, 0) + sign
@@ -663,10 +665,7 @@ class Scheduler:
     def _gated(self) -> bool:
         """Can a queue limit or the policy hold a job back? (Else the walk skips the check.)"""
         return (self.policy.limits or self._array_limits > 0 or self._advres > 0 or self._site_holds
-                or bool(self.quotas) or any(
-                    not q.started or q.max_running is not None or q.max_running_per_user is not None
-                    or q.max_running_fraction is not None or q.max_slots is not None
-                    for q in self.router.queues.values()))
+                or bool(self.quotas) or any(q.gates for q in self.router.queues.values()))
 
     def wakeup(self, now: float) -> float:
         """The first time after `now` at which a pass may decide differently although no job
@@ -1454,7 +1453,7 @@ class _Gate:
         if q is not None:
             why = q.hold_back(job, sched.size(job), sched.topology.node_count, tally["q"].get(q.name, 0),
                               tally["qu"].get((q.name, job.owner), 0), tally["qn"].get(q.name, 0),
-                              tally["qs"].get(q.name, 0))
+                              tally["qs"].get(q.name, 0), tally["qun"].get((q.name, job.owner), 0))
             if why:
                 return why
         if job.array_limit and tally["arr"].get(job.array_id, 0) >= job.array_limit:

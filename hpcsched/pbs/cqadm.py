@@ -70,13 +70,14 @@ PROPERTIES = {
     "maxrunning": ("max_running_per_user", _count),
     "maxtotaljobs": ("max_running", _count),
     "maxqueued": ("max_queued_per_user", _count),
+    "maxusernodes": ("max_running_nodes_per_user", _count),
+    "totalnodes": ("max_running_nodes", _count),
     "users": ("acl_users", _users),
     "groups": ("acl_groups", _users),
     "priority": ("priority", lambda t: -_count(t[1:]) if t.startswith("-") else _count(t)),
 }
 #: Cobalt's properties with no counterpart here: why
-UNSUPPORTED = {"maxusernodes": "a per-user node limit", "maxnodehours": "a node-hours limit",
-               "totalnodes": "a limit on the nodes a queue's jobs hold (max_running_fraction is the share)",
+UNSUPPORTED = {"maxnodehours": "a node-hours limit",
                "adminemail": "mail to an administrator", "cron": "a queue's cron schedule",
                "maxuserjobs": "maxrunning is the per-user limit", "policy": "a queue's own policy"}
 
@@ -119,7 +120,7 @@ def getq(out) -> int:
     rows = [[q.name, ":".join(sorted(q.acl_users)) if q.acl_users is not None else "*",
              ":".join(sorted(q.acl_groups)) if q.acl_groups is not None else "*", shown(q.min_walltime),
              shown(q.max_walltime), shown(q.max_running_per_user), shown(q.max_running), shown(q.max_queued_per_user),
-             "None", "None", "None", "None", queue_state(q), "None", "default", str(q.priority)] for q in queues]
+             shown(q.max_running_nodes_per_user), "None", shown(q.max_running_nodes), "None", queue_state(q), "None", "default", str(q.priority)] for q in queues]
     out.write(tabular([header, *rows]))
     return 0
 
