@@ -88,6 +88,35 @@ def test_qmgr_changes_go_to_the_overlay_and_take_effect(rig, monkeypatch):
     assert "short" not in load_site().scheduler().router.queues
 
 
+def test_qmgr_takes_openpbs_limits_for_the_queue_and_each_user(rig, monkeypatch, capsys):
+    """OpenPBS's `max_run`, `max_queued` and `max_run_res.nodect` as `[o:PBS_ALL=N]` (the
+    queue's) and `[u:PBS_GENERIC=N]` (each user's); an OpenPBS site lists them so."""
+    from hpcsched.store.site import load_site
+    config = rig / "home" / "config.toml"
+    monkeypatch.setenv("HPCSCHED_USER", "root")
+    assert run(qmgr.QMGR, "-c", 'set queue batch max_run = "[o:PBS_ALL=4],[u:PBS_GENERIC=2]"')[0] == 0
+    assert run(qmgr.QMGR, "-c", "set queue batch max_run_res.nodect = [u:PBS_GENERIC=3]")[0] == 0
+    assert run(qmgr.QMGR, "-c", "set queue batch max_queued += [o:PBS_ALL=9]")[0] == 0
+    q = load_site().scheduler().router.queues["batch"]
+    assert (q.max_running, q.max_running_per_user, q.max_running_nodes, q.max_running_nodes_per_user,
+            q.max_queued, q.max_queued_per_user) == (4, 2, None, 3, 9, None)
+    listed = run(qmgr.QMGR, "-c", "list queue batch")[1]  # (Torque's names on a Torque site)
+    assert "\tmax_running = 4\n\tmax_user_run = 2\n" in listed and "max_run_res.nodect = [u:PBS_GENERIC=3]" in listed
+    config.write_text(config.read_text().replace('flavor = "torque"', 'flavor = "openpbs"'))
+    listed = run(qmgr.QMGR, "-c", "list queue batch")[1]
+    assert "\tmax_run = [o:PBS_ALL=4],[u:PBS_GENERIC=2]\n" in listed and "max_user_run" not in listed
+    assert "\tmax_queued = [o:PBS_ALL=9]\n" in listed
+    assert run(qmgr.QMGR, "-c", "set queue batch max_run = [u:PBS_GENERIC=1]")[0] == 0  # (= replaces it all)
+    q = load_site().scheduler().router.queues["batch"]
+    assert (q.max_running, q.max_running_per_user) == (None, 1)
+    assert run(qmgr.QMGR, "-c", "unset queue batch max_run_res.nodect")[0] == 0
+    assert load_site().scheduler().router.queues["batch"].max_running_nodes_per_user is None
+    capsys.readouterr()
+    for bad in ("[u:alice=2]", "[o:PBS_ALL=x]", "[o:PBS_ALL=2] junk", "4"):
+        assert run(qmgr.QMGR, "-c", f"set queue batch max_run = {bad}")[0] == 2
+        assert "Illegal attribute or resource value max_run" in capsys.readouterr().err
+
+
 def _refusal(*argv):
     from hpcsched.pbs.common import CommandError
     with pytest.raises(CommandError) as e:

@@ -91,6 +91,32 @@ QUEUE_ATTRS = {
     "acl_groups": ("acl_groups", _names, lambda v: ",".join(sorted(v))),
     "Priority": ("priority", lambda t: int(t), str),
 }
+#: OpenPBS's limit attributes, `[o:PBS_ALL=N],[u:PBS_GENERIC=M]`: -> (the queue's total
+#: key, its per-user key); on an OpenPBS site they stand for Torque's names when listed
+LIMITS = {"max_run": ("max_running", "max_running_per_user"),
+          "max_queued": ("max_queued", "max_queued_per_user"),
+          "max_run_res.nodect": ("max_running_nodes", "max_running_nodes_per_user")}
+_LIMIT = re.compile(r"\[\s*([ou])\s*:\s*(PBS_ALL|PBS_GENERIC)\s*=\s*([0-9]{1,12})\s*\]")
+
+
+def _limit(text: str) -> tuple[int | None, int | None]:
+    """`[o:PBS_ALL=10],[u:PBS_GENERIC=2]` -> (10, 2): the queue's limit and each user's."""
+    entries, at = {}, 0
+    for m in _LIMIT.finditer(text):
+        if text[at:m.start()].strip(" ,") or (m.group(1), m.group(2)) not in (("o", "PBS_ALL"), ("u", "PBS_GENERIC")):
+            break
+        entries[m.group(1)] = int(m.group(3))
+        at = m.end()
+    if not entries or text[at:].strip(" ,"):
+        raise ValueError(f"{text!r}: give [o:PBS_ALL=N] and/or [u:PBS_GENERIC=N] (limits on named users, "
+                         "groups or projects are not taken)")
+    return entries.get("o"), entries.get("u")
+
+
+def _limit_text(total: int | None, per_user: int | None) -> str:
+    return ",".join(f"[{e}={v}]" for e, v in (("o:PBS_ALL", total), ("u:PBS_GENERIC", per_user)) if v is not None)
+
+
 #: PBS server attribute -> (config key, parse, show the config's value)
 NEXT_JOB_NUMBER = "next_job_number"  # (the store's, not the configuration's: _next_job_number)
 SERVER_ATTRS = {
@@ -108,17 +134,23 @@ _SERVER_DEFAULTS = {"scheduling": True, "keep_completed": 300, "server_interval"
                     "resv_enable": True}
 
 
-def queue_attributes(sched, name: str) -> list[tuple[str, str]]:
+def queue_attributes(sched, name: str, flavor: str = "torque") -> list[tuple[str, str]]:
     """A queue's PBS attributes as qmgr lists them (and qstat -Qf): its type, job count,
-    every limit set, then enabled and started."""
+    every limit set (an OpenPBS site's in its own limit form), then enabled and started."""
     q = sched.router.queues[name]
     jobs = [j for j in sched.jobs.values() if j.queue == name and j.state not in FINISHED]
     rows = [("queue_type", "Route" if q.routing else "Execution"), ("total_jobs", str(len(jobs)))]
+    limits = {k: attr for attr, keys in LIMITS.items() for k in keys
+              if flavor == "openpbs" or attr == "max_run_res.nodect"}
     for attr, (key, _, show) in QUEUE_ATTRS.items():
         value = getattr(q, key)
         if value is not None and value != () and not (key == "priority" and value == 0) \
-                and key not in ("enabled", "started"):
+                and key not in ("enabled", "started") and key not in limits:
             rows.append((attr, show(value)))
+    for attr in dict.fromkeys(limits.values()):
+        total, per_user = (getattr(q, k) for k in LIMITS[attr])
+        if total is not None or per_user is not None:
+            rows.append((attr, _limit_text(total, per_user)))
     rows += [("enabled", str(q.enabled)), ("started", str(q.started))]
     return rows
 
@@ -188,7 +220,7 @@ class Qmgr:
             return batch.sched
 
     def _queue_lines(self, sched, name: str) -> list[tuple[str, str]]:
-        return queue_attributes(sched, name)
+        return queue_attributes(sched, name, self.site.flavor)
 
     def _server_lines(self, sched) -> list[tuple[str, str]]:
         return server_attributes(self.site, sched)
@@ -331,6 +363,17 @@ class Qmgr:
         for attr, how, text in attrs:
             if attr == "queue_type" and obj == "queue":
                 continue  # a queue routes when it has route_destinations
+            if attr in LIMITS and obj == "queue":  # (OpenPBS's: the queue's limit and each user's at once)
+                keys = LIMITS[attr]
+                try:
+                    values = (None, None) if op == "unset" else _limit(text)
+                except ValueError as e:
+                    raise common.CommandError(f"qmgr obj={name} svr=default: Illegal attribute or resource "
+                                              f"value {attr}: {e}", BAD_VALUE) from None
+                for key, value in zip(keys, values):
+                    if how != "+=" or value is not None:  # (+= adds to what is set; = replaces it all)
+                        target[key] = value
+                continue
             if attr not in table:
                 raise common.CommandError(f"qmgr obj={name or self.site.server} svr=default: Unknown Attribute", UNKNOWN_ATTR)
             key, parse, _ = table[attr]

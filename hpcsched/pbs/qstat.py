@@ -458,7 +458,7 @@ def qstat(opts: list[tuple[str, str]], ids: list[str], out, now: float) -> int:
         if o["Q"] and o["f"]:  # qstat -Qf: each queue's attributes, as qmgr lists them
             from .qmgr import queue_attributes
             for name, _ in _listed(sched, named):
-                rows = queue_attributes(sched, name)
+                rows = queue_attributes(sched, name, site.flavor)
                 rows.insert(2, ("state_count", _state_count(site, sched, name)))
                 out.write(f"Queue: {name}\n" + "".join(f"    {k} = {v}\n" for k, v in rows) + "\n")
             return 0
