@@ -643,8 +643,11 @@ def test_a_job_deleted_before_its_launch_ends(rig):
 
 
 def interactive(env, work, *argv):
+    # (^C is the user's: a suite run in the background, where the shell ignores SIGINT,
+    # would hand that on to qsub, and Python would never turn it into KeyboardInterrupt)
     return subprocess.Popen([os.path.join(BIN, "qsub"), "-I", *argv], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, env=env, cwd=work)
+                            stderr=subprocess.PIPE, text=True, env=env, cwd=work,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
 
 
 def test_interactive_session_runs_here_and_its_status_is_recorded(live):
