@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import math
 import tomllib
-from datetime import date, datetime
+from datetime import date, datetime, timedelta
 
 from .core.bank import MAX_AMOUNT, Account, Bank, Window
 from .core.calendar import Entry
@@ -185,9 +185,25 @@ def _flag(d: dict, key: str, where: str, default: bool = False) -> bool:
     return value
 
 
+_DAYS = ("MO", "TU", "WE", "TH", "FR", "SA", "SU")
+
+
+def _weekdays(days, start: float, where: str) -> tuple[float, tuple[float, ...]]:
+    """(first start, offsets in the week) of a reservation held on `days` ("MO", "Tue",
+    "friday", ...) at `start`'s time of day, from `start` on, in local time."""
+    if not isinstance(days, list) or not days or not all(isinstance(x, str) and x[:2].upper() in _DAYS
+                                                        for x in days):
+        raise ConfigError(f"{where}: a list of days (MO, TU, WE, TH, FR, SA, SU)")
+    wanted = {_DAYS.index(x[:2].upper()) for x in days}
+    t0 = datetime.fromtimestamp(start)
+    ahead = next(k for k in range(7) if (t0.weekday() + k) % 7 in wanted)
+    first = t0 + timedelta(days=ahead)
+    return first.timestamp(), tuple(sorted(((w - first.weekday()) % 7) * 86400.0 for w in wanted))
+
+
 def reservation_from_config(d: dict, where: str) -> Reservation:
     allowed = {"name", "start", "duration", "nodes", "count", "users", "groups", "projects", "queue",
-               "period", "owner", "account", "links"}
+               "period", "owner", "account", "links", "days"}
     for key in d:
         if key not in allowed:
             raise ConfigError(f"{where}.{key}: unknown key")
@@ -201,7 +217,13 @@ def reservation_from_config(d: dict, where: str) -> Reservation:
             period = parse_duration(d.get("period", 0))
         nodes = d.get("nodes", [])
         nodes = nodelist.expand(nodes) if isinstance(nodes, str) else list(nodes)
-        return Reservation(name=str(d["name"]), start=_time(d["start"], f"{where}.start"),
+        start, offsets = _time(d["start"], f"{where}.start"), (0.0,)
+        if "days" in d:  # (Maui's SRCFG DAYS: some days of each week, at the start's time)
+            if d.get("period", "weekly") not in ("weekly", 604800, "7:00:00:00"):
+                raise ConfigError(f"{where}.days: a reservation on some days repeats weekly (period = \"weekly\")")
+            period = 604800.0
+            start, offsets = _weekdays(d["days"], start, f"{where}.days")
+        return Reservation(name=str(d["name"]), start=start, offsets=offsets,
                            duration=parse_duration(d["duration"]), nodes=tuple(nodes),
                            count=int(d.get("count", 0)), users=frozenset(d.get("users", ())),
                            groups=frozenset(d.get("groups", ())), projects=frozenset(d.get("projects", ())),

@@ -289,6 +289,16 @@ def test_a_standing_reservation_on_some_days_holds_them_alone(rig):
     assert [s.job_id for s in sched.iterate(starts[1].timestamp()).started] == [2]
 
 
+def test_pbs_rstat_shows_a_configured_reservations_days(rig):
+    config = rig / "home" / "config.toml"
+    config.write_text(config.read_text() + '[[reservations]]\nname = "debug"\nstart = 2030-01-05T08:00:00\n'
+                      'duration = "10:00:00"\nnodes = ["node01"]\ndays = ["MO", "TU", "FR"]\n')
+    status, out = run("pbs_rstat", "-f", "debug", now=datetime(2030, 1, 5).timestamp())
+    attrs = dict(line.split(" = ", 1) for line in out.splitlines()[1:] if " = " in line)
+    assert attrs["reserve_rrule"] == "FREQ=WEEKLY;BYDAY=MO,TU,FR"
+    assert attrs["reserve_start"] == "Mon Jan 07 08:00:00 2030"
+
+
 def test_byhour_takes_the_hours_at_the_minutes_of_r_and_until_with_z_is_utc():
     """BYHOUR with DAILY: the hours given, at -R's minutes; UNTIL with a Z is UTC."""
     t0 = datetime(2030, 1, 1, 10, 15).timestamp()

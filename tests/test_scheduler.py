@@ -1,5 +1,6 @@
 """The pass API: submit, iterate, job_ended, hold/release/alter/delete, dependencies, state."""
 import json
+from datetime import datetime
 
 import pytest
 from helpers import job, scheduler
@@ -198,6 +199,25 @@ def test_config_reservations_and_depths():
     cfg["backfill"] = "none"
     assert not build(cfg).settings.backfill
     assert len(s.reservations["pm"].nodes) == 16
+
+
+def test_a_config_reservation_on_some_days_of_the_week():
+    """Maui's SRCFG DAYS: `days` holds the nodes on those days, at the start's time of day,
+    from the first such day on."""
+    cfg = default_config()
+    cfg["reservations"] = [{"name": "debug", "start": "2030-01-05T08:00:00", "duration": "10:00:00",
+                            "nodes": "node[01-02]", "days": ["MON", "tue", "Friday"]}]  # (Jan 5 2030: a Saturday)
+    res = build(cfg).reservations["debug"]
+    starts = [datetime.fromtimestamp(a) for a, _ in res.occurrences(res.start, res.start + 14 * 86400)]
+    assert [(t.strftime("%a"), t.day, t.hour) for t in starts] == [
+        ("Mon", 7, 8), ("Tue", 8, 8), ("Fri", 11, 8), ("Mon", 14, 8), ("Tue", 15, 8), ("Fri", 18, 8)]
+    for days, said in ((["XX"], "a list of days"), (["MO", "TU"], "occurrences overlap")):
+        cfg["reservations"][0].update(days=days, duration="10:00:00" if days == ["XX"] else "30:00:00")
+        with pytest.raises(ConfigError, match=said):
+            build(cfg)
+    cfg["reservations"][0].update(days=["MO"], period="daily", duration="1:00:00")
+    with pytest.raises(ConfigError, match="repeats weekly"):
+        build(cfg)
 
 
 def test_usage_accumulates_per_user_group_and_project():

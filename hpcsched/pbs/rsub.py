@@ -304,7 +304,9 @@ def pbs_rstat(opts: list[tuple[str, str]], operands: list[str], out, now: float)
 def _rrule_text(res: Reservation) -> str:
     freq = next((f for f, s in sorted(_FREQ.items(), key=lambda kv: -kv[1]) if res.period % s == 0), "MINUTELY")
     n = int(res.period // _FREQ[freq])
+    days = sorted({datetime.fromtimestamp(res.start + o).weekday() for o in res.offsets})
     return f"FREQ={freq}" + (f";INTERVAL={n}" if n != 1 else "") + \
+        (";BYDAY=" + ",".join(_DAYS[d] for d in days) if freq == "WEEKLY" and len(res.offsets) > 1 else "") + \
         (f";COUNT={res.total()}" if res.last else "")
 
 
