@@ -168,6 +168,8 @@ def test_qsub_t0_is_the_queues_most(site, capsys):
      "requests more than the nodes it may use have (2 nodes within node01)"),
     (("-n", "1", "-t", "5", "--attrs", "a=b=c", "job.sh"), 1, "Improperly formatted argument to attrs : a=b=c"),
     (("-n", "1", "-t", "5", "--geometry", "4x4x4x4x2", "job.sh"), 1, "Alternate location geometries are a Blue Gene's"),
+    (("-n", "1", "-t", "5", "--run_users", ":", "job.sh"), 1, "--run_users needs a user"),
+    (("-n", "1", "-t", "5", "--run_project", "job.sh"), 1, "--run_project is not supported here"),
     (("-n", "1", "-t", "5", "--geometry", "1x1x1x1x1", "--attrs", "location=node01", "job.sh"), 1,
      "give a location or a geometry, not both"),
     (("-n", "1", "-t", "5", "missing.sh"), 1, "not found, or is not a file"),
@@ -360,6 +362,25 @@ def test_geometry_keeps_a_job_to_the_blocks_of_that_shape(mira, capsys):
         capsys.readouterr()
         assert run("qsub", *argv, "-t", "30", "a.out") == (1, "")
         assert said in capsys.readouterr().err
+
+
+def test_run_users_may_act_on_the_job_as_its_owner(site, monkeypatch, capsys):
+    """Cobalt's --run_users: they hold, release, alter and delete it as its owner may; it
+    still runs as its owner; qstat shows them as User_List."""
+    assert run("qsub", "-n", "1", "-t", "5", "--run_users", "bob:carol", "job.sh") == (0, "1\n")
+    assert run("qsub", "-n", "1", "-t", "5", "job.sh") == (0, "2\n")
+    assert stored().jobs[1].extra["cobalt"]["run_users"] == ["alice", "bob", "carol"]
+    monkeypatch.setenv("HPCSCHED_USER", "bob")
+    assert run("qhold", "1")[0] == 0 and run("qalter", "-t", "10", "1")[0] == 0
+    assert run("qhold", "2")[0] == 1  # (not his)
+    assert stored().jobs[1].walltime == 600 and stored().jobs[1].owner == "alice"
+    long = dict(line.split(": ", 1) for line in run("qstat", "-lf", "1")[1].splitlines() if ": " in line)
+    assert {k.strip(): v for k, v in long.items()}["user_list"] == "alice:bob:carol"
+    monkeypatch.setenv("HPCSCHED_USER", "dave")
+    assert run("qdel", "1")[0] == 1
+    monkeypatch.setenv("HPCSCHED_USER", "carol")
+    assert run("qrls", "1")[0] == 0 and run("qdel", "1")[0] == 0
+    assert stored().jobs[1].state.value == "deleted"
 
 
 def test_qalter_attrs_replaces_them_and_a_new_node_count_keeps_the_location(site, capsys):

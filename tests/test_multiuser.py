@@ -628,6 +628,11 @@ def test_a_cobalt_site_takes_its_users_jobs_through_the_server(site, users):
     status, out, err = site.run(ALICE, "qsub", "-n", "1", "-t", "1", "-O", "second", "job.sh")
     assert (status, out) == (0, "2\n"), err
     assert site.run(BOB, "qdel", "1")[0] == 1
+    status, out, err = site.run(ALICE, "qsub", "-n", "1", "-t", "1", "-h", "--run_users", BOB, "job.sh")
+    assert (status, out) == (0, "3\n"), err  # (bob may act on this one as she may: Cobalt's --run_users)
+    assert site.run(BOB, "qdel", "3")[0] == 0
+    status, _, err = site.run(ALICE, "qsub", "-n", "1", "-t", "1", "--run_users", "hpcst_nosuch", "job.sh")
+    assert status == 1 and err == "user hpcst_nosuch does not exist.\n"
     status, _, err = site.run(BOB, "cqadm", "--admin-hold", "1")  # (an operator's tool: the server says who)
     assert status == 1 and err == f"Permission denied: {BOB} is not an operator or a manager\n"
     status, out, err = site.run("root", "cqadm", "--getq")

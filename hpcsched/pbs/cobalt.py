@@ -9,7 +9,7 @@ the one core sees one kind of job and every PBS command shows a Cobalt job too.
     qsub -n NODES -t MINUTES|HH:MM:SS [-A project] [-q queue] [--mode M] [--env A=1:B=2]
          [--cwd dir] [-O prefix] [-o file] [-e file] [-i file] [--jobname name] [-h] [-M addr]
          [--dependencies ID:ID] [--proccount N] [-u umask] [--attrs location=LOC:k=v] [--geometry AxBxCxDxE]
-         [-I] command [args]
+         [--run_users a:b] [-I] command [args]
     qstat [-f] [-l] [-u user] [--header A:B] [--sort A:B] [--reverse] [-Q] [jobid|queue ...]
     qdel ID...    qhold ID...    qrls [--dependencies] ID...    qmove QUEUE ID...
     qalter [-t [+|-]TIME] [-n N] [-A p] [--mode M] [--proccount N] [-e f] [-o f] [-M a]
@@ -218,7 +218,7 @@ QSUB_USAGE = "[options] <executable> [<executable options>]"
 #: the modes a machine takes (a Blue Gene/Q's ranks per node; `interactive` is -I)
 BG_MODES = ("c1", "c2", "c4", "c8", "c16", "c32", "c64", "script", "interactive")
 OTHER_MODES = ("script", "interactive")
-UNSUPPORTED = {"run_users": "no other user may act on a job", "run_project": "no other user may act on a job",
+UNSUPPORTED = {"run_project": "a project's members are not known here (--run_users names them)",
                "preemptable": "no job is preempted"}
 
 
@@ -275,6 +275,22 @@ def shaped(text: str, nodes: int, topology) -> tuple[str, ...]:
     if not names:
         raise CommandError(f"Block Geometry {text} is not an available geometry.")
     return names
+
+
+def run_users(text: str, owner: str, site) -> list[str]:
+    """`--run_users a:b`: the users who may act on the job as its owner does, its owner
+    first (each checked against the password file on a multi-user site, as Cobalt does)."""
+    users = [u for u in text.split(":") if u]
+    if not users:
+        raise CommandError("--run_users needs a user")
+    if site.multi_user:
+        import pwd
+        for user in users:
+            try:
+                pwd.getpwnam(user)
+            except KeyError:
+                raise CommandError(f"user {user} does not exist.") from None
+    return list(dict.fromkeys([owner, *users]))
 
 
 def kept_to(c: dict, topology) -> tuple[str, ...]:
@@ -359,6 +375,8 @@ def qsub_action(opts: list[tuple[str, str]], operands: list[str], out, now: floa
               **{k: o[k] for k in ("kernel", "kerneloptions", "ion_kernel", "ion_kerneloptions") if k in o}}
     if "proccount" in o:
         cobalt["procs"] = positive(o["proccount"], "proccount")
+    if "run_users" in o:
+        cobalt["run_users"] = run_users(o["run_users"], whoami(), load_site())
 
     def on_this_machine(sched, job: Job, queue: str) -> None:
         """What the job must meet here: its nodes, its mode, and -t 0 as the queue's most."""
@@ -497,7 +515,7 @@ def job_fields(job: Job, sched, now: float, score) -> dict[str, object]:
         "dependencies": ":".join(str(d.job_id) for d in job.dependencies) or None,
         "short_state": {"queued": "Q", "running": "R", "exiting": "E", "killing": "K"}.get(s, "H"),
         "notify": x.get("mail_users") or None, "score": score(job), "maxtasktime": None, "attrs": c.get("attrs", {}),
-        "dep_frac": None, "user_list": job.owner, "geometry": c.get("geometry", "Any"),
+        "dep_frac": None, "user_list": ":".join(c.get("run_users", [job.owner])), "geometry": c.get("geometry", "Any"),
         "est_start_time": (sched.planned(job.id) or (None,))[0] if job.state in PENDING else None}
 
 

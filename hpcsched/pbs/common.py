@@ -159,20 +159,22 @@ def hold_letters(job: Job) -> str:
 
 
 def may_touch(site, user: str, job: Job, hold: str = "u") -> bool:
-    """PBS: owners act on their own jobs (user holds); operators also on others' and on
-    operator holds; system holds are for managers."""
+    """PBS: owners act on their own jobs (user holds), and so do the users a Cobalt job
+    names (--run_users); operators also on others' and on operator holds; system holds
+    are for managers."""
     if hold == "s":
         return site.is_manager(user)
     if hold == "o":
         return site.is_operator(user)
-    return user == job.owner or site.is_operator(user)
+    return user == job.owner or user in job.extra.get("cobalt", {}).get("run_users", ()) or site.is_operator(user)
 
 
 def may_see(site, user: str, job: Job) -> bool:
     """qmgr's query_other_jobs (true by default): false, a user sees only their own jobs
-    (operators and managers see every one), in qstat, qselect, showq, checkjob, showstart,
-    tracejob and mdiag -p alike."""
-    return site.config.get("query_other_jobs", True) or user == job.owner or site.is_operator(user)
+    and the Cobalt jobs naming them (--run_users); operators and managers see every one,
+    in qstat, qselect, showq, checkjob, showstart, tracejob and mdiag -p alike."""
+    return site.config.get("query_other_jobs", True) or user == job.owner or site.is_operator(user) \
+        or user in job.extra.get("cobalt", {}).get("run_users", ())
 
 
 def check_reservation(sched, job: Job) -> None:
