@@ -419,8 +419,8 @@ def run(root: Path, seed: int, steps: int = 40, users: tuple[str, ...] = ()) -> 
         for rid, resv in rig.resvs.items():  # (one asked for a time already past is tomorrow's)
             if resv["start"] > time.time() + 60:
                 rig.cmd("pbs_rdel", rid, user=resv["owner"])
+        jobs = settle(rig)  # (a session's job held by the prologue is released there, then ends)
         sessions(rig)
-        jobs = settle(rig)
         rig.qterm()
     finally:
         if rig.server is not None:
