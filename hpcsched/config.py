@@ -17,7 +17,7 @@ from .core.policy import Fifo, Policy
 from .core.reservations import Reservation
 from .core.route import Queue, Router
 from .core.scheduler import Scheduler, Settings
-from .core.timefmt import parse_duration
+from .core.timefmt import WEEKDAYS, parse_duration
 from . import machines
 from .core.quotas import Quotas
 from .core.usage import METRICS, Usage
@@ -185,16 +185,13 @@ def _flag(d: dict, key: str, where: str, default: bool = False) -> bool:
     return value
 
 
-_DAYS = ("MO", "TU", "WE", "TH", "FR", "SA", "SU")
-
-
 def _weekdays(days, start: float, where: str) -> tuple[float, tuple[float, ...]]:
     """(first start, offsets in the week) of a reservation held on `days` ("MO", "Tue",
     "friday", ...) at `start`'s time of day, from `start` on, in local time."""
-    if not isinstance(days, list) or not days or not all(isinstance(x, str) and x[:2].upper() in _DAYS
+    if not isinstance(days, list) or not days or not all(isinstance(x, str) and x[:2].upper() in WEEKDAYS
                                                         for x in days):
         raise ConfigError(f"{where}: a list of days (MO, TU, WE, TH, FR, SA, SU)")
-    wanted = {_DAYS.index(x[:2].upper()) for x in days}
+    wanted = {WEEKDAYS.index(x[:2].upper()) for x in days}
     t0 = datetime.fromtimestamp(start)
     ahead = next(k for k in range(7) if (t0.weekday() + k) % 7 in wanted)
     first = t0 + timedelta(days=ahead)

@@ -12,6 +12,7 @@ from test_commands import full, submit
 
 from hpcsched.core.jobs import DELETED, EXITING, QUEUED
 from hpcsched.core.reservations import Reservation
+from hpcsched.core.timefmt import WEEKDAYS
 from hpcsched.pbs import maui, qmgr, rsub
 from hpcsched.pbs.errors import CommandError
 from hpcsched.store.journaled import Batch
@@ -338,7 +339,7 @@ def test_byday_and_byhour_occurrences_match_a_plain_day_by_day_reading(seed, mon
         days = sorted(rng.sample(range(7), rng.randint(1, 4))) if rng.random() < 0.7 else []
         hours = sorted(rng.sample(range(24), rng.randint(1, 3))) if rng.random() < 0.5 else []
         rule = f"FREQ={freq};INTERVAL={interval}" + \
-            (";BYDAY=" + ",".join(rsub._DAYS[d] for d in days) if days else "") + \
+            (";BYDAY=" + ",".join(WEEKDAYS[d] for d in days) if days else "") + \
             (";BYHOUR=" + ",".join(map(str, hours)) if hours else "") + ";COUNT=25"
         t0 = datetime(2030, 1, 1) + timedelta(minutes=rng.randrange(0, 14 * 24 * 60))
         first, period, offsets, last = rsub._rrule(rule, t0.timestamp())

@@ -1,4 +1,4 @@
-"""Durations as PBS writes them: `[[DD:]HH:]MM:SS` or plain seconds."""
+"""Durations as PBS writes them: `[[DD:]HH:]MM:SS` or plain seconds; iCalendar's days."""
 from __future__ import annotations
 
 import re
@@ -8,6 +8,8 @@ from .errors import InvalidRequest
 #: one field of a duration: ASCII digits, at most 12 of them before an optional fraction
 #: (str.isdigit also takes '²', which float() then refuses)
 _NUMBER = re.compile(r"[0-9]{1,12}(?:\.[0-9]{1,9})?")
+#: the days of the week as iCalendar (BYDAY) names them, in datetime.weekday() order
+WEEKDAYS = ("MO", "TU", "WE", "TH", "FR", "SA", "SU")
 
 
 def parse_duration(text: str | int | float) -> float:

@@ -25,7 +25,7 @@ from datetime import datetime, timedelta, timezone
 from ..core.errors import InvalidRequest, SchedulerError
 from ..core.jobs import Request
 from ..core.reservations import Reservation, overlapping
-from ..core.timefmt import hms, parse_duration
+from ..core.timefmt import WEEKDAYS, hms, parse_duration
 from ..store.site import load_site, whoami
 from . import common
 from .attributes import build_request, merge, parse_start_after
@@ -38,7 +38,6 @@ BAD_TIME = 238  # PBSE_BADTSPEC 15086 mod 256
 UNAVAILABLE = 196  # PBSE_RESCUNAV 15044 mod 256: no nodes free for its window
 #: rrule FREQ -> seconds
 _FREQ = {"MINUTELY": 60.0, "HOURLY": 3600.0, "DAILY": 86400.0, "WEEKLY": 604800.0}
-_DAYS = ("MO", "TU", "WE", "TH", "FR", "SA", "SU")  # (datetime's weekday() order)
 _RULE_HELP = ("give FREQ=MINUTELY|HOURLY|DAILY|WEEKLY[;INTERVAL=n][;BYDAY=MO,...][;BYHOUR=h,...]"
               "[;COUNT=n|;UNTIL=YYYYMMDD[THHMMSS[Z]]]; BYDAY and BYHOUR with DAILY or WEEKLY")
 
@@ -83,7 +82,7 @@ def _rrule(text: str, start: float) -> tuple[float, float, tuple[float, ...], fl
     try:
         interval = int(fields.get("INTERVAL", "1"))
         count = int(fields.get("COUNT", "0"))
-        days = sorted({_DAYS.index(d) for d in fields["BYDAY"].split(",")}) if "BYDAY" in fields else []
+        days = sorted({WEEKDAYS.index(d) for d in fields["BYDAY"].split(",")}) if "BYDAY" in fields else []
         hours = sorted({int(h) for h in fields["BYHOUR"].split(",")}) if "BYHOUR" in fields else []
         if not 1 <= interval <= 10 ** 4 or count < 0 or "COUNT" in fields and count < 1 \
                 or any(not 0 <= h <= 23 for h in hours):
@@ -306,7 +305,7 @@ def _rrule_text(res: Reservation) -> str:
     n = int(res.period // _FREQ[freq])
     days = sorted({datetime.fromtimestamp(res.start + o).weekday() for o in res.offsets})
     return f"FREQ={freq}" + (f";INTERVAL={n}" if n != 1 else "") + \
-        (";BYDAY=" + ",".join(_DAYS[d] for d in days) if freq == "WEEKLY" and len(res.offsets) > 1 else "") + \
+        (";BYDAY=" + ",".join(WEEKDAYS[d] for d in days) if freq == "WEEKLY" and len(res.offsets) > 1 else "") + \
         (f";COUNT={res.total()}" if res.last else "")
 
 
