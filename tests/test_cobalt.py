@@ -378,7 +378,11 @@ def test_run_users_may_act_on_the_job_as_its_owner(site, monkeypatch, capsys):
     assert {k.strip(): v for k, v in long.items()}["user_list"] == "alice:bob:carol"
     monkeypatch.setenv("HPCSCHED_USER", "dave")
     assert run("qdel", "1")[0] == 1
+    monkeypatch.setenv("HPCSCHED_USER", "bob")
+    assert run("qalter", "--run_users", "bob", "1") == (0, "run_users changed for job 1\n")  # (carol's gone)
     monkeypatch.setenv("HPCSCHED_USER", "carol")
+    assert run("qrls", "1")[0] == 1
+    monkeypatch.setenv("HPCSCHED_USER", "bob")
     assert run("qrls", "1")[0] == 0 and run("qdel", "1")[0] == 0
     assert stored().jobs[1].state.value == "deleted"
 

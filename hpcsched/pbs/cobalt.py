@@ -764,7 +764,7 @@ QALTER_TABLE = ((("-d", "--debug"), "debug", False), (("-v", "--verbose"), "verb
                 (("-o", "--output"), "output", True), (("-M", "--notify"), "notify", True),
                 (("--dependencies",), "dependencies", True), (("-h", "--held"), "held", False),
                 (("--jobname",), "jobname", True), (("--defer",), "defer", False), (("--attrs",), "attrs", True),
-                (("--geometry",), "geometry", True))
+                (("--geometry",), "geometry", True), (("--run_users", "--user_list"), "run_users", True))
 
 
 def qalter_action(opts, operands, out, now: float) -> int:
@@ -817,7 +817,7 @@ def _alterations(job: Job, o: dict, batch: Batch, now: float) -> tuple[dict, lis
     options: dict[str, str] = {}
     resources: dict[str, str] = {}
     said = [name for name in ("nodecount", "mode", "proccount", "output", "error", "notify", "dependencies", "attrs",
-                              "geometry") if name in o]
+                              "geometry", "run_users") if name in o]
     if "time" in o:
         text = o["time"].strip()
         seconds = minutes(text.lstrip("+-"))
@@ -854,6 +854,8 @@ def _alterations(job: Job, o: dict, batch: Batch, now: float) -> tuple[dict, lis
         c["procs"] = positive(o["proccount"], "proccount")
     elif "nodecount" in o or "mode" in o:
         c["procs"] = c["nodes"] * int(c["mode"][1:]) if c["mode"][0] == "c" else c["nodes"]
+    if "run_users" in o:  # (they replace the job's; its owner stays first)
+        c["run_users"] = run_users(o["run_users"], job.owner, batch.site)
     for name, value in (("attrs", attributes(o["attrs"]) if o.get("attrs") else None),
                         ("geometry", o.get("geometry") or None)):
         if name in o:  # (what is given replaces the job's; an empty value drops it)
