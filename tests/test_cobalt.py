@@ -169,7 +169,6 @@ def test_qsub_t0_is_the_queues_most(site, capsys):
     (("-n", "1", "-t", "5", "--attrs", "a=b=c", "job.sh"), 1, "Improperly formatted argument to attrs : a=b=c"),
     (("-n", "1", "-t", "5", "--geometry", "4x4x4x4x2", "job.sh"), 1, "Alternate location geometries are a Blue Gene's"),
     (("-n", "1", "-t", "5", "--run_users", ":", "job.sh"), 1, "--run_users needs a user"),
-    (("-n", "1", "-t", "5", "--run_project", "job.sh"), 1, "--run_project is not supported here"),
     (("-n", "1", "-t", "5", "--geometry", "1x1x1x1x1", "--attrs", "location=node01", "job.sh"), 1,
      "give a location or a geometry, not both"),
     (("-n", "1", "-t", "5", "missing.sh"), 1, "not found, or is not a file"),
@@ -385,6 +384,20 @@ def test_run_users_may_act_on_the_job_as_its_owner(site, monkeypatch, capsys):
     monkeypatch.setenv("HPCSCHED_USER", "bob")
     assert run("qrls", "1")[0] == 0 and run("qdel", "1")[0] == 0
     assert stored().jobs[1].state.value == "deleted"
+
+
+def test_run_project_lets_the_projects_users_act_on_the_job(site, rig, monkeypatch, capsys):
+    """Cobalt's --run_project: the users of the job's project (its allocation's users)."""
+    config = rig / "home" / "config.toml"
+    config.write_text(config.read_text() + '[allocations]\non_exhausted = "run"\n[allocations.projects.chem]\namount = 1000\n'
+                      'users = ["alice", "bob"]\n[allocations.projects.solo]\namount = 10\n')
+    assert run("qsub", "-n", "1", "-t", "5", "-A", "chem", "--run_project", "-h", "job.sh") == (0, "1\n")
+    assert stored().jobs[1].extra["cobalt"]["run_users"] == ["alice", "bob"]
+    for argv, said in ((("-A", "solo"), "project solo lists no users"), ((), "--run_project needs a project")):
+        assert run("qsub", "-n", "1", "-t", "5", *argv, "--run_project", "job.sh") == (1, "")
+        assert said in capsys.readouterr().err
+    monkeypatch.setenv("HPCSCHED_USER", "bob")
+    assert run("qrls", "1")[0] == 0
 
 
 def test_qalter_attrs_replaces_them_and_a_new_node_count_keeps_the_location(site, capsys):

@@ -218,8 +218,7 @@ QSUB_USAGE = "[options] <executable> [<executable options>]"
 #: the modes a machine takes (a Blue Gene/Q's ranks per node; `interactive` is -I)
 BG_MODES = ("c1", "c2", "c4", "c8", "c16", "c32", "c64", "script", "interactive")
 OTHER_MODES = ("script", "interactive")
-UNSUPPORTED = {"run_project": "a project's members are not known here (--run_users names them)",
-               "preemptable": "no job is preempted"}
+UNSUPPORTED = {"preemptable": "no job is preempted"}
 
 
 def attributes(text: str) -> dict[str, str]:
@@ -377,6 +376,8 @@ def qsub_action(opts: list[tuple[str, str]], operands: list[str], out, now: floa
         cobalt["procs"] = positive(o["proccount"], "proccount")
     if "run_users" in o:
         cobalt["run_users"] = run_users(o["run_users"], whoami(), load_site())
+    if "run_project" in o and not o.get("project"):
+        raise CommandError("--run_project needs a project (-A)")
 
     def on_this_machine(sched, job: Job, queue: str) -> None:
         """What the job must meet here: its nodes, its mode, and -t 0 as the queue's most."""
@@ -394,6 +395,11 @@ def qsub_action(opts: list[tuple[str, str]], operands: list[str], out, now: floa
             if not most:
                 raise CommandError("-t 0 asks for the queue's most walltime, and the queue sets none")
             job.walltime = most
+        if "run_project" in o:  # (its project's users, as its allocation lists them)
+            account = sched.bank.accounts.get(job.account) if sched.bank is not None else None
+            if account is None or not account.users:
+                raise CommandError(f"--run_project: project {job.account} lists no users (its allocation's users)")
+            cobalt["run_users"] = list(dict.fromkeys([*cobalt.get("run_users", [job.owner]), *sorted(account.users)]))
         within = kept_to(cobalt, sched.topology)
         if within:  # (it runs there alone: inside that block, on those nodes, on a block of that shape)
             job.request = replace(job.request, within=within)
