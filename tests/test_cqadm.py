@@ -165,6 +165,28 @@ def test_run_takes_a_crays_nid_ranges(site, monkeypatch, capsys):
     assert sched().jobs[a].nodes == ("nid00005",) and sched().jobs[b].nodes == ("nid00003",)
 
 
+def test_preempt_sends_a_preemptable_running_job_back_to_its_queue(site, monkeypatch, capsys):
+    from hpcsched.pbs import cobalt
+    monkeypatch.setenv("HPCSCHED_USER", "alice")
+    (site / "job.sh").write_text("#!/bin/sh\n")
+    (site / "job.sh").chmod(0o755)
+    monkeypatch.chdir(site)
+    for extra in (["--preemptable"], []):
+        assert cobalt.QSUB(["-n", "1", "-t", "5", *extra, "job.sh"], out=io.StringIO(), now=NOW) == 0
+    monkeypatch.setenv("HPCSCHED_USER", "root")
+    batch = Batch(load_site())
+    with batch.open(write=True):
+        batch.do("pass", NOW)
+    assert run("--preempt", "1", "2")[0] == 1 and "job 2: it is not preemptable" in capsys.readouterr().err
+    assert sched().jobs[1].extra["rerun"] is True and "rerun" not in sched().jobs[2].extra
+    assert run("-f", "--preempt", "2")[0] == 0 and sched().jobs[2].extra["rerun"] is True
+    assert run("--preempt", "1")[0] == 1 and "it is being preempted already" in capsys.readouterr().err
+    monkeypatch.setenv("HPCSCHED_USER", "alice")
+    assert cobalt.QSUB(["-n", "1", "-t", "5", "--preemptable", "job.sh"], out=io.StringIO(), now=NOW) == 0
+    monkeypatch.setenv("HPCSCHED_USER", "root")
+    assert run("--preempt", "3")[0] == 1 and "it is queued: only a running job is preempted" in capsys.readouterr().err
+
+
 def test_setjobid_numbers_the_next_job_and_never_goes_back(site, monkeypatch, capsys):
     assert run("-j", "1000")[0] == 0 and submit(monkeypatch) == 1000
     assert run("--setjobid=5")[0] == 1 and "is below the next id, 1001" in capsys.readouterr().err

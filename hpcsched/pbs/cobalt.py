@@ -218,9 +218,6 @@ QSUB_USAGE = "[options] <executable> [<executable options>]"
 #: the modes a machine takes (a Blue Gene/Q's ranks per node; `interactive` is -I)
 BG_MODES = ("c1", "c2", "c4", "c8", "c16", "c32", "c64", "script", "interactive")
 OTHER_MODES = ("script", "interactive")
-UNSUPPORTED = {"preemptable": "no job is preempted"}
-
-
 def attributes(text: str) -> dict[str, str]:
     """`--attrs location=X:foo:no_bar` -> {"location": "X", "foo": "true", "bar": "false"}."""
     out = {}
@@ -356,9 +353,6 @@ def qsub_action(opts: list[tuple[str, str]], operands: list[str], out, now: floa
         if name == "env":  # (each --env adds to the others)
             envs.update(env_pairs(value))
         o[name] = value
-    for name, what in UNSUPPORTED.items():
-        if name in o:
-            raise CommandError(f"--{name} is not supported here: {what}")
     if "time" not in o:
         raise CommandError("'time' not provided")
     if "nodecount" not in o:
@@ -371,6 +365,7 @@ def qsub_action(opts: list[tuple[str, str]], operands: list[str], out, now: floa
     attrs = attributes(o["attrs"]) if "attrs" in o else {}
     cobalt = {"nodes": nodes, "mode": mode, "env": envs, **({"attrs": attrs} if attrs else {}),
               **({"geometry": o["geometry"]} if "geometry" in o else {}),
+              **({"preemptable": True} if "preemptable" in o else {}),
               **{k: o[k] for k in ("kernel", "kerneloptions", "ion_kernel", "ion_kerneloptions") if k in o}}
     if "proccount" in o:
         cobalt["procs"] = positive(o["proccount"], "proccount")
@@ -507,7 +502,7 @@ def job_fields(job: Job, sched, now: float, score) -> dict[str, object]:
         "timeremaining": _elapsed(job.walltime - (now - job.start_time)) if started else "N/A",
         "nodes": c.get("nodes", job.request.nodes), "state": s, "location": location(job, sched.topology),
         "mode": c.get("mode", "script"), "procs": c.get("procs", job.request.processors),
-        "preemptable": False, "user_hold": Hold.USER in job.holds,
+        "preemptable": bool(c.get("preemptable")), "user_hold": Hold.USER in job.holds,
         "admin_hold": bool(job.holds - {Hold.USER}), "queue": job.queue,
         "starttime": ctime(job.start_time) if started else "N/A",
         "index": job.array_index if job.array_id else None, "submittime": ctime(job.submit_time),

@@ -4,12 +4,14 @@
     cqadm --addq | --delq | --startq | --stopq | --drainq | --killq  QUEUE...
     cqadm --setq 'prop=value ...' | --unsetq 'prop ...'  QUEUE...
     cqadm --kill [-f] JOBID...                     cqadm --run=LOCATION JOBID...
+    cqadm --preempt [-f] JOBID...
     cqadm [--admin-hold | --admin-release | --user-hold | --user-release]
           [--queue=QUEUE] [--time=MINUTES|HH:MM:SS]  JOBID...
 
 Every action is a translation, never a second path: a queue's change is qmgr's (the same
 overlay, the whole configuration checked before it is written), a job's is qhold/qrls,
-qdel, qrun -H, qmove or qalter's walltime, each through the same store operations.  Queue
+qdel, qrun -H, qrerun (--preempt), qmove or qalter's walltime, each through the same store
+operations.  Queue
 actions are a manager's, job actions an operator's (or a manager's).  Cobalt's queue
 states map onto PBS's switches: running (enabled, started), stopped (enabled, not
 started), draining (takes no job, runs those it has), dead (neither).  An admin hold is
@@ -22,7 +24,7 @@ import re
 import sys
 
 from ..core.errors import SchedulerError
-from ..core.jobs import ACTIVE, FINISHED, PENDING, Hold, Job
+from ..core.jobs import ACTIVE, FINISHED, PENDING, RUNNING, Hold, Job
 from ..core.timefmt import hms
 from ..store.journaled import Batch
 from ..store.site import load_site, whoami
@@ -203,6 +205,14 @@ def act(batch: Batch, job: Job, o: dict, now: float, walltime: float | None, hos
     """Each action cqadm's options ask of one job (see `jobs`)."""
     if "kill" in o:
         return qctl.qdel(batch, job, {"p": ""} if "force" in o else {})
+    if "preempt" in o:  # (back to the queue, to run again: qrerun's; -f for one not --preemptable)
+        if not job.extra.get("cobalt", {}).get("preemptable") and "force" not in o:
+            raise CommandError("it is not preemptable (qsub --preemptable; -f preempts it anyway)")
+        if job.state != RUNNING:
+            raise CommandError(f"it is {job.state.value}: only a running job is preempted")
+        if job.extra.get("rerun"):
+            raise CommandError("it is being preempted already")
+        return batch.do("process", now, id=job.id, set={"rerun": True})
     if "run" in o:
         return qctl.run_on(batch, job, hosts)
     holds = [(option, kinds, hold) for option, kinds, hold in HOLDS if option in o]
@@ -238,8 +248,6 @@ def cqadm(opts: list[tuple[str, str]], operands: list[str], out, now: float) -> 
         raise CommandError(f"Option combinations not allowed with: {', '.join(alone)} option(s)")
     if "savestate" in o:
         raise CommandError("--savestate is not supported here: the store is saved at every change")
-    if "preempt" in o:
-        raise CommandError("--preempt is not supported here (qsig -s suspend, or qrerun, frees a job's nodes)")
     if "policy" in o:
         raise CommandError("--policy is not supported here: queues share the site's [priority] policy")
     if "getq" in o:
