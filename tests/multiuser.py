@@ -46,7 +46,7 @@ def drop_users(names: list[str]) -> None:
 
 
 def run_as(user: str, home: Path, prog: str, argv: list[str], cwd: str | None = None,
-           env: dict | None = None, stdin: bytes = b"") -> tuple[int, str, str]:
+           env: dict | None = None, stdin: bytes = b"", timeout: int = 30) -> tuple[int, str, str]:
     """Run a command as `user` the way a shell would (the front door: forwarded to the server,
     or run in-process when none answers): (exit status, stdout, stderr)."""
     pw = pwd.getpwnam(user)
@@ -62,7 +62,7 @@ def run_as(user: str, home: Path, prog: str, argv: list[str], cwd: str | None = 
     pid = os.fork()
     if pid == 0:  # the child: become the user, then be the command
         status = 127
-        signal.alarm(30)  # (a command that hangs ends here, not the test run)
+        signal.alarm(timeout)  # (a command that hangs ends here, not the test run)
         try:
             os.dup2(pipes[0][0], 0)
             os.dup2(pipes[1][1], 1)

@@ -52,6 +52,7 @@ NODES, CORES = 2, 2
 FLAVORS = ("torque", "cobalt", "openpbs")  # by seed modulo 3
 SHORT = '[queues.short]\nmax_walltime = "00:10:00"\nmax_running_per_user = 1\n'
 SETTLE = 90.0  # seconds the jobs left at the end may take to finish
+SESSION = 600  # seconds a qsub -I may wait for its job and run its session (a scenario's whole length)
 
 #: the commands a scenario draws from, with their weights
 STEPS = {"submit": 30, "delete": 5, "hold": 4, "release": 4, "alter": 3, "resize": 2, "rerun": 3, "signal": 2,
@@ -123,20 +124,21 @@ class Rig:
         return self.work / user if self.multi else self.work
 
     def cmd(self, *argv: str, stdin: str | None = None, manager: bool = False,
-            user: str | None = None) -> subprocess.CompletedProcess:
-        """A command as `user` (the first user by default), or as a manager."""
+            user: str | None = None, timeout: int = 60) -> subprocess.CompletedProcess:
+        """A command as `user` (the first user by default), or as a manager; one still
+        running after `timeout` seconds is killed."""
         user = user or self.users[0]
         if self.multi:
             from multiuser import run_as
             who = "root" if manager else user
             status, out, err = run_as(who, self.home, argv[0], list(argv[1:]),
                                       cwd=str(self.work if manager else self.workdir(user)),
-                                      stdin=(stdin or "").encode())
+                                      stdin=(stdin or "").encode(), timeout=timeout)
             p = subprocess.CompletedProcess(argv, status, out, err)
         else:
             env = dict(self.env, HPCSCHED_USER="boss") if manager else self.env
             p = subprocess.run([str(BIN / argv[0]), *argv[1:]], input=stdin, capture_output=True, text=True,
-                               env=env, cwd=self.work, timeout=60)
+                               env=env, cwd=self.work, timeout=timeout)
         self.said(argv, p.stderr)
         return p
 
@@ -380,7 +382,7 @@ def step(rig: Rig, rng: random.Random, kind: str) -> None:
 
         def session():
             try:
-                answer.append(rig.cmd(*argv, stdin=script(sleep, status), user=user))
+                answer.append(rig.cmd(*argv, stdin=script(sleep, status), user=user, timeout=SESSION))
             except subprocess.TimeoutExpired as e:  # (its job left waiting for a client that is gone)
                 answer.append(e)
         thread = threading.Thread(target=session, daemon=True)

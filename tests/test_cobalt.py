@@ -531,3 +531,22 @@ def test_cqwait_reads_the_store_without_a_server_and_refuses_bad_ids(site, capsy
     assert run("cqwait", "x")[0] == 1 and capsys.readouterr().err == "jobid must be an integer: x\n"
     assert run("cqwait")[0] == 2 and "No Jobid(s) given" in capsys.readouterr().err
     assert run("cqwait", "-v") == (0, f'version: "cqwait " + hpcsched {cobalt.common.VERSION}\n')
+
+
+def test_a_cobalt_interactive_session_waits_for_its_held_job(live):
+    """The waiting qsub -I looks through qselect (PBS's form on every site): a Cobalt
+    site's qstat reads no `-x -f -F json`, and the session gave its job up as deleted
+    after two seconds, leaving it to start with no one there."""
+    import time
+    env, home, work, start = live
+    config = home / "config.toml"
+    config.write_text(config.read_text().replace('flavor = "torque"', 'flavor = "cobalt"'))
+    start()
+    p = test_server.interactive(env, work, "-n", "1", "-t", "5", "-h")
+    jid = p.stdout.readline().strip()
+    assert p.stdout.readline() == f"qsub: waiting for job {jid} to start\n"
+    time.sleep(3)  # (past the client's two seconds between looks)
+    assert p.poll() is None
+    assert cmd(env, work, "qrls", jid).returncode == 0
+    out, err = p.communicate("echo in-session $COBALT_JOBID\nexit 0\n", timeout=30)
+    assert p.returncode == 0 and f"in-session {jid}" in out, out + err

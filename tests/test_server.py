@@ -727,6 +727,32 @@ def test_interrupting_a_waiting_interactive_qsub_deletes_its_job(live):
     assert state(env, work, jid)["job_state"] == "C"
 
 
+def test_an_interactive_job_whose_qsub_never_comes_is_aborted_not_run_again(rig, monkeypatch):
+    """A session's qsub -I that is gone (killed while it waited) never runs the session:
+    after INTERACTIVE_WAIT the job ends aborted (A), its nodes freed, instead of going
+    back to the queue to wait for it again and again."""
+    import io
+
+    from hpcsched.pbs import accounting, qsub
+    from hpcsched.server import loop as server
+    from hpcsched.store.journaled import Batch
+    from hpcsched.store.site import load_site
+    monkeypatch.setattr(qsub.commands, "server_answers", lambda: True)  # (the server below is in-process)
+    jid = qsub.submit(["-I", "-l", "walltime=60"], stdin=io.StringIO(""), cwd=str(rig), env={})[0]  # (no session)
+    srv = server.Server(load_site(), grace=1)
+    t = time.time()
+    assert srv.step(t) == 1
+    srv.step(t + server.INTERACTIVE_WAIT - 1)  # (still waiting for its qsub)
+    with Batch(load_site()).open(write=False) as batch:
+        assert batch.sched.jobs[int(jid.split(".")[0])].state.value == "running"
+    srv.step(t + server.INTERACTIVE_WAIT + 1)
+    with Batch(load_site()).open(write=False) as batch:
+        job = batch.sched.jobs[int(jid.split(".")[0])]
+    assert job.state.value == "completed" and job.exit_status == -1 and job.run_count == 1
+    assert job.comment == "its qsub -I never came for the session: aborted"
+    assert [e.kind for e in accounting.read(rig / "home") if e.job_id == jid] == ["Q", "S", "A"]
+
+
 def test_a_launch_is_journaled_as_a_process_record_without_the_script(rig):
     """The server's bookkeeping of a job's process is its own small journal record: not
     an alter carrying the job's whole `extra` (script included) into the journal."""

@@ -453,9 +453,14 @@ def _attributes(jid: str, remote: bool) -> dict | None:
 
 
 def _waiting(jid: str, remote: bool) -> bool:
-    """Is the job still there and not ended?"""
-    attrs = _attributes(jid, remote)
-    return bool(attrs) and attrs.get("job_state") != "F"
+    """Is the job still there and not ended?  Asked of qselect, whose form is PBS's on every
+    site (a Cobalt site's qstat takes no -x -f -F json); yes while nobody answers (a server
+    starting again), so a session waits on rather than give its job up."""
+    answer = commands.query("qselect", [], here=not remote)
+    if answer is None or answer[0]:
+        return True
+    number = common.parse_ref(jid)[0]
+    return any(line.split(".")[0].split("[")[0] == str(number) for line in answer[1].split())
 
 
 def blocked(jid: str, remote: bool, poll: float = 1.0) -> int:

@@ -381,6 +381,11 @@ class Server:
             if status is None and pid is not None and pid in self.children:
                 ws = self.children[pid]  # (forgotten only once the end is in the store)
                 status = 256 + os.WTERMSIG(ws) if os.WIFSIGNALED(ws) else os.WEXITSTATUS(ws)
+            if status is None and pid is None and job.extra.get("interactive"):
+                # its qsub -I never came for the session (it is gone): aborted, as PBS's
+                # mom gives up on a qsub it cannot reach, not requeued to wait again
+                self._note(job, now, comment="its qsub -I never came for the session: aborted")
+                status = LOST
             if status is None:
                 if job.extra.get("rerunnable", True) and job.state == RUNNING:
                     self._requeue(job, now)
