@@ -11,12 +11,11 @@
 Every action is a translation, never a second path: a queue's change is qmgr's (the same
 overlay, the whole configuration checked before it is written), a job's is qhold/qrls,
 qdel, qrun -H, qrerun (--preempt), qmove or qalter's walltime, each through the same store
-operations.  Queue
-actions are a manager's, job actions an operator's (or a manager's).  Cobalt's queue
-states map onto PBS's switches: running (enabled, started), stopped (enabled, not
-started), draining (takes no job, runs those it has), dead (neither).  An admin hold is
-PBS's operator hold; an admin release lifts the operator and system holds.  Errors are one
-line each and status 1; a malformed command line prints the usage and exits 2.
+operations.  Queue actions are a manager's, job actions an operator's (or a manager's).
+Cobalt's queue states map onto PBS's switches: running (enabled, started), stopped
+(enabled, not started), draining (takes no job, runs those it has), dead (neither).  An
+admin hold is PBS's operator hold; an admin release lifts the operator and system holds.
+Errors are one line each and status 1; a malformed command line prints the usage and exits 2.
 """
 from __future__ import annotations
 
@@ -26,10 +25,10 @@ import sys
 from ..core.errors import SchedulerError
 from ..core.jobs import ACTIVE, FINISHED, PENDING, RUNNING, Hold, Job
 from ..core.timefmt import hms
+from ..machines.cray import Cray
 from ..store.journaled import Batch
 from ..store.site import load_site, whoami
 from . import qctl
-from ..machines.cray import Cray
 from .cobalt import CobaltCommand, job_ids, minutes, number, places, queue_state, tabular
 from .errors import CommandError, UsageError
 from .qmgr import Qmgr
@@ -122,7 +121,8 @@ def getq(out) -> int:
     rows = [[q.name, ":".join(sorted(q.acl_users)) if q.acl_users is not None else "*",
              ":".join(sorted(q.acl_groups)) if q.acl_groups is not None else "*", shown(q.min_walltime),
              shown(q.max_walltime), shown(q.max_running_per_user), shown(q.max_running), shown(q.max_queued_per_user),
-             shown(q.max_running_nodes_per_user), "None", shown(q.max_running_nodes), "None", queue_state(q), "None", "default", str(q.priority)] for q in queues]
+             shown(q.max_running_nodes_per_user), "None", shown(q.max_running_nodes), "None", queue_state(q), "None",
+             "default", str(q.priority)] for q in queues]
     out.write(tabular([header, *rows]))
     return 0
 
