@@ -7,14 +7,14 @@ from __future__ import annotations
 
 import math
 import tomllib
-from datetime import date, datetime, timedelta
+from datetime import date, datetime
 
 from .core.bank import MAX_AMOUNT, Account, Bank, Window
 from .core.calendar import Entry
 from .core.errors import ConfigError, InvalidRequest
 from .core.plan import ALL
 from .core.policy import Fifo, Policy
-from .core.reservations import Reservation
+from .core.reservations import Reservation, pattern
 from .core.route import Queue, Router
 from .core.scheduler import Scheduler, Settings
 from .core.timefmt import WEEKDAYS, parse_duration
@@ -187,15 +187,12 @@ def _flag(d: dict, key: str, where: str, default: bool = False) -> bool:
 
 def _weekdays(days, start: float, where: str) -> tuple[float, tuple[float, ...]]:
     """(first start, offsets in the week) of a reservation held on `days` ("MO", "Tue",
-    "friday", ...) at `start`'s time of day, from `start` on, in local time."""
+    "friday", ...) at `start`'s time of day, from `start` on: pbs_rsub's weekly BYDAY."""
     if not isinstance(days, list) or not days or not all(isinstance(x, str) and x[:2].upper() in WEEKDAYS
                                                         for x in days):
         raise ConfigError(f"{where}: a list of days (MO, TU, WE, TH, FR, SA, SU)")
-    wanted = {WEEKDAYS.index(x[:2].upper()) for x in days}
-    t0 = datetime.fromtimestamp(start)
-    ahead = next(k for k in range(7) if (t0.weekday() + k) % 7 in wanted)
-    first = t0 + timedelta(days=ahead)
-    return first.timestamp(), tuple(sorted(((w - first.weekday()) % 7) * 86400.0 for w in wanted))
+    first, _, offsets = pattern("WEEKLY", 1, sorted({WEEKDAYS.index(x[:2].upper()) for x in days}), [], start)
+    return first, offsets
 
 
 def reservation_from_config(d: dict, where: str) -> Reservation:

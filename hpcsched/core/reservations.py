@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from datetime import datetime, timedelta
 from enum import Enum
 
 from .errors import InvalidRequest
@@ -26,6 +27,31 @@ class Access(Enum):
     BLOCKED = 0  # the job may not use these nodes while the reservation is active
     ALLOWED = 1  # the job may use them (or any other free nodes)
     BOUND = 2  # the job must run inside this reservation and nowhere else
+
+
+#: an iCalendar recurrence's frequencies, in seconds
+FREQUENCIES = {"MINUTELY": 60.0, "HOURLY": 3600.0, "DAILY": 86400.0, "WEEKLY": 604800.0}
+
+
+def pattern(freq: str, interval: int, days: list[int], hours: list[int], start: float):
+    """(first start, period, offsets) of a recurrence every `interval` FREQ, on `days`
+    (weekday numbers) at `hours`, the minutes `start`'s (pbs_rsub's BYDAY and BYHOUR, a
+    configured reservation's days): its occurrences over two periods in local wall-clock
+    time, the first at or after `start`; later periods repeat in fixed seconds."""
+    t0 = datetime.fromtimestamp(start).replace(microsecond=0)
+    base = timedelta(seconds=FREQUENCIES[freq] * interval)
+    if freq == "WEEKLY":  # each period's first week, from its Monday
+        monday, period = t0 - timedelta(days=t0.weekday()), base
+        starts = [monday + k * base + timedelta(days=d) for k in (0, 1) for d in days or [t0.weekday()]]
+    else:  # every `interval` of the frequency, on the days picked (a whole number of weeks then)
+        period = base * (7 // math.gcd(7, interval)) if days and freq == "DAILY" else base
+        starts = [t0 + k * base for k in range(2 * (period // base))]
+        starts = [t for t in starts if not days or t.weekday() in days]
+    if hours:
+        starts = [t.replace(hour=h) for t in starts for h in hours]
+    first = min(t for t in starts if t >= t0)
+    offsets = tuple(sorted((t - first).total_seconds() for t in starts if first <= t < first + period))
+    return first.timestamp(), period.total_seconds(), offsets
 
 
 def overlapping(duration: float, period: float, offsets: tuple[float, ...]) -> bool:

@@ -20,11 +20,11 @@ import math
 import re
 import sys
 import time
-from datetime import datetime, timedelta, timezone
+from datetime import datetime, timezone
 
 from ..core.errors import InvalidRequest, SchedulerError
 from ..core.jobs import Request
-from ..core.reservations import Reservation, overlapping
+from ..core.reservations import FREQUENCIES, Reservation, overlapping, pattern
 from ..core.timefmt import WEEKDAYS, hms, parse_duration
 from ..store.site import load_site, whoami
 from . import common
@@ -36,8 +36,6 @@ from .maui import load, name_cores, node_count, release
 UNKNOWN_RESV = 236  # PBSE_UNKRESVID 15084 mod 256
 BAD_TIME = 238  # PBSE_BADTSPEC 15086 mod 256
 UNAVAILABLE = 196  # PBSE_RESCUNAV 15044 mod 256: no nodes free for its window
-#: rrule FREQ -> seconds
-_FREQ = {"MINUTELY": 60.0, "HOURLY": 3600.0, "DAILY": 86400.0, "WEEKLY": 604800.0}
 _RULE_HELP = ("give FREQ=MINUTELY|HOURLY|DAILY|WEEKLY[;INTERVAL=n][;BYDAY=MO,...][;BYHOUR=h,...]"
               "[;COUNT=n|;UNTIL=YYYYMMDD[THHMMSS[Z]]]; BYDAY and BYHOUR with DAILY or WEEKLY")
 
@@ -75,7 +73,7 @@ def _rrule(text: str, start: float) -> tuple[float, float, tuple[float, ...], fl
         fields[key] = value
     freq = fields.get("FREQ")
     unknown = sorted(set(fields) - {"FREQ", "INTERVAL", "COUNT", "UNTIL", "BYDAY", "BYHOUR"})
-    if unknown or freq not in _FREQ or ("COUNT" in fields and "UNTIL" in fields) \
+    if unknown or freq not in FREQUENCIES or ("COUNT" in fields and "UNTIL" in fields) \
             or (fields.keys() & {"BYDAY", "BYHOUR"} and freq not in ("DAILY", "WEEKLY")):
         not_taken = f"; {unknown[0]} is not taken" if unknown else ""
         raise UsageError(f"illegal -r value {text!r} ({_RULE_HELP}{not_taken})")
@@ -87,7 +85,7 @@ def _rrule(text: str, start: float) -> tuple[float, float, tuple[float, ...], fl
         if not 1 <= interval <= 10 ** 4 or count < 0 or "COUNT" in fields and count < 1 \
                 or any(not 0 <= h <= 23 for h in hours):
             raise ValueError
-        first, period, offsets = _pattern(freq, interval, days, hours, start)
+        first, period, offsets = pattern(freq, interval, days, hours, start)
         if "UNTIL" in fields:
             u = fields["UNTIL"]  # local time, or UTC with a Z
             until = datetime.strptime(u.removesuffix("Z"), "%Y%m%dT%H%M%S" if "T" in u else "%Y%m%d")
@@ -102,25 +100,6 @@ def _rrule(text: str, start: float) -> tuple[float, float, tuple[float, ...], fl
     except (ValueError, OverflowError, OSError):
         raise UsageError(f"illegal -r value {text!r}") from None
     return first, period, offsets, last
-
-
-def _pattern(freq: str, interval: int, days: list[int], hours: list[int], start: float):
-    """(first start, period, offsets): the rule's occurrences over two of its periods,
-    counted in local wall-clock time, the first at or after `start`."""
-    t0 = datetime.fromtimestamp(start).replace(microsecond=0)
-    base = timedelta(seconds=_FREQ[freq] * interval)
-    if freq == "WEEKLY":  # each period's first week, from its Monday
-        monday, period = t0 - timedelta(days=t0.weekday()), base
-        starts = [monday + k * base + timedelta(days=d) for k in (0, 1) for d in days or [t0.weekday()]]
-    else:  # every `interval` of the frequency, on the days picked (a whole number of weeks then)
-        period = base * (7 // math.gcd(7, interval)) if days and freq == "DAILY" else base
-        starts = [t0 + k * base for k in range(2 * (period // base))]
-        starts = [t for t in starts if not days or t.weekday() in days]
-    if hours:
-        starts = [t.replace(hour=h) for t in starts for h in hours]
-    first = min(t for t in starts if t >= t0)
-    offsets = tuple(sorted((t - first).total_seconds() for t in starts if first <= t < first + period))
-    return first.timestamp(), period.total_seconds(), offsets
 
 
 def _window(opts: dict, resources: dict, now: float) -> tuple[float, float]:
@@ -301,8 +280,8 @@ def pbs_rstat(opts: list[tuple[str, str]], operands: list[str], out, now: float)
 
 
 def _rrule_text(res: Reservation) -> str:
-    freq = next((f for f, s in sorted(_FREQ.items(), key=lambda kv: -kv[1]) if res.period % s == 0), "MINUTELY")
-    n = int(res.period // _FREQ[freq])
+    freq = next((f for f, s in sorted(FREQUENCIES.items(), key=lambda kv: -kv[1]) if res.period % s == 0), "MINUTELY")
+    n = int(res.period // FREQUENCIES[freq])
     days = sorted({datetime.fromtimestamp(res.start + o).weekday() for o in res.offsets})
     return f"FREQ={freq}" + (f";INTERVAL={n}" if n != 1 else "") + \
         (";BYDAY=" + ",".join(WEEKDAYS[d] for d in days) if freq == "WEEKLY" and len(res.offsets) > 1 else "") + \
