@@ -39,7 +39,8 @@ DRIVER_KEYS = frozenset({"flavor", "operators", "managers", "keep_completed", "p
                          "prologue_timeout", "launcher", "job_history_duration",
                          "node_log", "scheduling", "mail_command", "submit_filter",
                          "multi_user", "acl_roots", "deadline_users", "query_other_jobs", "resv_enable",
-                         "default_walltime"})
+                         "default_walltime", "site_path", "filter_user", "mail_user", "max_request", "tmpdir",
+                         "acl_resv_users", "resv_max_duration", "resv_max_nodes", "resv_max_per_user"})
 
 #: The embedded default: a small test rig with ALCF-style routing and EASY backfill.
 DEFAULT_TOML = """\

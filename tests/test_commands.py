@@ -211,7 +211,7 @@ def test_a_script_with_dos_line_ends_is_refused_at_both_doors(rig, capsys):
         done = subprocess.run([sys.executable, os.path.join(ROOT, "bin", "qsub"), *argv[1:]], input=stdin or b"",
                               capture_output=True, env=os.environ)
         assert (done.returncode, done.stderr) == (1, b"qsub: script is written in DOS/Windows text format\n")
-    reply = run_for(front.encode_request("qsub", [], "/", dict(os.environ), dos))
+    reply = run_for(front.encode_request("qsub", [], "/", dict(os.environ), dos), None, os.environ["HPCSCHED_HOME"])
     assert reply.startswith(b"1\0") and reply.endswith(b"qsub: script is written in DOS/Windows text format\n")
     assert not (rig / "home" / "journal.jsonl").exists()  # nothing stored
     assert submit(script="#!/bin/sh\nprintf 'a\\rb'\n") == "1.headnode"  # (a CR inside a line is the script's own)

@@ -30,6 +30,11 @@ def test_request_round_trip_keeps_every_byte():
         decode_request(b"other\0qsub\0/\0" + b"0\0" * 3)
 
 
+def serve(data: bytes) -> bytes:
+    """The server's answer to `data`, on the rig's site, from its own user."""
+    return run_for(data, None, os.environ["HPCSCHED_HOME"])
+
+
 def reply(data):
     status, size, body = data.split(b"\0", 2)
     size = int(size)
@@ -41,16 +46,16 @@ def test_run_for_runs_as_the_client_and_restores_the_server(rig, tmp_path, monke
     work.mkdir()
     before_env, before_cwd, before_out = dict(os.environ), os.getcwd(), sys.stdout
     env = dict(os.environ, HPCSCHED_USER="bob", HPCSCHED_FLAVOR="openpbs", LANG="C")
-    status, out, err = reply(run_for(encode_request("qsub", ["-N", "fwd"], str(work), env, b"true\n")))
+    status, out, err = reply(serve(encode_request("qsub", ["-N", "fwd"], str(work), env, b"true\n")))
     assert (status, err) == (0, "") and out == "1.headnode\n"
     assert dict(os.environ) == before_env and os.getcwd() == before_cwd and sys.stdout is before_out
-    status, out, _ = reply(run_for(encode_request("qstat", ["-f", "1"], "/", env, None)))
+    status, out, _ = reply(serve(encode_request("qstat", ["-f", "1"], "/", env, None)))
     assert status == 0
     assert "Job_Owner = bob@" in out and f"PBS_O_WORKDIR={work}" in out.replace("\n\t", "")
     # the client's flavor: OpenPBS qstat without -x refuses a job id it does not know with 153
-    status, out, err = reply(run_for(encode_request("qstat", ["7"], "/", env, None)))
+    status, out, err = reply(serve(encode_request("qstat", ["7"], "/", env, None)))
     assert status == 153 and err.startswith("qstat: Unknown Job Id 7.headnode")
-    assert reply(run_for(encode_request("qsub", ["-Z"], "/", env, b"")))[0] == 2
+    assert reply(serve(encode_request("qsub", ["-Z"], "/", env, b"")))[0] == 2
 
 
 def test_a_forwarded_command_reads_and_shows_dates_in_its_callers_zone(rig):
@@ -59,9 +64,9 @@ def test_a_forwarded_command_reads_and_shows_dates_in_its_callers_zone(rig):
     import time
     env = dict(os.environ, TZ="Asia/Tokyo")
     before = time.strftime("%z")
-    status, out, _ = reply(run_for(encode_request("qsub", ["-a", "203001011200"], "/", env, b"true\n")))
+    status, out, _ = reply(serve(encode_request("qsub", ["-a", "203001011200"], "/", env, b"true\n")))
     assert status == 0 and time.strftime("%z") == before  # (the server's own zone again)
-    status, out, _ = reply(run_for(encode_request("qstat", ["-f", "1"], "/", env, None)))
+    status, out, _ = reply(serve(encode_request("qstat", ["-f", "1"], "/", env, None)))
     assert "Execution_Time = Tue Jan 01 12:00:00 2030" in out
     from hpcsched.store.journaled import Batch
     from hpcsched.store.site import load_site
@@ -74,7 +79,7 @@ def test_a_forwarded_command_reads_and_shows_dates_in_its_callers_zone(rig):
 def test_a_named_user_that_is_no_user_name_is_refused_at_both_doors(rig, monkeypatch, capsys, name):
     # (it went into Job_Owner, accounting's key=value records and qstat's columns as it was)
     env = dict(os.environ, HPCSCHED_USER=name)
-    status, out, err = reply(run_for(encode_request("qsub", [], "/", env, b"true\n")))
+    status, out, err = reply(serve(encode_request("qsub", [], "/", env, b"true\n")))
     monkeypatch.setenv("HPCSCHED_USER", name)
     (rig / "job.sh").write_text("true\n")
     here = commands.run_here("qsub", ["-N", "here", str(rig / "job.sh")])
@@ -85,16 +90,16 @@ def test_a_named_user_that_is_no_user_name_is_refused_at_both_doors(rig, monkeyp
     message = f"qsub: HPCSCHED_USER: {name!r} is not a user name"
     assert status == 1 and out == "" and err.startswith(message) and err.count("\n") == 1
     assert here == 1 and local.err.startswith(message) and local.out == ""
-    status, out, _ = reply(run_for(encode_request("qstat", [], "/", dict(env, HPCSCHED_USER="alice"), None)))
+    status, out, _ = reply(serve(encode_request("qstat", [], "/", dict(env, HPCSCHED_USER="alice"), None)))
     assert (status, out) == (0, "")  # (nothing submitted)
 
 
 def test_run_for_refuses_what_it_must_not_run(rig):
     for prog in ("pbsyod", "rm"):
-        status, _, err = reply(run_for(encode_request(prog, [], "/", {}, None)))
+        status, _, err = reply(serve(encode_request(prog, [], "/", {}, None)))
         assert status == 1 and "not a command the server runs" in err
-    assert reply(run_for(b"garbage"))[0] == 1
-    status, _, err = reply(run_for(encode_request("qstat", [], "/no/such/dir", dict(os.environ), None)))
+    assert reply(serve(b"garbage"))[0] == 1
+    status, _, err = reply(serve(encode_request("qstat", [], "/no/such/dir", dict(os.environ), None)))
     assert status == 1 and "/no/such/dir" in err
 
 

@@ -36,16 +36,20 @@ def encode_reply(status: int, out: bytes, err: bytes) -> bytes:
     return b"%d\0%d\0" % (status, len(out)) + out + err
 
 
-def run_for(request: bytes, caller: str | None = None) -> bytes:
+def run_for(request: bytes, caller: str | None, home: str) -> bytes:
     """Run a forwarded command in this process (the server) as the client would have run
     it: its arguments, directory, environment and standard input; the reply to send back.
     `caller`: the user the kernel says sent it (None: the server's own user, who may name
-    another with $HPCSCHED_USER on a test rig).  The server is single-threaded, so
-    swapping the process's context is safe; it is restored whatever the command does."""
+    another with $HPCSCHED_USER on a test rig).  `home`: the server's own site, fixed when
+    it started: a request names no site (its $HPCSCHED_HOME is replaced), so a user who
+    links the socket into a site of her own still talks to this one.  The state change is
+    serial (one command at a time), so swapping the process's context is safe; it is
+    restored whatever the command does."""
     try:
         prog, argv, cwd, env, stdin, flag = decode_request(request)
     except ValueError:
         return encode_reply(1, b"", b"hpcsched: malformed request to the server\n")
+    env["HPCSCHED_HOME"] = home
     # (qsub -I and pbsyod from a caller the kernel named: a multi-user site's client runs
     # the session or the program itself; the server submits, or says what to run)
     if prog not in COMMANDS or _runs_here(prog, argv) and caller is None:

@@ -222,8 +222,11 @@ def ask(prog: str, argv: list[str]) -> tuple[int, bytes, bytes] | None:
             flag = SCRIPT
         elif _reads_stdin(prog, argv) and sys.stdin is not None:
             flag, data = STDIN, sys.stdin.buffer.read()
-        sock.sendall(encode_request(prog, argv, cwd, dict(environ()), data, flag))
-        sock.shutdown(_socket.SHUT_WR)
+        try:
+            sock.sendall(encode_request(prog, argv, cwd, dict(environ()), data, flag))
+            sock.shutdown(_socket.SHUT_WR)
+        except BrokenPipeError:
+            pass  # the server refused the request before its end: its reply says why
         while chunk := sock.recv(1 << 16):
             chunks.append(chunk)
     except TimeoutError:

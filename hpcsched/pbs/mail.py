@@ -3,6 +3,7 @@
 The message is Torque's and OpenPBS's (`PBS Job Id:`, `Job Name:`, `Exec host:`, then
 what happened) and goes through the site's `mail_command`, a command that reads a whole
 message with its headers on stdin (`["sendmail", "-t"]`).  No command set: no mail.
+It runs as a site program (siteprog.py: the site's PATH, never a caller's environment).
 Mail never stops anything: a command that fails or hangs past MAIL_TIMEOUT is reported
 on stderr and the job goes on.
 """
@@ -12,6 +13,7 @@ import subprocess
 import sys
 
 from ..core.jobs import Job
+from . import siteprog
 from .common import display_id, resources_used
 
 BEGIN, END, ABORT = "b", "e", "a"
@@ -49,9 +51,11 @@ def send(site, job: Job, event: str, what: str) -> None:
     if not command or not wanted(job, event, site.flavor):
         return
     try:
-        done = subprocess.run(command, input=message(job, site.server, what).encode(),
-                              stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, timeout=MAIL_TIMEOUT)
+        done = subprocess.run(command, input=message(job, site.server, what).encode(), stdout=subprocess.DEVNULL,
+                              stderr=subprocess.PIPE, timeout=MAIL_TIMEOUT, env=siteprog.environment(site),
+                              cwd="/", start_new_session=True,
+                              **siteprog.identity(site, "mail_user"))
         if done.returncode:
             print(f"hpcsched: mail for job {job.id}: {command[0]} exited {done.returncode}", file=sys.stderr)
-    except (OSError, subprocess.TimeoutExpired) as e:
+    except (OSError, KeyError, subprocess.SubprocessError) as e:
         print(f"hpcsched: mail for job {job.id}: {e}", file=sys.stderr)

@@ -22,7 +22,7 @@ from ..store import site as sitemod
 from ..store.journaled import Batch
 from ..store.layout import INTERACTIVE, WRAPPER
 from ..store.site import load_site, notify, whoami
-from . import accounting, common
+from . import accounting, common, siteprog
 from . import front as commands
 from .attributes import (ALL_INDICES, DependSpec, advance_reservation, build_request, consumption, cput_of,
                          directives, merge, parse_array, parse_depend, parse_job_name, parse_join, parse_keep,
@@ -191,7 +191,7 @@ def submit_parsed(cmd: list[tuple[str, str]], rest: list[str], stdin=None, cwd: 
         ["--", *program] if program is not None else [])
     python_filter = site.config.get("submit_filter") if isinstance(site.config.get("submit_filter"), str) else None
     if site.config.get("submit_filter") and not interactive and not python_filter:
-        script = submit_filter(site.config["submit_filter"], words, script, cwd, env)
+        script = submit_filter(site, words, script, cwd, env)
     prefix = next((v for letter, v in cmd if letter == "C"), env.get("PBS_DPREFIX", "#PBS"))
     found = directives(script, prefix) if program is None else []
     if commands.blocks(found):  # (qsub reads its own command line to know it must wait)
@@ -318,18 +318,23 @@ def _may_run_as(site, user: str) -> None:
 FILTER_TIMEOUT = 10.0  # seconds a site's submit filter may take
 
 
-def submit_filter(command: list[str], words: list[str], script: str, cwd: str, env: dict) -> str:
+def submit_filter(site, words: list[str], script: str, cwd: str, env: dict) -> str:
     """Torque's submit filter: the site's command gets qsub's arguments and the script on
     stdin, and writes the script to submit (changed or not) on stdout; a non-zero exit
     refuses the job with what it wrote on stderr.  A filter that cannot run, fails or takes
-    longer than FILTER_TIMEOUT refuses the job; it never takes anything else down."""
+    longer than FILTER_TIMEOUT refuses the job; it never takes anything else down.  It runs
+    as a site program (siteprog.py): the caller's environment is not its own, only the
+    PBS_O_ names qsub gives the job."""
     rejected = "Your job has been administratively rejected by the queueing system"
+    told = {k: v for k, v in env.items() if k in ("PBS_O_LOGNAME", "PBS_O_HOME", "PBS_O_WORKDIR", "USER", "LOGNAME")}
     try:
-        proc = subprocess.Popen([*command, *words], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                stderr=subprocess.PIPE, cwd=cwd, env=env, start_new_session=True)
-    except (OSError, ValueError) as e:
+        proc = subprocess.Popen([*site.config["submit_filter"], *words], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, cwd=siteprog.workdir(site, "filter_user", cwd),
+                                env=siteprog.environment(site, **told), start_new_session=True,
+                                **siteprog.identity(site, "filter_user"))
+    except (OSError, ValueError, KeyError, subprocess.SubprocessError) as e:
         raise common.CommandError(f"{rejected}: the submit filter cannot run: "
-                                  f"{getattr(e, 'strerror', None) or e}", common.SYSTEM) from None
+                                  f"{getattr(e, 'strerror', None) or str(e).strip(chr(39))}", common.SYSTEM) from None
     try:
         out, err = proc.communicate(script.encode("utf-8", "surrogateescape"), timeout=FILTER_TIMEOUT)
     except subprocess.TimeoutExpired:

@@ -42,21 +42,20 @@ from pathlib import Path
 from ..core.jobs import ACTIVE, EXITING, FINISHED, RUNNING, Job
 from ..drain.moablog import DailyWriter
 from ..drain.samples import Sampler
-from ..pbs import accounting, cobalt, common, forwarded, mail
+from ..pbs import accounting, cobalt, common, forwarded, mail, siteprog
 from ..pbs import front as commands
 from ..store.journal import StoreError
 from ..store.journaled import Batch
 from ..store.layout import INTERACTIVE, WRAPPER
 from ..core.errors import SchedulerError
 from ..store.site import SOCKET, Site, config_stamp, load_site, user_name
-from . import limits, privilege, scripts, staging, tracking
+from . import door, limits, privilege, scripts, staging, tracking
 
 COBALT_NODES = "cobalt_nodes"  # a Cobalt job's $COBALT_NODEFILE in its run directory
 
 LOST = -1  # exit status of a job whose process vanished without one
 INTERACTIVE_WAIT = 60.0  # seconds a started interactive job waits for its qsub -I
 STEP_EVERY = 0.2  # seconds: under a stream of commands, a poke's step waits no longer
-COMMAND_TIMEOUT = 10.0  # seconds a client may take to send its request or read the reply
 FAULT_RETRY = 60.0  # seconds before the server tries again what failed in its own code
 
 
@@ -130,6 +129,9 @@ class Server:
         # a multi-user site: the kernel names callers; as root, jobs run as their owners
         self.multi = site.multi_user
         self.as_owners = self.multi and os.geteuid() == 0
+        self.max_request = int(cfg.get("max_request", door.MAX_REQUEST))  # bytes of one command's request
+        if getattr(self, "door", None) is not None:
+            self.door.limit = self.max_request
         # Torque drops a finished job keep_completed seconds after it ends; OpenPBS keeps
         # history for job_history_duration (two weeks by default)
         self.retention = (site.keep_completed if site.flavor == "torque"
@@ -702,8 +704,8 @@ class Server:
 
     def _script_env(self, job: Job) -> dict[str, str]:
         """The environment of the site's prologue and epilogue."""
-        return {"PATH": "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", "HPCSCHED_HOME": str(self.home),
-                "PBS_JOBID": common.display_id(job, self.site.server), "PBS_NODEFILE": str(self.jobdir(job) / "nodes")}
+        return siteprog.environment(self.site, PBS_JOBID=common.display_id(job, self.site.server),
+                                    PBS_NODEFILE=str(self.jobdir(job) / "nodes"))
 
     def _in_cgroup(self, job: Job) -> bool:
         """Is every process of the job in its run's cgroup (no need to look for its mark)?"""
@@ -912,8 +914,8 @@ class Server:
         for node in job.nodes:
             cmd = [part.replace("{node}", node) for part in self.check]
             try:
-                ok = subprocess.run(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                                    stderr=subprocess.DEVNULL, timeout=60).returncode == 0
+                ok = subprocess.run(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                                    env=siteprog.environment(self.site), timeout=60).returncode == 0
             except (OSError, subprocess.TimeoutExpired):
                 ok = False
             if not ok:
@@ -978,6 +980,7 @@ class Server:
             os.chmod(self.home / commands.SOCKET, privilege.COMMAND_SOCKET_MODE)
         listener.listen(128)
         sel.register(listener, selectors.EVENT_READ)
+        self.door = door.Door(sel, listener, self.multi, self.max_request)
         wake_r, wake_w = socket.socketpair()
         wake_r.setblocking(False)
         wake_w.setblocking(False)
@@ -1000,10 +1003,10 @@ class Server:
                 timeout = 0.0 if due else max(0.0, deadline - time.time())
                 if until is not None:
                     timeout = min(timeout, max(0.0, until - time.time()))
-                answered = False
-                for key, _ in sel.select(timeout):
-                    if key.fileobj is listener:
-                        answered = self._answer_waiting(listener) or answered
+                if self.door.deadline() is not None:
+                    timeout = min(timeout, max(0.0, self.door.deadline() - time.monotonic()))
+                for key, mask in sel.select(timeout):
+                    if self.door.event(key.fileobj, mask):
                         continue
                     due = True
                     try:
@@ -1011,6 +1014,8 @@ class Server:
                             pass
                     except (BlockingIOError, InterruptedError):
                         pass
+                answered = self._answer_ready()
+                self.door.expire(time.monotonic())
                 now = time.time()
                 if (due and (not answered or now - last >= STEP_EVERY)) or now >= deadline:
                     self.step()
@@ -1026,6 +1031,7 @@ class Server:
             if live is not None:
                 self.tracker.close(live)
             forwarded.stop_server = None
+            self.door.close()
             self.batch.release()
             signal.set_wakeup_fd(-1)
             sel.close()
@@ -1075,35 +1081,18 @@ class Server:
         sock.setblocking(False)
         return sock
 
-    def _answer_waiting(self, listener: socket.socket) -> bool:
-        """Answer every client already waiting; did any come?"""
-        answered = False
-        while self._answer(listener):
-            answered = True
-        return answered
-
-    def _answer(self, listener: socket.socket) -> bool:
-        """Run one forwarded command for its caller, as the kernel names it, and send the
-        result.  A single-user rig serves only its own user (who may name another with
-        $HPCSCHED_USER) and root; a multi-user site serves everyone as themselves."""
-        try:
-            conn, _ = listener.accept()
-        except (BlockingIOError, InterruptedError):
+    def _answer_ready(self) -> bool:
+        """Run every whole request, one at a time, their journal appends made durable by one
+        fsync before any reply goes out (door.py); did any come?"""
+        ready = self.door.take()
+        if not ready:
             return False
-        with conn:
-            try:
-                conn.settimeout(COMMAND_TIMEOUT)
-                uid = privilege.peer(conn)[1]
-                if not self.multi and uid not in (os.getuid(), 0):
-                    conn.sendall(forwarded.encode_reply(common.UNAUTHORIZED, b"", b"hpcsched: not this server's user\n"))
-                    return True
-                caller = None if uid == os.getuid() and not self.multi else user_name(uid)
-                chunks = []
-                while chunk := conn.recv(1 << 16):
-                    chunks.append(chunk)
-                conn.sendall(forwarded.run_for(b"".join(chunks), caller))
-            except OSError:
-                pass  # the client went away; what its command did (or not) is in the store
+        replies = []
+        with self.batch.store.one_sync():
+            for conn, request, caller in ready:
+                replies.append((conn, forwarded.run_for(request, caller, str(self.home))))
+        for conn, reply in replies:
+            self.door.answer(conn, reply)
         return True
 
     def _stop(self, *_):

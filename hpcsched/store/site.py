@@ -236,6 +236,15 @@ def _load_site(home: Path) -> Site:
         value = config.get(key, 1)
         if not isinstance(value, (int, float)) or isinstance(value, bool) or not math.isfinite(value) or value <= 0:
             raise ConfigError(f"{key}: must be a positive number of seconds")
+    for key in ("site_path", "filter_user", "mail_user", "tmpdir"):
+        if key in config and not (isinstance(config[key], str) and config[key] and "\0" not in config[key]):
+            raise ConfigError(f"{key}: must be a non-empty string")
+    if "tmpdir" in config and not config["tmpdir"].startswith("/"):
+        raise ConfigError("tmpdir: must be an absolute path")
+    for key in ("max_request", "resv_max_nodes", "resv_max_per_user"):
+        value = config.get(key, 1)
+        if not isinstance(value, int) or isinstance(value, bool) or value <= 0 or value > 1 << 40:
+            raise ConfigError(f"{key}: must be a positive whole number")
     if "default_walltime" in config:  # (PBS's server resources_default.walltime)
         try:
             if not parse_duration(config["default_walltime"]) > 0:
