@@ -121,3 +121,75 @@ def test_site_programs_get_no_callers_environment_and_the_filter_runs_as_nobody(
     site.wait(jid)
     time.sleep(0.5)
     assert not (drop / "sendmail_ran").exists()
+
+
+# --- identity and access -------------------------------------------------------------------
+
+@pytest.fixture
+def team(users):
+    """A group alice belongs to as a supplementary member (bob does not)."""
+    import subprocess
+    subprocess.run(["groupadd", "-f", "hpcst_team"], check=True)
+    subprocess.run(["usermod", "-a", "-G", "hpcst_team", ALICE], check=True)
+    yield "hpcst_team"
+    subprocess.run(["groupdel", "hpcst_team"], check=False)
+
+
+def test_a_group_is_the_owners_own_or_refused_and_the_job_runs_under_it(live, users, team):
+    script(ALICE, "job.sh", "id -gn\n")
+    status, _, err = live.run(ALICE, "qsub", "-W", "group_list=root", "job.sh")
+    assert status == 176 and "alice is not a member of group root" in err.replace("hpcst_", "")
+    script(BOB, "job.sh", "true\n")
+    assert live.run(BOB, "qsub", "-W", f"group_list={team}", "job.sh")[0] == 176
+    assert live.run(ALICE, "qsub", "-W", "group_list=nosuchgroup", "job.sh")[0] == 176
+    assert not live.sched().jobs
+    status, out, err = live.run(ALICE, "qsub", "-W", f"group_list={team}", "job.sh")
+    assert status == 0, err
+    jid = int(out.split(".")[0])
+    job = live.wait(jid)
+    assert job.group == team and job.exit_status == 0
+    assert Path(users[ALICE].pw_dir, f"job.sh.o{jid}").read_text() == f"{team}\n"
+    status, out, err = live.run(ALICE, "qsub", "job.sh")  # by default: her primary group
+    primary = grp.getgrgid(users[ALICE].pw_gid).gr_name
+    assert live.sched().jobs[int(out.split(".")[0])].group == primary
+
+
+def test_a_queues_acl_groups_admits_its_members_without_a_group_list(site, users):
+    primary = grp.getgrgid(users[ALICE].pw_gid).gr_name
+    path = site.home / "config.toml"
+    path.write_text(path.read_text() + f'acl_groups = ["{primary}"]\n')
+    site.start()
+    script(ALICE, "job.sh", "true\n")
+    status, out, err = site.run(ALICE, "qsub", "-h", "job.sh")
+    assert status == 0, err
+    script(BOB, "job.sh", "true\n")
+    status, _, err = site.run(BOB, "qsub", "-h", "job.sh")
+    assert status != 0 and "not allowed" in err
+
+
+@pytest.mark.parametrize("name", ["../x", "a/b", "..", "."])
+def test_a_job_name_that_would_lead_out_of_its_directory_is_refused(live, name):
+    script(ALICE, "job.sh", "true\n")
+    status, _, err = live.run(ALICE, "qsub", "-N", name, "job.sh")
+    assert status == 2 and err.startswith(f"qsub: illegal -N value {name!r}\n")
+    assert not live.sched().jobs
+
+
+def test_query_other_jobs_false_hides_ids_in_pbsnodes_dependencies_and_cqwait(live):
+    hers = submit(live, ALICE, "sleep 60\n", "-l", "nodes=1:ppn=2")
+    live.wait(hers, ("R",))
+    assert live.run("root", "qmgr", "-c", "set server query_other_jobs = False")[0] == 0
+    status, out, _ = live.run(BOB, "pbsnodes", "-a")
+    assert status == 0 and f"/{hers}." not in out and "jobs =" not in out and "job-exclusive" in out
+    status, out, _ = live.run(ALICE, "pbsnodes", "-a")
+    assert f"/{hers}." in out
+    script(BOB, "dep.sh", "true\n")
+    mine = live.run(BOB, "qsub", "-W", f"depend=afterok:{hers}", "dep.sh")
+    unknown = live.run(BOB, "qsub", "-W", "depend=afterok:999", "dep.sh")
+    assert mine[0] == unknown[0] == 153 and mine[2].replace(str(hers), "N") == unknown[2].replace("999", "N")
+    held = submit(live, BOB, "true\n", "-h", name="held.sh")
+    altered = live.run(BOB, "qalter", "-W", f"depend=afterok:{hers}", str(held))
+    assert altered[0] == 153
+    t0 = time.time()
+    assert live.run(BOB, "cqwait", str(hers))[0] == 0 and time.time() - t0 < 20  # (not waited for)
+    live.run("root", "qdel", str(hers))

@@ -524,8 +524,10 @@ def parse_path(text: str, option: str) -> str:
 
 
 def parse_job_name(text: str) -> str:
-    """-N: 1-236 characters, no space or control character."""
-    if not text or any(c.isspace() or ord(c) < 32 or ord(c) == 127 for c in text) or len(text) > 236:
+    """-N: 1-236 characters, no space, control character or `/` (the name makes the
+    output files' names: it may not lead out of their directory), and not . or .."""
+    if not text or any(c.isspace() or ord(c) < 32 or ord(c) == 127 or c == "/" for c in text) or len(text) > 236 \
+            or text in (".", ".."):
         raise UsageError(f"illegal -N value {text!r}")
     return text
 

@@ -837,7 +837,8 @@ def _alterations(job: Job, o: dict, batch: Batch, now: float) -> tuple[dict, lis
     if deps:
         job_ids(deps)
         options["W"] = "depend=afterok:" + ":".join(deps)
-    changes, _ = qctl.alter_changes(job, options, resources, now, batch.sched.jobs, batch.site.server,
+    changes, _ = qctl.alter_changes(job, options, resources, now, common.visible(batch.site, whoami(), batch.sched.jobs),
+                                    batch.site.server,
                                     batch.site.flavor, batch.sched.topology,
                                     frozenset(batch.site.config.get("consumables", {})))
     if "dependencies" in o and not deps:  # (`none`: every dependency goes)

@@ -26,6 +26,7 @@ UNAUTHORIZED = 159
 BAD_STATE = 170  # PBSE_BADSTATE 15018 mod 256
 BAD_DEPEND = 192  # PBSE_BADDEPEND 15040 mod 256
 BAD_USER = 175  # PBSE_BADUSER 15023 mod 256: the job's owner may not run jobs here
+BAD_GROUP = 176  # PBSE_BADGRP 15024 mod 256: the job's group is not one of its owner's
 
 
 
@@ -175,6 +176,36 @@ def may_see(site, user: str, job: Job) -> bool:
     in qstat, qselect, showq, checkjob, showstart, tracejob and mdiag -p alike."""
     return site.config.get("query_other_jobs", True) or user == job.owner or site.is_operator(user) \
         or user in job.extra.get("cobalt", {}).get("run_users", ())
+
+
+def visible(site, user: str, jobs: dict) -> dict:
+    """The jobs `user` may see (may_see), as a mapping read through (no copy): what names
+    a job (a dependency) finds an unseen one as it finds an unknown one."""
+    if site.config.get("query_other_jobs", True) or site.is_operator(user):
+        return jobs
+    return _Visible(jobs, lambda job: may_see(site, user, job))
+
+
+class _Visible(dict):
+    def __init__(self, jobs: dict, see):
+        super().__init__()
+        self.all, self.see = jobs, see
+
+    def get(self, key, default=None):
+        job = self.all.get(key)
+        return job if job is not None and self.see(job) else default
+
+    def __contains__(self, key):
+        return self.get(key) is not None
+
+    def __getitem__(self, key):
+        job = self.get(key)
+        if job is None:
+            raise KeyError(key)
+        return job
+
+    def values(self):
+        return [j for j in self.all.values() if self.see(j)]
 
 
 def check_reservation(sched, job: Job) -> None:

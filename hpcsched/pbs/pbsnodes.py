@@ -28,13 +28,15 @@ USAGE = ("usage: pbsnodes [-a|-l|-o|-c|-r] [-x|-F json] [-N note] [-q] [-s serve
 UNKNOWN_NODE = 1
 
 
-def jobs_on(sched, server: str) -> dict[str, list[tuple[int, str]]]:
-    """node -> [(core, job id)] for running jobs (a Blue Gene block: every core of its boards)."""
+def jobs_on(sched, server: str, see=None) -> dict[str, list[tuple[int, str]]]:
+    """node -> [(core, job id)] for running jobs (a Blue Gene block: every core of its boards).
+    `see(job)`: may the caller see it (query_other_jobs)?  A job they may not has "" for its
+    id: its cores count, its id is not shown."""
     on: dict[str, list[tuple[int, str]]] = {}
     topo = sched.topology
     for job in sched.jobs.values():
         if job.state in ACTIVE:
-            jid = common.display_id(job, server)
+            jid = common.display_id(job, server) if see is None or see(job) else ""
             for node, cores in zip(job.nodes, job.cores):
                 listed = topo.covered(node)
                 if listed == (node,):
@@ -65,8 +67,8 @@ def attributes(node, jobs: list[tuple[int, str]], note: str, flavor: str, gpus_u
     if flavor == "torque":
         a = {"state": state, "power_state": "Running", "np": node.cores, "properties": props,
              "ntype": "cluster"}
-        if jobs:
-            a["jobs"] = ",".join(f"{c}/{j}" for c, j in sorted(jobs))
+        if any(j for _, j in jobs):
+            a["jobs"] = ",".join(f"{c}/{j}" for c, j in sorted(jobs) if j)
         if node.gpus:
             a["gpus"] = node.gpus
         if note:
@@ -80,8 +82,8 @@ def attributes(node, jobs: list[tuple[int, str]], note: str, flavor: str, gpus_u
     for f in sorted(node.features):
         available[f] = "True"
     a = {"Mom": node.name, "ntype": "PBS", "state": state, "pcpus": node.cores}
-    if jobs:
-        a["jobs"] = [f"{j}/{c}" for c, j in sorted(jobs)]
+    if any(j for _, j in jobs):
+        a["jobs"] = [f"{j}/{c}" for c, j in sorted(jobs) if j]
     if resv:
         a["resv"] = list(resv)
     a["resources_available"] = available
@@ -164,7 +166,9 @@ def pbsnodes(opts: list[tuple[str, str]], operands: list[str], out, now: float) 
                 text = note(n)
                 out.write(f"{n.name:<20} {state_word(n, 0, flavor):<16}{' ' + text if text else ''}".rstrip() + "\n")
             return status
-        on, gpus = jobs_on(sched, site.server), common.gpus_held(sched.jobs.values())
+        user = whoami()
+        on, gpus = jobs_on(sched, site.server, lambda j: common.may_see(site, user, j)), \
+            common.gpus_held(sched.jobs.values())
         vocabulary = "openpbs" if o.get("F") == "json" else flavor  # JSON is OpenPBS's in both flavors
         resv: dict[str, list[str]] = {}
         for r in sorted(sched.reservations.values(), key=lambda r: (r.start, r.name)):

@@ -256,7 +256,8 @@ def qalter(opts: list[tuple[str, str]], ids: list[str], out, now: float) -> int:
         user = whoami()
         if not common.may_touch(batch.site, user, job):
             raise common.deny("qalter", job, batch.site)
-        changes, holds = alter_changes(job, options, resources, _time.time(), batch.sched.jobs, batch.site.server,
+        changes, holds = alter_changes(job, options, resources, _time.time(),
+                                       common.visible(batch.site, user, batch.sched.jobs), batch.site.server,
                                        batch.site.flavor, batch.sched.topology,
                                        frozenset(batch.site.config.get("consumables", {})))
         if job.state in FINISHED:

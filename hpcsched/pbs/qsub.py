@@ -202,6 +202,7 @@ def submit_parsed(cmd: list[tuple[str, str]], rest: list[str], stdin=None, cwd: 
         _may_run_as(site, user)
     job, deps, befores = make_job(options, resources, script, script_name, cwd, env, user, site.server, now,
                                   site.flavor, frozenset(site.config.get("consumables", {})))
+    job.group = job_group(user, job.group)
     if job.deadline is not None:
         common.check_deadline(site, user)
     if program is not None:
@@ -248,7 +249,7 @@ def submit_parsed(cmd: list[tuple[str, str]], rest: list[str], stdin=None, cwd: 
         array = options.get("t") or options.get("J")
         if befores and array:
             raise UsageError("an array cannot carry before dependencies")
-        job.dependencies = resolve_depend(deps, sched.jobs, site.server)
+        job.dependencies = resolve_depend(deps, common.visible(site, user, sched.jobs), site.server)
         if job.reservation:
             common.check_reservation(sched, job)
         if python_filter and not interactive:
@@ -313,6 +314,32 @@ def _may_run_as(site, user: str) -> None:
     if os.geteuid() != 0 and user != server and not site.config.get("launcher"):
         raise common.CommandError(f"Bad UID for job execution MSG=the server runs as {server} and cannot run "
                                   f"jobs as {user}", common.BAD_USER)
+
+
+def job_group(user: str, asked: str) -> str:
+    """The group a job runs under, as PBS checks it: `-W group_list`'s if the owner is a
+    member (primary or supplementary; else PBSE_BADGRP), by default the owner's primary
+    group.  A test rig's named user whom the host does not know keeps what was asked."""
+    import grp
+    import pwd
+    try:
+        pw = pwd.getpwnam(user)
+    except KeyError:
+        return asked
+    if not asked:
+        try:
+            return grp.getgrgid(pw.pw_gid).gr_name
+        except KeyError:
+            return str(pw.pw_gid)
+    try:
+        gid = grp.getgrnam(asked).gr_gid
+    except KeyError:
+        raise common.CommandError(f"Bad GID for job execution MSG=no group {asked} on this host",
+                                  common.BAD_GROUP) from None
+    if gid not in os.getgrouplist(user, pw.pw_gid):
+        raise common.CommandError(f"Bad GID for job execution MSG={user} is not a member of group {asked}",
+                                  common.BAD_GROUP)
+    return asked
 
 
 FILTER_TIMEOUT = 10.0  # seconds a site's submit filter may take

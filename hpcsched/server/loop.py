@@ -505,7 +505,7 @@ class Server:
         if job.extra.get("interactive") or "launched" not in job.extra:
             return
         try:
-            owner = privilege.Owner.of(job.owner) if self.as_owners else None
+            owner = privilege.Owner.of(job.owner, job.group) if self.as_owners else None
             out, err, into = self._streams(job, owner)
             paths = {into if s == "E" else err if job.extra.get("join") == "eo" else out for s in streams}
             with privilege.acting_as(owner) if owner else contextlib.nullcontext():
@@ -612,7 +612,7 @@ class Server:
         its predecessor died before it could say it had started, so at least once)."""
         owner = None
         with contextlib.suppress(KeyError):
-            owner = privilege.Owner.of(job.owner) if self.as_owners else None
+            owner = privilege.Owner.of(job.owner, job.group) if self.as_owners else None
         args = scripts.epilogue_args(job, self.site.server, job.extra.get("session", job.extra.get("pid", 0)),
                                      job.extra["epilogue_at"])
         proc, did = self._script(self.epilogue, args, job, owner) if self.epilogue else (None, "is no longer set")
@@ -751,7 +751,7 @@ class Server:
         job's failure: it ends, aborted, with the reason in its comment and mail.  Where the
         site has a prologue, the job starts once it has passed (_prologue)."""
         try:
-            owner = privilege.Owner.of(job.owner) if self.as_owners else None
+            owner = privilege.Owner.of(job.owner, job.group) if self.as_owners else None
         except KeyError:
             return self._not_started(job, now, f"no such user on this host: {job.owner}")
         if self.prologue:  # (an interactive job's too: its session starts once it has passed)

@@ -42,11 +42,17 @@ class Owner:
     shell: str
 
     @classmethod
-    def of(cls, name: str) -> "Owner":
-        """The owner called `name`; KeyError when the system knows no such user."""
+    def of(cls, name: str, group: str = "") -> "Owner":
+        """The owner called `name`, under `group` if it is one of theirs (the job's -W
+        group_list), else their primary group; KeyError when the system knows no such user."""
+        import grp
         pw = pwd.getpwnam(name)
-        return cls(name, pw.pw_uid, pw.pw_gid, tuple(os.getgrouplist(name, pw.pw_gid)), pw.pw_dir,
-                   pw.pw_shell or "/bin/sh")
+        groups = tuple(os.getgrouplist(name, pw.pw_gid))
+        gid = pw.pw_gid
+        if group:
+            with contextlib.suppress(KeyError):
+                gid = grp.getgrnam(group).gr_gid if grp.getgrnam(group).gr_gid in groups else gid
+        return cls(name, pw.pw_uid, gid, groups, pw.pw_dir, pw.pw_shell or "/bin/sh")
 
 
 @contextlib.contextmanager
