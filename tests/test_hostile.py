@@ -193,3 +193,106 @@ def test_query_other_jobs_false_hides_ids_in_pbsnodes_dependencies_and_cqwait(li
     t0 = time.time()
     assert live.run(BOB, "cqwait", str(hers))[0] == 0 and time.time() - t0 < 20  # (not waited for)
     live.run("root", "qdel", str(hers))
+
+
+def test_qmgr_reading_its_directives_from_a_file_goes_through_the_server(live):
+    """`qmgr < file` on a running site is the server's change, as `qmgr -c` is (it ran in
+    the caller's process before, and the server's own state overwrote it)."""
+    status, _, err = live.run("root", "qmgr", stdin=b"set server query_other_jobs = False\n")
+    assert status == 0, err
+    hers = submit(live, ALICE, "true\n", "-h")
+    status, out, _ = live.run(BOB, "qstat")
+    assert status == 0 and f"{hers}." not in out
+    status, out, _ = live.run("root", "qmgr", "-c", "print server")
+    assert "query_other_jobs = False" in out
+
+
+# --- one user must not stall the site ------------------------------------------------------
+
+def as_user(user: str, act) -> int:
+    """Fork a child that becomes `user` and runs act(); its pid (ends by itself)."""
+    pw = pwd.getpwnam(user)
+    pid = os.fork()
+    if pid == 0:
+        try:
+            os.setgroups([])
+            os.setgid(pw.pw_gid)
+            os.setuid(pw.pw_uid)
+            act()
+        finally:
+            os._exit(0)
+    return pid
+
+
+def test_slow_and_idle_clients_hold_up_neither_walltime_nor_other_users(live):
+    """bob opens six connections that say nothing and one that sends a byte a second; alice's
+    qstat still answers at once and her 3 s walltime job is killed on time; bob's
+    connections are refused in one line at the read deadline."""
+    sock_path = str(live.home / "commands.sock")
+    said: list[bytes] = []
+    r, w = os.pipe()
+
+    def stall():
+        os.close(r)
+        socks = [socket.socket(socket.AF_UNIX) for _ in range(7)]
+        for s in socks:
+            s.connect(sock_path)
+        for _ in range(12):
+            try:
+                socks[-1].send(b"h")
+            except OSError:
+                break
+            time.sleep(1)
+        answer = b""
+        socks[-1].settimeout(1)
+        try:
+            while chunk := socks[-1].recv(4096):
+                answer += chunk
+        except OSError:
+            pass
+        os.write(w, answer)
+
+    jid = submit(live, ALICE, "sleep 60\n", "-l", "walltime=3")
+    live.wait(jid, ("R",))
+    started = time.time()
+    pid = as_user(BOB, stall)
+    os.close(w)
+    time.sleep(0.5)
+    t0 = time.time()
+    status, out, _ = live.run(ALICE, "qstat")
+    assert status == 0 and f"{jid}." in out and time.time() - t0 < 1.5
+    job = live.wait(jid, timeout=15)
+    assert time.time() - started < 8 and job.exit_status != 0
+    os.waitpid(pid, 0)
+    with os.fdopen(r, "rb") as f:
+        said.append(f.read())
+    assert b"did not arrive whole within 2 s: refused\n" in said[0]
+
+
+def test_a_request_past_max_request_is_refused_in_one_line(site):
+    site.configure("max_request = 100000\n")
+    site.start()
+    script(BOB, "big.sh", "#" * 300_000 + "\ntrue\n")
+    status, out, err = site.run(BOB, "qsub", "big.sh")
+    assert status == 1 and err == "hpcsched: the request is larger than 100000 bytes (max_request): refused\n"
+    assert not site.sched().jobs
+    script(BOB, "small.sh", "true\n")
+    assert site.run(BOB, "qsub", "small.sh")[0] == 0
+
+
+def test_a_user_cannot_reserve_the_machine_for_a_year_but_a_manager_can(live):
+    """A multi-user site's defaults: 24 hours, half the nodes, 4 reservations a user."""
+    status, _, err = live.run(BOB, "pbs_rsub", "-D", "8760:00:00", "-l", "nodes=2")
+    assert status == 188 and "resv_max_duration (24:00:00)" in err
+    status, _, err = live.run(BOB, "pbs_rsub", "-D", "1:00:00", "-l", "nodes=2")
+    assert status == 188 and "resv_max_nodes (1)" in err
+    assert not live.sched().reservations
+    from datetime import datetime, timedelta
+    soon = datetime.now().replace(second=0, microsecond=0) + timedelta(hours=2)
+    for hour in (0, 0, 1, 1):  # (two nodes: two at a time)
+        at = (soon + timedelta(hours=hour)).strftime("%Y%m%d%H%M")
+        assert live.run(BOB, "pbs_rsub", "-R", at, "-D", "1:00", "-l", "nodes=1")[0] == 0
+    at = (soon + timedelta(hours=5)).strftime("%Y%m%d%H%M")
+    assert live.run(BOB, "pbs_rsub", "-R", at, "-D", "1:00", "-l", "nodes=1")[0] == 188
+    status, out, err = live.run("root", "pbs_rsub", "-R", at, "-D", "8760:00:00", "-l", "nodes=2")
+    assert status == 0 and "CONFIRMED" in out, err  # (limits are not a manager's)

@@ -197,6 +197,46 @@ def test_resv_enable_false_leaves_reservations_to_operators(rig, monkeypatch, ca
     assert run("pbs_rsub", "-D", "60", "-l", "nodes=1")[0] == 0
 
 
+def _configure(rig, text):
+    path = rig / "home" / "config.toml"
+    path.write_text(text + path.read_text())
+
+
+def test_a_users_reservations_keep_to_the_sites_limits_and_operators_to_none(rig, monkeypatch, capsys):
+    _configure(rig, 'resv_max_duration = "2:00:00"\nresv_max_nodes = 2\nresv_max_per_user = 2\n')
+    assert run("pbs_rsub", "-D", "8760:00:00", "-l", "nodes=1")[0] == 188
+    assert "past resv_max_duration (02:00:00)" in capsys.readouterr().err
+    assert run("pbs_rsub", "-D", "1:00:00", "-l", "nodes=3")[0] == 188
+    assert "3 nodes is past resv_max_nodes (2)" in capsys.readouterr().err
+    assert run("pbs_rsub", "-D", "1:00:00", "--hosts", "node01", "node02", "node03")[0] == 188
+    assert run("pbs_rsub", "-D", "1:00:00", "-l", "nodes=2")[0] == 0
+    assert run("pbs_rsub", "-D", "2:00:00", "-l", "nodes=1")[0] == 0
+    assert run("pbs_rsub", "-D", "1:00", "-l", "nodes=1")[0] == 188
+    assert "alice holds 2 reservations (resv_max_per_user 2)" in capsys.readouterr().err
+    assert run("pbs_ralter", "-D", "3:00:00", "R1")[0] == 188  # (nor grown past them)
+    assert run("pbs_ralter", "-D", "2:00:00", "R1")[0] == 0
+    assert len(stored().reservations) == 2
+    monkeypatch.setenv("HPCSCHED_USER", "olga")
+    assert run("pbs_rsub", "-D", "8760:00:00", "-l", "nodes=1")[0] == 0
+
+
+def test_acl_resv_users_names_who_may_reserve(rig, monkeypatch, capsys):
+    _configure(rig, 'acl_resv_users = ["bob"]\n')
+    assert run("pbs_rsub", "-D", "60", "-l", "nodes=1")[0] == 159
+    assert "alice is not in acl_resv_users" in capsys.readouterr().err
+    monkeypatch.setenv("HPCSCHED_USER", "bob")
+    assert run("pbs_rsub", "-D", "60", "-l", "nodes=1")[0] == 0
+
+
+@pytest.mark.parametrize("line", ['resv_max_duration = "soon"', "resv_max_duration = 0", "resv_max_nodes = 0",
+                                  'acl_resv_users = "bob"', "resv_max_per_user = true"])
+def test_a_bad_reservation_limit_is_a_config_error(rig, line):
+    from hpcsched.core.errors import ConfigError
+    _configure(rig, line + "\n")
+    with pytest.raises(ConfigError, match=line.split()[0]):
+        load_site()
+
+
 def test_qmgr_leaves_a_reservations_queue_alone(rig, monkeypatch, capsys):
     assert run("pbs_rsub", "-D", "60", "-l", "nodes=1")[0] == 0
     monkeypatch.setenv("HPCSCHED_USER", "root")

@@ -109,7 +109,10 @@ def _qsub_reading(argv: list[str]) -> tuple[list[tuple[str, str]], list[str], bo
 
 
 def _reads_stdin(prog: str, argv: list[str]) -> bool:
-    """Only qsub without a script operand reads its standard input (the script)."""
+    """qsub without a script operand reads its standard input (the script), and qmgr
+    without -c its directives."""
+    if prog == "qmgr":
+        return not any(arg.startswith("-c") for arg in argv)
     if prog != "qsub":
         return False
     opts, operands = _qsub_options(argv)

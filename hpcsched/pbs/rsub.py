@@ -13,6 +13,12 @@ open to its Authorized_Users (the owner by default) and Authorized_Groups.  When
 is deleted, the queue goes, its waiting jobs are deleted and its running ones killed.  The
 same reservations are Maui's to see (showres, checknode) and its setres reservations are
 pbs_rstat's.  Exit statuses are PBS error codes mod 256.
+
+Who may reserve (OpenPBS's server attributes, in config.toml): managers and operators
+anything; other users only with `resv_enable`, only if named in `acl_resv_users` when it
+is set, and within `resv_max_duration`, `resv_max_nodes` and `resv_max_per_user` (their
+reservations not yet ended).  A multi-user site's defaults keep one user from taking the
+machine: 24 hours, half the nodes, 4 reservations; a single-user rig's are unlimited.
 """
 from __future__ import annotations
 
@@ -125,6 +131,36 @@ def _window(opts: dict, resources: dict, now: float) -> tuple[float, float]:
     return max(start, now), duration - max(0.0, now - start)
 
 
+#: a multi-user site's limits on a user's reservations (config keys of the same names)
+USER_LIMITS = {"resv_max_duration": 24 * 3600.0, "resv_max_per_user": 4}
+
+
+def user_limits(site, sched, user: str, nodes: int, duration: float, now: float, name: str = "") -> None:
+    """Refuse a reservation (`name`: the one being altered) past what `user` may hold."""
+    if site.is_operator(user):
+        return
+    if not site.config.get("resv_enable", True):
+        raise common.CommandError("Unauthorized Request: reservations are not enabled (qmgr's resv_enable)",
+                                  common.UNAUTHORIZED)
+    allowed = site.config.get("acl_resv_users")
+    if allowed is not None and user not in allowed:
+        raise common.CommandError(f"Unauthorized Request: {user} is not in acl_resv_users", common.UNAUTHORIZED)
+    multi = site.multi_user
+    longest = site.config.get("resv_max_duration", USER_LIMITS["resv_max_duration"] if multi else None)
+    if longest is not None and duration > parse_duration(str(longest)) + 1e-9:
+        raise common.CommandError(f"Resource limit exceeded: a duration of {hms(duration)} is past "
+                                  f"resv_max_duration ({hms(parse_duration(str(longest)))})", common.LIMITS)
+    widest = site.config.get("resv_max_nodes", max(1, len(sched.topology.all_nodes()) // 2) if multi else None)
+    if widest is not None and nodes > widest:
+        raise common.CommandError(f"Resource limit exceeded: {nodes} nodes is past resv_max_nodes ({widest})",
+                                  common.LIMITS)
+    most = site.config.get("resv_max_per_user", USER_LIMITS["resv_max_per_user"] if multi else None)
+    held = [r for r in sched.reservations.values() if r.owner == user and r.name != name]
+    if most is not None and len(held) >= most:
+        raise common.CommandError(f"Resource limit exceeded: {user} holds {len(held)} reservations "
+                                  f"(resv_max_per_user {most})", common.LIMITS)
+
+
 def pbs_rsub(options: list[tuple[str, str]], operands: list[str], out, now: float) -> int:
     if operands:
         raise UsageError(f"unexpected operand {operands[0]!r}")
@@ -149,9 +185,6 @@ def pbs_rsub(options: list[tuple[str, str]], operands: list[str], out, now: floa
                                       BAD_TIME)
     site, batch = load(write=True)
     user = whoami()
-    if not site.config.get("resv_enable", True) and not site.is_operator(user):
-        raise common.CommandError("Unauthorized Request: reservations are not enabled (qmgr's resv_enable)",
-                                  common.UNAUTHORIZED)
     if hosts:
         request = Request(nodes=len(hosts), within=tuple(dict.fromkeys(hosts)))
         if len(request.within) != len(hosts):
@@ -176,10 +209,12 @@ def pbs_rsub(options: list[tuple[str, str]], operands: list[str], out, now: floa
             widest = max(node.cores for node in machine)
             request = Request(nodes=-(-request.cores // widest), ppn=min(request.cores, widest),
                               features=request.features)
+        user_limits(site, sched, user, request.nodes, duration, now)
         nodes = sched.free_nodes(request, start, start + duration, now)
         if nodes is None:
             raise common.CommandError(f"reservation {name} not confirmed: no nodes are free for its whole window",
                                       UNAVAILABLE)
+        user_limits(site, sched, user, len(nodes), duration, now)
         try:
             res = Reservation(name=name, start=start, duration=duration, nodes=nodes, users=users,
                               groups=_names(opts.get("G", "")), queue=name, period=period, last=last,
@@ -340,6 +375,7 @@ def pbs_ralter(options: list[tuple[str, str]], operands: list[str], out, now: fl
                 raise common.CommandError("Bad time specification(s): -E is not -R plus -D", BAD_TIME)
             if not d > 0:
                 raise common.CommandError("Bad time specification(s)", BAD_TIME)
+            user_limits(site, batch.sched, user, len(res.nodes), d, now, res.name)
             changes.update(start=s, duration=d)
         if "U" in opts:
             changes["users"] = sorted(_edited(res.users, opts["U"]))

@@ -245,6 +245,15 @@ def _load_site(home: Path) -> Site:
         value = config.get(key, 1)
         if not isinstance(value, int) or isinstance(value, bool) or value <= 0 or value > 1 << 40:
             raise ConfigError(f"{key}: must be a positive whole number")
+    if "acl_resv_users" in config and not (isinstance(config["acl_resv_users"], list)
+                                            and all(isinstance(u, str) and u for u in config["acl_resv_users"])):
+        raise ConfigError('acl_resv_users: must be a list of user names, e.g. ["alice", "bob"]')
+    if "resv_max_duration" in config:
+        try:
+            if isinstance(config["resv_max_duration"], bool) or not parse_duration(str(config["resv_max_duration"])) > 0:
+                raise InvalidRequest("it is not positive")
+        except InvalidRequest as e:
+            raise ConfigError(f"resv_max_duration: {e}") from None
     if "default_walltime" in config:  # (PBS's server resources_default.walltime)
         try:
             if not parse_duration(config["default_walltime"]) > 0:
