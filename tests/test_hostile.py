@@ -9,6 +9,7 @@ import os
 import pwd
 import shutil
 import socket
+import tempfile
 import time
 from pathlib import Path
 
@@ -296,3 +297,26 @@ def test_a_user_cannot_reserve_the_machine_for_a_year_but_a_manager_can(live):
     assert live.run(BOB, "pbs_rsub", "-R", at, "-D", "1:00", "-l", "nodes=1")[0] == 188
     status, out, err = live.run("root", "pbs_rsub", "-R", at, "-D", "8760:00:00", "-l", "nodes=2")
     assert status == 0 and "CONFIRMED" in out, err  # (limits are not a manager's)
+
+
+def test_qsub_o_tells_no_user_whether_a_path_they_cannot_search_is_a_directory(live, users):
+    """-o naming a directory takes the job's default file name inside it; a directory behind
+    one bob may not search is no directory to him (else Output_Path would tell him what
+    lies in /root)."""
+    hidden = Path(tempfile.mkdtemp(dir=live.base))
+    os.chmod(hidden, 0o700)
+    (hidden / "dir").mkdir()
+    script(BOB, "job.sh", "true\n")
+    paths = {}
+    for target in (hidden / "dir", hidden / "nothing", Path(users[BOB].pw_dir)):
+        status, out, err = live.run(BOB, "qsub", "-h", "-o", str(target), "job.sh")
+        assert status == 0, err
+        paths[target.name] = live.sched().jobs[int(out.split(".")[0])].extra["output"]
+    assert paths == {"dir": str(hidden / "dir"), "nothing": str(hidden / "nothing"),
+                     BOB: users[BOB].pw_dir + "/"}
+    held = max(live.sched().jobs)
+    assert live.run(BOB, "qalter", "-o", str(hidden / "dir"), str(held))[0] == 0
+    assert live.sched().jobs[held].extra["output"] == str(hidden / "dir")
+    os.chown(hidden, users[BOB].pw_uid, -1)  # (his to search now)
+    assert live.run(BOB, "qalter", "-o", str(hidden / "dir"), str(held))[0] == 0
+    assert live.sched().jobs[held].extra["output"] == f"{hidden}/dir/"

@@ -677,13 +677,14 @@ def parent_id(dep: Dependency, jobs: dict, server: str) -> str:
     return common.display_id(parent, server) if parent is not None else common.full_id(dep.job_id, server)
 
 
-def resolve_path(path: str, cwd: str) -> str:
-    """`[host:]path` made absolute against qsub's cwd.  A directory keeps a trailing `/`:
-    the job's default file name goes inside it once the job has its id."""
+def resolve_path(path: str, cwd: str, isdir=os.path.isdir) -> str:
+    """`[host:]path` made absolute against qsub's cwd.  A directory (as `isdir`, the caller's
+    view, sees it) keeps a trailing `/`: the job's default file name goes inside it once the
+    job has its id."""
     if ":" in path and not path.startswith("/"):
         path = path.split(":", 1)[1]
     if not os.path.isabs(path):
         path = os.path.join(cwd, path)
-    directory = path.endswith("/") or os.path.isdir(path)
+    directory = path.endswith("/") or isdir(path)
     path = os.path.normpath(path)
     return path + "/" if directory else path

@@ -48,7 +48,7 @@ from ..machines.cray import Cray
 from ..store import site as sitemod
 from ..store.journaled import Batch
 from ..store.site import load_site, whoami
-from . import common, front, qctl, qsub
+from . import common, front, qctl, qsub, siteprog
 from .errors import SYSTEM, USAGE, CommandError, UsageError
 from .options import COBALT_QSUB, parse_long
 
@@ -840,7 +840,8 @@ def _alterations(job: Job, o: dict, batch: Batch, now: float) -> tuple[dict, lis
     changes, _ = qctl.alter_changes(job, options, resources, now, common.visible(batch.site, whoami(), batch.sched.jobs),
                                     batch.site.server,
                                     batch.site.flavor, batch.sched.topology,
-                                    frozenset(batch.site.config.get("consumables", {})))
+                                    frozenset(batch.site.config.get("consumables", {})),
+                                    siteprog.isdir_for(batch.site, whoami()))
     if "dependencies" in o and not deps:  # (`none`: every dependency goes)
         changes["dependencies"] = []
     c = dict(job.extra.get("cobalt", {"nodes": job.request.nodes, "mode": "script",

@@ -14,7 +14,7 @@ from ..core.errors import BadDependency, InvalidState, Rejected, SchedulerError
 from ..core.jobs import EXITING, FINISHED, PENDING, RUNNING, Hold, Job
 from ..store.journaled import Batch
 from ..store.site import load_site, whoami
-from . import accounting, common
+from . import accounting, common, siteprog
 from .attributes import parse_array, parse_start_after
 from .common import Command
 from .errors import UsageError
@@ -154,9 +154,10 @@ ALTER_USAGE = ("usage: qalter [-a date_time] [-A account] [-e path] [-h hold_lis
 
 def alter_changes(job: Job, options: dict[str, str], resources: dict[str, str], now: float,
                   jobs: dict | None = None, server: str = "", flavor: str = "openpbs",
-                  topology=None, consumables=()) -> tuple[dict, str]:
+                  topology=None, consumables=(), isdir=None) -> tuple[dict, str]:
     """(core alter changes, hold letters to add) for qalter's options on `job`; `topology`
-    places a nidmask; `consumables` are the site's, which -l may ask for."""
+    places a nidmask; `consumables` are the site's, which -l may ask for; `isdir` tells a
+    directory -o/-e names as the caller sees it (siteprog.isdir_for)."""
     from .attributes import (COUNT_RES, advance_reservation, build_request, consumption, cput_of, parse_depend,
                              parse_job_name, parse_join, parse_keep, parse_mail_points, parse_memory, parse_names,
                              parse_path, parse_priority, parse_staging, parse_umask, resolve_depend,
@@ -224,7 +225,8 @@ def alter_changes(job: Job, options: dict[str, str], resources: dict[str, str], 
     for letter, key in (("o", "output"), ("e", "error")):
         if letter in options:
             extra[key] = resolve_path(parse_path(options[letter], f"-{letter}"),
-                                      extra.get("submit_dir") or extra.get("workdir") or "/")
+                                      extra.get("submit_dir") or extra.get("workdir") or "/",
+                                      *([isdir] if isdir else []))
     if "r" in options:
         if options["r"] not in ("y", "n"):
             raise UsageError("illegal -r value")
@@ -259,7 +261,8 @@ def qalter(opts: list[tuple[str, str]], ids: list[str], out, now: float) -> int:
         changes, holds = alter_changes(job, options, resources, _time.time(),
                                        common.visible(batch.site, user, batch.sched.jobs), batch.site.server,
                                        batch.site.flavor, batch.sched.topology,
-                                       frozenset(batch.site.config.get("consumables", {})))
+                                       frozenset(batch.site.config.get("consumables", {})),
+                                       siteprog.isdir_for(batch.site, user))
         if job.state in FINISHED:
             raise InvalidState("finished")
         if limit:

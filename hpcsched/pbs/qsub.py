@@ -221,7 +221,7 @@ def submit_parsed(cmd: list[tuple[str, str]], rest: list[str], stdin=None, cwd: 
         job.extra.update(interactive=True, rerunnable=False)  # PBS never reruns a session
     for key in ("output", "error"):
         if job.extra[key]:
-            job.extra[key] = resolve_path(job.extra[key], cwd)
+            job.extra[key] = resolve_path(job.extra[key], cwd, siteprog.isdir_for(site, job.owner))
     batch = Batch.of(site)
     # Only dependencies, a named reservation (or its queue: pbs_rsub's), queued-job limits
     # and allocations (a project's standing routes the job) need the state already stored;

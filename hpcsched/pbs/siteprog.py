@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import os
 import pwd
+import stat
 
 DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 DEFAULT_USERS = {"filter_user": "nobody", "mail_user": None}  # None: the server's own user
@@ -42,3 +43,30 @@ def workdir(site, key: str, cwd: str) -> str:
     """Where the program starts: `cwd` when it runs as this process, else / (another user
     may not reach the caller's directory)."""
     return cwd if not identity(site, key) else "/"
+
+
+def isdir_for(site, user: str):
+    """os.path.isdir as `user` sees it: on a multi-user site served by root, a directory
+    behind one the user may not search is no directory (qsub -o would otherwise tell a
+    user what lies in /root).  Mode bits only (not ACLs)."""
+    if not site.multi_user or os.geteuid() != 0 or user == "root":
+        return os.path.isdir
+    try:
+        pw = pwd.getpwnam(user)
+    except KeyError:
+        return lambda path: False
+    groups = set(os.getgrouplist(user, pw.pw_gid))
+
+    def searchable(st: os.stat_result) -> bool:
+        bit = (stat.S_IXUSR if st.st_uid == pw.pw_uid else stat.S_IXGRP if st.st_gid in groups
+               else stat.S_IXOTH)
+        return stat.S_ISDIR(st.st_mode) and bool(st.st_mode & bit)
+
+    def isdir(path: str) -> bool:
+        parts = os.path.normpath(path).split("/")
+        try:
+            return all(searchable(os.stat("/".join(parts[:k]) or "/")) for k in range(1, len(parts))) \
+                and os.path.isdir(path)
+        except OSError:
+            return False
+    return isdir
