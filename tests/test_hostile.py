@@ -320,3 +320,26 @@ def test_qsub_o_tells_no_user_whether_a_path_they_cannot_search_is_a_directory(l
     os.chown(hidden, users[BOB].pw_uid, -1)  # (his to search now)
     assert live.run(BOB, "qalter", "-o", str(hidden / "dir"), str(held))[0] == 0
     assert live.sched().jobs[held].extra["output"] == f"{hidden}/dir/"
+
+
+def test_tmpdir_is_the_owners_under_the_sites_tmpdir_and_goes_with_the_job(site, users):
+    """$TMPDIR is made under `tmpdir` (not in the site directory, where one job could fill
+    the disk the store lives on), the owner's alone, removed at the job's end; a finished
+    job's run directory goes when the job leaves the server (keep_completed)."""
+    scratch = site.base / "scratch"
+    scratch.mkdir(mode=0o1777)
+    os.chmod(scratch, 0o1777)
+    site.configure(f'tmpdir = "{scratch}"\nkeep_completed = 1\n')
+    site.start()
+    jid = submit(site, ALICE, 'echo "$TMPDIR" > ~/where; stat -c "%U %a" "$TMPDIR" >> ~/where\n'
+                             'head -c 100000 /dev/zero > "$TMPDIR/big"; mkdir "$TMPDIR/d"; touch "$TMPDIR/d/f"\n')
+    job = site.wait(jid)
+    assert job.exit_status == 0
+    where, who = (Path(users[ALICE].pw_dir) / "where").read_text().splitlines()
+    assert Path(where).parent == scratch and who == f"{ALICE} 700"
+    assert not Path(where).exists() and not list(scratch.iterdir())
+    assert not str(site.home) in where
+    deadline = time.time() + 15
+    while (site.home / "jobs" / str(jid)).exists():
+        assert time.time() < deadline, "the run directory outlived the job"
+        time.sleep(0.2)

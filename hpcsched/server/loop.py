@@ -33,8 +33,10 @@ import shlex
 import signal
 import socket
 import stat
+import shutil
 import subprocess
 import sys
+import tempfile
 import time
 import traceback
 from pathlib import Path
@@ -130,6 +132,7 @@ class Server:
         self.multi = site.multi_user
         self.as_owners = self.multi and os.geteuid() == 0
         self.max_request = int(cfg.get("max_request", door.MAX_REQUEST))  # bytes of one command's request
+        self.tmpdir = cfg.get("tmpdir") or tempfile.gettempdir()  # where each run's $TMPDIR is made
         if getattr(self, "door", None) is not None:
             self.door.limit = self.max_request
         # Torque drops a finished job keep_completed seconds after it ends; OpenPBS keeps
@@ -263,6 +266,14 @@ class Server:
                if j.state in FINISHED and j.end_time is not None and now - j.end_time > self.retention]
         if old:
             self.batch.do("forget", now, ids=old)
+            for jid in old:  # (its run directories go with it)
+                _remove(self.home / "jobs" / str(jid))
+        if not getattr(self, "swept", False):  # (once a start: what a server before this one left)
+            self.swept = True
+            with contextlib.suppress(OSError):
+                for entry in os.scandir(self.home / "jobs"):
+                    if entry.name.isdigit() and int(entry.name) not in sched.jobs:
+                        _remove(entry.path)
         started = []
         if self.scheduling and not self._aside(None, now):  # (qmgr's `scheduling = False`: none starts)
             plan = self.batch.do("pass", now)
@@ -418,8 +429,10 @@ class Server:
         self.batch.do("requeue", now, id=job.id, records=lambda _: rerun)
         self.peaks.pop(job.id, None)
         self._forget_prologue(job)
+        if job.extra.get("tmpdir"):
+            _remove(job.extra["tmpdir"])
         self._note(job, now, clear=["launched", "pid", "pid_start", "signal", "signalled_at", "over",
-                                   "rerun", "used_mem", "used_vmem", "used_at"])
+                                   "rerun", "used_mem", "used_vmem", "used_at", "tmpdir"])
 
     def _escalate(self, job: Job, pid: int, now: float, journal: bool = True) -> None:
         """A job past a limit (its walltime, which stands still while it is suspended, its
@@ -712,7 +725,10 @@ class Server:
         return bool(job.extra.get("cgroup")) or os.path.lexists(self.jobdir(job) / "cgroup")
 
     def _clean(self, job: Job) -> None:
-        """Kill what is left of an ended job's processes, and say so (pbs_mom's cleanup)."""
+        """Kill what is left of an ended job's processes, and say so, and remove its
+        $TMPDIR (pbs_mom's cleanup)."""
+        if job.extra.get("tmpdir"):
+            _remove(job.extra["tmpdir"])
         if "launched" not in job.extra or job.extra.get("interactive"):
             return
         left = self.tracker.clean(job.id, job.run_count, scan=not self._in_cgroup(job))
@@ -758,18 +774,19 @@ class Server:
             if (job.id, job.run_count) not in self.prologued:
                 return self._prologue(job, owner, now)
             self.prologued.discard((job.id, job.run_count))  # (passed: this launch takes it)
-        try:
-            d = self._rundir(job, owner)
-        except OSError as e:
-            return self._not_started(job, now, f"its run directory: {e.strerror or e}")
         if self.check and not self._scan(job, now):
             return 0
+        try:
+            d = self._rundir(job, owner)
+            scratch = self._scratch(job, owner)
+        except OSError as e:
+            return self._not_started(job, now, f"its run directory: {e.strerror or e}")
         x = job.extra
         script = d / "script"
         home = owner.home if owner else _home(job)
         workdir = x.get("workdir") or home  # PBS starts a job in its owner's home unless -d/-w
         shell = x.get("shell") or (owner.shell if owner else "/bin/sh")
-        env = self._environment(job, d / "nodes", d / "tmp", workdir, home, shell)
+        env = self._environment(job, d / "nodes", scratch, workdir, home, shell)
         for name in ("HPCSCHED_LIMITS", "HPCSCHED_CGROUP"):  # the wrapper's, only as the server sets them
             env.pop(name, None)
         asked = limits.asked(job)
@@ -800,8 +817,9 @@ class Server:
                 env["SHELL"] = x.get("shell") or env.get("PBS_O_SHELL") or "/bin/sh"  # the caller's own
                 _put(d / INTERACTIVE, json.dumps({"env": env, "workdir": workdir}), owner)
         except OSError as e:
+            _remove(scratch)
             return self._not_started(job, now, f"its run directory: {e.strerror or e}")
-        noted = {"gpus": gpus} if gpus else {}
+        noted = {"tmpdir": scratch, **({"gpus": gpus} if gpus else {})}
         if x.get("interactive"):
             self._note(job, now, set={"launched": now, **noted}, records=self._started)
             mail.send(self.site, job, mail.BEGIN, "Begun execution")
@@ -830,6 +848,7 @@ class Server:
                                         if owner or nice else None)
         except (OSError, ValueError, subprocess.SubprocessError) as e:
             # a bad path is this job's failure, not the server's
+            _remove(scratch)
             return self._not_started(job, now, getattr(e, "strerror", None) or str(e))
         finally:
             os.umask(old_umask)
@@ -886,9 +905,18 @@ class Server:
         self._finish(job, LOST, now, why=f"Job could not start: {why}")
         return 0
 
+    def _scratch(self, job: Job, owner: privilege.Owner | None) -> str:
+        """Make this run's $TMPDIR under `tmpdir` (the system's temporary directory by
+        default), the owner's: a fresh name of the server's making (no user can take it
+        first, nor rename it in a sticky /tmp), removed when the run ends (_clean)."""
+        path = tempfile.mkdtemp(prefix=f"pbs.{job.id}.", dir=self.tmpdir)
+        if owner:
+            os.chown(path, owner.uid, owner.gid)
+        return path
+
     def _rundir(self, job: Job, owner: privilege.Owner | None) -> Path:
-        """Make this run's directory (and its tmp), the owner's on a multi-user site: the
-        levels above are the server's and passable (0711), nothing in them is followed."""
+        """Make this run's directory, the owner's on a multi-user site: the levels above
+        are the server's and passable (0711), nothing in them is followed."""
         d = self.jobdir(job)
         for level in (d.parent.parent, d.parent):
             try:
@@ -898,14 +926,13 @@ class Server:
             _real_dir(level)
             if self.multi and stat.S_IMODE(level.lstat().st_mode) != privilege.SITE_MODE:
                 os.chmod(level, privilege.SITE_MODE)
-        for path in (d, d / "tmp"):
-            try:
-                os.mkdir(path, 0o700 if owner else 0o777)
-            except FileExistsError:
-                pass  # a launch the server died in: the wrapper's own mkdir keeps it to one run
-            _real_dir(path)
-            if owner:
-                os.chown(path, owner.uid, owner.gid, follow_symlinks=False)
+        try:
+            os.mkdir(d, 0o700 if owner else 0o777)
+        except FileExistsError:
+            pass  # a launch the server died in: the wrapper's own mkdir keeps it to one run
+        _real_dir(d)
+        if owner:
+            os.chown(d, owner.uid, owner.gid, follow_symlinks=False)
         return d
 
     def _scan(self, job: Job, now: float) -> bool:
@@ -1115,6 +1142,17 @@ def _home(job: Job) -> str:
         return pwd.getpwnam(job.owner).pw_dir
     except KeyError:
         return os.path.expanduser("~")
+
+
+def _remove(path: str | Path) -> None:
+    """Remove a directory tree a job's owner may have filled (never following a link in it:
+    shutil.rmtree's descriptor-based walk); a failure is logged, never the server's."""
+    try:
+        shutil.rmtree(path)
+    except FileNotFoundError:
+        pass
+    except OSError as e:
+        log(f"could not remove {path}: {e}")
 
 
 def _real_dir(path: Path) -> None:
