@@ -343,3 +343,59 @@ def test_tmpdir_is_the_owners_under_the_sites_tmpdir_and_goes_with_the_job(site,
     while (site.home / "jobs" / str(jid)).exists():
         assert time.time() < deadline, "the run directory outlived the job"
         time.sleep(0.2)
+
+
+def test_a_job_cannot_leave_its_cgroup_and_one_forking_at_its_end_leaves_nothing(live):
+    """alice's job moves a process to the root cgroup (refused: the kernel's rule for a
+    process not root's) with its environment cleared, and forks continuously as it ends:
+    the job's end kills its cgroup until empty."""
+    from hpcsched.server import tracking
+    root = tracking._cgroup2_root()
+    if root is None:
+        pytest.skip("no cgroup v2 here")
+    jid = submit(live, ALICE, f"""(env -i setsid sh -c 'echo $$ > {root}/cgroup.procs 2>/dev/null; exec sleep 3101') &
+(i=0; while [ $i -lt 3000 ]; do sleep 3102 & i=$((i+1)); done) &
+sleep 0.3
+""")
+    assert live.wait(jid, timeout=30).exit_status == 0
+    deadline = time.time() + 10
+    while processes("sleep 310"):
+        assert time.time() < deadline, len(processes("sleep 310"))
+        time.sleep(0.2)
+
+
+def test_kill_all_empties_a_cgroup_without_cgroup_kill(tmp_path, monkeypatch):
+    """The fallback for kernels before 5.14: freeze, kill, thaw until no process is left."""
+    import subprocess
+
+    from hpcsched.server import tracking
+    root = tracking._cgroup2_root()
+    if root is None:
+        pytest.skip("no cgroup v2 here")
+    cgroup = os.path.join(root, f"hpcsched-test-{os.getpid()}")
+    os.mkdir(cgroup)
+    try:
+        def join():
+            with open(os.path.join(cgroup, "cgroup.procs"), "w") as f:
+                f.write("0")
+        proc = subprocess.Popen(["sh", "-c", "i=0; while [ $i -lt 2000 ]; do sleep 3201 & i=$((i+1)); done; wait"],
+                                preexec_fn=join)
+        time.sleep(0.3)
+        real_open = open
+
+        def no_kill_file(path, *a, **kw):
+            if str(path).endswith("cgroup.kill"):
+                raise FileNotFoundError(path)
+            return real_open(path, *a, **kw)
+        monkeypatch.setattr("builtins.open", no_kill_file)
+        assert tracking.kill_all(cgroup)
+        monkeypatch.undo()
+        proc.wait(5)
+        deadline = time.time() + 10
+        while Path(cgroup, "cgroup.procs").read_text().strip():
+            assert time.time() < deadline
+            time.sleep(0.1)
+    finally:
+        tracking.kill_all(cgroup)
+        time.sleep(0.2)
+        os.rmdir(cgroup)

@@ -10,13 +10,21 @@ A job is found by two marks, so a walltime kill, a `qdel` and the job's end reac
   cgroups (a process that also clears its environment escapes this one).
 
 When a job's top process ends, what is left of it is killed and reported (pbs_mom's
-cleanup of a job's leftovers).
+cleanup of a job's leftovers).  A run's cgroup is killed until it is empty: the kernel's
+`cgroup.kill` takes every member at once, forks in flight included; where it is missing
+(before Linux 5.14) the cgroup is frozen, killed and thawed until no process is left.
+
+A job that runs as another user than the server (a multi-user site) cannot leave its
+cgroup: moving a process needs write access to the common ancestor's cgroup.procs, which
+is root's.  A job that runs as the server's own user can (a single-user rig): there the
+environment mark is what finds it, and a process that clears it too is out of reach.
 """
 from __future__ import annotations
 
 import hashlib
 import os
 import signal
+import time
 from pathlib import Path
 
 MARK = "HPCSCHED_JOB"
@@ -94,7 +102,11 @@ class Tracker:
         return found
 
     def signal(self, job_id: int, run: int, sig: int, scan: bool = True) -> list[int]:
-        """Send `sig` to every process of the run; the pids it reached."""
+        """Send `sig` to every process of the run (SIGKILL: its cgroup until empty); the
+        pids it reached."""
+        cgroup = self.cgroup(job_id, run) if sig == signal.SIGKILL else None
+        if cgroup is not None:
+            kill_all(cgroup)
         reached = []
         for pid in sorted(self.pids(job_id, run, scan)):
             try:
@@ -109,14 +121,15 @@ class Tracker:
         Returns the leftovers as 'pid (command)', for the server's log."""
         left = sorted(self.pids(job_id, run, scan))
         names = [f"{pid} ({_command(pid)})" for pid in left]
+        cgroup = self.cgroup(job_id, run)
+        if cgroup is not None:
+            kill_all(cgroup)
+            self.stale.add(cgroup)
         for pid in left:
             try:
                 os.kill(pid, signal.SIGKILL)
             except (ProcessLookupError, PermissionError):
                 pass
-        cgroup = self.cgroup(job_id, run)
-        if cgroup is not None:
-            self.stale.add(cgroup)
         self.sweep()
         return names
 
@@ -150,6 +163,46 @@ class Tracker:
                 os.rmdir(self._base)
             except OSError:
                 pass
+
+
+KILL_ROUNDS = 100  # of freeze, kill, thaw where the kernel has no cgroup.kill (then give up: logged)
+
+
+def kill_all(cgroup: str) -> bool:
+    """SIGKILL every process in `cgroup` until it has none; did it empty?"""
+    try:
+        with open(os.path.join(cgroup, "cgroup.kill"), "w") as f:
+            f.write("1")
+        return True  # (the kernel kills them all, forks in flight included)
+    except FileNotFoundError:
+        pass
+    except OSError:
+        return False
+    for _ in range(KILL_ROUNDS):
+        _write(cgroup, "cgroup.freeze", "1")  # (a frozen process cannot fork)
+        try:
+            with open(os.path.join(cgroup, "cgroup.procs")) as f:
+                pids = [int(line) for line in f if line.strip()]
+        except (OSError, ValueError):
+            pids = []
+        for pid in pids:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                pass
+        _write(cgroup, "cgroup.freeze", "0")  # (a killed frozen process dies once thawed)
+        if not pids:
+            return True
+        time.sleep(0.001)
+    return False
+
+
+def _write(cgroup: str, name: str, value: str) -> None:
+    try:
+        with open(os.path.join(cgroup, name), "w") as f:
+            f.write(value)
+    except OSError:
+        pass
 
 
 def marked(mark: str) -> set[int]:
