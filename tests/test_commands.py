@@ -1366,3 +1366,33 @@ def test_qalter_takes_every_W_attribute_given(rig):
     assert (a["umask"], a["stagein"]) == ("022", "in@h:/x")
     assert qctl.QALTER(["-W", "stageout=nohost", "1"]) == 2
     assert qctl.QALTER(["-W", "frob=1", "1"]) == 2
+
+
+def test_a_sliced_command_resumes_where_it_stopped_and_acts_on_each_job_once(rig, monkeypatch, capsys):
+    """A serving server bounds one command to common.SLICE jobs, then runs it on from
+    `resume` after a step: qdel of an array, of a list of ids (one unknown) and of `all`
+    acts on every job once and says each error once."""
+    from hpcsched.pbs import common
+    from hpcsched.store.journaled import Batch
+    from hpcsched.store.site import load_site
+    array = submit("-h", "-t", "0-24").split(".")[0]
+    singles = [submit("-h").split(".")[0] for _ in range(12)]
+    monkeypatch.setattr(common, "SLICE", 10)
+
+    def until_done(argv):
+        statuses, slices = [], 0
+        while True:
+            statuses.append(qctl.QDEL(argv, out=io.StringIO()))
+            slices += 1
+            if common.resume is None:
+                return statuses, slices
+            assert slices < 10
+
+    assert until_done([array]) == ([0, 0, 0], 3)
+    assert until_done([*singles[:3], "999", *singles[3:]]) == ([153, 0], 2)
+    assert capsys.readouterr().err.count("Unknown Job Id 999") == 1
+    more = [submit("-h").split(".")[0] for _ in range(12)]
+    assert until_done(["all"]) == ([0, 0], 2)
+    batch = Batch(load_site())
+    with batch.open(write=False):
+        assert {j.state for j in batch.sched.jobs.values()} == {"deleted"} and len(more) == 12

@@ -399,3 +399,24 @@ def test_kill_all_empties_a_cgroup_without_cgroup_kill(tmp_path, monkeypatch):
         tracking.kill_all(cgroup)
         time.sleep(0.2)
         os.rmdir(cgroup)
+
+
+def test_qdel_of_a_large_array_holds_up_no_walltime(live):
+    """qdel of one's own 20,000-subjob array is done in slices between the server's steps:
+    another job's 3 s walltime is kept meanwhile, and every subjob is deleted when qdel
+    answers."""
+    script(ALICE, "many.sh", "true\n")
+    status, out, err = live.run(ALICE, "qsub", "-h", "-t", "0-19999", "many.sh")
+    assert status == 0, err
+    array = out.split(".")[0]
+    jid = submit(live, BOB, "sleep 60\n", "-l", "walltime=3")
+    live.wait(jid, ("R",))
+    started = time.time()
+    status, _, err = live.run(ALICE, "qdel", array, timeout=120)
+    assert status == 0 and err == ""
+    job = live.sched().jobs[jid]
+    assert job.end_time is not None and job.end_time - job.start_time < 5.5, job.end_time - job.start_time
+    sched = live.sched()
+    subjobs = [j for j in sched.jobs.values() if j.array_id == int(array.rstrip("[]"))]
+    assert len(subjobs) == 20000 and {j.state for j in subjobs} == {"deleted"}
+    assert time.time() - started < 60

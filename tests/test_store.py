@@ -521,3 +521,26 @@ def test_a_writer_that_dies_around_its_accounting_records_loses_none_and_writes_
     else:
         assert second == "2.headnode" and kept == [("Q", "1.headnode", "first"), ("Q", "2.headnode", "second")]
     assert not (rig / "home" / accounts.PENDING).exists()
+
+
+def test_a_large_store_is_compacted_once_per_records_in_proportion_to_its_jobs(rig, monkeypatch):
+    """A snapshot costs in proportion to the jobs held, so a writer compacts past
+    max(COMPACT_AFTER, COMPACT_PER_JOB x jobs) records: amortised O(1) a record, and a
+    100,000-subjob qdel does not write the whole state every thousand deletions."""
+    import io
+
+    from test_commands import submit
+
+    from hpcsched.pbs import qctl
+    from hpcsched.store import journaled
+    home = rig / "home"
+    monkeypatch.setattr(journaled, "COMPACT_AFTER", 2)
+    jobs = [submit("-h").split(".")[0] for _ in range(12)]
+    snapshot = lambda: json.loads((home / STATE).read_text())["journal_seq"]  # noqa: E731
+    assert qctl.QRLS([jobs[0]], out=io.StringIO()) == 0  # (a loading writer: 13 records > 6, compacted)
+    first = snapshot()
+    for jid in jobs[1:7]:  # 6 records: not past half the 12 jobs
+        assert qctl.QRLS([jid], out=io.StringIO()) == 0
+    assert snapshot() == first
+    assert qctl.QRLS([jobs[7]], out=io.StringIO()) == 0  # the 7th is
+    assert snapshot() == first + 7

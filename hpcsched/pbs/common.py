@@ -19,6 +19,13 @@ from ..core.timefmt import hms
 from . import options
 from .errors import SYSTEM, USAGE, CommandError, UsageError
 
+#: A serving server's bound on one command: the most jobs it acts on before the server
+#: takes a step (qdel of a 100,000-subjob array must not hold walltimes up); None (a
+#: command in its own process): every one at once.  A command that stops at the bound
+#: leaves `resume`, where the server runs it on from after the step (qctl.act).
+SLICE: int | None = None
+resume: tuple[int, int] | None = None
+
 UNKNOWN_JOB = 153
 FINISHED = 35
 LIMITS = 188

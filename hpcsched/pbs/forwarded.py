@@ -36,6 +36,14 @@ def encode_reply(status: int, out: bytes, err: bytes) -> bytes:
     return b"%d\0%d\0" % (status, len(out)) + out + err
 
 
+def merged(first: bytes, then: bytes) -> bytes:
+    """One reply of two slices of a command (common.SLICE): the first failure's status,
+    both outputs in order."""
+    (s1, n1, b1), (s2, n2, b2) = (r.split(b"\0", 2) for r in (first, then))
+    out1, err1, out2, err2 = b1[:int(n1)], b1[int(n1):], b2[:int(n2)], b2[int(n2):]
+    return encode_reply(int(s1) or int(s2), out1 + out2, err1 + err2)
+
+
 def run_for(request: bytes, caller: str | None, home: str) -> bytes:
     """Run a forwarded command in this process (the server) as the client would have run
     it: its arguments, directory, environment and standard input; the reply to send back.

@@ -44,14 +44,22 @@ def act(prog: str, ids: list[str], action: Callable[[Batch, Job, dict], None], o
 
     def idle(job: Job) -> bool:  # (a subjob an array's id leaves alone)
         return job.state in FINISHED or job.state == EXITING or only is not None and not only(job)
+    # a server's slices: (the id of the command line, the last job) acted on before, and
+    # how many jobs this run may act on (common.SLICE)
+    start, common.resume = common.resume or (0, -1), None
+    budget, last = common.SLICE, start[1]
     with batch.open(write=True), batch.store.one_sync():
         sched = batch.sched
         if every and ids == ["all"]:  # (each job as itself: resolving each id again read every job)
-            named = [[j] for j in sched.jobs.values()
+            named = [[j] for j in sorted(sched.jobs.values(), key=lambda j: j.id)
                      if j.state not in FINISHED and (j.owner == user or site.is_operator(user))]
+            position = lambda i: 0  # noqa: E731 (`all`: one list, resumed by job id)
         else:
             named = ids
-        for text in named:
+            position = lambda i: i  # noqa: E731
+        for i, text in enumerate(named):
+            if position(i) < start[0]:
+                continue  # (acted on in an earlier slice)
             try:
                 jobs = text if isinstance(text, list) else common.resolve(sched.jobs, text, site.server)
                 if wanted is not None:
@@ -72,8 +80,16 @@ def act(prog: str, ids: list[str], action: Callable[[Batch, Job, dict], None], o
                     status = status or common.BAD_STATE
                 continue
             for job in jobs:
+                if position(i) == start[0] and job.id <= start[1]:
+                    continue  # (acted on in an earlier slice)
                 if len(jobs) > 1 and idle(job):
                     continue  # an array's ending or finished subjobs are left as they are
+                if budget is not None:
+                    if budget == 0:
+                        common.resume = (position(i), last)
+                        return status
+                    budget -= 1
+                last = job.id
                 try:
                     action(batch, job, opts)
                 except common.CommandError as e:

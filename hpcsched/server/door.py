@@ -101,6 +101,8 @@ class Door:
         """The whole requests waiting to run: (connection, request, caller as the kernel
         names it; None for the server's own user on a single-user rig)."""
         ready, self.ready = self.ready, []
+        for c in ready:
+            c.deadline = float("inf")  # (the server's to answer now: a long one runs in slices)
         return [(c, bytes(c.data), None if c.uid == os.getuid() and not self.multi else _user_name(c.uid))
                 for c in ready if c.sock in self.open]
 

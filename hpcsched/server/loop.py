@@ -58,6 +58,7 @@ COBALT_NODES = "cobalt_nodes"  # a Cobalt job's $COBALT_NODEFILE in its run dire
 LOST = -1  # exit status of a job whose process vanished without one
 INTERACTIVE_WAIT = 60.0  # seconds a started interactive job waits for its qsub -I
 STEP_EVERY = 0.2  # seconds: under a stream of commands, a poke's step waits no longer
+SLICE_JOBS = 500  # jobs one command acts on between two steps (common.SLICE): qdel of a large array
 FAULT_RETRY = 60.0  # seconds before the server tries again what failed in its own code
 
 
@@ -1008,6 +1009,8 @@ class Server:
         listener.listen(128)
         sel.register(listener, selectors.EVENT_READ)
         self.door = door.Door(sel, listener, self.multi, self.max_request)
+        self.sliced: list[tuple] = []  # commands between two slices (common.SLICE)
+        common.SLICE = SLICE_JOBS
         wake_r, wake_w = socket.socketpair()
         wake_r.setblocking(False)
         wake_w.setblocking(False)
@@ -1048,6 +1051,7 @@ class Server:
                     self.step()
                     due, last = False, now
                     deadline = self._deadline(time.time())
+                    due = self._answer_sliced()  # (a step, then the next slice: common.SLICE)
         finally:
             for proc, _ in self.prologues.values():  # (a restarted server runs them again)
                 self._kill_script(proc)
@@ -1058,6 +1062,7 @@ class Server:
             if live is not None:
                 self.tracker.close(live)
             forwarded.stop_server = None
+            common.SLICE = common.resume = None
             self.door.close()
             self.batch.release()
             signal.set_wakeup_fd(-1)
@@ -1117,10 +1122,35 @@ class Server:
         replies = []
         with self.batch.store.one_sync():
             for conn, request, caller in ready:
-                replies.append((conn, forwarded.run_for(request, caller, str(self.home))))
-        for conn, reply in replies:
+                replies.append(self._run(conn, request, caller, b""))
+        for conn, reply in filter(None, replies):
             self.door.answer(conn, reply)
         return True
+
+    def _run(self, conn, request: bytes, caller: str | None, before: bytes) -> tuple | None:
+        """Run (a slice of) a request: (connection, reply), or None when the command stopped
+        at common.SLICE jobs: it goes on after the next step (_answer_sliced)."""
+        reply = forwarded.run_for(request, caller, str(self.home))
+        if before:
+            reply = forwarded.merged(before, reply)
+        if common.resume is not None:
+            self.sliced.append((conn, request, caller, reply, common.resume))
+            common.resume = None
+            return None
+        return conn, reply
+
+    def _answer_sliced(self) -> bool:
+        """The next slice of each command too long for one (qdel of a large array): are
+        any still unfinished?"""
+        sliced, self.sliced = self.sliced, []
+        replies = []
+        with self.batch.store.one_sync():
+            for conn, request, caller, before, resume in sliced:
+                common.resume = resume
+                replies.append(self._run(conn, request, caller, before))
+        for conn, reply in filter(None, replies):
+            self.door.answer(conn, reply)
+        return bool(self.sliced)
 
     def _stop(self, *_):
         self.stopping = True

@@ -29,6 +29,10 @@ from .journal import JOURNAL, Store, StoreError
 from .site import Site, config_from, config_id, scheduler_of
 
 COMPACT_AFTER = 1000  # journal records; a writer holding the whole state compacts past this
+# ... or past one record for every two jobs it holds, if more: a snapshot's cost grows with the
+# state, so it is paid once per as many records (amortised O(1) a record; a replay at load
+# reads at most half as many records as the snapshot holds jobs)
+COMPACT_PER_JOB = 0.5
 
 
 class CarryError(StoreError):
@@ -171,6 +175,11 @@ class Batch:
     def release(self) -> None:
         Batch._kept.pop(str(self.site.home), None)
 
+    def _compact_due(self) -> bool:
+        """Is the journal long enough to fold into a new snapshot (or the state carried
+        into a changed configuration: a snapshot under the new one, once)?"""
+        return self.pending > max(COMPACT_AFTER, COMPACT_PER_JOB * len(self.sched.jobs)) or self.carried
+
     @contextlib.contextmanager
     def open(self, write: bool = True, load: bool = True):
         """Lock the store and load the scheduler; writers may `do` operations.
@@ -184,7 +193,7 @@ class Batch:
             if not write and load:
                 with self.store.locked(exclusive=False):
                     self.load()
-                    due = self.pending > COMPACT_AFTER or self.carried  # (a snapshot under the new one: once)
+                    due = self._compact_due()
                 if not due:
                     yield self
                     return
@@ -199,7 +208,7 @@ class Batch:
                 # (records a writer that died left unwritten)
                 accounts.mend(self.store.home, self.seq if load else last["seq"])
                 yield self
-                if load and (self.pending > COMPACT_AFTER or self.carried):
+                if load and self._compact_due():
                     try:
                         text, changes = self.source
                         self.store.compact(self.sched.to_dict(), self.seq, {"toml": text, "overlay": changes})
