@@ -1396,3 +1396,13 @@ def test_a_sliced_command_resumes_where_it_stopped_and_acts_on_each_job_once(rig
     batch = Batch(load_site())
     with batch.open(write=False):
         assert {j.state for j in batch.sched.jobs.values()} == {"deleted"} and len(more) == 12
+
+
+def test_a_script_past_max_request_is_refused_without_a_server(rig, capsys):
+    """The journal keeps a job's script whole: qsub run in its own process refuses one
+    larger than max_request (16 MiB by default) as the server's door does."""
+    path = rig / "home" / "config.toml"
+    path.write_text("max_request = 1000\n" + path.read_text())
+    with pytest.raises(CommandError, match=r"script is larger than 1000 bytes \(max_request\)"):
+        submit(script="#!/bin/sh\n" + "#" * 2000 + "\ntrue\n")
+    assert submit(script="#!/bin/sh\ntrue\n") == "1.headnode"

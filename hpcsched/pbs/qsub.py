@@ -131,6 +131,7 @@ def make_job(options: dict[str, str], resources: dict[str, str], script: str, sc
 #: the script a forwarded qsub's client read for it, with its own rights (set by the
 #: server around the command: forwarded.py); None: qsub reads its operand itself
 sent_script: bytes | None = None
+MAX_SCRIPT = 16 << 20  # bytes of a job script (config `max_request`, as the server's door)
 
 
 def submit(argv: list[str], stdin=None, cwd: str | None = None, env: dict | None = None,
@@ -192,6 +193,9 @@ def submit_parsed(cmd: list[tuple[str, str]], rest: list[str], stdin=None, cwd: 
     python_filter = site.config.get("submit_filter") if isinstance(site.config.get("submit_filter"), str) else None
     if site.config.get("submit_filter") and not interactive and not python_filter:
         script = submit_filter(site, words, script, cwd, env)
+    largest = site.config.get("max_request", MAX_SCRIPT)  # (the journal keeps the script whole)
+    if len(script) > largest or len(script.encode("utf-8", errors="surrogateescape")) > largest:
+        raise common.CommandError(f"script is larger than {largest} bytes (max_request): refused", common.SYSTEM)
     prefix = next((v for letter, v in cmd if letter == "C"), env.get("PBS_DPREFIX", "#PBS"))
     found = directives(script, prefix) if program is None else []
     if commands.blocks(found):  # (qsub reads its own command line to know it must wait)
