@@ -89,7 +89,10 @@ def make_policy(name: str, options: dict | None = None, **given) -> Policy:
         if key not in allowed:
             raise ConfigError(f"priority.{key}: unknown option for policy {name}")
     if "backfill_queues" in options:
-        options["backfill_queues"] = frozenset(options["backfill_queues"])
+        queues = options["backfill_queues"]
+        if not isinstance(queues, list) or not all(isinstance(q, str) for q in queues):
+            raise ConfigError('priority.backfill_queues: must be a list of queue names, e.g. ["backfill"]')
+        options["backfill_queues"] = frozenset(queues)
     for key, value in options.items():
         expected = cls.__dataclass_fields__[key].default
         if isinstance(expected, (int, float)) and not isinstance(expected, bool):

@@ -174,6 +174,8 @@ def test_bad_state_is_refused(state, msg):
     ({"priority": {"policy": "lottery"}}, "priority.policy: unknown policy 'lottery'"),
     ({"priority": {"policy": "cobalt", "wall_floor": -1}}, "priority.wall_floor: must be a non-negative"),
     ({"priority": {"policy": "fifo", "dep_frac": 1}}, "priority.dep_frac: unknown option"),
+    ({"priority": {"policy": "cobalt", "backfill_queues": 1}}, "priority.backfill_queues: must be a list"),
+    ({"priority": {"policy": "cobalt", "backfill_queues": [1]}}, "priority.backfill_queues: must be a list"),
     ({"interval": 0}, "interval: must be a positive"),
     ({"default_queue": "nope"}, "default_queue: unknown queue 'nope'"),
     ({"reservations": [{"name": "r", "start": "tomorrow", "duration": 60, "count": 1}]},

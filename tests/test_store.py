@@ -544,3 +544,26 @@ def test_a_large_store_is_compacted_once_per_records_in_proportion_to_its_jobs(r
     assert snapshot() == first
     assert qctl.QRLS([jobs[7]], out=io.StringIO()) == 0  # the 7th is
     assert snapshot() == first + 7
+
+
+@pytest.mark.parametrize("name", [JOURNAL, STATE])
+def test_a_store_file_made_a_directory_is_one_line_from_every_command(rig, name, capsys):
+    """journal.jsonl (or state.json) made a directory: `server --once`, qstat and qsub
+    each say so in one line and exit 1 (the server printed a traceback and exited 0)."""
+    import subprocess
+    import sys
+
+    from test_commands import ROOT, submit
+    submit("-h")
+    home = rig / "home"
+    path = home / name
+    if path.exists():
+        path.unlink()
+    path.mkdir()
+    env = dict(os.environ, PYTHONPATH=ROOT)
+    for argv in ([sys.executable, "-m", "hpcsched", "server", "--once"],
+                 [sys.executable, os.path.join(ROOT, "bin", "qstat")],
+                 [sys.executable, os.path.join(ROOT, "bin", "qsub"), "-h", "/dev/null"]):
+        done = subprocess.run(argv, capture_output=True, text=True, env=env, timeout=60)
+        assert done.returncode == 1 and done.stderr.count("\n") == 1, (argv, done.stderr)
+        assert f"{name}: cannot read: Is a directory" in done.stderr

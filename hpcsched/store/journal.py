@@ -159,6 +159,8 @@ class Store:
             data = path.read_bytes()
         except FileNotFoundError:
             return []
+        except OSError as e:  # (made a directory, unreadable)
+            raise StoreError(f"{path}: cannot read: {e.strerror}") from None
         lines = data.split(b"\n")
         tail = lines.pop()  # b"" when the file ends with a newline
         if tail:
@@ -255,6 +257,8 @@ class Store:
                     back *= 4
         except FileNotFoundError:
             lines = []
+        except OSError as e:  # (made a directory, unreadable)
+            raise StoreError(f"{path}: cannot read: {e.strerror}") from None
         if lines and lines[-1].strip():
             try:
                 record = json.loads(lines[-1])
