@@ -567,3 +567,27 @@ def test_a_store_file_made_a_directory_is_one_line_from_every_command(rig, name,
         done = subprocess.run(argv, capture_output=True, text=True, env=env, timeout=60)
         assert done.returncode == 1 and done.stderr.count("\n") == 1, (argv, done.stderr)
         assert f"{name}: cannot read: Is a directory" in done.stderr
+
+
+def test_an_old_format_record_in_a_store_this_version_wrote_is_refused(rig, capsys):
+    """Marking an edited record version 1 (which has no checksum) does not get the edit
+    applied: after a version 2 record or under a version 2 snapshot, it is refused."""
+    from test_commands import submit
+
+    from hpcsched.store.journaled import Batch
+    from hpcsched.store.site import load_site
+    submit("-h")
+    submit("-h")
+    journal = rig / "home" / JOURNAL
+    lines = journal.read_text().splitlines()
+    edited = json.loads(lines[-1])
+    edited.pop("crc")
+    edited["v"] = 1
+    text = json.dumps(edited).replace('"alice"', '"mallory"')
+    assert "mallory" in text
+    journal.write_text("\n".join([*lines[:-1], text]) + "\n")
+    with pytest.raises(StoreError, match=r"line \d+: a version 1 record in a store written as version 2"):
+        with Batch(load_site()).open(write=False):
+            pass
+    with pytest.raises(StoreError, match="last record: a version 1 record after a version 2 one"):
+        submit("-h")  # (qsub reads the journal's tail alone)

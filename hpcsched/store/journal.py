@@ -50,6 +50,15 @@ def unsealed(line: bytes) -> bytes | None:
     return body if line[-10:-2] == b"%08x" % zlib.crc32(body) else None  # (as written: a flipped case is damage too)
 
 
+def _version(line: bytes) -> int:
+    """A journal line's store version (0: not a record)."""
+    try:
+        rec = json.loads(line)
+    except (json.JSONDecodeError, UnicodeDecodeError):
+        return 0
+    return rec.get("v", 0) if isinstance(rec, dict) and isinstance(rec.get("v"), int) else 0
+
+
 def _torn(path: Path, n: int | None, tail: bytes) -> None:
     """A last line without its newline is an append a crash cut short, unless all but its
     last byte is a whole record: then that byte was its newline, and it is damage."""
@@ -116,7 +125,7 @@ class Store:
         the lock held."""
         snapshot = self._read_snapshot()
         covered = snapshot.get("journal_seq", 0) if snapshot else 0
-        journal = self._read_journal()
+        journal = self._read_journal(snapshot["store_version"] if snapshot else 1)
         if journal and journal[0]["seq"] > covered + 1:  # the journal's first lines are gone
             raise StoreError(f"{self.home / JOURNAL}: line 1: sequence {journal[0]['seq']} after the snapshot's "
                              f"{covered}: {journal[0]['seq'] - covered - 1} record(s) missing")
@@ -153,7 +162,10 @@ class Store:
             raise StoreError(f"{path}: not an hpcsched state file (config malformed)")
         return data
 
-    def _read_journal(self) -> list[dict]:
+    def _read_journal(self, floor: int = 1) -> list[dict]:
+        """The journal's records, checked; `floor`: the oldest version a record may have
+        (the snapshot's: a store this version wrote holds no older record after its newer
+        ones, so an old-format line there is an edit, refused)."""
         path = self.home / JOURNAL
         try:
             data = path.read_bytes()
@@ -168,15 +180,16 @@ class Store:
             self.warnings.append(f"{path}: dropped a torn last record (an append that never finished)")
         records, last = [], 0
         for n, line in enumerate(lines, 1):
-            rec = self._record(path, n, line, last)
-            last = rec["seq"]
+            rec = self._record(path, n, line, last, floor)
+            last, floor = rec["seq"], max(floor, rec["v"])
             records.append(rec)
         return records
 
     @staticmethod
-    def _record(path: Path, n: int, line: bytes, last: int) -> dict:
-        """Journal line `n`, checked: a record of a version we read, its checksum right,
-        numbered right after `last` (any number when `last` is 0: the journal's first)."""
+    def _record(path: Path, n: int, line: bytes, last: int, floor: int = 1) -> dict:
+        """Journal line `n`, checked: a record of a version we read and not older than
+        `floor`, its checksum right, numbered right after `last` (any number when `last` is
+        0: the journal's first)."""
         try:
             rec = json.loads(line)
         except (json.JSONDecodeError, UnicodeDecodeError):
@@ -186,6 +199,9 @@ class Store:
         if rec.get("v") not in READS:
             raise StoreError(f"{path}: line {n} has store version {rec.get('v')!r}, "
                              f"this hpcsched reads versions {READS[0]} to {READS[-1]}")
+        if rec["v"] < floor:
+            raise StoreError(f"{path}: line {n}: a version {rec['v']} record in a store written as version "
+                             f"{floor} (edited: it would skip its checksum); left as it is")
         if rec["v"] >= 2 and unsealed(line) is None:
             raise StoreError(f"{path}: line {n}: checksum does not match (damaged or edited); left as it is")
         if rec["seq"] <= last:
@@ -227,7 +243,7 @@ class Store:
         records = []
         try:
             for line in data[:-1].split(b"\n"):
-                rec = self._record(path, 0, line, last)
+                rec = self._record(path, 0, line, last, STORE_VERSION)  # (appended by this version)
                 last = rec["seq"]
                 records.append(rec)
         except StoreError:
@@ -268,6 +284,9 @@ class Store:
             if record.get("v", 1) >= 2 and unsealed(lines[-1]) is None:
                 raise StoreError(f"{path}: last record: checksum does not match (damaged or edited); "
                                  f"left as it is")
+            if record.get("v", 1) < STORE_VERSION and len(lines) > 1 and _version(lines[-2]) >= STORE_VERSION:
+                raise StoreError(f"{path}: last record: a version {record.get('v')} record after a version "
+                                 f"{STORE_VERSION} one (edited: it would skip its checksum); left as it is")
             return record
         snapshot = self._read_snapshot()
         if not snapshot:
