@@ -591,3 +591,26 @@ def test_an_old_format_record_in_a_store_this_version_wrote_is_refused(rig, caps
             pass
     with pytest.raises(StoreError, match="last record: a version 1 record after a version 2 one"):
         submit("-h")  # (qsub reads the journal's tail alone)
+
+
+def test_qsub_refuses_a_store_whose_snapshot_is_damaged_as_every_command_does(rig, monkeypatch):
+    """A flipped byte in a compacted state.json: qstat refused it, qsub appended to it."""
+    import io
+
+    from test_commands import submit
+
+    from hpcsched.pbs import qctl
+    from hpcsched.store import journaled
+    monkeypatch.setattr(journaled, "COMPACT_AFTER", 1)
+    jid = submit("-h").split(".")[0]
+    submit("-h")
+    assert qctl.QRLS([jid], out=io.StringIO()) == 0  # (a loading writer: compacted)
+    state = rig / "home" / STATE
+    data = bytearray(state.read_bytes())
+    at = data.index(b'"owner":"alice"') + len('"owner":"')
+    data[at] = ord("b")
+    state.write_bytes(bytes(data))
+    journal = (rig / "home" / JOURNAL).read_bytes()
+    with pytest.raises(StoreError, match="state.json: checksum does not match"):
+        submit("-h")
+    assert (rig / "home" / JOURNAL).read_bytes() == journal
