@@ -279,8 +279,24 @@ def test_repair_keeps_the_good_prefix_with_a_backup_and_says_what_was_lost(site)
     (backup,) = [p for p in site.home.iterdir() if p.name.startswith("backup-")]
     assert (backup / JOURNAL).read_bytes() == damaged
     sound, after = repair.check(site)
-    assert sound and "2 job(s), next job id 3" in after[0]
+    # ids 3 and 4 were given out by the lost records: never again
+    assert sound and "2 job(s), next job id 5" in after[0]
+    assert "next job id 5: past every id the journal or the accounting log has seen" in lines
     assert repair.repair(site)[1] == after  # a sound store is left alone
+
+
+def test_repair_never_hands_out_an_id_the_accounting_log_has_seen(site):
+    """The accounting log is a second witness: a job the journal lost entirely (its lines
+    gone) still holds its id there."""
+    from hpcsched.store import repair
+    from hpcsched.store.accounts import DIRECTORY
+    (site.home / DIRECTORY).mkdir(exist_ok=True)
+    with open(site.home / DIRECTORY / "20990101", "a") as f:
+        f.write("01/01/2099 00:00:00;Q;9.vm;queue=batch\n01/01/2099 00:00:01;Q;7[3].vm;queue=batch\n")
+    _damage(site.home, "flipped bit")
+    ok, lines = repair.repair(site)
+    assert ok and "next job id 10: past every id the journal or the accounting log has seen" in lines
+    assert "next job id 10" in repair.check(site)[1][0]
 
 
 def test_a_damaged_snapshot_is_rebuilt_only_from_a_whole_journal(site):

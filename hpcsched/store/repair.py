@@ -5,17 +5,20 @@ each record applied to the core) and say what is wrong, with the file and the li
 
 repair: copy state.json and journal.jsonl into backup-YYYYMMDDTHHMMSS/, then keep the
 journal's records up to the first bad one and drop the rest, saying which were lost (their
-operations and jobs).  A damaged snapshot is given up only when the journal still holds
+operations and jobs).  No job id is ever given out twice: the next id goes past every id
+a journal line (damaged ones too) or the accounting log names.  A damaged snapshot is given up only when the journal still holds
 every record from the first (no compaction yet), so nothing is lost by rebuilding from it;
 otherwise repair refuses and the backup is the way back.
 """
 from __future__ import annotations
 
 import json
+import re
 import shutil
 import time
 from pathlib import Path
 
+from .accounts import DIRECTORY
 from .journal import JOURNAL, STATE, STORE_VERSION, Store, StoreError, sealed, write_atomic
 from .journaled import Batch
 from .site import Site
@@ -62,12 +65,33 @@ def repair(site: Site) -> tuple[bool, list[str]]:
         write_atomic(site.home / JOURNAL, "".join(
             sealed(json.dumps({**r, "v": STORE_VERSION}, separators=(",", ":"))) + "\n" for r in keep))
     out.append(f"kept {len(keep)} journal record(s); dropped {len(lost)} from the first bad one on")
+    highest = _high_water(site.home, journal)
+    batch = Batch(site)
+    with batch.open(write=True):
+        if highest >= batch.sched.next_id:  # ids a dropped record or the accounting log gave out
+            batch.do("next_id", value=highest + 1)
+            out.append(f"next job id {highest + 1}: past every id the journal or the accounting log has seen")
     for line_no, summary in lost[:20]:
         out.append(f"  lost: line {line_no}: {summary}")
     if len(lost) > 20:
         out.append(f"  lost: ... and {len(lost) - 20} more")
     sound, after = check(site)
     return sound, out + after
+
+
+def _high_water(home: Path, journal: list[bytes]) -> int:
+    """The highest job id any journal line (damaged ones too) or the accounting log (a
+    second witness) names: repair never gives one out again."""
+    found = [0]
+    for line in journal:
+        found += [int(m) - 1 for m in re.findall(rb'"next_id":(\d+)', line)]
+        found += [int(m) for m in re.findall(rb'"id":(\d+)', line)]
+    for path in sorted((home / DIRECTORY).glob("*")) if (home / DIRECTORY).is_dir() else ():
+        try:
+            found += [int(m) for m in re.findall(rb"^[^;\n]*;[A-Z];(\d+)", path.read_bytes(), re.M)]
+        except OSError:
+            continue
+    return max(found)
 
 
 def _lines(path: Path) -> list[bytes]:
