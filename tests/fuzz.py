@@ -20,6 +20,7 @@ import io
 import json
 import os
 import random
+import re
 import signal
 import string
 import time
@@ -221,6 +222,23 @@ def _store_bytes(home) -> dict:
     return {name: (home / name).read_bytes() for name in ("journal.jsonl", "state.json") if (home / name).exists()}
 
 
+MAN1 = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "man", "man1")
+
+
+def page_statuses(prog: str, flavor: str) -> set[int] | None:
+    """The exit statuses the command's own man page lists (None: no page of its own; a
+    Cobalt-flavored Cobalt command's are man 1 cobalt's)."""
+    from hpcsched.pbs import front
+    name = "cobalt" if flavor == "cobalt" and prog in front.COBALT else prog
+    try:
+        with open(os.path.join(MAN1, f"{name}.1"), encoding="utf-8") as f:
+            text = f.read()
+    except FileNotFoundError:
+        return None
+    section = text.partition(".SH EXIT STATUS")[2].partition("\n.SH")[0]
+    return {int(n) for n in re.findall(r"(?<![\w.\\-])(\d{1,3})(?![\w.])", section)} if section else None
+
+
 def run_case(case: dict, home) -> str | None:
     """What went wrong (a word from the module docstring and a detail), or None."""
     try:
@@ -264,6 +282,9 @@ def _command(case: dict, home) -> str | None:
     flavor = "torque" if case["flavor"] == "cobalt" and case["prog"] not in front.COBALT else case["flavor"]
     if status not in STATUSES[flavor]:
         return f"status {status}: {err.getvalue()[:200]}"
+    listed = page_statuses(case["prog"], case["flavor"])
+    if listed is not None and status not in listed:
+        return f"status {status}: not in man 1 {case['prog']}'s EXIT STATUS: {err.getvalue()[:200]}"
     # (a command given several jobs acts on each it can: one bad id fails it, not the rest)
     several = sum(1 for a in case["argv"] if not a.startswith("-")) > 1
     if status != 0 and _store_bytes(home) != before and not several:

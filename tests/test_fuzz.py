@@ -58,3 +58,18 @@ def test_the_statuses_judged_are_the_man_pages_table():
     table = {flavor: {int(r.split("\t")[0]) for r in rows if r.split("\t")[column] != "\\-"}
              for column, flavor in ((1, "torque"), (2, "openpbs"), (3, "cobalt"))}
     assert table == STATUSES
+
+
+def test_every_commands_page_has_an_exit_status_section_with_usage_and_site_errors():
+    """The fuzzed statuses are checked against each command's own page (fuzz.page_statuses):
+    every page has the section, and every command can fail on usage (2) and on a site it
+    cannot use (1)."""
+    from fuzz import MAN1, page_statuses
+
+    from hpcsched.pbs import front
+    pages = [prog for prog in front.COMMANDS if os.path.exists(os.path.join(MAN1, f"{prog}.1"))]
+    assert len(pages) > 40
+    for prog in pages:
+        listed = page_statuses(prog, "torque")
+        success = {0} if prog != "pbsyod" else set()  # (pbsyod's is the application's)
+        assert listed is not None and success | {1, 2} <= listed, (prog, listed)
