@@ -18,6 +18,7 @@ import os
 import sys
 import time
 
+from . import __version__
 from .core.errors import ConfigError, SchedulerError
 from .machines import BUILTIN as BUILTIN_MACHINES
 
@@ -406,6 +407,7 @@ def cmd_demo(args) -> int:
 
 def main(argv=None) -> int:
     ap = _Parser(prog="hpcsched", description="hpcsched: batch scheduling core, simulator and commands")
+    ap.add_argument("--version", action="version", version=f"hpcsched {__version__}")
     sub = ap.add_subparsers(dest="command", required=True, parser_class=_Parser)
     d = sub.add_parser("demo", help="run real jobs on the embedded default test rig, in a temporary directory")
     d.add_argument("--library", action="store_true",

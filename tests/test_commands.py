@@ -173,6 +173,7 @@ def test_qstat_f_shows_every_attribute_the_job_was_given(rig, monkeypatch, flavo
     (["-q", "nosuch"], 172, "submit error (Unknown queue MSG=requested queue not found)"),
     (["-l", "walltime=48:00:00"], 188, "Job exceeds queue resource limits MSG=walltime 48:00:00 exceeds"),
     (["-l", "nodes=9"], 188, "requests more than the machine has"),
+    (["-l", "nodes=1:ppn=16"], 188, "requests more than the machine has (ppn=16: its widest node has 4 cores)"),
     (["-I"], 1, "interactive jobs (-I) need a running server (hpcsched server)"),
 ])
 def test_qsub_refusals(rig, argv, status, msg):
@@ -405,6 +406,9 @@ def test_qhold_qrls_qdel_permissions(rig, monkeypatch, capsys):
 def test_version_per_flavor(rig):
     p = run("qstat", "--version")
     assert p.returncode == 0 and p.stderr.startswith("Version: ") and p.stdout == ""
+    assert "Commit: hpcsched" not in p.stderr  # (Torque's Commit line names a git hash: none to give)
+    p = subprocess.run([sys.executable, "-m", "hpcsched", "--version"], cwd=ROOT, capture_output=True, text=True)
+    assert p.returncode == 0 and p.stdout.startswith("hpcsched ")
     p = run("qstat", "--version", env={"HPCSCHED_FLAVOR": "openpbs"})
     assert p.stdout.startswith("pbs_version = ")  # BLAHP: qstat --version | grep PBSPro-style
 

@@ -358,6 +358,10 @@ class Scheduler:
             if within:  # (kept to some nodes: -l host=, nidmask, Cobalt's location)
                 named = ", ".join(within[:3]) + (", ..." if len(within) > 3 else "")
                 raise Rejected(f"requests more than the nodes it may use have ({size} nodes{gpus} within {named})")
+            widest = max(node.cores for node in self.topology.all_nodes())
+            if job.request.cores == 0 and job.request.ppn > widest:  # (the chunk, not the count, is too big)
+                raise Rejected(f"requests more than the machine has (ppn={job.request.ppn}: its widest node has "
+                               f"{widest} cores)")
             raise Rejected(f"requests more than the machine has ({size} nodes{gpus} of {machine})")
         if job.consumes or self.quotas:
             why = self.quotas.check(replace(job, queue=queue.name))

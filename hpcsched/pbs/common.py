@@ -259,7 +259,7 @@ def version(prog: str) -> int:
     if flavor == "openpbs":
         print(f"pbs_version = {VERSION}")
     else:
-        sys.stderr.write(f"Version: {VERSION}\nCommit: hpcsched\n")
+        sys.stderr.write(f"Version: {VERSION}\n")  # (Torque adds its git commit: we have none to name)
     return 0
 
 
