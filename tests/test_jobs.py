@@ -88,3 +88,12 @@ def test_request_from_dict_refuses_unknown_fields_whatever_it_saw_before():
     with pytest.raises(InvalidRequest, match="bogus"):
         Request.from_dict({"ppn": 2, "bogus": 1})  # same size and values as the one cached
     assert Request.from_dict({"ppn": 2}) is Request.from_dict({"nodes": 1, "ppn": 2})  # one shared object
+
+
+@pytest.mark.parametrize("d", [{"nodes": True}, {"nodes": 2.0}, {"ppn": True}, {"gpus": 1.0}])
+def test_request_from_dict_refuses_a_value_equal_to_one_it_cached(d):
+    """True == 1 and 2.0 == 2: after the integer was seen, the look-alike is still refused."""
+    key, value = next(iter(d.items()))
+    Request.from_dict({key: int(value)})
+    with pytest.raises(InvalidRequest, match=f"request {key} must be a non-negative integer"):
+        Request.from_dict(d)

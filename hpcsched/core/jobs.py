@@ -157,9 +157,10 @@ class Request:
         # requests repeat across a store's jobs, and are immutable: share one object each
         key = (d.get("nodes", 1), d.get("ppn", 1), d.get("cores", 0), d.get("mem", 0),
                tuple(d.get("features", ())), tuple(d.get("within", ())), d.get("gpus", 0), d.get("exclusive", False))
-        req = _REQUESTS.get(key)
+        typed = (key, tuple(map(type, key)))  # (True == 1 and 2.0 == 2: the cache must not accept what cls refuses)
+        req = _REQUESTS.get(typed)
         if req is None:
-            req = _REQUESTS[key] = cls(*key)
+            req = _REQUESTS[typed] = cls(*key)
         return req
 
 
