@@ -451,7 +451,9 @@ echo started
 sleep 3004
 """, "-l", "walltime=2")
     live.wait(jid, ("R",))
-    time.sleep(0.5)
+    deadline = time.time() + 1.5  # (a subshell between its fork and its exec shows the script's line too)
+    while len(processes("sleep 300")) != 4 and time.time() < deadline:
+        time.sleep(0.05)
     assert len(processes("sleep 300")) == 4
     job = live.wait(jid, timeout=30)
     assert job.exit_status >= 256
