@@ -33,6 +33,7 @@ sys.path.insert(0, ROOT)
 sys.path.insert(0, os.path.join(ROOT, "tests"))
 
 from multiuser import USERS, MultiSite, drop_users, make_users, new_base  # noqa: E402
+from submit import _cpu  # noqa: E402  (this directory: the script's own)
 
 from hpcsched.store.journaled import Batch  # noqa: E402
 from hpcsched.store.site import init_site, load_site  # noqa: E402
@@ -59,13 +60,6 @@ def stored(home) -> int:
     batch = Batch(load_site(home))
     with batch.open(write=False):
         return len(batch.sched.jobs)
-
-
-def _cpu(pid: int) -> float:
-    """CPU seconds process `pid` has used (user + system)."""
-    with open(f"/proc/{pid}/stat") as f:
-        fields = f.read().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def main(argv=None) -> int:

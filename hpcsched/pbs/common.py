@@ -8,6 +8,7 @@ from __future__ import annotations
 import re
 import sys
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Callable, TextIO
 
@@ -185,7 +186,7 @@ def may_see(site, user: str, job: Job) -> bool:
         or user in job.extra.get("cobalt", {}).get("run_users", ())
 
 
-def visible(site, user: str, jobs: dict) -> dict:
+def visible(site, user: str, jobs: dict) -> Mapping:
     """The jobs `user` may see (may_see), as a mapping read through (no copy): what names
     a job (a dependency) finds an unseen one as it finds an unknown one."""
     if site.config.get("query_other_jobs", True) or site.is_operator(user):
@@ -193,26 +194,23 @@ def visible(site, user: str, jobs: dict) -> dict:
     return _Visible(jobs, lambda job: may_see(site, user, job))
 
 
-class _Visible(dict):
+class _Visible(Mapping):
+    """`jobs` less those `see` refuses (get, in, [], values... all agree)."""
+
     def __init__(self, jobs: dict, see):
-        super().__init__()
         self.all, self.see = jobs, see
 
-    def get(self, key, default=None):
-        job = self.all.get(key)
-        return job if job is not None and self.see(job) else default
-
-    def __contains__(self, key):
-        return self.get(key) is not None
-
     def __getitem__(self, key):
-        job = self.get(key)
-        if job is None:
+        job = self.all[key]
+        if not self.see(job):
             raise KeyError(key)
         return job
 
-    def values(self):
-        return [j for j in self.all.values() if self.see(j)]
+    def __iter__(self):
+        return (k for k, job in self.all.items() if self.see(job))
+
+    def __len__(self):
+        return sum(1 for _ in self)
 
 
 def check_reservation(sched, job: Job) -> None:

@@ -5,6 +5,7 @@ and sets exit status 153, the others still go through.
 """
 from __future__ import annotations
 
+import os
 import re
 import sys
 import time as _time
@@ -170,7 +171,7 @@ ALTER_USAGE = ("usage: qalter [-a date_time] [-A account] [-e path] [-h hold_lis
 
 def alter_changes(job: Job, options: dict[str, str], resources: dict[str, str], now: float,
                   jobs: dict | None = None, server: str = "", flavor: str = "openpbs",
-                  topology=None, consumables=(), isdir=None) -> tuple[dict, str]:
+                  topology=None, consumables=(), isdir=os.path.isdir) -> tuple[dict, str]:
     """(core alter changes, hold letters to add) for qalter's options on `job`; `topology`
     places a nidmask; `consumables` are the site's, which -l may ask for; `isdir` tells a
     directory -o/-e names as the caller sees it (siteprog.isdir_for)."""
@@ -241,8 +242,7 @@ def alter_changes(job: Job, options: dict[str, str], resources: dict[str, str], 
     for letter, key in (("o", "output"), ("e", "error")):
         if letter in options:
             extra[key] = resolve_path(parse_path(options[letter], f"-{letter}"),
-                                      extra.get("submit_dir") or extra.get("workdir") or "/",
-                                      *([isdir] if isdir else []))
+                                      extra.get("submit_dir") or extra.get("workdir") or "/", isdir)
     if "r" in options:
         if options["r"] not in ("y", "n"):
             raise UsageError("illegal -r value")

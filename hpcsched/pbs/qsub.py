@@ -194,7 +194,7 @@ def submit_parsed(cmd: list[tuple[str, str]], rest: list[str], stdin=None, cwd: 
     if site.config.get("submit_filter") and not interactive and not python_filter:
         script = submit_filter(site, words, script, cwd, env)
     largest = site.config.get("max_request", MAX_SCRIPT)  # (the journal keeps the script whole)
-    if len(script) > largest or len(script.encode("utf-8", errors="surrogateescape")) > largest:
+    if len(script.encode("utf-8", errors="surrogateescape")) > largest:
         raise common.CommandError(f"script is larger than {largest} bytes (max_request): refused", common.SYSTEM)
     prefix = next((v for letter, v in cmd if letter == "C"), env.get("PBS_DPREFIX", "#PBS"))
     found = directives(script, prefix) if program is None else []

@@ -209,12 +209,11 @@ def pbs_rsub(options: list[tuple[str, str]], operands: list[str], out, now: floa
             widest = max(node.cores for node in machine)
             request = Request(nodes=-(-request.cores // widest), ppn=min(request.cores, widest),
                               features=request.features)
-        user_limits(site, sched, user, request.nodes, duration, now)
+        user_limits(site, sched, user, request.nodes, duration, now)  # (before the search: a limit, not "busy")
         nodes = sched.free_nodes(request, start, start + duration, now)
         if nodes is None:
             raise common.CommandError(f"reservation {name} not confirmed: no nodes are free for its whole window",
                                       UNAVAILABLE)
-        user_limits(site, sched, user, len(nodes), duration, now)
         try:
             res = Reservation(name=name, start=start, duration=duration, nodes=nodes, users=users,
                               groups=_names(opts.get("G", "")), queue=name, period=period, last=last,

@@ -93,6 +93,7 @@ class Server:
         self._given = (interval, grace)
         self._stamp = config_stamp(self.home)
         self._configure(site)
+        self.swept = False  # run directories of jobs gone removed (once a start: _step)
         self.children: dict[int, int] = {}  # pid -> wait status, reaped
         self.cpu: dict[int, float] = {}  # pid -> CPU seconds it and what it waited for used (its job's cpu_time)
         self.peaks: dict[int, tuple[int, int]] = {}  # job id -> its peak (mem, vmem) so far, in bytes
@@ -269,7 +270,7 @@ class Server:
             self.batch.do("forget", now, ids=old)
             for jid in old:  # (its run directories go with it)
                 _remove(self.home / "jobs" / str(jid))
-        if not getattr(self, "swept", False):  # (once a start: what a server before this one left)
+        if not self.swept:  # (once a start: what a server before this one left)
             self.swept = True
             with contextlib.suppress(OSError):
                 for entry in os.scandir(self.home / "jobs"):
