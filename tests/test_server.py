@@ -1414,3 +1414,77 @@ def test_what_a_wrapper_wrote_is_read_safely(tmp_path):
     assert Server._read_int(tmp_path / "n") == 12
     assert [Server._read_int(tmp_path / name) for name in ("missing", "x", "link", "fifo")] == [None] * 4
     assert Server._read(tmp_path / "n", 1) == b"1"
+
+
+@pytest.fixture
+def small_disk(tmp_path):
+    """A 4 MiB filesystem of its own (tmpfs; root only), unmounted after the test."""
+    fs = tmp_path / "fs"
+    fs.mkdir()
+    if os.geteuid() != 0 or subprocess.run(["mount", "-t", "tmpfs", "-o", "size=4m", "tmpfs", str(fs)],
+                                           capture_output=True).returncode != 0:
+        pytest.skip("needs root to mount a small filesystem")
+    yield fs
+    subprocess.run(["umount", "-l", str(fs)], check=True)
+
+
+def _fill(fs: Path) -> Path:
+    """Fill the filesystem to its last byte; returns the file that does it."""
+    filler = fs / "filler"
+    with open(filler, "wb", buffering=0) as f:
+        for size in (65536, 1):
+            with contextlib.suppress(OSError):
+                while f.write(b"\0" * size):
+                    pass
+    return filler
+
+
+@pytest.mark.parametrize("stop", [signal.SIGKILL, signal.SIGTERM])
+def test_a_job_that_ended_while_the_disk_was_full_never_runs_again(small_disk, tmp_path, stop):
+    """The disk fills while a job runs; it ends; the server cannot journal the end and is
+    stopped (kill -9 or SIGTERM) while the disk is still full, then restarted: the end is
+    kept, recorded with the job's real status once there is room, and the job never runs
+    again; new work meanwhile is refused in one line."""
+    home = small_disk / "home"
+    init_site(home, nodes=2, cores=2)
+    (home / "config.toml").write_text("server_interval = 0.25\n" + (home / "config.toml").read_text())
+    work = tmp_path / "work"
+    work.mkdir()
+    env = dict(os.environ, HPCSCHED_HOME=str(home), HPCSCHED_USER="alice", HOME=str(work))
+    env.pop("HPCSCHED_FLAVOR", None)
+    servers = []
+
+    def start():
+        p = subprocess.Popen([sys.executable, "-m", "hpcsched", "server"], cwd=ROOT, env=env,
+                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True)
+        servers.append(p)
+        return p
+    try:
+        server = start()
+        jid = cmd(env, work, "qsub", "-l", "walltime=60",
+                  stdin=f'echo ran >> "{work}/runs.log"; sleep 1; exit 3\n').stdout.strip()
+        pid = job_pid(home, jid)
+        filler = _fill(small_disk)
+        while group_alive(pid):  # the job ends with the disk full
+            time.sleep(0.05)
+        time.sleep(1)  # (the server has tried to record the end, and could not)
+        refused = cmd(env, work, "qsub", stdin="true\n")
+        assert refused.returncode != 0 and refused.stdout == ""
+        assert len(refused.stderr.splitlines()) == 1 and "No space left on device" in refused.stderr, refused.stderr
+        server.send_signal(stop)
+        server.wait(10)
+        start()  # the disk still full
+        time.sleep(1.5)
+        filler.unlink()
+        deadline, found = time.time() + 20, None
+        while found is None and time.time() < deadline:
+            out = cmd(env, work, "qstat", "-f", "-1", jid).stdout
+            found = out if "job_state = C" in out else time.sleep(0.2)
+        assert found is not None, "the job's end was never recorded"
+        assert "exit_status = 3" in found and "run_count = 1" in found
+        assert (work / "runs.log").read_text() == "ran\n"  # it ran once
+    finally:
+        for p in servers:
+            if p.poll() is None:
+                p.send_signal(signal.SIGTERM)
+                p.wait(10)

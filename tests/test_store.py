@@ -5,7 +5,7 @@ import os
 
 import pytest
 
-from hpcsched.store.journal import JOURNAL, STATE, Store, StoreError, default_home
+from hpcsched.store.journal import JOURNAL, STATE, TIP, Store, StoreError, crc_of, default_home
 
 
 def test_append_and_read_in_order(tmp_path):
@@ -20,13 +20,14 @@ def test_append_and_read_in_order(tmp_path):
 def test_appends_in_one_sync_are_synced_once_even_when_the_command_fails(tmp_path, monkeypatch):
     s = Store(tmp_path)
     synced, real = [], os.fsync
-    monkeypatch.setattr(os, "fsync", lambda fd: (synced.append(fd), real(fd))[1])
     with s.locked():
+        s.append({"op": "x", "i": 0})  # (the store's first append makes its tip, durably)
+        monkeypatch.setattr(os, "fsync", lambda fd: (synced.append(fd), real(fd))[1])
         with pytest.raises(KeyError):
             with s.one_sync():
                 s.append({"op": "x", "i": 1}), s.append({"op": "x", "i": 2})
                 raise KeyError("a command fails half way")
-        assert len(synced) == 1 and [r["i"] for r in s.read()[1]] == [1, 2]  # (what it wrote stands, synced)
+        assert len(synced) == 1 and [r["i"] for r in s.read()[1]] == [0, 1, 2]  # (what it wrote stands, synced)
         with s.one_sync():
             pass
         assert len(synced) == 1  # (nothing appended: nothing to sync)
@@ -74,14 +75,22 @@ def test_torn_last_record_is_dropped_with_a_warning(tmp_path):
         assert s.append({"op": "c"}) == 2
         _, recs = s.read()
     assert [r["op"] for r in recs] == ["a", "c"]
-    # every cut of a whole line (its newline too) reads as torn; a whole line with its
+    # every cut of a line never acknowledged (the tip not past it; its newline too) reads
+    # as torn; a cut of an acknowledged one is a loss, named; a whole line with its
     # newline damaged is damage, also to a writer, which then cuts nothing
     line = (tmp_path / JOURNAL).read_bytes().split(b"\n")[1] + b"\n"
     head = (tmp_path / JOURNAL).read_bytes()[:-len(line)]
+    tip = (tmp_path / TIP).read_bytes()
+    for k in range(1, len(line)):
+        (tmp_path / JOURNAL).write_bytes(head + line[:k])
+        with s.locked(), pytest.raises(StoreError, match=r"record\(s\) 2 to 2 are missing"):
+            s.read()
+    s._write_tip(seq=1, last=crc_of(head[:-1]))
     for k in range(1, len(line)):
         (tmp_path / JOURNAL).write_bytes(head + line[:k])
         with s.locked():
             assert len(s.read()[1]) == 1
+    (tmp_path / TIP).write_bytes(tip)
     (tmp_path / JOURNAL).write_bytes(head + line[:-1] + b"\r")
     with s.locked(), pytest.raises(StoreError, match="last line: its end of line is damaged"):
         s.append({"op": "d"})
@@ -94,7 +103,7 @@ def test_torn_last_record_is_dropped_with_a_warning(tmp_path):
     ("state_version", "store version 9 is not supported"),
     ("journal_version", "line 1 has store version 7"),
     ("crc_case", "checksum does not match"),
-    ("end_of_line", "line 1: its end of line is damaged"),  # (a whole record: not an append cut short)
+    ("end_of_line", "line 2: its end of line is damaged"),  # (a whole record: not an append cut short)
     ("state_not_utf8", r"corrupt \(not UTF-8 at byte 2\)"),
 ])
 def test_damage_is_reported_and_left_alone(tmp_path, damage, msg):
@@ -202,15 +211,30 @@ def _site(tmp_path, jobs=4):
 
 
 def _edit(home, n, change):
-    """Journal line n changed by `change(record)`, resealed (damage that still parses and
-    checks out) or not."""
-    from hpcsched.store.journal import sealed
+    """Journal line n changed by `change(record)` and the journal resealed from there on,
+    chain and tip too: damage that still parses and checks out (a writer's bug)."""
     lines = (home / JOURNAL).read_text().splitlines()
     rec = json.loads(lines[n - 1])
-    rec.pop("crc")
     change(rec)
-    lines[n - 1] = sealed(json.dumps(rec, separators=(",", ":")))
-    (home / JOURNAL).write_text("\n".join(lines) + "\n")
+    lines[n - 1] = json.dumps(rec, separators=(",", ":"))
+    _reseal(home, lines)
+
+
+def _reseal(home, lines):
+    """Write `lines` as the journal, each sealed anew and chained, and the tip to its end."""
+    from hpcsched.store.journal import Store, crc_of, sealed
+    out, prev = [], ""
+    for line in lines:
+        rec = json.loads(line)
+        rec.pop("crc", None)
+        rec.update(prev=prev) if rec.get("v", 1) >= 3 else None
+        out.append(sealed(json.dumps(rec, separators=(",", ":"))))
+        prev = crc_of(out[-1].encode())
+    (home / JOURNAL).write_text("".join(line + "\n" for line in out))
+    last = json.loads(out[-1])
+    store = Store(home)
+    store.read_tip()
+    store._write_tip(seq=last["seq"], last=prev, next_id=last.get("next_id", 1))
 
 
 @pytest.fixture
@@ -269,19 +293,24 @@ def test_damage_that_still_parses_is_found_and_nothing_is_written(site, kind, me
     assert (site.home / JOURNAL).read_bytes()[:len(before)] == before
 
 
-def test_repair_keeps_the_good_prefix_with_a_backup_and_says_what_was_lost(site):
+def test_repair_keeps_every_verifiable_record_with_a_backup_and_says_what_it_removed(site):
+    """One damaged line is removed alone (written to removed.jsonl in the backup, named with
+    its job); every record after it that checks out is kept, numbered on and chained anew."""
     from hpcsched.store import repair
+    from hpcsched.store.journaled import Batch
     _damage(site.home, "flipped bit")
     damaged = (site.home / JOURNAL).read_bytes()
     ok, lines = repair.repair(site)
-    assert ok and "kept 3 journal record(s); dropped 3 from the first bad one on" in lines  # (the first: config)
-    assert "  lost: line 4: record 4: submit" in "\n".join(lines) and "delete of job 2" in "\n".join(lines)
+    assert ok and "kept 5 journal record(s); removed 1" in lines  # (the first: config)
+    assert "  removed: line 4: record 4: submit of job 3" in lines
     (backup,) = [p for p in site.home.iterdir() if p.name.startswith("backup-")]
     assert (backup / JOURNAL).read_bytes() == damaged
+    assert (backup / "removed.jsonl").read_bytes() == damaged.split(b"\n")[3] + b"\n"
     sound, after = repair.check(site)
-    # ids 3 and 4 were given out by the lost records: never again
-    assert sound and "2 job(s), next job id 5" in after[0]
-    assert "next job id 5: past every id the journal or the accounting log has seen" in lines
+    assert sound and "3 job(s), next job id 5" in after[0]  # job 3's id, given out, never again
+    batch = Batch(site)
+    with batch.open(write=False):
+        assert sorted(batch.sched.jobs) == [1, 2, 4] and batch.sched.jobs[2].state.name == "DELETED"
     assert repair.repair(site)[1] == after  # a sound store is left alone
 
 
@@ -295,7 +324,7 @@ def test_repair_never_hands_out_an_id_the_accounting_log_has_seen(site):
         f.write("01/01/2099 00:00:00;Q;9.vm;queue=batch\n01/01/2099 00:00:01;Q;7[3].vm;queue=batch\n")
     _damage(site.home, "flipped bit")
     ok, lines = repair.repair(site)
-    assert ok and "next job id 10: past every id the journal or the accounting log has seen" in lines
+    assert ok and "next job id 10: past every id the journal, its tip or the accounting log has seen" in lines
     assert "next job id 10" in repair.check(site)[1][0]
 
 
@@ -395,6 +424,7 @@ def test_the_snapshot_keeps_its_configuration_and_old_stores_still_load(rig, mon
     old = [{k: v for k, v in r.items() if k not in ("cfg", "crc")} for r in lines if r["op"] != "config"]
     journal.write_text("".join(json.dumps({**r, "v": 1, "seq": n}) + "\n"  # (version 1: no checksums)
                                for n, r in enumerate(old, 1)))
+    (home / TIP).unlink()  # (nor a tip)
     assert _states(1) == "R"
     submit("-l", "nodes=1")
     assert [json.loads(line)["op"] for line in journal.read_text().splitlines()] == ["submit", "pass", "config",
@@ -602,10 +632,10 @@ def test_an_old_format_record_in_a_store_this_version_wrote_is_refused(rig, caps
     text = json.dumps(edited).replace('"alice"', '"mallory"')
     assert "mallory" in text
     journal.write_text("\n".join([*lines[:-1], text]) + "\n")
-    with pytest.raises(StoreError, match=r"line \d+: a version 1 record in a store written as version 2"):
+    with pytest.raises(StoreError, match=r"line \d+: a version 1 record in a store written as version 3"):
         with Batch(load_site()).open(write=False):
             pass
-    with pytest.raises(StoreError, match="last record: a version 1 record after a version 2 one"):
+    with pytest.raises(StoreError, match=r"(last record|line \d+): a version 1 record (after a version 3 one|in a store written as version 3)"):
         submit("-h")  # (qsub reads the journal's tail alone)
 
 

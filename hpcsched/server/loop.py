@@ -328,6 +328,13 @@ class Server:
             self.children[pid] = status
             self.cpu[pid] = usage.ru_utime + usage.ru_stime
 
+    def _status(self, job: Job) -> int | None:
+        """The exit status the job's wrapper wrote: in `status`, or in its place `status.tmp`
+        where a full disk refused the rename (layout.WRAPPER)."""
+        d = self.jobdir(job)
+        status = self._read_int(d / "status")
+        return status if status is not None else self._read_int(d / "status.tmp")
+
     def _pid(self, job: Job) -> int | None:
         """The pid of the job's wrapper: from its pid file, or as noted at launch."""
         if self.multi:  # a pid the owner wrote counts only for a process of the owner's
@@ -389,7 +396,7 @@ class Server:
                 self._stagein_failed(job, failed.decode("utf-8", "replace"), now)
                 self.children.pop(pid, None), self.cpu.pop(pid, None)
                 return
-            status = self._read_int(self.jobdir(job) / "status")
+            status = self._status(job)
             sent = job.extra.get("signal") or self.sent.get(job.id, (None,))[0]
             if sent and (status is None or status >= 128):
                 status = 256 + sent  # as PBS records a job it killed

@@ -4,6 +4,8 @@
         state.json     the last snapshot (a Scheduler.to_dict() and the journal seq it covers)
         journal.jsonl  one JSON record per change since, appended and fsync'd (a command
                        acting on many jobs syncs its appends once, at its end)
+        journal.tip   how far the journal was written: the newest durable record's number,
+                       its checksum and the job-id high-water mark after it
         lock           flock(2) target: writers hold it exclusively, readers shared
 
 Appending costs the same whatever the store holds: the next sequence number is read from
@@ -15,26 +17,36 @@ middle of an append that was never acknowledged) is dropped with a warning; any 
 damage is an error, and nothing is ever silently replaced by an empty state.
 
 Each journal line and the snapshot carry a CRC-32 of their own text without it (`"crc"`,
-last in a journal line, before "state" in the snapshot), and journal lines number 1, 2, 3, ... with
-no gap: a flipped bit, an edited or deleted line is reported with the file and the line.
-Version 1 stores (before checksums) are read as they are; writes are version 2.
+last in a journal line, before "state" in the snapshot), journal lines number 1, 2, 3, ... with
+no gap, and each line names the checksum of the one before (`"prev"`): a flipped bit, an
+edited, deleted, replaced or moved line is reported with the file and the line.  What no line
+can show, lines missing at the end or a journal emptied or removed, the tip shows: it is
+written in place (one sector, no new block) after each fsync of the journal, so it never runs
+ahead of what is durable, and created before the first record it covers; a journal that ends
+before the tip's record has lost acknowledged work, and is an error that names it.
+Version 1 (no checksums) and 2 (no chain, no tip) stores are read as they are; writes are
+version 3, and once a store holds version 3 an older record after it is refused.
 """
 from __future__ import annotations
 
 import contextlib
+import errno
 import fcntl
 import json
 import os
+import re
 import zlib
 from pathlib import Path
 
 from ..core.errors import SchedulerError
 from .layout import home
 
-STORE_VERSION = 2
-READS = (1, 2)  # version 1: the same records without checksums
-STATE, JOURNAL, LOCK = "state.json", "journal.jsonl", "lock"
+STORE_VERSION = 3
+READS = (1, 2, 3)  # 1: the same records without checksums; 2: without the chain and the tip
+STATE, JOURNAL, LOCK, TIP = "state.json", "journal.jsonl", "lock", "journal.tip"
+TIP_SIZE = 128  # bytes: the tip is rewritten in place, within one sector
 _CRC = b',"crc":"'  # a sealed line ends ,"crc":"xxxxxxxx"} (18 bytes)
+_HEAD = re.compile(rb'\{"v":(\d+),"seq":(\d+),(?:"prev":"([0-9a-f]*)",)?')  # how a line of version 2 or 3 begins
 
 
 def sealed(body: str) -> str:
@@ -50,6 +62,11 @@ def unsealed(line: bytes) -> bytes | None:
     return body if line[-10:-2] == b"%08x" % zlib.crc32(body) else None  # (as written: a flipped case is damage too)
 
 
+def crc_of(line: bytes) -> str:
+    """A sealed line's own checksum ("" for an unsealed, version 1 line)."""
+    return line[-10:-2].decode("ascii", "replace") if line[-18:-10] == _CRC else ""
+
+
 def _version(line: bytes) -> int:
     """A journal line's store version (0: not a record)."""
     try:
@@ -57,6 +74,11 @@ def _version(line: bytes) -> int:
     except (json.JSONDecodeError, UnicodeDecodeError):
         return 0
     return rec.get("v", 0) if isinstance(rec, dict) and isinstance(rec.get("v"), int) else 0
+
+
+def _older(path: Path, n: int, version: int, floor: int) -> str:
+    return (f"{path}: line {n}: a version {version} record in a store written as version {floor} "
+            f"(edited: it would skip its checksum); left as it is")
 
 
 def _torn(path: Path, n: int | None, tail: bytes) -> None:
@@ -82,14 +104,28 @@ def default_home() -> Path:
     return Path(home())
 
 
+def write_all(fd: int, data: bytes) -> None:
+    """Write all of `data` (a disk that fills takes part of a write, then refuses the rest:
+    OSError, after the part)."""
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view):]
+
+
 def write_atomic(path: Path, text: str) -> None:
     """Replace `path` with `text` so that a crash leaves either the old or the new file.
     The file is its owner's alone (0600): the store holds scripts and environments."""
     tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
-    with open(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), "w", encoding="utf-8") as f:
-        f.write(text)
-        f.flush()
-        os.fsync(f.fileno())
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    try:
+        write_all(fd, text.encode("utf-8"))
+        os.fsync(fd)
+    except BaseException:
+        os.close(fd)
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)  # (a full disk: nothing half-written is left behind)
+        raise
+    os.close(fd)
     os.replace(tmp, path)
     fd = os.open(path.parent, os.O_RDONLY)
     try:
@@ -103,6 +139,9 @@ class Store:
         self.home = Path(home) if home is not None else default_home()
         self.warnings: list[str] = []
         self.deferred: bool | None = None  # inside `one_sync`: True once an append waits for its fsync
+        self.untipped: dict | None = None  # the newest append's seq, last and next_id, for the tip
+        self.last_line: bytes | None = None  # the newest record's line, as last_record read it
+        self.tip = {"seq": 0, "last": "", "next_id": 1, "since": 0, "snapshot": 0}  # as last read or written
 
     # --- locking ---------------------------------------------------------------------
     @contextlib.contextmanager
@@ -125,11 +164,78 @@ class Store:
         the lock held."""
         snapshot = self._read_snapshot()
         covered = snapshot.get("journal_seq", 0) if snapshot else 0
-        journal = self._read_journal(snapshot["store_version"] if snapshot else 1)
+        journal, lines = self._read_journal(snapshot["store_version"] if snapshot else 1, covered)
         if journal and journal[0]["seq"] > covered + 1:  # the journal's first lines are gone
             raise StoreError(f"{self.home / JOURNAL}: line 1: sequence {journal[0]['seq']} after the snapshot's "
                              f"{covered}: {journal[0]['seq'] - covered - 1} record(s) missing")
+        if snapshot and snapshot.get("journal_last"):
+            self._covered(covered, snapshot["journal_last"],
+                          {r["seq"]: crc_of(line) for r, line in zip(journal, lines)}.get(covered))
+        newest = max(covered, journal[-1]["seq"] if journal else 0)
+        written = [(covered, snapshot["store_version"], STATE)] if snapshot else []
+        self._against_tip(newest, {r["seq"]: crc_of(line) for r, line in zip(journal, lines)}.get,
+                          written + [(r["seq"], r["v"], f"{JOURNAL}: line {n}") for n, r in enumerate(journal, 1)],
+                          snapshot is not None)
         return snapshot, [r for r in journal if r["seq"] > covered]
+
+    def _covered(self, covered: int, expected: str, found: str | None) -> None:
+        """The journal still holds the snapshot's last record (compaction keeps it), as written."""
+        if found != expected:
+            what = "is missing" if found is None else "is not the one the snapshot covers"
+            raise StoreError(f"{self.home / JOURNAL}: record {covered}, the snapshot's last, {what} "
+                             f"(removed or replaced); left as it is")
+
+    def read_tip(self) -> dict | None:
+        """The tip, or None if there is none: {"seq": the newest durable record, "last": its
+        checksum, "next_id": the job-id high-water mark after it, "since": the newest record
+        an older version wrote, "snapshot": the record the newest snapshot covers (0: none)}."""
+        path = self.home / TIP
+        try:
+            data = path.read_bytes()
+        except FileNotFoundError:
+            return None
+        except OSError as e:
+            raise StoreError(f"{path}: cannot read: {e.strerror}") from None
+        body = unsealed(data.rstrip(b" \n"))
+        try:
+            tip = json.loads(body) if body is not None else None
+        except ValueError:
+            tip = None
+        if not (isinstance(tip, dict) and all(type(tip.get(k)) is t for k, t in
+                                               (("seq", int), ("last", str), ("next_id", int), ("since", int),
+                                                ("snapshot", int)))):
+            raise StoreError(f"{path}: damaged (it says how far the journal was written); left as it is "
+                             f"(`hpcsched store repair` writes it again)")
+        self.tip = tip
+        return tip
+
+    def _against_tip(self, newest: int, crc_at, written: list[tuple[int, int, str]], snapshot: bool) -> None:
+        """The store, ending at record `newest` (`crc_at(seq)`: a record's checksum, None
+        if not at hand), holds every record the tip says was written, and that one as
+        written, and a snapshot if one was written; `written`: (record, version, where) of
+        what was read, each past the tip's `since` of this version (an older one there was
+        edited to skip its checksum)."""
+        tip = self.read_tip()
+        if tip is None:
+            if any(v >= 3 for _, v, _ in written):  # (made before the first version 3 record)
+                raise StoreError(f"{self.home / TIP}: missing, so lost records could go unnoticed; "
+                                 f"left as it is (`hpcsched store repair` writes it again)")
+            return
+        for seq, v, where in written:
+            if seq > tip["since"] and v < 3:
+                raise StoreError(f"{self.home / where}: a version {v} record in a store written as version 3 "
+                                 f"(edited: it would skip its checksum); left as it is")
+        if tip["snapshot"] and not snapshot:
+            raise StoreError(f"{self.home / STATE}: missing (a snapshot to record {tip['snapshot']} was written, "
+                             f"as {TIP} says); left as it is")
+        if tip["seq"] > newest:
+            raise StoreError(f"{self.home / JOURNAL}: record(s) {newest + 1} to {tip['seq']} are missing "
+                             f"(written and acknowledged, as {TIP} says; the store ends at {newest}); "
+                             f"left as it is")
+        crc = crc_at(tip["seq"])
+        if crc and tip["last"] and crc != tip["last"]:
+            raise StoreError(f"{self.home / JOURNAL}: record {tip['seq']} is not the one written ({TIP} "
+                             f"has another checksum for it: replaced or edited); left as it is")
 
     def _read_snapshot(self) -> dict | None:
         path = self.home / STATE
@@ -156,21 +262,22 @@ class Store:
             body = text[:at] + text[at + 17:] if at >= 0 else ""
             if data.get("crc") != f"{zlib.crc32(body.encode('utf-8')):08x}":
                 raise StoreError(f"{path}: checksum does not match (the file was damaged or edited); left as it is")
-        if not isinstance(data.get("journal_seq", 0), int) or not isinstance(data.get("state"), dict):
+        if not isinstance(data.get("journal_seq", 0), int) or not isinstance(data.get("state"), dict) \
+                or not isinstance(data.get("journal_last", ""), str):
             raise StoreError(f"{path}: not an hpcsched state file (journal_seq or state malformed)")
         if "config" in data and not is_source(data["config"]):
             raise StoreError(f"{path}: not an hpcsched state file (config malformed)")
         return data
 
-    def _read_journal(self, floor: int = 1) -> list[dict]:
-        """The journal's records, checked; `floor`: the oldest version a record may have
-        (the snapshot's: a store this version wrote holds no older record after its newer
-        ones, so an old-format line there is an edit, refused)."""
+    def _read_journal(self, floor: int = 1, covered: int = 0) -> tuple[list[dict], list[bytes]]:
+        """The journal's records, checked, and their lines; `floor`: the oldest version a
+        record after `covered` may have (the snapshot's: a store this version wrote holds
+        no older record after its newer ones, so an old-format line there is an edit, refused)."""
         path = self.home / JOURNAL
         try:
             data = path.read_bytes()
         except FileNotFoundError:
-            return []
+            return [], []
         except OSError as e:  # (made a directory, unreadable)
             raise StoreError(f"{path}: cannot read: {e.strerror}") from None
         lines = data.split(b"\n")
@@ -178,18 +285,21 @@ class Store:
         if tail:
             _torn(path, len(lines) + 1, tail)
             self.warnings.append(f"{path}: dropped a torn last record (an append that never finished)")
-        records, last = [], 0
+        records, last, prev, inner = [], 0, None, 1
         for n, line in enumerate(lines, 1):
-            rec = self._record(path, n, line, last, floor)
-            last, floor = rec["seq"], max(floor, rec["v"])
+            rec = self._record(path, n, line, last, inner, prev)
+            if rec["v"] < floor and rec["seq"] > covered:  # (a covered one was copied by compaction as it was)
+                raise StoreError(_older(path, n, rec["v"], floor))
+            last, prev, inner = rec["seq"], crc_of(line), max(inner, rec["v"])
             records.append(rec)
-        return records
+        return records, lines
 
     @staticmethod
-    def _record(path: Path, n: int, line: bytes, last: int, floor: int = 1) -> dict:
+    def _record(path: Path, n: int, line: bytes, last: int, floor: int = 1, prev: str | None = None) -> dict:
         """Journal line `n`, checked: a record of a version we read and not older than
         `floor`, its checksum right, numbered right after `last` (any number when `last` is
-        0: the journal's first)."""
+        0: the journal's first) and, from version 3, naming `prev` as the checksum before
+        it (None: the line before it is not at hand)."""
         try:
             rec = json.loads(line)
         except (json.JSONDecodeError, UnicodeDecodeError):
@@ -200,8 +310,7 @@ class Store:
             raise StoreError(f"{path}: line {n} has store version {rec.get('v')!r}, "
                              f"this hpcsched reads versions {READS[0]} to {READS[-1]}")
         if rec["v"] < floor:
-            raise StoreError(f"{path}: line {n}: a version {rec['v']} record in a store written as version "
-                             f"{floor} (edited: it would skip its checksum); left as it is")
+            raise StoreError(_older(path, n, rec["v"], floor))
         if rec["v"] >= 2 and unsealed(line) is None:
             raise StoreError(f"{path}: line {n}: checksum does not match (damaged or edited); left as it is")
         if rec["seq"] <= last:
@@ -209,7 +318,11 @@ class Store:
         if last and rec["seq"] != last + 1:
             raise StoreError(f"{path}: line {n}: sequence {rec['seq']} after {last}: "
                              f"{rec['seq'] - last - 1} record(s) missing")
+        if rec["v"] >= 3 and prev is not None and rec.get("prev") != prev:
+            raise StoreError(f"{path}: line {n}: record {rec['seq']} does not follow the line before it "
+                             f"(a record between them was removed or replaced); left as it is")
         rec.pop("crc", None)
+        rec.pop("prev", None)
         return rec
 
     # --- reading again, in a long-lived process ----------------------------------------------
@@ -255,8 +368,19 @@ class Store:
         return self.last_record()["seq"]
 
     def last_record(self) -> dict:
-        """The newest journal record, read from the file's tail; for an empty journal a
-        stand-in made from the snapshot ({"seq": 0} for an empty store)."""
+        """The newest journal record, read from the file's tail and checked against the
+        tip; for an empty journal a stand-in made from the snapshot ({"seq": 0} for an
+        empty store)."""
+        record, line = self._tail()
+        self._against_tip(record["seq"], lambda seq: crc_of(line) if line and seq == record["seq"] else None,
+                          [(record["seq"], record.get("v", 1), f"{JOURNAL}: last record")] if line else
+                          [(record["seq"], record.get("v", 1), STATE)] if "v" in record else [],
+                          os.path.exists(self.home / STATE))
+        self.last_line = line
+        return record
+
+    def _tail(self) -> tuple[dict, bytes | None]:
+        """(the newest record, its line); (a stand-in, None) for an empty journal."""
         path = self.home / JOURNAL
         try:
             with open(path, "rb") as f:
@@ -284,26 +408,35 @@ class Store:
             if record.get("v", 1) >= 2 and unsealed(lines[-1]) is None:
                 raise StoreError(f"{path}: last record: checksum does not match (damaged or edited); "
                                  f"left as it is")
-            if record.get("v", 1) < STORE_VERSION and len(lines) > 1 and _version(lines[-2]) >= STORE_VERSION:
+            if len(lines) > 1 and record.get("v", 1) < _version(lines[-2]):
                 raise StoreError(f"{path}: last record: a version {record.get('v')} record after a version "
-                                 f"{STORE_VERSION} one (edited: it would skip its checksum); left as it is")
-            return record
+                                 f"{_version(lines[-2])} one (edited: it would skip its checksum); left as it is")
+            if record.get("v", 1) >= 3 and len(lines) > 1 and record.get("prev") != crc_of(lines[-2]):
+                raise StoreError(f"{path}: last record does not follow the line before it (a record between "
+                                 f"them was removed or replaced); left as it is")
+            return record, lines[-1]
         snapshot = self._read_snapshot()
         if not snapshot:
-            return {"seq": 0}
-        return {"seq": snapshot.get("journal_seq", 0), "next_id": snapshot.get("state", {}).get("next_id", 1)}
+            return {"seq": 0}, None
+        return {"seq": snapshot.get("journal_seq", 0), "next_id": snapshot.get("state", {}).get("next_id", 1),
+                "v": snapshot["store_version"]}, None
 
     def check(self) -> None:
-        """A look at the snapshot without parsing it: its version, its last byte and its
-        checksum (a CRC over the bytes, some milliseconds for a 100,000-job state), so a
-        writer that does not load everything (qsub) refuses a damaged store as the rest do."""
+        """A look at the snapshot and the journal without parsing them (CRCs over the bytes,
+        some milliseconds for a 100,000-job state), so a writer that does not load
+        everything (qsub) refuses a damaged store as the rest do."""
+        self._check_journal(self._check_snapshot())
+
+    def _check_snapshot(self) -> int:
+        """`check` of the snapshot; (the journal record it covers, that record's checksum):
+        (0, "") for none."""
         path = self.home / STATE
         try:
             with open(path, "rb") as f:
                 data = f.read()
-            head, tail = data[:64], data[-16:].rstrip()
+            head, tail = data[:128], data[-16:].rstrip()
         except FileNotFoundError:
-            return
+            return 0, ""
         except OSError as e:
             raise StoreError(f"{path}: cannot read: {e.strerror}") from None
         prefix = b'{"store_version":'
@@ -317,8 +450,45 @@ class Store:
             raise StoreError(f"{path}: corrupt or truncated (it does not end its JSON); left as it is")
         if version != b"1":  # (version 1 snapshots have no checksum)
             at = data.find(b'"crc":"')
-            if at < 0 or data[at + 7:at + 15] != b"%08x" % zlib.crc32(data[:at] + data[at + 17:]):
+            if at < 0 or data[at + 15:at + 17] != b'",' or \
+                    data[at + 7:at + 15] != b"%08x" % zlib.crc32(data[:at] + data[at + 17:]):
                 raise StoreError(f"{path}: checksum does not match (the file was damaged or edited); left as it is")
+        m = re.match(rb'\{"store_version":\d+,"journal_seq":(\d+),(?:"journal_last":"([0-9a-f]*)",)?', head)
+        if m is None:
+            snapshot = self._read_snapshot()  # (raises, saying what is wrong)
+            return snapshot["journal_seq"], snapshot.get("journal_last", "")
+        return int(m[1]), (m[2] or b"").decode()
+
+    def _check_journal(self, covered: tuple[int, str]) -> None:
+        """Every journal line's checksum, number and chain, from the bytes (a line of a
+        version before 2, or one that fails, is read in full: its error is the reader's)."""
+        path = self.home / JOURNAL
+        covered, expected = covered
+        try:
+            data = path.read_bytes()
+        except FileNotFoundError:
+            data = b""
+        except OSError as e:
+            raise StoreError(f"{path}: cannot read: {e.strerror}") from None
+        lines = data.split(b"\n")
+        lines.pop()  # (a torn tail: the append drops it)
+        last, prev, floor, found = 0, None, 1, None
+        for n, line in enumerate(lines, 1):
+            m = _HEAD.match(line)
+            v = int(m[1]) if m else 0
+            if not (m and v >= 2 and v in READS and v >= floor and unsealed(line) is not None
+                    and (not last or int(m[2]) == last + 1) and (v < 3 or prev is None or m[3] == prev.encode())):
+                rec = self._record(path, n, line, last, floor, prev)  # (raises, saying what is wrong)
+                v, seq = rec["v"], rec["seq"]
+            else:
+                seq = int(m[2])
+            if n == 1 and seq > covered + 1:
+                raise StoreError(f"{path}: line 1: sequence {seq} after the snapshot's {covered}: "
+                                 f"{seq - covered - 1} record(s) missing")
+            last, prev, floor = seq, crc_of(line), max(floor, v)
+            found = prev if seq == covered else found
+        if expected:
+            self._covered(covered, expected, found)
 
     # --- writing -----------------------------------------------------------------------
     def append(self, record: dict, before=None) -> int:
@@ -326,20 +496,56 @@ class Store:
         `before(seq)` is called first, with the number the record is to have."""
         path = self.home / JOURNAL
         self._drop_torn_tail(path)
-        seq = self.last_seq() + 1
+        last = self.last_record()
+        prev = crc_of(self.last_line or b"")
+        if not os.path.exists(self.home / TIP):  # (before the first record it is to cover)
+            snapshot = self._read_snapshot()
+            self._write_tip(seq=last["seq"], last=prev, next_id=last.get("next_id", 1), since=last["seq"],
+                            snapshot=snapshot["journal_seq"] if snapshot else 0)
+        seq = last["seq"] + 1
         if before is not None:
             before(seq)
-        line = sealed(json.dumps({"v": STORE_VERSION, "seq": seq, **record}, separators=(",", ":"))) + "\n"
+        line = sealed(json.dumps({"v": STORE_VERSION, "seq": seq, "prev": prev, **record},
+                                 separators=(",", ":"))).encode("utf-8")
         fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
         try:
-            os.write(fd, line.encode("utf-8"))
+            size = os.fstat(fd).st_size
+            try:
+                write_all(fd, line + b"\n")
+                if self.deferred is None:
+                    os.fsync(fd)
+            except OSError:  # (a full disk took part of it: taken back, the journal as it was)
+                with contextlib.suppress(OSError):
+                    os.ftruncate(fd, size)
+                raise
+            self.untipped = {"seq": seq, "last": crc_of(line), "next_id": record.get("next_id", last.get("next_id", 1))}
             if self.deferred is None:
-                os.fsync(fd)
+                self._write_tip(**self.untipped)
             else:
+                if not self.deferred:
+                    self.unsynced = size  # (where the appends waiting for the sync began)
                 self.deferred = True
         finally:
             os.close(fd)
         return seq
+
+    def _write_tip(self, **changes) -> None:
+        """The tip with `changes` (its other fields as last read or written): in place once
+        the file exists (one sector: never torn, never needing a block on a full disk),
+        whole when first made."""
+        self.tip = {**self.tip, **changes}
+        text = sealed(json.dumps(self.tip, separators=(",", ":")))
+        data = text.encode("ascii").ljust(TIP_SIZE - 1) + b"\n"
+        try:
+            fd = os.open(self.home / TIP, os.O_WRONLY)
+        except FileNotFoundError:
+            write_atomic(self.home / TIP, data.decode("ascii"))
+            return
+        try:
+            if os.pwrite(fd, data, 0) != len(data):  # (never short: the blocks are the file's already)
+                raise OSError(errno.EIO, "the tip was written short")
+        finally:
+            os.close(fd)
 
     @contextlib.contextmanager
     def one_sync(self):
@@ -357,11 +563,16 @@ class Store:
         finally:
             synced, self.deferred = self.deferred, None
             if synced:
-                fd = os.open(self.home / JOURNAL, os.O_RDONLY)
+                fd = os.open(self.home / JOURNAL, os.O_WRONLY)
                 try:
                     os.fsync(fd)
+                except OSError:  # (none of them is durable: all taken back)
+                    with contextlib.suppress(OSError):
+                        os.ftruncate(fd, self.unsynced)
+                    raise
                 finally:
                     os.close(fd)
+                self._write_tip(**self.untipped)
 
     def _drop_torn_tail(self, path: Path) -> None:
         try:
@@ -389,14 +600,21 @@ class Store:
         """Write `state` (which covers the journal up to `seq`) as the snapshot and drop
         the records it covers; `config` ({"toml": text, "overlay": changes}) is the
         configuration the state was reached under.  Hold the lock."""
-        head = f'{{"store_version":{STORE_VERSION},"journal_seq":{int(seq)},'
+        records, lines = self._read_journal()
+        last = {r["seq"]: crc_of(line) for r, line in zip(records, lines)}.get(seq, "")
+        head = f'{{"store_version":{STORE_VERSION},"journal_seq":{int(seq)},"journal_last":"{last}",'
         body = (f'"config":{json.dumps(config, separators=(",", ":"))},' if config is not None else "") + \
             f'"state":{json.dumps(state, separators=(",", ":"))}}}'
         crc = zlib.crc32((head + body).encode("utf-8"))
+        tip = self.read_tip()
+        if lines and tip is None:  # (a store an older version wrote)
+            old = self._read_snapshot()
+            self._write_tip(seq=records[-1]["seq"], last=crc_of(lines[-1]), next_id=records[-1].get("next_id", 1),
+                            since=records[-1]["seq"], snapshot=old["journal_seq"] if old else 0)
         write_atomic(self.home / STATE, f'{head}"crc":"{crc:08x}",{body}')
-        records = self._read_journal()
-        rest = [r for r in records if r["seq"] > seq]
-        if not rest and records:
-            rest = records[-1:]  # keep the newest (covered) record: next ids come from the tail
-        write_atomic(self.home / JOURNAL, "".join(
-            sealed(json.dumps({**r, "v": STORE_VERSION}, separators=(",", ":"))) + "\n" for r in rest))
+        if tip is not None or lines:
+            self._write_tip(snapshot=int(seq))
+        rest = [line for r, line in zip(records, lines) if r["seq"] >= seq] or lines[-1:]
+        # (the snapshot's last record stays: the chain goes on from it and the tail gives
+        # next ids; lines are kept as written, so their checksums and the tip still hold)
+        write_atomic(self.home / JOURNAL, "".join(line.decode("utf-8") + "\n" for line in rest))

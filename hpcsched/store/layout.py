@@ -4,7 +4,10 @@ else, so it imports nothing but `sys` and `posix` (built in).
 
     $HPCSCHED_HOME/jobs/ID/runN/   one directory per run of a job: the server's wrapper
         started/                   made by the wrapper (mkdir is atomic: one launch runs)
-        pid, status                the job's pid first, its exit status last, each atomic
+        pid, status                the job's pid first, its exit status last, each atomic;
+        status.tmp                 the status's place, taken before the job starts and written
+                                   in place at its end, so a disk that filled meanwhile still
+                                   takes it (status.tmp holds it if the rename failed)
         cgroup                     the wrapper joined the run's cgroup (server/tracking.py)
         interactive.json           an interactive job's environment, for its `qsub -I`
 """
@@ -54,6 +57,8 @@ WRAPPER = (  # $1 job dir, $2 shell, $3 script, then the script's arguments: pid
     # (the `cgroup` file says it was), its name not passed on to the job
     '[ -z "$HPCSCHED_CGROUP" ] || { echo $$ > "$HPCSCHED_CGROUP/cgroup.procs" && : > "$1/cgroup"; } 2>/dev/null\n'
     'unset HPCSCHED_CGROUP\n'
+    # the status's place, taken while there is room: a job that ran always leaves its status
+    """printf '%-11s\\n' running > "$1/status.tmp" || exit 127\n"""
     'echo $$ > "$1/pid.tmp" && mv "$1/pid.tmp" "$1/pid" || exit 127\n'
     # signals sent to the job's group are for the job: the wrapper outlives them to record
     # its status (caught, not ignored, so the job still gets the default handling)
@@ -72,5 +77,6 @@ WRAPPER = (  # $1 job dir, $2 shell, $3 script, then the script's arguments: pid
     '  s=$?\n'
     '  [ ! -f "$1/stageout" ] || sh "$1/stageout" >&2\n'
     'fi\n'
-    'echo $s > "$1/status.tmp" && mv "$1/status.tmp" "$1/status"\n'
+    # written in place (1<> does not truncate: no block to find on a full disk), then renamed
+    """printf '%-11d\\n' "$s" 1<> "$1/status.tmp" && mv -f "$1/status.tmp" "$1/status"\n"""
     'exit $s\n')
