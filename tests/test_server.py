@@ -1488,3 +1488,44 @@ def test_a_job_that_ended_while_the_disk_was_full_never_runs_again(small_disk, t
             if p.poll() is None:
                 p.send_signal(signal.SIGTERM)
                 p.wait(10)
+
+
+@pytest.mark.parametrize("multi", [False, True])
+def test_a_launch_whose_note_was_never_journaled_is_not_run_again(rig, monkeypatch, multi):
+    """The server launches a job and cannot journal that it did (a full disk), then stops:
+    the next server finds the wrapper's run directory and takes the job as launched: it
+    runs once and ends with its own status (also where the pid noted at launch is believed
+    before the file's, as on a multi-user site)."""
+    import errno
+    import io
+
+    from hpcsched.pbs import qsub
+    from hpcsched.server import loop as server
+    from hpcsched.store import journal
+    from hpcsched.store.journaled import Batch
+    from hpcsched.store.site import load_site
+    runs = rig / "runs.log"
+    qsub.submit(["-l", "walltime=60"], stdin=io.StringIO(f'echo ran >> "{runs}"; sleep 0.5; exit 4\n'),
+                cwd=str(rig), env={})
+    real = journal.Store.append
+
+    def refuse_the_launch_note(self, record, before=None):
+        if record.get("op") == "process" and "launched" in record.get("set", {}):
+            raise OSError(errno.ENOSPC, "No space left on device")
+        return real(self, record, before)
+    monkeypatch.setattr(journal.Store, "append", refuse_the_launch_note)
+    server.Server(load_site(), grace=0.5).step()  # (launched; the note refused; this server stops)
+    monkeypatch.setattr(journal.Store, "append", real)
+    srv = server.Server(load_site(), grace=0.5)
+    srv.multi = multi
+    batch = Batch(load_site())
+    deadline = time.time() + 15
+    while time.time() < deadline:
+        srv.step()
+        with batch.open(write=False):
+            job = batch.sched.jobs[1]
+            if job.state.name == "COMPLETED":
+                break
+        time.sleep(0.1)
+    assert (job.state.name, job.exit_status, job.run_count) == ("COMPLETED", 4, 1)
+    assert runs.read_text() == "ran\n"

@@ -775,6 +775,12 @@ class Server:
         error (an unknown owner, a path the owner may not write, a planted file) is this
         job's failure: it ends, aborted, with the reason in its comment and mail.  Where the
         site has a prologue, the job starts once it has passed (_prologue)."""
+        if os.path.isdir(self.jobdir(job) / "started"):
+            # launched by a server whose note of it was never journaled (it stopped, or a
+            # full disk refused the note): its wrapper ran, so it is not run again; _watch
+            # finds its pid, or its status, in the run directory
+            self._note(job, now, set={"launched": now}, records=self._started)
+            return 0
         try:
             owner = privilege.Owner.of(job.owner, job.group) if self.as_owners else None
         except KeyError:
