@@ -46,6 +46,9 @@ class Policy:
     #: PBS's FIFO does (higher queue priority first, then higher -p), if the site says so.
     weighs_job_priority = False
     weighs_queue_priority = False
+    #: True when the order reads the decayed usage: running jobs are then charged at every
+    #: pass; otherwise only as they start and end (a report reads them as of its moment).
+    reads_usage = False
 
     def on_submit(self, job: Job) -> None:
         """Set a new job's starting score."""

@@ -464,7 +464,8 @@ class Scheduler:
             self._calendar_events(now)
         if self.bank is not None:
             self._restand(now)
-        self.usage.accrue(now)  # running jobs are charged as they run, not only at their end
+        if self.policy.reads_usage:  # running jobs charged as they run, not only at their end
+            self.usage.accrue(now)
         if self._paused:  # a suspended job's hold on its units grew: every kept count is asked again
             self._changed()
         depth = self.settings.depth

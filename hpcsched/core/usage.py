@@ -2,7 +2,8 @@
 
 Usage is charged while jobs run, not only when they end: every record keeps the rate its
 running jobs accrue (slots, or nodes, per second), and the rate times the time since its
-last charge is charged whenever the rate changes (a job starts or ends) and at every pass.
+last charge is charged whenever the rate changes (a job starts or ends) and at every pass
+whose policy reads usage (Policy.reads_usage; reading adds what is accrued since, `value`).
 A charge made at time c counts at time t as
 
     amount * 2 ** (-(t - c) / half_life)       (no decay when half_life is 0)

@@ -51,6 +51,7 @@ class GridEngine(Policy):
 
     name = "gridengine"
     static = False
+    reads_usage = True
     weighs_job_priority = True  # -p is the POSIX priority factor
 
     def __post_init__(self):

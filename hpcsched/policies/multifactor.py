@@ -39,6 +39,7 @@ class Multifactor(Policy):
 
     name = "multifactor"
     static = False
+    reads_usage = True
     weighs_job_priority = True
     weighs_queue_priority = True
 
