@@ -162,7 +162,8 @@ class Scheduler:
         self._ranks = 0  # runnable jobs with a rank (the order then sorts by it)
         self._commented: set[int] = set()  # jobs whose comment says a quota holds them back
         # the running jobs' counts the queue and quota limits read, kept as jobs start and end
-        self._tally: dict = {"q": {}, "qu": {}, "qn": {}, "qun": {}, "qs": {}, "arr": {}, "rqs": {}}
+        # from the first pass a limit gates (None until then: nothing reads them)
+        self._tally: dict | None = None
 
     # --- reading ---------------------------------------------------------------------
     def job(self, job_id: int) -> Job:
@@ -240,7 +241,8 @@ class Scheduler:
         elif old in ACTIVE and new not in ACTIVE:
             # it ends (or is requeued): its usage stops accruing, and it counts as finished
             self.usage.ended(self.usage_key(job), self._rate(job), now, job.cpu_time)
-            self._count_running(self._tally, job, -1)
+            if self._tally is not None:
+                self._count_running(self._tally, job, -1)
             del self._active[jid]
             units = self._units.pop(jid, None)
             if units:
@@ -261,7 +263,8 @@ class Scheduler:
             self._waiting.add(jid)
         elif new in ACTIVE and old not in ACTIVE:
             self._active[jid] = job
-            self._count_running(self._tally, job, 1)
+            if self._tally is not None:
+                self._count_running(self._tally, job, 1)
         if (old in FINISHED) != (new in FINISHED):  # (it leaves the queue, or comes back to it)
             self._count(job, -1 if new in FINISHED else 1)
 
@@ -314,6 +317,15 @@ class Scheduler:
             tally["arr"][job.array_id] = tally["arr"].get(job.array_id, 0) + sign
         if self.quotas:
             self.quotas.count(job, tally["rqs"], sign, allocation)
+
+    def _tallies(self) -> dict:
+        """The running jobs' counts (`_count_running`), made from the running jobs when first
+        asked for and kept from then on."""
+        if self._tally is None:
+            self._tally = {"q": {}, "qu": {}, "qn": {}, "qun": {}, "qs": {}, "arr": {}, "rqs": {}}
+            for job in self._active.values():
+                self._count_running(self._tally, job, 1)
+        return self._tally
 
     def _settle(self, job: Job, now: float) -> None:
         self._move(job, job.pending_state(now), now)
@@ -664,8 +676,12 @@ class Scheduler:
         """Do all new jobs sort after `last`?  (Static policies only: keys need no context.)"""
         if last is None or not fresh:
             return True
-        bound = (last.tier, self._rank(last), self.policy.key(last, None))
-        return all((j.tier, self._rank(j), self.policy.key(j, None)) > bound for j in fresh)
+        key = self.policy.key
+        if not (self._tiered or self._ranks):  # (every tier and rank alike: the policy's key alone)
+            bound = key(last, None)
+            return all(key(j, None) > bound for j in fresh)
+        bound = (last.tier, self._rank(last), key(last, None))
+        return all((j.tier, self._rank(j), key(j, None)) > bound for j in fresh)
 
     def _gated(self) -> bool:
         """Can a queue limit or the policy hold a job back? (Else the walk skips the check.)"""
@@ -1383,6 +1399,7 @@ class Scheduler:
                 self._res_units[res.name] = self.topology.units_of_nodes(res.nodes, res.links)
                 if res.own_queue and res.queue not in self.router.queues:
                     self._make_queue(res)
+            self._tally = None  # (made from the running jobs when a limit first reads it)
             for d in state.get("jobs", []):
                 job = Job.from_dict(d)
                 self.jobs[job.id] = job
@@ -1396,7 +1413,6 @@ class Scheduler:
                     self._active[job.id] = job
                     if job.suspended_at is not None:
                         self._paused.add(job.id)
-                    self._count_running(self._tally, job, 1)
                     units = self._units[job.id] = self.topology.units_of(job.nodes, job.cores)
                     self.busy |= units
                     job.allocation = Allocation(units, job.nodes, job.cores)
@@ -1447,7 +1463,7 @@ class _Gate:
         self.ctx = sched.context(now, self.running)
         # the running jobs' counts, kept by the scheduler as jobs start and end: a copy
         self.tally: dict = {k: ({key: dict(v) for key, v in t.items()} if k == "rqs" else dict(t))
-                            for k, t in sched._tally.items()}
+                            for k, t in sched._tallies().items()}
         self.narrows = bool(sched.quotas.host_sets)  # the quotas narrow where a job may go
         self._narrowed: dict[tuple, Request | str] = {}
         self._closes: dict[tuple, frozenset[str]] = {}
