@@ -301,3 +301,18 @@ def test_array_slot_limit():
     assert plan.reason(3) == "array 1 already runs its limit of 2 subjobs"
     s.job_ended(1, 50, 0)
     assert started(s.iterate(50)) == [3]
+
+
+@pytest.mark.parametrize("scale", [1.0, 10.0])
+def test_a_job_ending_exactly_at_the_shadow_backfills_whatever_the_clock_s_fractions(scale):
+    """EASY's test is the job's end against the shadow: 7.8 + 3.9 ends at 11.7, exactly
+    the head's shadow (1.6 + 10.1), so it starts now; `shadow - now` (3.8999999999999995)
+    said it ran past.  The same times x10 agree."""
+    s = scheduler(2, depth=1)
+    a = s.submit(job(1, 10.1 * scale), now=1.6 * scale)
+    assert started(s.iterate(1.6 * scale)) == [a.id]
+    head = s.submit(job(2, 5.0 * scale), now=7.0 * scale)
+    small = s.submit(job(1, 3.9 * scale), now=7.8 * scale)
+    plan = s.iterate(7.8 * scale)
+    assert started(plan) == [small.id]
+    assert plan.reserved[head.id][0] == pytest.approx(11.7 * scale)

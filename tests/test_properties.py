@@ -92,18 +92,27 @@ def test_same_inputs_same_decisions(depth):
     assert runs[0] == runs[1]
 
 
-def small_workload(rng):
+def small_workload(rng, fractional=False):
     """Tens of jobs on a few to ~100 processors, with many equal end times: the cases where
-    ties and many release times decide EASY's extra processors."""
+    ties and many release times decide EASY's extra processors.  `fractional`: times in
+    tenths of a second, where an end can meet a shadow exactly though subtraction says not."""
     machine = rng.choice([4, 7, 16, 33, 71, 100])
     t, jobs = 0.0, []
     for _ in range(rng.randrange(5, 40)):
-        t += rng.choice([0, 0, 0, 1, 5, 10])
+        t += rng.choice([0, 0, 0, 1.6, 7.8, 10.1] if fractional else [0, 0, 0, 1, 5, 10])
         size = rng.choice([1, 1, 1, 2, 3, max(1, machine // 4), max(1, machine // 2), machine])
-        wall = float(rng.choice([5, 10, 20, 50, 100]))
-        run = wall if rng.random() < 0.7 else float(rng.randrange(1, int(wall) + 1))
+        wall = float(rng.choice([3.9, 5.9, 10.1, 2.3, 0.7] if fractional else [5, 10, 20, 50, 100]))
+        run = wall if rng.random() < 0.7 else round(rng.uniform(0.1, wall), 1) if fractional else \
+            float(rng.randrange(1, int(wall) + 1))
         jobs.append((t, size, wall, run))
     return jobs, machine
+
+
+def test_easy_matches_the_count_based_definition_with_fractional_times():
+    rng = random.Random(2027)
+    for n in range(400):
+        jobs, machine = small_workload(rng, fractional=True)
+        assert replay(scheduler(machine, depth=1), jobs) == naive_easy(jobs, machine), f"workload {n}"
 
 
 def test_easy_counts_every_release_before_the_shadow():

@@ -124,6 +124,25 @@ class Gate(Protocol):
         value, as `job` has it, holds back every job sharing it until the pass ends."""
 
 
+def reach(now: float, until: float) -> float:
+    """The longest walltime w with now + w <= until, exact in floating point (`until - now`
+    can be a hair short of it: 11.7 - 7.8 is 3.8999999999999995, yet 7.8 + 3.9 is 11.7, a
+    job ending at the shadow, which EASY starts)."""
+    w = until - now
+    if not math.isfinite(w):
+        return w
+    step = 4 * math.ulp(max(abs(now), abs(until)))  # (the sum's rounding is within this)
+    lo, hi = w - step, w + step  # now + lo <= until < now + hi: halved until they meet
+    while True:
+        mid = (lo + hi) / 2
+        if mid == lo or mid == hi:
+            return lo
+        if now + mid <= until:
+            lo = mid
+        else:
+            hi = mid
+
+
 class _Now:
     """What can start now, worked out again only when the profile changes (the walk's
     caches; `current` brings them up to date).
@@ -162,7 +181,7 @@ class _Now:
         self.upper = prof.free[0].bit_count()
         i = bisect_right(prof.takes, self.now)
         if i < len(prof.takes) and not prof.reservations and self.walk.backfill:
-            self.horizon = prof.takes[i] - self.now
+            self.horizon = reach(self.now, prof.takes[i])
             self.lasting = (prof.usable(0) & prof.usable(prof.segment(prof.takes[i]))).bit_count()
         else:
             self.horizon = INF
