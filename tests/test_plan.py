@@ -316,3 +316,19 @@ def test_a_job_ending_exactly_at_the_shadow_backfills_whatever_the_clock_s_fract
     plan = s.iterate(7.8 * scale)
     assert started(plan) == [small.id]
     assert plan.reserved[head.id][0] == pytest.approx(11.7 * scale)
+
+
+@pytest.mark.parametrize("depth", [1, ALL])
+def test_a_reservation_is_held_however_far_ahead_its_job_ends(depth):
+    """A request past a year (375 days) still gets its reservation, EASY's head as under
+    conservative: the later job does not backfill into its way."""
+    s = scheduler(4, depth=depth)
+    first = s.submit(job(2, 100.0), now=0)
+    assert started(s.iterate(0)) == [first.id]
+    long = s.submit(job(4, 32_400_000.0), now=1)
+    later = s.submit(job(2, 202.0), now=2)
+    plan = s.iterate(2)
+    assert started(plan) == [] and plan.reserved[long.id][0] == 100
+    s.job_ended(first.id, 100, 0)
+    assert started(s.iterate(100)) == [long.id]
+    assert s.job(later.id).state.name == "QUEUED"

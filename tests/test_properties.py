@@ -108,6 +108,16 @@ def small_workload(rng, fractional=False):
     return jobs, machine
 
 
+@pytest.mark.parametrize("depth", [1, ALL])
+def test_requests_past_a_year_hold_their_reservations_as_the_definitions_say(depth):
+    rng = random.Random(2028)
+    for n in range(300):
+        jobs, machine = small_workload(rng)
+        jobs = [(t, size, 32_400_000.0 if rng.random() < 0.1 else wall, run) for t, size, wall, run in jobs]
+        expected = naive_easy(jobs, machine) if depth == 1 else naive_conservative(jobs, machine)
+        assert replay(scheduler(machine, depth=depth), jobs) == expected, f"workload {n}"
+
+
 def test_easy_matches_the_count_based_definition_with_fractional_times():
     rng = random.Random(2027)
     for n in range(400):

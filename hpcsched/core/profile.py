@@ -33,7 +33,7 @@ from .reservations import Access
 from .topology import Tiers, Topology
 
 INF = math.inf
-HORIZON = 366 * 86400.0  # the planner looks no further ahead than this
+HORIZON = 366 * 86400.0  # with a standing cyclic reservation, the planner looks no further ahead than this
 LAID_OUT = 7 * 86400.0  # a pass starts with reservation occurrences laid out this far ahead
 STRIDE = 8  # segments `_enough` works out before counting units again
 FAR = 16  # segments between two far masks a base profile lays out (see `_lay_far`)
@@ -78,7 +78,9 @@ class Profile:
         self.slop = slop
         self.horizon = now
         self._laid: dict[str, float] = {}
-        self.limit = now + HORIZON
+        # how far ahead a start may end: without end (a reservation held however far ahead its
+        # job ends), but where a cyclic reservation repeats for ever, one year
+        self.limit = now + HORIZON if any(r.period and not r.last for r, _ in self.reservations) else INF
         self.changes = 0  # bumped whenever free units change
         # times after `now` at which units stop being free (bookings, reservations): the
         # only places a unit's free period can end, which is what `tiers` looks for
