@@ -550,3 +550,17 @@ def test_node_commands_show_a_blocks_boards_busy(bgq_rig):
     p = subprocess.run([os.path.join(ROOT, "bin", "pbsyod"), "true"], capture_output=True, text=True,
                        env=dict(os.environ, PBS_JOBID="1.headnode"))
     assert p.returncode == 2 and "runs on block BGQ-0000-N00-128" in p.stderr
+
+
+def test_a_request_no_cuboid_holds_is_refused_as_such_and_counted_in_the_summary():
+    """2,048 of the XT3's 2,068 nodes (4,096 of a trace's processors, two a node): the nodes
+    are there, no box of routers holds them."""
+    from hpcsched.core.errors import Unplaceable
+    from hpcsched.sim.simulate import record, simulate
+    s = build({"machine": "xt3", "placement": "cuboid", "queues": {"batch": {}}})
+    with pytest.raises(Unplaceable, match=r"^no cuboid of routers on this machine holds 2048 nodes \(it has 2068\)$"):
+        s.submit(Job(owner="a", request=Request(nodes=2048), walltime=100), now=0)
+    r = simulate([record(1, 0.0, 4096, 60.0, 90.0), record(2, 0.0, 1024, 60.0, 90.0), record(3, 0.0, 2, 60.0, 90.0)],
+                 machine="xt3", placement="cuboid", size_map="procs")
+    assert r.mapping.unplaceable == 1 and len(r.jobs) == 2
+    assert "0 refused by every queue, 1 that no placement on the machine holds" in r.summary()

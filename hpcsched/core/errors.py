@@ -13,6 +13,11 @@ class Rejected(SchedulerError):
     """A submission or change that no queue or limit accepts; the message says why."""
 
 
+class Unplaceable(Rejected):
+    """A request the machine has the nodes for, that no shape its placement allows holds
+    (a cuboid of routers, a contiguous run): never runs there."""
+
+
 class BadDependency(Rejected):
     """A dependency on a job that does not exist, or one that can never be met."""
 

@@ -22,7 +22,7 @@ from .backlog import Backlog, Sieved
 from .bank import Bank
 from .calendar import Entry
 from .depends import Registry
-from .errors import BadDependency, InvalidRequest, InvalidState, Rejected, UnknownJob
+from .errors import BadDependency, InvalidRequest, InvalidState, Rejected, UnknownJob, Unplaceable
 from .jobs import (ACTIVE, COMPLETED, DELETED, EXITING, FINISHED, PENDING, QUEUED, RUNNING, WAITING, Allocation,
                    Dependency, DepType, Hold, Job, Request, State)
 from .plan import Plan, Start, Walk
@@ -370,6 +370,11 @@ class Scheduler:
             if within:  # (kept to some nodes: -l host=, nidmask, Cobalt's location)
                 named = ", ".join(within[:3]) + (", ..." if len(within) > 3 else "")
                 raise Rejected(f"requests more than the nodes it may use have ({size} nodes{gpus} within {named})")
+            topo = self.topology
+            if topo.eligible(job.request).bit_count() >= topo.need(job.request):  # (the nodes are there: no shape holds them)
+                placement = getattr(topo, "placement", "")
+                shape = "cuboid of routers" if placement == "cuboid" else f"{placement} placement"
+                raise Unplaceable(f"no {shape} on this machine holds {size} nodes{gpus} (it has {machine})")
             widest = max(node.cores for node in self.topology.all_nodes())
             if job.request.cores == 0 and job.request.ppn > widest:  # (the chunk, not the count, is too big)
                 raise Rejected(f"requests more than the machine has (ppn={job.request.ppn}: its widest node has "

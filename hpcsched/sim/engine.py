@@ -28,7 +28,7 @@ import math
 from typing import Callable, Iterable
 
 from .. import sitefilter
-from ..core.errors import Rejected, SchedulerError
+from ..core.errors import Rejected, SchedulerError, Unplaceable
 from ..core.jobs import Job
 from ..core.plan import Plan
 from ..core.scheduler import Scheduler
@@ -76,6 +76,7 @@ class Engine:
         self.scheduler, self.period, self.progress, self.estimates = scheduler, period, progress, estimates
         self.submit_filter = submit_filter  # the site's Python filter (sitefilter.py), run on each arrival
         self.rejected: list[tuple[object, str]] = []  # (tag, reason) of refused submissions
+        self.unplaceable = 0  # of them, those no shape the machine's placement allows holds
         self._timed: list[tuple[float, int, Callable]] = []  # (time, order added, event)
         self._added = itertools.count()
 
@@ -142,6 +143,7 @@ class Engine:
                     job = sched.submit(job, now)
                 except Rejected as e:
                     self.rejected.append((tag, str(e)))
+                    self.unplaceable += isinstance(e, Unplaceable)
                 else:
                     waiting[job.id] = (tag, run)
                 if first is None:

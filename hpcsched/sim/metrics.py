@@ -100,7 +100,8 @@ class Metrics:
                        f"{mp.skipped_cancelled} cancelled (dropped)")
             out.append(f"       {mp.estimate_from_run} without a requested time (run time used as estimate), "
                        f"{mp.cut_at_request} cut at their requested time; queue from the "
-                       f"{'router' if tm.queue == 'router' else 'trace'}; {mp.rejected} refused by every queue")
+                       f"{'router' if tm.queue == 'router' else 'trace'}; {mp.rejected - mp.unplaceable} refused by "
+                       f"every queue, {mp.unplaceable} that no placement on the machine holds")
             for reason, count in sorted(mp.rejections.items(), key=lambda kv: (-kv[1], kv[0]))[:3]:
                 out.append(f"       refused {count}x: {reason}")
         out.append(f"jobs: {self.jobs} finished, {self.counted} in the statistics "

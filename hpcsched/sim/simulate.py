@@ -135,6 +135,7 @@ class MapStats:
     estimate_from_run: int = 0  # no requested time: the actual run time was used
     cut_at_request: int = 0  # ran longer than requested: killed at the request
     rejected: int = 0  # refused by every queue the router offered (reasons in `rejections`)
+    unplaceable: int = 0  # of them, those no shape the machine's placement allows holds
     rejections: dict = field(default_factory=dict)  # reason (job numbers blanked) -> count
 
     @property
@@ -406,7 +407,7 @@ def simulate(workload, *, policy: str | None = None, backfill: str | None = None
         if collecting:
             gc.enable()
     mapping.skipped_bad_lines = read_stats.skipped
-    mapping.rejected = len(engine.rejected)
+    mapping.rejected, mapping.unplaceable = len(engine.rejected), engine.unplaceable
     for _, reason in engine.rejected:
         shape = re.sub(r"\d+(?:[.:]\d+)*", "N", reason)
         mapping.rejections[shape] = mapping.rejections.get(shape, 0) + 1
