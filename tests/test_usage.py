@@ -151,3 +151,48 @@ def test_a_suspended_job_accrues_no_usage_until_it_resumes():
     assert copy.usage.by("user", 4500)["ann"] == pytest.approx(2 * 2000 + 4500)
     again = build({"nodes": [{"names": "n[1-4]"}], "usage": {"metric": "nodes", "half_life": 0}}).restore(state)
     assert again.usage.by("user", 3600)["ann"] == pytest.approx(2 * 1600 + 3600)
+
+
+DAY = 86400.0
+
+
+@pytest.mark.parametrize("before,after", [(90 * DAY, 30 * DAY), (30 * DAY, 90 * DAY), (90 * DAY, 0.0),
+                                          (0.0, 90 * DAY)])
+def test_usage_survives_a_change_of_half_life(before, after):
+    """A site changes its half-life (CC-IN2P3 did): the usage it had stays what it was at
+    the change and decays by the new half-life from then (it read 0.00, or 3.5e71)."""
+    old = Usage("nodes", half_life=before)
+    old.charge(("a", "", ""), 360_000.0, 0.0)  # 100 node-hours
+    at = 200 * DAY
+    old.charge(("b", "", ""), 3600.0, at - 3600.0)
+    value = old.by("user", at)
+    new = Usage("nodes", half_life=after)
+    new.restore(json.loads(json.dumps(old.to_dict())), [], at)
+    assert new.by("user", at) == pytest.approx(value, rel=1e-9)
+    decayed = 0.5 if after else 1.0
+    assert new.by("user", at + (after or DAY)) == pytest.approx({k: v * decayed for k, v in value.items()}, rel=1e-9)
+
+
+@pytest.mark.parametrize("before,after", [(30 * DAY, 1 * DAY), (15 * DAY, 30 * DAY), (0.0, 10 * DAY),
+                                          (10 * DAY, 0.0)])
+def test_usage_survives_a_change_of_window(before, after):
+    """A site changes its history window: each charge leaves the new window when its own
+    time does (bucket numbers reused under the new width lost it all, or kept it for ever)."""
+    old = Usage("nodes", window=before)
+    at = 100 * DAY
+    old.charge(("recent", "", ""), 10.0, at - 3600.0)
+    old.charge(("older", "", ""), 10.0, at - 5 * DAY)
+    new = Usage("nodes", window=after)
+    new.restore(json.loads(json.dumps(old.to_dict())), [], at)
+    if not before:  # (no window before: when a charge was made is not known; it counts from the change)
+        assert new.by("user", at) == {"recent": 10.0, "older": 10.0}
+        assert new.by("user", at + after + DAY) == {"recent": 0.0, "older": 0.0}
+        return
+    assert new.by("user", at)["older"] == (0.0 if after and after < 5 * DAY else 10.0)
+    expect = Reference(0.0, after)
+    expect.charges = [(at - 3600.0, 10.0, 0.0)]
+    for t in (at, at + DAY, at + 20 * DAY, at + 40 * DAY):  # (read forward in time, as a site does)
+        recent = new.by("user", t)["recent"]
+        assert recent == pytest.approx(expect.value(t)[0] if after else 10.0, abs=1e-9), t
+    if after:
+        assert new.by("user", at + after + DAY)["older"] == 0.0  # (it leaves the window, in time)

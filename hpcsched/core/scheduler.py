@@ -1449,7 +1449,8 @@ class Scheduler:
             self._commented = {j.id for j in self.jobs.values() if j.comment.startswith(_QUOTA_COMMENT)}
             usage = state.get("usage", {})
             self.usage.restore(usage if "records" in usage else {},  # (states before decayed usage: none)
-                               [(self.usage_key(j), self._rate(j)) for j in self._active.values()])
+                               [(self.usage_key(j), self._rate(j)) for j in self._active.values()],
+                               state.get("last_pass"))
         except (KeyError, TypeError, ValueError, AttributeError) as e:
             raise InvalidRequest(f"state is malformed: {e}") from None
         return self

@@ -243,18 +243,34 @@ class Usage:
 
     # --- state ---------------------------------------------------------------------------
     def to_dict(self) -> dict:
-        return {"epoch": self.epoch,
+        return {"epoch": self.epoch, "half_life": self.half_life, "window": self.window,
                 "records": [[*key, rec.since, [[k, b[0], b[1]] for k, b in sorted(rec.buckets.items())]]
                             for key, rec in self.records.items() if rec.buckets or rec.running]}
 
-    def restore(self, d: dict, running: list[tuple[Key, float]]) -> None:
-        """Load `to_dict`'s output; `running` gives each running job's (key, rate)."""
+    def restore(self, d: dict, running: list[tuple[Key, float]], at: float | None = None) -> None:
+        """Load `to_dict`'s output; `running` gives each running job's (key, rate).  Usage
+        saved under another half-life or window (a site that changed them) is carried over
+        as of `at` (the state's last pass): each bucket keeps its value then and decays by the
+        new half-life from then on, and leaves the window when its own time does (its
+        number under the old width is a time, not a number to reuse)."""
         self.epoch = float(d.get("epoch", 0.0))
+        half_life, window = float(d.get("half_life", self.half_life)), float(d.get("window", self.window))
+        carried = (half_life, window) != (self.half_life, self.window)
+        if carried:
+            old_epoch, old_width = self.epoch, window / BUCKETS if window else 0.0
+            self.epoch = at = self.epoch if at is None else float(at)
+            factor = 2.0 ** (-(at - old_epoch) / half_life) if half_life else 1.0  # (its value at `at`)
         self.records, self.running = {}, {}
         for user, group, project, since, buckets in d.get("records", []):
             rec = self.record((str(user), str(group), str(project)))
             rec.since = float(since)
-            rec.buckets = {int(k): [float(u), float(f)] for k, u, f in buckets}
+            if not carried:
+                rec.buckets = {int(k): [float(u), float(f)] for k, u, f in buckets}
+                continue
+            for k, u, f in buckets:  # (in time order: so are the buckets they land in)
+                b = rec.buckets.setdefault(self._bucket(int(k) * old_width if old_width else at), [0.0, 0.0])
+                b[0] += float(u) * factor
+                b[1] += float(f) * factor
         for key, rate in running:
             rec = self.record(key)
             rec.rate += rate
