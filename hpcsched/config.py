@@ -399,6 +399,9 @@ def build(config: dict, extra_keys=(), now: float = 0.0) -> Scheduler:
     if bank is not None and bank.on_exhausted == "backfill" and bank.backfill_queue not in queues and (
             bank.accounts or bank.unallocated == "refuse"):
         raise ConfigError(f"allocations.backfill_queue: no queue {bank.backfill_queue!r}")
+    if bank is not None and hasattr(policy, "backfill_queues") and bank.backfill_queue in queues:
+        # (the allocations' backfill queue is one: its jobs sort below production jobs too)
+        policy.backfill_queues = policy.backfill_queues | {bank.backfill_queue}
     calendar = calendar_from_config(config.get("calendar", []))
     try:
         sched = Scheduler(topology, router, policy, settings, bank, calendar, usage, quotas)

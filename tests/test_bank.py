@@ -340,3 +340,50 @@ def test_setres_charge_account_is_billed_for_the_unused_part_when_released(gold,
     with Batch(load_site()).open(write=False) as batch:
         bill = [(e["project"], e["amount"]) for e in batch.sched.bank.ledger if e["kind"] == "reservation"]
     assert len(bill) == 1 and bill[0][0] == "chem" and bill[0][1] == pytest.approx(2.0, abs=0.01)
+
+
+def _mira(extra=""):
+    """The shipped examples/mira.toml (prod-capability by min_nodes = 4097), plus `extra`."""
+    import os
+    path = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "examples", "mira.toml")
+    with open(path) as f:
+        return config.build(config.loads(f.read() + extra))
+
+
+def test_big_run_monday_works_on_the_shipped_mira_config():
+    """Mira's prod-capability is set by min_nodes: its 8,192-node job is a capability job."""
+    s = _mira()
+    small = s.submit(Job(request=Request(nodes=512), walltime=H), 0)
+    big = s.submit(Job(request=Request(nodes=8192), walltime=H), 1)
+    assert big.queue == "prod-capability" and small.queue == "prod-short"
+    assert [j.id for j in s.big_run(2)] == [big.id] and big.score > small.score
+
+
+def test_overburn_keeps_the_shipped_configs_capability_jobs_and_refuses_a_dd_project():
+    """Overburn lets a capability job of an exhausted project run in its window (Mira's
+    prod-capability, by min_nodes); a Director's Discretionary project (refuse) gets none."""
+    s = _mira('[queues.backfill]\n[allocations]\nbackfill_queue = "backfill"\n'
+              "[allocations.overburn]\nstart = 0\nend = 1000000\nlimit = 2.0\n"
+              "[allocations.projects.incite]\namount = 10000\n"
+              '[allocations.projects.dd]\namount = 10\non_exhausted = "refuse"\n')
+    run(s, Job(account="incite", request=Request(nodes=8192), walltime=2 * H), 0, 2 * H)  # 16,384 of 10,000
+    cap = s.submit(Job(account="incite", request=Request(nodes=8192), walltime=H), 2 * H)
+    small = s.submit(Job(account="incite", request=Request(nodes=512), walltime=H), 2 * H)
+    assert (cap.queue, cap.standing) == ("prod-capability", "overburn")
+    assert (small.queue, small.standing) == ("backfill", "overburn")
+    run(s, Job(account="dd", request=Request(nodes=512), walltime=H), 3 * H, 4 * H)  # 512 of 10
+    with pytest.raises(Rejected, match="project dd has no allocation left"):
+        s.submit(Job(account="dd", request=Request(nodes=512), walltime=H), 5 * H)
+
+
+def test_the_allocations_backfill_queue_sorts_below_production_without_priority_backfill_queues():
+    """With only allocations.backfill_queue (no [priority] backfill_queues), a backfill job
+    with the higher score (14 against 10) still sorts after a production job."""
+    s = config.build(config.loads(ALCF.replace('backfill_queues = ["backfill"]\n', "")
+                                  .replace("backfill = 8.0", "backfill = 14.0")))
+    s.submit(Job(id=0, account="incite", request=Request(nodes=10), walltime=H), 0)
+    s.iterate(0)
+    back = s.submit(Job(account="incite", queue="backfill", request=Request(nodes=1), walltime=H), 0)
+    prod = s.submit(Job(account="incite", request=Request(nodes=1), walltime=H), 0)
+    assert (back.queue, prod.queue) == ("backfill", "prod-short") and back.score > prod.score
+    assert [j.id for j in s.order(0)] == [prod.id, back.id]

@@ -550,3 +550,16 @@ def test_a_cobalt_interactive_session_waits_for_its_held_job(live):
     assert cmd(env, work, "qrls", jid).returncode == 0
     out, err = p.communicate("echo in-session $COBALT_JOBID\nexit 0\n", timeout=30)
     assert p.returncode == 0 and f"in-session {jid}" in out, out + err
+
+
+def test_the_score_counts_the_nodes_a_job_asks_for_not_its_block():
+    """On Mira a 4,097-node job holds an 8,192-node block (and is charged for it), but its
+    utility grows with its own 4,097 nodes, as the paper's formula has it."""
+    from hpcsched import Job, Request, build
+    s = build({"machine": "mira", "priority": {"policy": "cobalt"}, "queues": {"batch": {}}})
+    s.submit(Job(id=0, request=Request(nodes=49152), walltime=3600.0), now=0)
+    s.iterate(0)
+    odd = s.submit(Job(request=Request(nodes=4097), walltime=3600.0), now=0)
+    even = s.submit(Job(request=Request(nodes=8192), walltime=3600.0), now=0)
+    s.iterate(3600.0)
+    assert s.size(odd) == 8192 and odd.score == pytest.approx(even.score * 4097 / 8192)

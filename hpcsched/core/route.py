@@ -51,6 +51,12 @@ class Queue:
         return bool(self.route_to)
 
     @property
+    def capability(self) -> bool:
+        """A queue for capability jobs: one with a lower bound on a job's size, as a share of
+        the machine (min_fraction) or in nodes (min_nodes: Mira's prod-capability, 4,097 up)."""
+        return self.min_fraction is not None or self.min_nodes is not None
+
+    @property
     def gates(self) -> bool:
         """Can it hold a job back from starting (stopped, or a limit on its running jobs)?"""
         return not self.started or any(v is not None for v in (

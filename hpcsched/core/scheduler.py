@@ -349,12 +349,12 @@ class Scheduler:
             job.standing = ""
         elif job.standing:
             action = bank.action(job.account)
-            if action == "refuse" and job.standing == "exhausted":
+            if action == "refuse":  # (a Director's Discretionary project: no overburn either)
                 raise Rejected(f"project {job.account or '(none)'} has no allocation left")
             # exhausted (backfill), or overburning with a job that is not capability-sized:
             # Cobalt sends it to the backfill queue
             if (action == "backfill" and job.standing == "exhausted") or \
-                    (job.standing == "overburn" and queue.min_fraction is None):
+                    (job.standing == "overburn" and not queue.capability):
                 q = self.router.queues.get(bank.backfill_queue)
                 if q is None:
                     raise Rejected(f"project {job.account} has no allocation left and there is no "
@@ -1080,15 +1080,15 @@ class Scheduler:
         self._front = {j.id for j in series}
 
     def big_run(self, now: float) -> list[Job]:
-        """Cobalt's Big Run Monday: the waiting capability jobs (in a queue with a
-        min_fraction), neither in a backfill queue nor overburning, get scores above every
-        other waiting job's, largest first, then by submission."""
+        """Cobalt's Big Run Monday: the waiting capability jobs (in a capability queue: a
+        min_fraction or min_nodes), neither in a backfill queue nor overburning, get scores
+        above every other waiting job's, largest first, then by submission."""
         if self.policy.static:
             raise InvalidRequest(f"a big run sets scores, which policy {self.policy.name} does not order by")
         backfill = set(getattr(self.policy, "backfill_queues", ()))
         if self.bank is not None:
             backfill.add(self.bank.backfill_queue)
-        capability = {name for name, q in self.router.queues.items() if q.min_fraction is not None}
+        capability = {name for name, q in self.router.queues.items() if q.capability}
         waiting = list(self._queued.values())
         chosen = sorted((j for j in waiting if j.queue in capability and j.queue not in backfill
                          and j.standing != "overburn"), key=lambda j: (-self.size(j), j.submit_time, j.id))

@@ -5,7 +5,7 @@
     schedctl --score N JOBID ...      set waiting jobs' scores (they order jobs under the
                                       cobalt policy; -s N)
     schedctl --big-run                Big Run Monday: the waiting capability jobs (in a queue
-                                      with a min_fraction, not a backfill queue) go to the
+                                      with a min_fraction or min_nodes, not a backfill queue) go to the
                                       front, largest first, then by submission (-B)
 
 The short letters -Q, -T, -S, -s and -B are the same options.
