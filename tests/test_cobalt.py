@@ -563,3 +563,17 @@ def test_the_score_counts_the_nodes_a_job_asks_for_not_its_block():
     even = s.submit(Job(request=Request(nodes=8192), walltime=3600.0), now=0)
     s.iterate(3600.0)
     assert s.size(odd) == 8192 and odd.score == pytest.approx(even.score * 4097 / 8192)
+
+
+def test_a_cobalt_site_holds_a_job_whose_dependency_failed_until_its_dependencies_are_released(site):
+    """Cobalt's dep_fail, not Torque's deletion: the job waits for `qrls --dependencies`."""
+    from hpcsched.core.jobs import DEP_FAIL
+    run("qsub", "-n", "1", "-t", "5", "job.sh")
+    run("qsub", "-n", "1", "-t", "5", "--dependencies", "1", "job.sh")
+    batch = Batch(load_site())
+    with batch.open(write=True):
+        batch.do("pass", NOW)
+        batch.do("ended", NOW + 60, id=1, exit_status=1)
+    assert stored().jobs[2].state == DEP_FAIL
+    assert run("qrls", "--dependencies", "2") == (0, "   Removed dependencies from jobs: \n      2\n")
+    assert stored().jobs[2].state == QUEUED

@@ -125,8 +125,10 @@ class Site:
 
 
 def scheduler_of(config: dict) -> Scheduler:
-    # a PBS site deletes a job whose dependency failed, as Torque and OpenPBS do
-    return build({"dependency_failure": "delete", **config}, extra_keys=SITE_KEYS)
+    # a PBS site deletes a job whose dependency failed, as Torque and OpenPBS do; a Cobalt
+    # site holds it (dep_fail) until `qrls --dependencies` or an alter, as Cobalt does
+    failure = "hold" if config.get("flavor") == "cobalt" else "delete"
+    return build({"dependency_failure": failure, **config}, extra_keys=SITE_KEYS)
 
 
 def config_id(text: str, changes: dict) -> str:
