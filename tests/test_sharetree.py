@@ -418,6 +418,21 @@ def test_posix_priority_outweighs_tickets_and_the_full_path_agrees_with_the_lazy
     assert order[0] == 3 and sorted(order) == list(range(1, 8))
 
 
+def test_posix_priority_is_normalised_over_its_fixed_range_as_grid_engine_does():
+    """-p 1 adds 1/2047 of weight_priority (Grid Engine's range, -1023 to 1024), not all of it:
+    it does not beat fair share's tickets as min-max over the waiting jobs made it."""
+    s = site()
+    for k in range(6):
+        s.submit(job(1, 1000, owner="s0", group="small"), 0)
+    s.submit(job(1, 1000, owner="b0", group="big"), 0)
+    before = [j.id for j in s.policy.ordered(s.context(10))]
+    last = before[-1]
+    s.alter(last, 10, priority=1)
+    factors = s.policy.explain(s.context(10))
+    assert factors[last]["priority"] - factors[before[-2]]["priority"] < 1.0 / 2047 + 0.01
+    assert [j.id for j in s.policy.ordered(s.context(10))][0] == before[0]
+
+
 def test_a_deadline_raises_urgency_as_grid_engine_computes_it():
     """Urgency gains weight_deadline / max(seconds to the deadline, 1) (sge_urgency): with
     the installed weights (urgency 0.1, tickets 0.01) a near deadline outranks tickets."""
@@ -434,7 +449,7 @@ def test_a_deadline_raises_urgency_as_grid_engine_computes_it():
     for j in (1, 2, 3, 4):
         nt = (tix[j - 1] - min(tix)) / (max(tix) - min(tix))
         nu = 1.0 if j == 3 else 0.0
-        assert factors[j]["priority"] == pytest.approx(0.1 * nu + 0.01 * nt + 1.0 * 0.5)
+        assert factors[j]["priority"] == pytest.approx(0.1 * nu + 0.01 * nt + 1.0 * 1023 / 2047)  # (-p 0 over -1023..1024)
     assert [j.id for j in s.policy.ordered(s.context(0))] == [3, 1, 2, 4]
     # past its deadline a job keeps the largest contribution, weight_deadline / 1
     assert s.policy.explain(s.context(500))[3]["deadline"] == pytest.approx(3600000)
@@ -617,3 +632,25 @@ def test_a_pass_that_carries_its_walk_on_leaves_no_order_in_a_cycle():
         gc.enable()
     assert sum(leads) > 20  # (passes carried on after reading the order's head)
     assert left == 0
+
+
+def test_on_a_grid_engine_site_a_user_may_only_lower_a_jobs_priority(rig, capsys, monkeypatch):
+    """qsub -p and qalter -p above 0 are an operator's (Grid Engine's rule); lowering is anyone's."""
+    import io
+
+    from hpcsched.pbs import qctl, qsub
+    from hpcsched.pbs.errors import CommandError
+    home = rig / "home"
+    text = (home / "config.toml").read_text().replace('policy = "fifo"', 'policy = "gridengine"')
+    (home / "config.toml").write_text(text + '[sharetree]\nlevels = ["user"]\n[sharetree.nodes.Root]\n')
+
+    def sub(*args):
+        return qsub.submit(list(args), stdin=io.StringIO("true\n"), cwd=str(rig), env={})[0]
+    with pytest.raises(CommandError, match=r"only operators and managers may raise a job's priority above 0 \(-p 5\)"):
+        sub("-p", "5")
+    jid = sub("-p", "-5")
+    assert qctl.QALTER(["-p", "100", jid]) == 159
+    assert "may raise a job's priority above 0 (-p 100)" in capsys.readouterr().err
+    assert qctl.QALTER(["-p", "-10", jid]) == 0
+    monkeypatch.setenv("HPCSCHED_USER", "olga")  # (an operator)
+    assert qctl.QALTER(["-p", "100", jid]) == 0

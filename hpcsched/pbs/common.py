@@ -233,6 +233,15 @@ def check_deadline(site, user: str) -> None:
         raise CommandError(f"Unauthorized Request MSG={user} is not a deadline user (deadline_users)", UNAUTHORIZED)
 
 
+def check_priority(site, user: str, priority: int) -> None:
+    """Grid Engine's rule, on a site its policy orders: a user may only lower a job's POSIX
+    priority (-p up to 0); operators and managers may raise it."""
+    policy = site.config.get("priority", {}).get("policy") if isinstance(site.config.get("priority"), dict) else None
+    if priority > 0 and policy == "gridengine" and not site.is_operator(user):
+        raise CommandError(f"Unauthorized Request MSG=only operators and managers may raise a job's priority "
+                           f"above 0 (-p {priority})", UNAUTHORIZED)
+
+
 def command_line() -> None:
     """A closed pipe (`qstat | head`) ends the command quietly, as for any Unix tool."""
     import signal

@@ -289,6 +289,8 @@ def qalter(opts: list[tuple[str, str]], ids: list[str], out, now: float) -> int:
             common.check_reservation(batch.sched, named)
         if "deadline" in changes:
             common.check_deadline(batch.site, user)
+        if "priority" in changes:
+            common.check_priority(batch.site, user, changes["priority"])
         if job.state not in PENDING:
             if set(changes) - {"walltime", "name", "extra", "array_limit"}:
                 raise InvalidState("running")

@@ -209,6 +209,7 @@ def submit_parsed(cmd: list[tuple[str, str]], rest: list[str], stdin=None, cwd: 
     job.group = job_group(user, job.group)
     if job.deadline is not None:
         common.check_deadline(site, user)
+    common.check_priority(site, user, job.priority)
     if program is not None:
         job.extra["program"] = program  # (qstat -f's executable and argument_list)
     job.extra.update(extra or {})

@@ -3,8 +3,9 @@
     priority = weight_urgency * norm(urgency) + weight_ticket * norm(tickets)
              + weight_priority * norm(posix priority)
 
-norm(x) = (x - min) / (max - min) over the runnable jobs (0.5 when they are all equal).
-Urgency is Grid Engine's three contributions (sge_urgency):
+norm(x) = (x - min) / (max - min) over the runnable jobs (0.5 when they are all equal) for
+urgency and tickets; the POSIX priority over its fixed range, -1023 to 1024, as Grid Engine
+normalises it (so -p 1 adds 1/2047 of weight_priority, not all of it).  Urgency is Grid Engine's three contributions (sge_urgency):
 
     slots_urgency * slots requested                   resource
     + weight_waiting_time * seconds since submission  waiting time
@@ -32,6 +33,7 @@ from ..core.policy import Context, Policy
 from .sharetree import ShareTree
 
 _ID = attrgetter("id")
+POSIX_LOW, POSIX_HIGH = -1023, 1024  # qsub -p's range
 
 
 def _norm(x: float, lo: float, hi: float) -> float:
@@ -113,11 +115,11 @@ class GridEngine(Policy):
         urg = [self.slots_urgency * j.request.processors + self.weight_waiting_time * (ctx.now - j.submit_time)
                + self._deadline(j, ctx.now) for _, j in rows]
         pri = [j.priority for _, j in rows]
-        tlo, thi, ulo, uhi, plo, phi = min(tix), max(tix), min(urg), max(urg), min(pri), max(pri)
+        tlo, thi, ulo, uhi = min(tix), max(tix), min(urg), max(urg)
         out = []
         for (t, job), u, p in zip(rows, urg, pri):
             prio = (self.weight_urgency * _norm(u, ulo, uhi) + self.weight_ticket * _norm(t, tlo, thi)
-                    + self.weight_priority * _norm(p, plo, phi))
+                    + self.weight_priority * _norm(p, POSIX_LOW, POSIX_HIGH))
             out.append(((prio, t, u, p), job))
         return out
 
