@@ -81,7 +81,7 @@ def cmd_simulate(args) -> int:
              "warmup": args.warmup, "cooldown": args.cooldown or None, "size_classes": args.size_classes,
              "capability": args.capability, "series": args.series, "gantt": args.gantt,
              "drain": False if args.no_drain else None, "machine": args.machine, "size_map": args.size_map,
-             "capability_split": args.capability_split}
+             "capability_split": args.capability_split, "groups": args.groups}
     settings = {k: v for k, v in given.items() if v is not None}
     if not _outputs_ready("simulate", args.out, [args.report]):
         return 1

@@ -294,6 +294,7 @@ def test_cli_whose_reader_left_writes_its_files_and_ends_quietly(tmp_path):
     (["simulate", "X", "--backfill", "maybe"], 2, "backfill: 'maybe' is not none"),
     (["simulate", "X", "--policy", "lottery"], 2, "invalid choice"),
     (["simulate", "X", "--nodes", "0"], 2, "--nodes, --ppn and --cores must be at least 1"),
+    (["simulate", "X", "--groups", "5,1"], 2, "--groups: give increasing lowest sizes"),  # (not sorted silently)
     # (the config's rule for server_interval and kill_grace; a server at interval nan never stepped)
     (["server", "--interval", "-1"], 2, "--interval must be a positive number of seconds"),
     (["server", "--once", "--interval", "nan"], 2, "--interval must be a positive number of seconds"),
@@ -368,3 +369,12 @@ def test_cli_live_demo_runs_real_jobs_and_cleans_up():
     rows = [l.split() for l in final.splitlines() if l[:1].isdigit()]
     assert len(rows) == 7 and all(r[4] == "C" for r in rows)
     assert re.search(r" E 6\.\S+ +exit=0", p.stdout)  # the dependent job ran, after its parent
+
+
+def test_simulate_groups_the_drain_by_size_as_asked(tmp_path):
+    """--groups sets the drain table's job-size groups (it was parsed and ignored)."""
+    path = write_trace(tmp_path)
+    p = run_cli("simulate", path, "--groups", "1,3", "--quiet")
+    assert p.returncode == 0, p.stderr
+    rows = [line.split()[0] for line in p.stdout.split("drain by job size")[1].splitlines()[2:4]]
+    assert rows == ["1-2", "3+"]

@@ -40,8 +40,7 @@ def combo_name(c: int) -> str:
 
 def groups_from(bounds: list[int]) -> tuple[tuple[str, int], ...]:
     """Size groups from their lowest sizes (`--groups 1,129,1000`): named lo-hi and lo+."""
-    bounds = sorted(set(bounds))
-    if not bounds or bounds[0] < 1:
+    if not bounds or bounds[0] < 1 or any(b <= a for a, b in zip(bounds, bounds[1:])):
         raise ValueError("size groups: give increasing lowest sizes, each at least 1")
     names = []
     for lo, nxt in zip(bounds, bounds[1:] + [None]):

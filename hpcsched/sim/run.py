@@ -86,6 +86,15 @@ def _thresholds(v):
     return v
 
 
+def _groups(v):
+    from ..drain.accounts import groups_from
+    v = _comma_list(v, int, "give increasing lowest sizes, e.g. 1,129,1000")
+    if not isinstance(v, list) or not all(isinstance(x, int) and not isinstance(x, bool) for x in v):
+        raise ValueError("give increasing lowest sizes, e.g. [1, 129, 1000]")
+    groups_from(v)  # (increasing, from 1: else its ValueError)
+    return v
+
+
 def _queue_map(v):
     if isinstance(v, str):
         pairs = [item.split("=", 1) for item in v.split(",") if item]
@@ -118,6 +127,7 @@ OPTIONS = {
     "machine": (_text, None),
     "size_map": (_choice("share", "procs"), "share"),
     "capability_split": (_thresholds, []),
+    "groups": (_groups, None),  # drain accounting's job-size groups (None: the default ones)
     "estimate": (_choice(*MODELS), "request"),
     "queue_from": (_choice("router", "trace"), "router"),
     "queue_map": (_queue_map, {}),
@@ -210,6 +220,7 @@ def check(settings: dict) -> dict:
 
 def replay(settings: dict, progress=None):
     """Run the replay `settings` describe (checked first); returns its Result."""
+    from ..drain.accounts import groups_from
     from .simulate import TraceMap, simulate
     s = check(settings)
     tmap = TraceMap(s["queue_from"], tuple(sorted(s["queue_map"].items())), s["cancelled"])
@@ -219,4 +230,5 @@ def replay(settings: dict, progress=None):
                     placement=s["placement"], estimate=s["estimate"], trace_map=tmap,
                     size_classes=s["size_classes"], capability=s["capability"],
                     series_step=SERIES_STEPS[s["series"]], gantt=s["gantt"], machine=s["machine"],
-                    size_map=s["size_map"], capability_split=s["capability_split"] or ())
+                    size_map=s["size_map"], capability_split=s["capability_split"] or (),
+                    **({"groups": groups_from(s["groups"])} if s["groups"] else {}))
