@@ -518,12 +518,15 @@ def test_drain_command(tmp_path, logs):
     assert text.returncode == 0 and "drain time:" in text.stdout and "2014-12-31" in text.stdout
     broken = tmp_path / "broken.gz"
     broken.write_bytes(b"not gzip")
+    assert "nh attributed to jobs, " in text.stdout and "nh of it to ids without a job record" in text.stdout
     for args, code in (([str(tmp_path / "nope")], 1), ([logs[0], "--groups", "x"], 2), ([str(broken)], 1),
-                       ([logs[0], "--jobs", logs[0]], 1)):
+                       ([logs[0], "--jobs", logs[0]], 1), ([logs[0], "--jobs", str(tmp_path / "none")], 1),
+                       ([logs[0], "--jobs", str(broken)], 1)):
         bad = subprocess.run([sys.executable, "-m", "hpcsched.cli", "drain", *args], capture_output=True,
                              text=True, env=env)
         assert bad.returncode == code and len(bad.stderr.strip().splitlines()) == 1, bad.stderr
-        assert "Traceback" not in bad.stderr and (code == 2 or args[-1].split("/")[-1] in bad.stderr)
+        assert "Traceback" not in bad.stderr and (code == 2 or args[-1].split("/")[-1] in bad.stderr), bad.stderr
+        assert "Errno" not in bad.stderr, bad.stderr
 
 
 def test_drain_skip_bad_passes_over_job_records_that_do_not_parse_and_names_them(tmp_path, logs):

@@ -286,8 +286,8 @@ def text(report: dict, title: str = "drain time", daily: bool = True) -> str:
     for d in r["days"] if daily else ():
         out.append(f"{d['day']}  {d['accounted_s']:9.0f}  {d['nodes_short']:5d}  {d['drain_pct']:7.2f}"
                    f"  {d['unallocated_idle_pct']:6.2f}  {d['down_pct']:6.2f}  {d['utilization_pct']:6.2f}")
-    out.append(f"drain by job size (attributed {r['drain_attributed_node_hours']:,.1f} nh, "
-               f"{r['drain_unattributed_node_hours']:,.1f} nh to ids without a job record)")
+    out.append(f"drain by job size ({r['drain_attributed_node_hours']:,.1f} nh attributed to jobs, "
+               f"{r['drain_unattributed_node_hours']:,.1f} nh of it to ids without a job record)")
     out.append("group        jobs  drained   drain nh   mean drain ns/job  mean drain s/node")
     for g in r["by_size"]:
         out.append(f"{g['group']:<10} {g['jobs']:6d}  {g['drained_jobs']:7d}  {g['drain_node_hours']:9.1f}"

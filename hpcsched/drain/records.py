@@ -104,5 +104,10 @@ def merge(paths, swf=None, skipped: list[str] | None = None) -> dict[str, JobRec
     jobs: dict[str, JobRecord] = {}
     for p in paths:
         for q in (sorted(Path(p).iterdir()) if Path(p).is_dir() else [p]):
-            jobs.update(read(str(q), swf, skipped))
+            try:
+                jobs.update(read(str(q), swf, skipped))
+            except FileNotFoundError:
+                raise OSError(f"{q}: no such file") from None
+            except (OSError, EOFError) as e:  # (unreadable, or a damaged gzip stream: the file named)
+                raise OSError(f"{q}: {e.strerror or e}") from None
     return jobs
