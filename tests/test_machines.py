@@ -438,12 +438,12 @@ def cray_rig(rig):
 def test_psc_size_and_nidmask_place_jobs_on_whole_nodes_by_nid(cray_rig):
     from test_commands import full, submit
     from test_maui_psc import server_pass
-    submit("-l", "size=6,walltime=01:00:00")  # six processors: three whole 2-core nodes
+    submit("-l", "size=3,walltime=01:00:00")  # three compute nodes (PSC's size: nodes, not processors)
     submit("-l", "nodes=2,nidmask=10..11,14..15,walltime=01:00:00")  # (the mask's own commas)
     submit("-l", "nodes=1,nidmask=^0..12,walltime=01:00:00")  # every nid but 0-12
     server_pass()
     f = full("1")
-    assert f["Resource_List.size"] == "6" and f["nid_list"] == "0..2" and f["exec_host"].count("+") == 2
+    assert f["Resource_List.size"] == "3" and f["nid_list"] == "0..2" and f["exec_host"].count("+") == 2
     assert full("2")["nid_list"] == "10..11" and full("2")["Resource_List.nidmask"] == "10..11,14..15"
     assert full("3")["nid_list"] == "13"
 
@@ -564,3 +564,13 @@ def test_a_request_no_cuboid_holds_is_refused_as_such_and_counted_in_the_summary
                  machine="xt3", placement="cuboid", size_map="procs")
     assert r.mapping.unplaceable == 1 and len(r.jobs) == 2
     assert "0 refused by every queue, 1 that no placement on the machine holds" in r.summary()
+
+
+def test_psc_size_is_the_number_of_compute_nodes(cray_rig):
+    """The size resource PSC added to Torque on the XT3 is "the number of compute nodes":
+    size=3 on 2-core nids gets three nodes, not two."""
+    from test_commands import full, submit
+    from test_maui_psc import server_pass
+    submit("-l", "size=3,walltime=01:00:00")
+    server_pass()
+    assert full("1")["nid_list"] == "0..2"

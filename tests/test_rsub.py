@@ -468,13 +468,15 @@ def test_on_a_blue_gene_a_reservation_holds_a_block(tmp_path, monkeypatch):
 
 
 def test_a_processor_count_reserves_whole_nodes_enough_for_it(tmp_path, monkeypatch):
-    """procs=N (or a Cray's size=N) reserves as many whole nodes as N needs; OpenPBS's
+    """procs=N reserves as many whole nodes as N needs (PSC's size=N is N nodes); OpenPBS's
     ncpus=N is one chunk."""
     home = tmp_path / "xt3"
     home.mkdir()
     (home / "config.toml").write_text('machine = "xt3"\nserver_name = "bigben"\n')  # (2 cores a node)
     monkeypatch.setenv("HPCSCHED_HOME", str(home))
     monkeypatch.setenv("HPCSCHED_USER", "root")
-    assert run("pbs_rsub", "-D", "600", "-l", "size=64")[0] == 0
+    assert run("pbs_rsub", "-D", "600", "-l", "procs=64")[0] == 0
     assert len(stored().reservations["R1"].nodes) == 32
+    assert run("pbs_rsub", "-D", "600", "-l", "size=64")[0] == 0
+    assert len(stored().reservations["R2"].nodes) == 64
     assert run("pbs_rsub", "-D", "600", "-l", "ncpus=4")[0] == 196  # (no node has 4)

@@ -221,8 +221,8 @@ def build_request(res: dict[str, str], declared=()) -> tuple[Request, float | No
             raise UsageError(f"illegal -l value: ngpus cannot be used with {'procs' if 'procs' in res else 'size'}")
     elif "procs" in res or "ncpus" in res:
         cores = positive(res.get("procs") or res.get("ncpus"), "procs")
-    elif "size" in res:  # PSC's and the Crays' processor count, placed on whole nodes
-        cores = positive(res["size"], "size")
+    elif "size" in res:  # PSC's XT3 (Torque under Dev Harness): the number of compute nodes
+        nodes = positive(res["size"], "size")
     if "ppn" in res and "nodes" not in res:
         ppn = positive(res["ppn"], "ppn")
     if "mem" in res and "select" not in res:
