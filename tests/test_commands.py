@@ -548,7 +548,7 @@ def test_exclusive_placement_is_asked_for_in_each_flavors_words(rig, capsys):
     assert got[-1].mem == 200
     assert full(jids[3])["Resource_List.naccesspolicy"] == "singlejob"  # (-n, as Moab's resource says it)
     for argv, message in ((["-l", "procs=4,naccesspolicy=singlejob"], "asks for chunks"),
-                          (["-n", "-l", "size=4"], "asks for chunks"),
+                          (["-n", "-l", "procs=4"], "asks for chunks"),
                           (["-l", "nodes=1,naccesspolicy=singleuser"], "give singlejob or shared"),
                           (["-l", "select=1:host=node01+1:host=node02,place=pack"], "one host, not on the hosts")):
         with pytest.raises(UsageError, match=message):
