@@ -296,6 +296,9 @@ def test_gold_commands_balance_deposit_charge_refund_and_statement(gold, monkeyp
     assert _run(g.GDEPOSIT, "-p", "chem", "-z", "-5")[0] == 2
     assert _run(g.GDEPOSIT, "-p", "chem", "-z", "lots")[0] == 2
     assert _run(g.GDEPOSIT, "-p", "chem", "-z", "1" + "0" * 23)[0] == 2  # (a float would lose its cents)
+    assert _run(g.GDEPOSIT, "-p", "", "-z", "5")[0] == 2  # (a project '' took every job without one)
+    from hpcsched.pbs import maui
+    assert maui.SETRES(["-d", "60", "-A", "nosuch", "count=1"], out=io.StringIO(), now=time.time()) == 2
     assert _run(g.GCHARGE, "-p", "nobody", "-z", "1")[0] == 1
     assert _run(g.GCHARGE, "-p", "chem", "-z", "1", "-J", "999")[0] == 153
     assert _run(g.GDEPOSIT, "-p", "chem", "-z", "50", "-d", "supplement") == \

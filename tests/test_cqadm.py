@@ -33,6 +33,14 @@ def submit(monkeypatch, *args):
     return int(jid.split(".")[0])
 
 
+def test_getq_lists_the_queues_named_and_refuses_an_unknown_one_and_counts_stay_in_range(site, capsys):
+    assert run("--getq", "batch")[0] == 0
+    assert run("--getq", "nosuchq") == (1, "")
+    assert "queue nosuchq not found" in capsys.readouterr().err
+    assert run("--setq", "maxrunning=" + "9" * 23, "batch")[0] == 1
+    assert "is more than 2147483647" in capsys.readouterr().err
+
+
 def sched():
     batch = Batch(load_site())
     with batch.open(write=False):

@@ -113,6 +113,10 @@ def test_setres_refuses_bad_input(busy, monkeypatch, capsys):
     assert run("setres", "-d", "60", "-e", "+1:00", "count=1")[0] == 2  # (-d or -e, not both)
     assert run("setres", "-s", "+1:00:00", "-e", "+0:30:00", "count=1")[0] == 2  # (an end before its start)
     assert "duration must be positive" in capsys.readouterr().err
+    assert run("setres", "-d", "99999999:00:00", "count=1")[0] == 2  # (stored, 11,000 years)
+    assert "a reservation lasts at most 2147483647 s" in capsys.readouterr().err
+    assert run("setres", "-d", "60", "-L", "count=1")[0] == 2  # (links are a Blue Gene's)
+    assert "this machine's links are not reservable" in capsys.readouterr().err
 
 
 def test_setres_takes_mauis_times_and_an_end(busy, monkeypatch):

@@ -154,6 +154,9 @@ class Topology(ABC):
     def units_of(self, nodes: tuple[str, ...], cores: tuple[tuple[int, ...], ...]) -> int:
         """The units of an allocation recorded by node and core (for restoring state)."""
 
+    #: are the network links units a reservation can hold (a Blue Gene's cables)?
+    links_are_units = False
+
     @abstractmethod
     def units_of_nodes(self, names, links: bool = False) -> int:
         """Every unit of the named nodes (what a reservation on them holds); with `links`,

@@ -67,6 +67,8 @@ class Block:
 class BlueGene(Topology):
     """Blocks on a grid of midplanes; see the module docstring for the rules."""
 
+    links_are_units = True  # (a reservation may hold a midplane's cables: setres -L)
+
     def __init__(self, dims: tuple[int, ...], prefix: str = "BGQ", cores: int = 16,
                  sizes: tuple[int, ...] = SIZES, small: tuple[int, ...] = SMALL,
                  passthrough: bool = False, blocks: list[dict] | None = None):

@@ -54,9 +54,14 @@ STATES = {"running": (True, True, False), "stopped": (True, False, False), "drai
 SWITCHES = {"startq": "running", "stopq": "stopped", "drainq": "draining", "killq": "dead"}
 
 
+LARGEST = (1 << 31) - 1  # a count's most (a PBS long, as Cobalt's cqadm shows them)
+
+
 def _count(text: str) -> int:
     if not number(text):
         raise CommandError(f"{text!r} is not a whole number")
+    if int(text) > LARGEST:
+        raise CommandError(f"{text} is more than {LARGEST}")
     return int(text)
 
 
@@ -107,12 +112,16 @@ def properties(text: str, unset: bool) -> dict[str, object]:
     return values
 
 
-def getq(out) -> int:
-    """Every queue, as Cobalt's cqadm --getq lists them (sorted by name)."""
+def getq(out, names: list[str]) -> int:
+    """Every queue (or those named), as Cobalt's cqadm --getq lists them (sorted by name)."""
     site = load_site()
     batch = Batch.of(site)
     with batch.open(write=False):
-        queues = sorted(batch.sched.router.queues.values(), key=lambda q: q.name)
+        known = batch.sched.router.queues
+        missing = [n for n in names if n not in known]
+        if missing:
+            raise CommandError(f"queue {missing[0]} not found")
+        queues = sorted((q for q in known.values() if not names or q.name in names), key=lambda q: q.name)
     header = ["Queue", "Users", "Groups", "MinTime", "MaxTime", "MaxRunning", "MaxTotalJobs", "MaxQueued",
               "MaxUserNodes", "MaxNodeHours", "TotalNodes", "AdminEmail", "State", "Cron", "Policy", "Priority"]
 
@@ -251,7 +260,7 @@ def cqadm(opts: list[tuple[str, str]], operands: list[str], out, now: float) -> 
     if "policy" in o:
         raise CommandError("--policy is not supported here: queues share the site's [priority] policy")
     if "getq" in o:
-        return getq(out)
+        return getq(out, operands)
     if "setjobid" in o:
         session = Qmgr(out)
         if not session.site.is_manager(whoami()):

@@ -151,6 +151,8 @@ def _change(kind: str):
                 return 0
             if "p" not in o:
                 raise UsageError("give the project with -p")
+            if not o["p"].strip() or o["p"] != o["p"].strip():  # (a project named '' took every job without one)
+                raise UsageError(f"-p {o['p']!r}: a project has a name, without spaces around it")
             amount = _amount(o.get("z"))
             if kind != "deposit":
                 bank.account(o["p"])

@@ -25,6 +25,8 @@ from .attributes import build_request
 from .common import Command
 from .errors import UsageError
 
+LONGEST = (1 << 31) - 1  # seconds a reservation may last (a 32-bit time, as Maui keeps it)
+
 
 def dhms(seconds: float | None) -> str:
     """Maui's `[-][DD:]HH:MM:SS`."""
@@ -608,6 +610,8 @@ def setres(options: list[tuple[str, str]], operands: list[str], out, now: float)
             period = parse_duration(opts.get("p", "0"))
     except InvalidRequest as e:
         raise UsageError(str(e)) from None
+    if duration > LONGEST:
+        raise UsageError(f"a reservation lasts at most {LONGEST} s (about 68 years), not {duration:.0f} s")
     spec = operands[0]
     count, nodes = 0, ()
     if spec.startswith("count=") or spec.startswith("TASKS=="):
@@ -633,6 +637,11 @@ def setres(options: list[tuple[str, str]], operands: list[str], out, now: float)
             raise common.CommandError(str(e), common.USAGE) from None
         if res.queue and res.queue not in sched.router.queues:
             raise common.CommandError(f"unknown queue {res.queue}", common.USAGE)
+        if res.links and not sched.topology.links_are_units:
+            raise common.CommandError("-L holds a Blue Gene's network links: this machine's links are not "
+                                      "reservable", common.USAGE)
+        if res.account and sched.bank is not None and res.account not in sched.bank.accounts:
+            raise common.CommandError(f"-A {res.account}: no such project (gbalance lists them)", common.USAGE)
         made = batch.do("reservation", now, reservation=_resolved(sched, res, now).to_dict())
     tasks = sum(name_cores(sched.topology, n) for n in made.nodes)
     out.write(f"reservation '{made.name}' created on {node_count(sched.topology, made.nodes)} nodes ({tasks} tasks)\n")
