@@ -460,6 +460,8 @@ def settle(rig: Rig) -> dict:
             if any(h.value == "s" for h in job.holds):
                 rig.cmd(*(["cqadm", "--admin-release"] if rig.flavor == "cobalt" else ["qrls", "-h", "s"]),
                         f"{job.array_id}[{job.array_index}]" if job.array_id else str(job.id), manager=True)
+            elif job.state.value == "dep_fail":  # (a Cobalt site keeps it, as Cobalt does: its user deletes it)
+                rig.cmd("qdel", str(job.id), manager=True)
         time.sleep(0.25)
 
 
