@@ -19,7 +19,6 @@ import pytest
 
 from hpcsched.pbs import qctl, qsub
 from hpcsched.pbs.errors import CommandError
-from hpcsched.store import journal as journal_module
 from hpcsched.store import repair
 from hpcsched.store.journal import JOURNAL, STATE, TIP, StoreError, unsealed
 from hpcsched.store.journaled import Batch

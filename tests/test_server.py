@@ -97,6 +97,21 @@ def ready(*paths, timeout=15.0):
         time.sleep(0.05)
 
 
+def stepped_until_completed(srv, jid: int, timeout: float = 15.0):
+    """Step an in-process server until job `jid` has completed (or `timeout`); the job as stored."""
+    from hpcsched.store.journaled import Batch
+    from hpcsched.store.site import load_site
+    batch = Batch(load_site())
+    deadline = time.time() + timeout
+    while True:
+        srv.step()
+        with batch.open(write=False):
+            job = batch.sched.jobs[jid]
+        if job.state.name == "COMPLETED" or time.time() > deadline:
+            return job
+        time.sleep(0.1)
+
+
 def wait_for(env, work, jid, states="C", timeout=20.0):
     end = time.time() + timeout
     while time.time() < end:
@@ -1324,14 +1339,7 @@ def test_an_exclusive_job_has_its_shared_nodes_alone_and_its_nodefile_as_asked(r
         jobs = batch.sched.jobs
         assert [jobs[i].state.name for i in (1, 2, 3)] == ["RUNNING", "QUEUED", "RUNNING"]
         assert len(set(jobs[1].nodes) | set(jobs[3].nodes)) == 3
-    deadline = time.time() + 15
-    while time.time() < deadline:
-        srv.step()
-        with batch.open(write=False):
-            ex = batch.sched.jobs[2]
-            if ex.state.name == "COMPLETED":
-                break
-        time.sleep(0.1)
+    ex = stepped_until_completed(srv, 2)
     assert ex.state.name == "COMPLETED" and ex.exit_status == 0
     assert all(len(cores) == 4 for cores in ex.cores)  # (every core of its two nodes)
     assert sorted((rig / "ex.o2").read_text().split()) == sorted(n for n in ex.nodes for _ in range(2))
@@ -1502,7 +1510,6 @@ def test_a_launch_whose_note_was_never_journaled_is_not_run_again(rig, monkeypat
     from hpcsched.pbs import qsub
     from hpcsched.server import loop as server
     from hpcsched.store import journal
-    from hpcsched.store.journaled import Batch
     from hpcsched.store.site import load_site
     runs = rig / "runs.log"
     qsub.submit(["-l", "walltime=60"], stdin=io.StringIO(f'echo ran >> "{runs}"; sleep 0.5; exit 4\n'),
@@ -1518,14 +1525,6 @@ def test_a_launch_whose_note_was_never_journaled_is_not_run_again(rig, monkeypat
     monkeypatch.setattr(journal.Store, "append", real)
     srv = server.Server(load_site(), grace=0.5)
     srv.multi = multi
-    batch = Batch(load_site())
-    deadline = time.time() + 15
-    while time.time() < deadline:
-        srv.step()
-        with batch.open(write=False):
-            job = batch.sched.jobs[1]
-            if job.state.name == "COMPLETED":
-                break
-        time.sleep(0.1)
+    job = stepped_until_completed(srv, 1)
     assert (job.state.name, job.exit_status, job.run_count) == ("COMPLETED", 4, 1)
     assert runs.read_text() == "ran\n"
