@@ -118,11 +118,13 @@ def test_requests_past_a_year_hold_their_reservations_as_the_definitions_say(dep
         assert replay(scheduler(machine, depth=depth), jobs) == expected, f"workload {n}"
 
 
-def test_easy_matches_the_count_based_definition_with_fractional_times():
+@pytest.mark.parametrize("depth", [1, ALL])
+def test_backfill_matches_the_count_based_definitions_with_fractional_times(depth):
     rng = random.Random(2027)
     for n in range(400):
         jobs, machine = small_workload(rng, fractional=True)
-        assert replay(scheduler(machine, depth=1), jobs) == naive_easy(jobs, machine), f"workload {n}"
+        expected = naive_easy(jobs, machine) if depth == 1 else naive_conservative(jobs, machine)
+        assert replay(scheduler(machine, depth=depth), jobs) == expected, f"workload {n}"
 
 
 def test_easy_counts_every_release_before_the_shadow():

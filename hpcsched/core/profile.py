@@ -557,10 +557,18 @@ class Profile:
         k = bisect_left(self.times, t0) - 1
         if room[k] >= need:
             return False
+        duration -= self._slack(t0)  # (a run's length is a difference: a hair short of an exact fit)
         for runs in self._ladders.get(need) or self._new_ladder(need):
             if runs.longest(k) < duration:
                 return True
         return False
+
+    def _slack(self, t: float) -> float:
+        """How far a run's length (end - start) can fall short of the longest duration that
+        ends within it (start + duration <= end), near time `t`: a few units in the last place.
+        Where a count might fit within that, `stays` says it might move and `earliest_count`,
+        which adds, decides."""
+        return 4 * math.ulp(max(abs(t), abs(self.now)))
 
     def staying(self, group: "HeldGroup", may: Callable[[int], bool]) -> int:
         """How many of `group`'s counts, from the first, stay where they are held (as
@@ -585,7 +593,7 @@ class Profile:
                 # (runs for fewer units last as long or longer: without runs for `need` yet,
                 # those for the power of two at or below it, which `stays` reads too)
                 runs = by_need.get(need) or by_need.get(rung := 1 << (need.bit_length() - 1)) or self._new_runs(rung)
-                i = bisect_right(walls, runs.longest(last))  # (the counts that may last no longer)
+                i = bisect_right(walls, runs.longest(last) + self._slack(group.last))  # (the counts that may last no longer)
                 if not i:
                     return len(group.counts)
                 if least[i - 1] == need:
