@@ -591,3 +591,17 @@ def test_malformed_fair_share_and_quota_tables_are_one_config_line(text):
     with pytest.raises(ConfigError) as e:
         config.build(config.loads('[[nodes]]\nnames = "n01"\n[priority]\npolicy = "gridengine"\n' + text))
     assert "\n" not in str(e.value)
+
+
+def test_a_filter_with_a_stray_brace_is_refused_and_a_zero_limit_keeps_jobs_waiting():
+    """"{*" matched nothing, silently; a limit (or consumable total) of 0 refused every job
+    (188) where Grid Engine keeps them pending until it is raised."""
+    from hpcsched import Job, Request
+    base = '[[nodes]]\nnames = "n[01-02]"\n[priority]\npolicy = "gridengine"\n'
+    with pytest.raises(ConfigError, match="braces go around the whole list"):
+        config.build(config.loads(base + '[[quotas]]\nname = "q"\n[[quotas.rules]]\nname = "r"\n'
+                                  'users = "{*"\nlimit = { jobs = 1 }\n'))
+    s = config.build(config.loads(base + '[consumables]\nmatlab = 0\n[[quotas]]\nname = "q"\n[[quotas.rules]]\n'
+                                  'name = "r"\nusers = "{*}"\nlimit = { jobs = 0 }\n'))
+    job = s.submit(Job(owner="a", request=Request(nodes=1), walltime=60.0), now=0)
+    assert s.iterate(0).started == [] and job.state.name == "QUEUED"

@@ -70,6 +70,8 @@ class Filter:
             raise ConfigError(f"{where}: must be a name list such as \"*\", \"{{*}}\" or [\"alice\", \"!bob\"]")
         if not names or any(not n or n == "!" for n in names):
             raise ConfigError(f"{where}: an empty name in {value!r}")
+        if any(c in n for n in names for c in "{}"):  # ("{*" matched nothing, silently)
+            raise ConfigError(f"{where}: {value!r}: braces go around the whole list, as \"{{*}}\" or \"{{alice,bob}}\"")
         return cls(frozenset(n for n in names if not n.startswith("!")),
                    frozenset(n[1:] for n in names if n.startswith("!")), each)
 
@@ -203,14 +205,15 @@ class Quotas:
 
     def check(self, job: Job) -> str | None:
         """Why `job` can never run (asks for an undeclared consumable, or more than a
-        limit it is counted against), or None."""
+        limit it is counted against), or None.  A limit of 0 is closed for now, not never:
+        its jobs wait, as Grid Engine keeps them pending, until it is raised."""
         for name in job.consumes:
             if name not in self.consumables:
                 return f"unknown consumable {name!r}"
         need = amounts(job)
         for _, limits, s, rule in self.counts_for(job):
             for res, limit in limits:
-                if need.get(res, 0) > limit:
+                if limit and need.get(res, 0) > limit:
                     return f"asks for {need[res]:g} {res}, more than limit {s.name}/{rule.name} allows ({limit:g})"
         return None
 
