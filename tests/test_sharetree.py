@@ -654,3 +654,21 @@ def test_on_a_grid_engine_site_a_user_may_only_lower_a_jobs_priority(rig, capsys
     assert qctl.QALTER(["-p", "-10", jid]) == 0
     monkeypatch.setenv("HPCSCHED_USER", "olga")  # (an operator)
     assert qctl.QALTER(["-p", "100", jid]) == 0
+
+
+def test_setting_a_users_usage_lands_on_their_node_and_keeps_the_finished_count():
+    """`hpcsched usage user carol --set` for a user with no record charges a key at carol's
+    node of the tree (it went to a key outside it: mdiag -f read 0), and a setting leaves
+    the decayed finished-job count the tree divides by."""
+    s = config.build(config.loads(SITE.replace('children = ["big", "small"]', 'children = ["big", "small", "chem"]')
+                                  + '[sharetree.nodes.chem]\nkind = "project"\nchildren = ["carol"]\n'
+                                  '[sharetree.nodes.carol]\nkind = "user"\n'))
+    s.set_usage("user", "carol", 100.0, 360_000.0)
+    (key,) = [k for k in s.usage.records if k[0] == "carol"]
+    assert key == ("carol", "", "chem") and s.policy.tree.node_of(key).name == "carol"
+    done = s.submit(job(1, 100, owner="s0", group="small"), 0)
+    s.iterate(0)
+    s.job_ended(done.id, 50, 0)
+    before = s.usage.value(s.usage.records[("s0", "small", "")], 60.0)[1]
+    s.set_usage("user", "s0", 60.0, 10.0)
+    assert s.usage.value(s.usage.records[("s0", "small", "")], 60.0) == (10.0, before) and before > 0

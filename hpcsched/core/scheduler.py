@@ -911,10 +911,13 @@ class Scheduler:
             raise InvalidRequest(f"usage must be a non-negative number, not {amount!r}")
         i = _KINDS.index(kind)
         self.usage.accrue(now)
-        n = self.usage.reset(now, lambda key: name is None or key[i] == name)
+        # (a setting leaves the decayed finished-job counts, which the share tree divides by)
+        n = self.usage.reset(now, lambda key: name is None or key[i] == name, finished=amount is None)
         if amount is not None and name is not None:
             mine = sorted(k for k in self.usage.records if k[i] == name)
-            key = mine[0] if mine else tuple(name if k == i else "" for k in range(3))
+            tree = getattr(self.policy, "tree", None)  # (no record: where the share tree has its node)
+            key = mine[0] if mine else (tree is not None and tree.key_for(kind, name)) or \
+                tuple(name if k == i else "" for k in range(3))
             self.usage.charge(key, amount, now)
         self._changed()
         return n

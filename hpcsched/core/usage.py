@@ -155,12 +155,18 @@ class Usage:
         """An operator's adjustment (or a driver's charge): `amount` at `t`, decayed from then."""
         self._add(self.record(key), t, amount, 0.0)
 
-    def reset(self, t: float, match=lambda key: True) -> int:
-        """Forget the usage of the records `match` picks (running jobs accrue afresh from `t`)."""
+    def reset(self, t: float, match=lambda key: True, finished: bool = True) -> int:
+        """Forget the usage of the records `match` picks (running jobs accrue afresh from `t`),
+        and their decayed finished-job counts unless not `finished` (an operator's setting
+        of the usage alone)."""
         n = 0
         for key, rec in self.records.items():
             if match(key):
-                rec.buckets.clear()
+                if finished:
+                    rec.buckets.clear()
+                else:
+                    for b in rec.buckets.values():
+                        b[0] = 0.0
                 rec.sums = None
                 rec.since = max(rec.since, float(t))
                 n += 1

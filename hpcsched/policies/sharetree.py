@@ -233,6 +233,23 @@ class ShareTree:
         insort(node.keys, key)
         return node
 
+    def key_for(self, kind: str, name: str) -> Key | None:
+        """A usage key that lands on the tree's node of that kind and name (its ancestors'
+        names filled in), or None if the tree has none (a default's copy is made for a
+        job's key as it comes)."""
+        todo = [self.root]
+        while todo:
+            node = todo.pop(0)
+            if node.kind == kind and node.name == name:
+                key = ["", "", ""]
+                while node is not None:
+                    if node.kind in _ATTR:
+                        key[_ATTR[node.kind]] = node.name
+                    node = node.parent
+                return tuple(key)
+            todo.extend(node.children.values())
+        return None
+
     def node_at(self, job: Job) -> Node | None:
         """The node `job` is ranked at (None: not pending here)."""
         return self._of.get(job.id)
