@@ -110,16 +110,26 @@ def make_policy(name: str, options: dict | None = None, **given) -> Policy:
 
 
 def usage_from_config(d) -> Usage:
-    """`[usage]`: metric (slots, nodes, cpu), half_life and window (durations; 0: none)."""
+    """`[usage]`: metric (slots, nodes, cpu), half_life and window (durations; 0: none), or
+    Grid Engine's sched_conf spelling of the half-life, `halftime`, in hours."""
     if not isinstance(d, dict):
         raise ConfigError("usage: must be a table")
     for key in d:
-        if key not in ("metric", "half_life", "window"):
+        if key not in ("metric", "half_life", "halftime", "window"):
             raise ConfigError(f"usage.{key}: unknown key")
     metric = d.get("metric", "nodes")
     if metric not in METRICS:
         raise ConfigError(f"usage.metric: {metric!r} is not {', '.join(METRICS)}")
-    return Usage(metric, _number(d, "half_life", 0.0, where="usage."), _number(d, "window", 0.0, where="usage."))
+    if "halftime" in d:
+        if "half_life" in d:
+            raise ConfigError("usage: half_life (a duration) or halftime (Grid Engine's, in hours), not both")
+        hours = d["halftime"]
+        if not (isinstance(hours, (int, float)) and not isinstance(hours, bool) and 0 <= hours < math.inf):
+            raise ConfigError(f"usage.halftime: hours, a non-negative number, not {hours!r}")
+        half_life = hours * 3600.0
+    else:
+        half_life = _number(d, "half_life", 0.0, where="usage.")
+    return Usage(metric, half_life, _number(d, "window", 0.0, where="usage."))
 
 def parse_backfill(value) -> tuple[float, bool]:
     """(reservation depth, backfill on?) for a `backfill` setting.

@@ -196,3 +196,16 @@ def test_usage_survives_a_change_of_window(before, after):
         assert recent == pytest.approx(expect.value(t)[0] if after else 10.0, abs=1e-9), t
     if after:
         assert new.by("user", at + after + DAY)["older"] == 0.0  # (it leaves the window, in time)
+
+
+def test_grid_engines_halftime_is_hours_and_half_life_a_duration():
+    from hpcsched import config
+    from hpcsched.core.errors import ConfigError
+    base = '[[nodes]]\nnames = "n01"\n[usage]\n'
+    assert config.build(config.loads(base + "halftime = 168\n")).usage.half_life == 168 * 3600
+    assert config.build(config.loads(base + 'half_life = "168:00:00"\n')).usage.half_life == 168 * 3600
+    assert config.build(config.loads(base + "half_life = 168\n")).usage.half_life == 168  # (seconds)
+    with pytest.raises(ConfigError, match="not both"):
+        config.build(config.loads(base + "halftime = 1\nhalf_life = 60\n"))
+    with pytest.raises(ConfigError, match="usage.halftime: hours"):
+        config.build(config.loads(base + 'halftime = "a week"\n'))
