@@ -444,20 +444,20 @@ def test_a_client_refuses_a_socket_another_user_serves(users):
 
 def test_walltime_kills_every_process_of_the_job(live):
     jid = submit(live, ALICE, """trap '' TERM
-(trap '' TERM; exec sleep 3001) &
-setsid sleep 3002 &
-sleep 3003 &
+(trap '' TERM; exec sleep 30871) &
+setsid sleep 30872 &
+sleep 30873 &
 echo started
-sleep 3004
+sleep 30874
 """, "-l", "walltime=2")
-    live.wait(jid, ("R",))
+    live.wait(jid, ("R",))  # (sleeps of odd lengths: a stray `sleep 300` elsewhere is not one of them)
     deadline = time.time() + 1.5  # (a subshell between its fork and its exec shows the script's line too)
-    while len(processes("sleep 300")) != 4 and time.time() < deadline:
+    while len(processes("sleep 3087")) != 4 and time.time() < deadline:
         time.sleep(0.05)
-    assert len(processes("sleep 300")) == 4
+    assert len(processes("sleep 3087")) == 4
     job = live.wait(jid, timeout=30)
     assert job.exit_status >= 256
-    assert gone("sleep 300"), processes("sleep 300")
+    assert gone("sleep 3087"), processes("sleep 3087")
     # pbs_mom's word on it, written into her error file as her
     err = Path(pwd.getpwnam(ALICE).pw_dir, f"job.sh.e{jid}")
     assert err.read_text().startswith("=>> PBS: job killed: walltime 2 exceeded limit 2\n")
