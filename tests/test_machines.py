@@ -574,3 +574,20 @@ def test_psc_size_is_the_number_of_compute_nodes(cray_rig):
     submit("-l", "size=3,walltime=01:00:00")
     server_pass()
     assert full("1")["nid_list"] == "0..2"
+
+
+def test_one_board_down_leaves_the_blocks_without_it_idle():
+    """A board down makes the blocks holding it down; a relative of theirs that does not
+    hold it stays idle (partlist said "blocked" of 236 such blocks, and a job started there)."""
+    from hpcsched.core.topology import NodeState
+    s = mira_sched()
+    bg = s.topology
+    board = bg.all_nodes()[0].name
+    bg.set_state(board, NodeState.DOWN)
+    states = dict((b.name, st) for b, st in bg.block_states({}))
+    holding = {b.name for b in bg.blocks if b.boards & (1 << 0)}
+    assert all(states[name] == "down" for name in holding)
+    assert [name for name, st in states.items() if name not in holding and st != "idle"] == []
+    job = s.submit(Job(owner="a", request=Request(nodes=512), walltime=100), now=0)
+    s.iterate(0)
+    assert job.nodes and states[job.nodes[0]] == "idle"

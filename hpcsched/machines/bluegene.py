@@ -320,7 +320,9 @@ class BlueGene(Topology):
 
     def block_states(self, busy: dict[str, str]) -> list[tuple[Block, str]]:
         """Each block's state given the running jobs' blocks (`busy`: job id -> block name):
-        `busy (<job>)`, `down`, `blocked (<block>)` naming a busy or down relative, or `idle`."""
+        `busy (<job>)`, `down` (a board of its own is down), `blocked (<block>)` naming a busy
+        relative, or `idle` (a relative that is down for a board this block does not hold
+        leaves it free: a job can start there)."""
         avail = self.available()
         taken = {self.by_block[name]: jid for jid, name in busy.items()}
         out = []
@@ -331,9 +333,6 @@ class BlueGene(Topology):
                 out.append((b, "down"))
             else:
                 who = next((self.blocks[j].name for j in taken if self.blocks[j].units & b.units), None)
-                if who is None:
-                    who = next((o.name for o in self.blocks if o.units & b.units and o.boards & avail != o.boards
-                                and o.size <= b.size and o is not b), None)
                 out.append((b, f"blocked ({who})" if who else "idle"))
         return out
 

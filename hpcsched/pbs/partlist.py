@@ -1,7 +1,7 @@
 """partlist: a Blue Gene's blocks and their states, Cobalt style.
 
     partlist          every block: name, size in nodes, the queues bound to it, its state:
-                      idle, busy (<job>), blocked (<block>) by a busy or down relative, down
+                      idle, busy (<job>), blocked (<block>) by a busy relative, down (a board of its own)
 
 On a machine without blocks it says so and exits 2.
 """
