@@ -290,13 +290,18 @@ def cmd_init(args) -> int:
               f"  cp {unit} /etc/systemd/system/ && systemctl daemon-reload && systemctl enable --now hpcsched-server\n"
               f"  (or: HPCSCHED_HOME={home} python3 -m hpcsched server &)\n"
               f"  every user: export HPCSCHED_HOME={home}")
+    else:  # (jobs wait in the queue until a server runs them)
+        print(f"next: start the server, which runs the jobs (SIGTERM or qterm stops it):\n"
+              f"  HPCSCHED_HOME={path.parent} python3 -m hpcsched server --log {path.parent}/server.log &")
     return 0
 
 
 def cmd_server(args) -> int:
-    from .server.loop import Server
+    from .server.loop import Server, open_log
     from .store.site import load_site
     try:
+        if args.log:
+            open_log(args.log)
         server = Server(load_site(), interval=args.interval, grace=args.grace)
         if args.once:
             lock = server.claim()
@@ -431,6 +436,8 @@ def main(argv=None) -> int:
     v.add_argument("--once", action="store_true", help="one step (reap, enforce, schedule, launch) and exit")
     v.add_argument("--interval", type=float, help="seconds between passes (config server_interval, 15)")
     v.add_argument("--grace", type=float, help="seconds from SIGTERM to SIGKILL (config kill_grace, 30)")
+    v.add_argument("--log", help="append the server's log (start, stop, each job's start and end, refusals) "
+                                 "to this file, not stderr")
     v.set_defaults(func=cmd_server)
     t = sub.add_parser("store", help="check the site's store, or repair it (a backup first)")
     t.add_argument("action", choices=["check", "repair"])

@@ -1410,3 +1410,13 @@ def test_a_script_past_max_request_is_refused_without_a_server(rig, capsys):
     with pytest.raises(CommandError, match=r"script is larger than 1000 bytes \(max_request\)"):
         submit(script="#!/bin/sh\n" + "#" * 2000 + "\ntrue\n")
     assert submit(script="#!/bin/sh\ntrue\n") == "1.headnode"
+
+
+def test_init_says_the_next_step_is_the_server(tmp_path, monkeypatch, capsys):
+    """A new user's jobs wait until a server runs them: init says how to start it."""
+    from hpcsched import cli
+    monkeypatch.setenv("HPCSCHED_HOME", str(tmp_path / "site"))
+    assert cli.main(["init"]) == 0
+    out = capsys.readouterr().out
+    assert f"wrote {tmp_path / 'site' / 'config.toml'}" in out
+    assert f"python3 -m hpcsched server --log {tmp_path / 'site'}/server.log" in out

@@ -1528,3 +1528,35 @@ def test_a_launch_whose_note_was_never_journaled_is_not_run_again(rig, monkeypat
     job = stepped_until_completed(srv, 1)
     assert (job.state.name, job.exit_status, job.run_count) == ("COMPLETED", 4, 1)
     assert runs.read_text() == "ran\n"
+
+
+def test_the_server_logs_its_start_and_stop_each_job_and_every_refusal(tmp_path):
+    """`hpcsched server --log FILE`: a line for its start, each job's start and end, a
+    refused qsub (who, and what it said), its stop."""
+    home = tmp_path / "home"
+    init_site(home, nodes=2, cores=2)
+    (home / "config.toml").write_text("server_interval = 0.25\n" + (home / "config.toml").read_text())
+    work = tmp_path / "work"
+    work.mkdir()
+    env = dict(os.environ, HPCSCHED_HOME=str(home), HPCSCHED_USER="alice", HOME=str(work))
+    env.pop("HPCSCHED_FLAVOR", None)
+    logfile = tmp_path / "server.log"
+    p = subprocess.Popen([sys.executable, "-m", "hpcsched", "server", "--log", str(logfile)], cwd=ROOT, env=env,
+                         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True)
+    try:
+        ready(home / "commands.sock")
+        jid = cmd(env, work, "qsub", "-l", "walltime=60", stdin="true\n").stdout.strip()
+        assert cmd(env, work, "qsub", "-l", "walltime=-5", stdin="true\n").returncode == 2
+        deadline = time.time() + 20
+        while "ended" not in (logfile.read_text() if logfile.exists() else "") and time.time() < deadline:
+            time.sleep(0.1)
+    finally:
+        p.send_signal(signal.SIGTERM)
+        p.wait(10)
+    text = logfile.read_text()
+    n = jid.split(".")[0]
+    assert f"hpcsched server: started (pid {p.pid}): site {home}, 2 nodes" in text
+    assert f"job {n}: started for alice on " in text and f"job {n}: ended, exit status 0" in text
+    assert "refused qsub from alice (status 2): " in text and "walltime" in text.split("refused qsub")[1]
+    assert text.rstrip().endswith("stopping: running jobs go on, found again at the next start")
+    assert oct(logfile.stat().st_mode & 0o777) == "0o600" and p.stderr.read() == b""

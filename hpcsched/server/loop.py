@@ -62,11 +62,29 @@ SLICE_JOBS = 500  # jobs one command acts on between two steps (common.SLICE): q
 FAULT_RETRY = 60.0  # seconds before the server tries again what failed in its own code
 
 
+#: where the log goes: the server's stderr, or the file `hpcsched server --log` names
+LOG = None
+#: commands whose refusals the log keeps (those that would change something; a refused
+#: qstat of an unknown job is a client's routine poll)
+CHANGES = frozenset({"qsub", "qdel", "qalter", "qhold", "qrls", "qmove", "qrerun", "qsig", "qrun", "qmsg",
+                     "qmgr", "qterm", "pbs_rsub", "pbs_rdel", "pbs_ralter", "setres", "releaseres", "cqadm",
+                     "schedctl", "gdeposit", "gcharge", "grefund", "gwithdraw", "pbsyod"})
+
+
+def open_log(path: str) -> None:
+    """Append the log to `path` (made the server's user's alone to read), from now on."""
+    global LOG
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+    LOG = open(fd, "a", buffering=1, encoding="utf-8", errors="replace")
+
+
 def log(message: str) -> None:
-    """One line (or a traceback's lines) of the server's log, on its stderr, stamped with the
-    local time as pbs_server stamps its own (under systemd, journald keeps it as well)."""
-    sys.stderr.write(f"{time.strftime('%m/%d/%Y %H:%M:%S')} hpcsched server: {message}\n")
-    sys.stderr.flush()
+    """One line (or a traceback's lines) of the server's log, stamped with the local time as
+    pbs_server stamps its own: on its stderr (under systemd, journald keeps it) or in the
+    file --log names."""
+    out = LOG or sys.stderr
+    out.write(f"{time.strftime('%m/%d/%Y %H:%M:%S')} hpcsched server: {message}\n")
+    out.flush()
 
 
 def process_start(pid: int) -> str | None:
@@ -434,6 +452,7 @@ class Server:
 
     def _requeue(self, job: Job, now: float) -> None:
         """Back to the queue, to run again (its process lost, or qrerun): an R record."""
+        log(f"job {job.id}: requeued" + (" (qrerun)" if job.extra.get("rerun") else " (its process was lost)"))
         rerun = accounting.lines("R", [job], self.site.server, now)  # (as it ran: its start, its hosts)
         self.batch.do("requeue", now, id=job.id, records=lambda _: rerun)
         self.peaks.pop(job.id, None)
@@ -549,6 +568,7 @@ class Server:
         peaks = self._last_peaks(job)
         noted = {"set": peaks} if peaks else {}
         aborted = status == LOST
+        log(f"job {job.id}: ended, exit status {status}" + (f" ({why})" if why else ""))
         self.batch.do("ended", now, id=job.id, exit_status=status,
                       records=(lambda job: accounting.lines("A" if aborted else "E", [job], self.site.server, now))
                       if recorded else None,
@@ -872,6 +892,7 @@ class Server:
         self._note(job, now, set={"launched": now, "pid": proc.pid, "pid_start": _wait_start(proc.pid),
                                   "session": proc.pid, **({"cgroup": cgroup} if joined else {}), **noted},
                    records=self._started)
+        log(f"job {job.id}: started for {job.owner} on {','.join(job.nodes)} (pid {proc.pid})")
         mail.send(self.site, job, mail.BEGIN, "Begun execution")
         return 1
 
@@ -1014,6 +1035,8 @@ class Server:
             for change in privilege.lock_down(self.home):
                 log(f"made private: {change}")
         self._lock = self.claim()
+        log(f"started (pid {os.getpid()}): site {self.home}, {len(self.site.scheduler().topology.all_nodes())} "
+            f"nodes, a step every {self.interval:g} s" + (", multi-user" if self.multi else ""))
         sel = selectors.DefaultSelector()
         poke = self._bind(SOCKET, socket.SOCK_DGRAM)
         sel.register(poke, selectors.EVENT_READ)
@@ -1067,6 +1090,7 @@ class Server:
                     deadline = self._deadline(time.time())
                     due = self._answer_sliced()  # (a step, then the next slice: common.SLICE)
         finally:
+            log("stopping: running jobs go on, found again at the next start")
             for proc, _ in self.prologues.values():  # (a restarted server runs them again)
                 self._kill_script(proc)
             try:
@@ -1145,6 +1169,8 @@ class Server:
         """Run (a slice of) a request: (connection, reply), or None when the command stopped
         at common.SLICE jobs: it goes on after the next step (_answer_sliced)."""
         reply = forwarded.run_for(request, caller, str(self.home))
+        if not reply.startswith(b"0\0"):
+            self._refused(request, caller, reply)
         if before:
             reply = forwarded.merged(before, reply)
         if common.resume is not None:
@@ -1152,6 +1178,20 @@ class Server:
             common.resume = None
             return None
         return conn, reply
+
+    @staticmethod
+    def _refused(request: bytes, caller: str | None, reply: bytes) -> None:
+        """Log a command that was refused (one that would have changed something), with its
+        caller and the first line it said."""
+        try:
+            prog, argv, _, env, _, _ = forwarded.decode_request(request)
+            status, n, rest = reply.split(b"\0", 2)
+        except ValueError:
+            return
+        if prog in CHANGES:
+            said = rest[int(n):].decode("utf-8", "replace").strip().splitlines()
+            who = caller or env.get("HPCSCHED_USER") or user_name(os.getuid())
+            log(f"refused {prog} from {who} (status {int(status)}): {said[0] if said else ''}"[:500])
 
     def _answer_sliced(self) -> bool:
         """The next slice of each command too long for one (qdel of a large array): are
