@@ -1447,6 +1447,17 @@ def _fill(fs: Path) -> Path:
     return filler
 
 
+def _quick_site(home: Path, tmp_path: Path) -> tuple[dict, Path]:
+    """A 2-node rig at `home` stepping every 0.25 s, alice's: (its commands' environment, a work directory)."""
+    init_site(home, nodes=2, cores=2)
+    (home / "config.toml").write_text("server_interval = 0.25\n" + (home / "config.toml").read_text())
+    work = tmp_path / "work"
+    work.mkdir()
+    env = dict(os.environ, HPCSCHED_HOME=str(home), HPCSCHED_USER="alice", HOME=str(work))
+    env.pop("HPCSCHED_FLAVOR", None)
+    return env, work
+
+
 @pytest.mark.parametrize("stop", [signal.SIGKILL, signal.SIGTERM])
 def test_a_job_that_ended_while_the_disk_was_full_never_runs_again(small_disk, tmp_path, stop):
     """The disk fills while a job runs; it ends; the server cannot journal the end and is
@@ -1454,12 +1465,7 @@ def test_a_job_that_ended_while_the_disk_was_full_never_runs_again(small_disk, t
     kept, recorded with the job's real status once there is room, and the job never runs
     again; new work meanwhile is refused in one line."""
     home = small_disk / "home"
-    init_site(home, nodes=2, cores=2)
-    (home / "config.toml").write_text("server_interval = 0.25\n" + (home / "config.toml").read_text())
-    work = tmp_path / "work"
-    work.mkdir()
-    env = dict(os.environ, HPCSCHED_HOME=str(home), HPCSCHED_USER="alice", HOME=str(work))
-    env.pop("HPCSCHED_FLAVOR", None)
+    env, work = _quick_site(home, tmp_path)
     servers = []
 
     def start():
@@ -1534,12 +1540,7 @@ def test_the_server_logs_its_start_and_stop_each_job_and_every_refusal(tmp_path)
     """`hpcsched server --log FILE`: a line for its start, each job's start and end, a
     refused qsub (who, and what it said), its stop."""
     home = tmp_path / "home"
-    init_site(home, nodes=2, cores=2)
-    (home / "config.toml").write_text("server_interval = 0.25\n" + (home / "config.toml").read_text())
-    work = tmp_path / "work"
-    work.mkdir()
-    env = dict(os.environ, HPCSCHED_HOME=str(home), HPCSCHED_USER="alice", HOME=str(work))
-    env.pop("HPCSCHED_FLAVOR", None)
+    env, work = _quick_site(home, tmp_path)
     logfile = tmp_path / "server.log"
     p = subprocess.Popen([sys.executable, "-m", "hpcsched", "server", "--log", str(logfile)], cwd=ROOT, env=env,
                          stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True)

@@ -129,8 +129,8 @@ def reach(now: float, until: float) -> float:
     can be a hair short of it: 11.7 - 7.8 is 3.8999999999999995, yet 7.8 + 3.9 is 11.7, a
     job ending at the shadow, which EASY starts)."""
     w = until - now
-    if not math.isfinite(w):
-        return w
+    if not math.isfinite(w) or now + w <= until < now + math.nextafter(w, INF):
+        return w  # (most often the difference is it)
     step = 4 * math.ulp(max(abs(now), abs(until)))  # (the sum's rounding is within this)
     lo, hi = w - step, w + step  # now + lo <= until < now + hi: halved until they meet
     while True:
