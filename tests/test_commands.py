@@ -1420,3 +1420,25 @@ def test_init_says_the_next_step_is_the_server(tmp_path, monkeypatch, capsys):
     out = capsys.readouterr().out
     assert f"wrote {tmp_path / 'site' / 'config.toml'}" in out
     assert f"python3 -m hpcsched server --log {tmp_path / 'site'}/server.log" in out
+
+
+def test_with_no_server_qsub_and_checkjob_say_the_job_waits_for_one(tmp_path):
+    """qsub said nothing and checkjob "it starts at the next scheduling pass", with no
+    server to run it: each now says the job waits until `hpcsched server` starts."""
+    import subprocess
+    import sys
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    from hpcsched.store.site import init_site
+    init_site(tmp_path / "site", nodes=1, cores=1)
+    env = dict(os.environ, HPCSCHED_HOME=str(tmp_path / "site"), HPCSCHED_USER="alice")
+    env.pop("HPCSCHED_FLAVOR", None)
+
+    def bin_(*argv, stdin=""):
+        return subprocess.run([sys.executable, "-S", os.path.join(root, "bin", argv[0]), *argv[1:]], input=stdin,
+                              capture_output=True, text=True, env=env, cwd=str(tmp_path), timeout=60)
+    sub = bin_("qsub", stdin="true\n")
+    assert sub.returncode == 0 and sub.stdout.strip().startswith("1.")
+    assert sub.stderr == "qsub: no server is running: the job waits until `hpcsched server` starts\n"
+    check = bin_("checkjob", "1")
+    assert "job can start now, but no server is running" in check.stdout
+    assert bin_("qsub", "-l", "walltime=-1", stdin="true\n").stderr.count("no server is running") == 0  # (refused)

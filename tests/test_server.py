@@ -1546,7 +1546,9 @@ def test_the_server_logs_its_start_and_stop_each_job_and_every_refusal(tmp_path)
                          stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True)
     try:
         ready(home / "commands.sock")
-        jid = cmd(env, work, "qsub", "-l", "walltime=60", stdin="true\n").stdout.strip()
+        sub = cmd(env, work, "qsub", "-l", "walltime=60", stdin="true\n")
+        jid = sub.stdout.strip()
+        assert sub.stderr == ""  # (a server runs: no word of waiting for one)
         assert cmd(env, work, "qsub", "-l", "walltime=-5", stdin="true\n").returncode == 2
         deadline = time.time() + 20
         while "ended" not in (logfile.read_text() if logfile.exists() else "") and time.time() < deadline:

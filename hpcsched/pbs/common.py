@@ -26,6 +26,10 @@ from .errors import SYSTEM, USAGE, CommandError, UsageError
 #: leaves `resume`, where the server runs it on from after the step (qctl.act).
 SLICE: int | None = None
 resume: tuple[int, int] | None = None
+#: True in a command the front door ran itself because no server answered (front.main):
+#: what it says of when a job starts is then "once a server runs"
+serverless = False
+NO_SERVER = "no server is running: the job waits until `hpcsched server` starts"
 
 UNKNOWN_JOB = 153
 FINISHED = 35

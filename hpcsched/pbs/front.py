@@ -334,7 +334,14 @@ def main(prog: str, *, exit_when_answered: bool = False) -> int:
         # program here)
     elif getenv("HPCSCHED_USER"):
         _distrust_environment(prog)
-    return run_here(prog)
+    if here:
+        return run_here(prog)
+    from . import common
+    common.serverless = True  # (no server answered: a job waits until one runs)
+    status = run_here(prog)
+    if prog == "qsub" and status == 0:
+        sys.stderr.write(f"qsub: {common.NO_SERVER}\n")
+    return status
 
 
 def command(prog: str) -> int:

@@ -263,8 +263,10 @@ def checkjob(opts: list[tuple[str, str]], operands: list[str], out, now: float) 
             w(f"Reservation '{job.id}' ({dhms(t - now)} -> {dhms(t + job.walltime - now)}  Duration: "
               f"{dhms(job.walltime)}) on {nodelist.compress(list(alloc.nodes)) or '-'}\n")
         if any(s.job_id == job.id for s in plan.started):
-            w("job can start now: it starts at the next scheduling pass\n" if site.config.get("scheduling", True)
-              else "job can start now, but scheduling is stopped (schedctl --start starts it again)\n")
+            w("job can start now, but scheduling is stopped (schedctl --start starts it again)\n"
+              if not site.config.get("scheduling", True) else
+              f"job can start now, but {common.NO_SERVER}\n" if common.serverless else
+              "job can start now: it starts at the next scheduling pass\n")
         elif job.state == QUEUED:
             reason = plan.reason(job.id)
             if job.id in plan.reserved:  # (the core's clock is seconds: here, the site's time)
