@@ -31,6 +31,9 @@ resume: tuple[int, int] | None = None
 serverless = False
 NO_SERVER = "no server is running: the job waits until `hpcsched server` starts"
 
+#: the most a count or a number of seconds given to a command may be (a 32-bit PBS long)
+LARGEST = (1 << 31) - 1
+
 UNKNOWN_JOB = 153
 FINISHED = 35
 LIMITS = 188

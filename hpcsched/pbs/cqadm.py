@@ -28,7 +28,7 @@ from ..core.timefmt import hms
 from ..machines.cray import Cray
 from ..store.journaled import Batch
 from ..store.site import load_site, whoami
-from . import qctl
+from . import common, qctl
 from .cobalt import CobaltCommand, job_ids, minutes, number, places, queue_state, tabular
 from .errors import CommandError, UsageError
 from .qmgr import Qmgr
@@ -54,14 +54,11 @@ STATES = {"running": (True, True, False), "stopped": (True, False, False), "drai
 SWITCHES = {"startq": "running", "stopq": "stopped", "drainq": "draining", "killq": "dead"}
 
 
-LARGEST = (1 << 31) - 1  # a count's most (a PBS long, as Cobalt's cqadm shows them)
-
-
 def _count(text: str) -> int:
     if not number(text):
         raise CommandError(f"{text!r} is not a whole number")
-    if int(text) > LARGEST:
-        raise CommandError(f"{text} is more than {LARGEST}")
+    if int(text) > common.LARGEST:
+        raise CommandError(f"{text} is more than {common.LARGEST}")
     return int(text)
 
 

@@ -25,8 +25,6 @@ from .attributes import build_request
 from .common import Command
 from .errors import UsageError
 
-LONGEST = (1 << 31) - 1  # seconds a reservation may last (a 32-bit time, as Maui keeps it)
-
 
 def dhms(seconds: float | None) -> str:
     """Maui's `[-][DD:]HH:MM:SS`."""
@@ -612,8 +610,8 @@ def setres(options: list[tuple[str, str]], operands: list[str], out, now: float)
             period = parse_duration(opts.get("p", "0"))
     except InvalidRequest as e:
         raise UsageError(str(e)) from None
-    if duration > LONGEST:
-        raise UsageError(f"a reservation lasts at most {LONGEST} s (about 68 years), not {duration:.0f} s")
+    if duration > common.LARGEST:  # (a 32-bit time, as Maui keeps it)
+        raise UsageError(f"a reservation lasts at most {common.LARGEST} s (about 68 years), not {duration:.0f} s")
     spec = operands[0]
     count, nodes = 0, ()
     if spec.startswith("count=") or spec.startswith("TASKS=="):

@@ -142,6 +142,7 @@ class Store:
         self.untipped: dict | None = None  # the newest append's seq, last and next_id, for the tip
         self.last_line: bytes | None = None  # the newest record's line, as last_record read it
         self.tip = {"seq": 0, "last": "", "next_id": 1, "since": 0, "snapshot": 0}  # as last read or written
+        self.has_tip = False  # the tip file exists, as read_tip last found (or _write_tip made it)
 
     # --- locking ---------------------------------------------------------------------
     @contextlib.contextmanager
@@ -168,12 +169,12 @@ class Store:
         if journal and journal[0]["seq"] > covered + 1:  # the journal's first lines are gone
             raise StoreError(f"{self.home / JOURNAL}: line 1: sequence {journal[0]['seq']} after the snapshot's "
                              f"{covered}: {journal[0]['seq'] - covered - 1} record(s) missing")
+        crcs = {r["seq"]: crc_of(line) for r, line in zip(journal, lines)}
         if snapshot and snapshot.get("journal_last"):
-            self._covered(covered, snapshot["journal_last"],
-                          {r["seq"]: crc_of(line) for r, line in zip(journal, lines)}.get(covered))
+            self._covered(covered, snapshot["journal_last"], crcs.get(covered))
         newest = max(covered, journal[-1]["seq"] if journal else 0)
         written = [(covered, snapshot["store_version"], STATE)] if snapshot else []
-        self._against_tip(newest, {r["seq"]: crc_of(line) for r, line in zip(journal, lines)}.get,
+        self._against_tip(newest, crcs.get,
                           written + [(r["seq"], r["v"], f"{JOURNAL}: line {n}") for n, r in enumerate(journal, 1)],
                           snapshot is not None)
         return snapshot, [r for r in journal if r["seq"] > covered]
@@ -193,6 +194,7 @@ class Store:
         try:
             data = path.read_bytes()
         except FileNotFoundError:
+            self.has_tip = False
             return None
         except OSError as e:
             raise StoreError(f"{path}: cannot read: {e.strerror}") from None
@@ -206,7 +208,7 @@ class Store:
                                                 ("snapshot", int)))):
             raise StoreError(f"{path}: damaged (it says how far the journal was written); left as it is "
                              f"(`hpcsched store repair` writes it again)")
-        self.tip = tip
+        self.tip, self.has_tip = tip, True
         return tip
 
     def _against_tip(self, newest: int, crc_at, written: list[tuple[int, int, str]], snapshot: bool) -> None:
@@ -427,7 +429,7 @@ class Store:
         everything (qsub) refuses a damaged store as the rest do."""
         self._check_journal(self._check_snapshot())
 
-    def _check_snapshot(self) -> int:
+    def _check_snapshot(self) -> tuple[int, str]:
         """`check` of the snapshot; (the journal record it covers, that record's checksum):
         (0, "") for none."""
         path = self.home / STATE
@@ -498,7 +500,7 @@ class Store:
         self._drop_torn_tail(path)
         last = self.last_record()
         prev = crc_of(self.last_line or b"")
-        if not os.path.exists(self.home / TIP):  # (before the first record it is to cover)
+        if not self.has_tip:  # (made before the first record it is to cover; last_record read it)
             snapshot = self._read_snapshot()
             self._write_tip(seq=last["seq"], last=prev, next_id=last.get("next_id", 1), since=last["seq"],
                             snapshot=snapshot["journal_seq"] if snapshot else 0)
@@ -540,6 +542,7 @@ class Store:
             fd = os.open(self.home / TIP, os.O_WRONLY)
         except FileNotFoundError:
             write_atomic(self.home / TIP, data.decode("ascii"))
+            self.has_tip = True
             return
         try:
             if os.pwrite(fd, data, 0) != len(data):  # (never short: the blocks are the file's already)

@@ -4,14 +4,15 @@ check: read everything as any command would (checksums, sequence, each record's 
 each record applied to the core) and say what is wrong, with the file and the line.
 
 repair: copy state.json, journal.jsonl and journal.tip into backup-YYYYMMDDTHHMMSS/, then
-keep every journal record whose line checks out and that still applies, in sequence order,
-numbered on and chained anew, and write the tip at its end.  Each line removed (damaged, a
-second copy, or a record that no longer applies without a removed one) is named with its
-operation and job, and written to removed.jsonl in the backup; records the tip says were
-written but are gone are named by number.  No job id is ever given out twice: the next id
-goes past every id a journal line (damaged ones too), the tip or the accounting log names.  A damaged snapshot is given up only when the journal still holds
-every record from the first (no compaction yet), so nothing is lost by rebuilding from it;
-otherwise repair refuses and the backup is the way back.
+keep every journal record whose line checks out, in sequence order, numbered on and chained
+anew, write the tip at its end and a fresh snapshot.  Each line removed (damaged, a second
+copy, or malformed) is named with its operation and job, and written to removed.jsonl in
+the backup; records the tip says were written but are gone are named by number.  No job id
+is ever given out twice: the next id goes past every id a journal line (damaged ones too),
+the tip or the accounting log names.  A damaged or missing snapshot is given up only when
+the journal still holds every record from the first (no compaction yet, as the tip says),
+so nothing is lost by rebuilding from it; otherwise repair refuses and the backup is the
+way back.
 """
 from __future__ import annotations
 
