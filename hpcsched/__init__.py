@@ -25,6 +25,7 @@ _HOME = {
     "Scheduler": "core.scheduler", "Settings": "core.scheduler",
     "Allocation": "core.jobs", "Node": "core.topology", "NodePool": "machines.nodepool", "NodeState": "core.topology",
     "Topology": "core.topology",
+    "Engine": "sim.engine", "Finished": "sim.engine",
     "simulate": "sim.simulate", "record": "sim.simulate", "assert_schedule": "sim.testing",
 }
 

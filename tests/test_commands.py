@@ -426,7 +426,7 @@ def test_queue_and_server_listings(rig, monkeypatch):
     assert stat("-Q")[1] == (
         "Queue              Max   Tot Ena Str   Que   Run   Hld   Wat   Trn   Ext Type\n"
         "---------------- ----- ----- --- --- ----- ----- ----- ----- ----- ----- ----\n"
-        "batch                0     2 yes yes     1     0     1     0     0     0 Exe*\n")
+        "batch                0     2 yes yes     1     0     1     0     0     0 Exec\n")
     assert stat("-B")[1] == (
         "Server             Max   Tot   Que   Run   Hld   Wat   Trn   Ext Status\n"
         "---------------- ----- ----- ----- ----- ----- ----- ----- ----- -----------\n"
@@ -806,7 +806,7 @@ def test_openpbs_array_row_shows_begun(rig, monkeypatch):
         batch.do("pass")  # 4 nodes: four subjobs run, four wait
     row = stat()[1].splitlines()[2].split()
     assert row[0] == "1[].headnode" and row[4] == "B"
-    assert [l.split()[4] for l in stat("-t")[1].splitlines()[2:]] == ["R"] * 4 + ["Q"] * 4
+    assert [l.split()[4] for l in stat("-t")[1].splitlines()[2:]] == ["B"] + ["R"] * 4 + ["Q"] * 4  # (its row first)
     array = full("1[]")
     assert (array["array"], array["array_state_count"]) == ("True", "Queued:4 Running:4 Exiting:0 Expired:0")
     assert (array["array_indices_submitted"], array["array_indices_remaining"]) == ("1-8", "5-8")
@@ -1442,3 +1442,79 @@ def test_with_no_server_qsub_and_checkjob_say_the_job_waits_for_one(tmp_path):
     check = bin_("checkjob", "1")
     assert "job can start now, but no server is running" in check.stdout
     assert bin_("qsub", "-l", "walltime=-1", stdin="true\n").stderr.count("no server is running") == 0  # (refused)
+
+
+def test_a_finished_array_shows_the_worst_exit_and_qstat_t_lists_its_row_under_openpbs(rig, monkeypatch):
+    """PBS Professional's array exit status: 0 when every subjob exited 0, 1 when one did
+    not (2: one could not run); `qstat -t` lists the `N[]` row and then its subjobs under
+    OpenPBS, the subjobs alone under Torque."""
+    monkeypatch.setenv("HPCSCHED_FLAVOR", "openpbs")
+    arr = submit("-J", "1-3")
+    ids = [line.split()[0] for line in stat("-t")[1].splitlines()[2:]]
+    assert ids == ["1[].headnode", "1[1].headnode", "1[2].headnode", "1[3].headnode"]
+    now = time.time()
+    _ended("1[1]", 0, now)
+    _ended("1[2]", 3, now + 2)
+    _ended("1[3]", 0, now + 4)
+    doc = json.loads(stat("-x", "-f", "-F", "json", arr)[1])
+    assert doc["Jobs"][arr]["Exit_status"] == 1 and doc["Jobs"][arr]["job_state"] == "F"
+    ok = submit("-J", "1-2")
+    _ended(ok.replace("[]", "[1]"), 0, now + 6)
+    _ended(ok.replace("[]", "[2]"), 0, now + 8)
+    assert json.loads(stat("-x", "-f", "-F", "json", ok)[1])["Jobs"][ok]["Exit_status"] == 0
+    monkeypatch.setenv("HPCSCHED_FLAVOR", "torque")
+    arr = submit("-t", "1-2")
+    rows = [line.split()[0] for line in stat("-t")[1].splitlines()[2:]]
+    assert arr not in rows and {arr.replace("[]", "[1]"), arr.replace("[]", "[2]")} <= set(rows)
+
+
+def test_queue_and_server_status_in_openpbs_json_and_the_same_job_counts_everywhere(rig, monkeypatch):
+    """qstat -Qf / -Bf with -F json print OpenPBS's JSON (as its jobs' -F json does);
+    qstat -Q's Tot, qstat -Qf's and qmgr's total_jobs count the same jobs (OpenPBS's
+    finished ones are history, not counted); the queue type reads Exec."""
+    from hpcsched.pbs import qmgr
+    monkeypatch.setenv("HPCSCHED_FLAVOR", "openpbs")
+    for _ in range(3):
+        submit()
+    _ended("1", 0, time.time())
+    doc = json.loads(stat("-Q", "-f", "-F", "json")[1])
+    batch = doc["Queue"]["batch"]
+    assert doc["pbs_server"] == "headnode" and batch["queue_type"] == "Execution"
+    assert batch["total_jobs"] == 2 and batch["state_count"].endswith("Begun:0")
+    assert batch["enabled"] == "True" and isinstance(batch["resources_max"], dict)
+    server = json.loads(stat("-B", "-f", "-F", "json")[1])["Server"]["headnode"]
+    assert server["total_jobs"] == 2 and server["server_state"] == "Active"
+    assert "keep_completed" not in server and server["job_history_enable"] == "True"
+    row = stat("-Q")[1].splitlines()[2].split()
+    assert row[2] == "2" and row[-1] == "Exec"
+    out = io.StringIO()
+    assert qmgr.QMGR(["-c", "list queue batch"], out=out) == 0 and "total_jobs = 2" in out.getvalue()
+    out = io.StringIO()
+    assert qmgr.QMGR(["-c", "p s"], out=out) == 0
+    assert "keep_completed" not in out.getvalue() and "set server job_history_duration = 336:00:00" in out.getvalue()
+    monkeypatch.setenv("HPCSCHED_FLAVOR", "torque")  # (Torque's completed job is still on the server: counted)
+    out = io.StringIO()
+    assert qmgr.QMGR(["-c", "p s"], out=out) == 0 and "set server keep_completed = 300" in out.getvalue()
+    assert "job_history" not in out.getvalue()
+    assert stat("-Q")[1].splitlines()[2].split()[2] == "3"
+
+
+def test_pbsnodes_summary_forms(rig, monkeypatch):
+    """OpenPBS's pbsnodes -aS (a node's resources a line) and -aSj (its jobs, free/total)."""
+    from hpcsched.pbs import pbsnodes
+    jid = submit("-l", "nodes=1:ppn=2")
+    monkeypatch.setenv("HPCSCHED_USER", "olga")
+    assert qctl.QRUN([jid], out=io.StringIO()) == 0
+    out = io.StringIO()
+    assert pbsnodes.PBSNODES(["-aS"], out=out) == 0
+    lines = out.getvalue().splitlines()
+    assert lines[0].split() == ["vnode", "state", "OS", "hardware", "host", "queue", "mem", "ncpus", "nmics",
+                                "ngpus", "comment"]
+    assert lines[2].split()[:2] == ["node01", "free"] and lines[2].split()[7] == "4" and len(lines) == 6
+    out = io.StringIO()
+    assert pbsnodes.PBSNODES(["-a", "-S", "-j", "-L"], out=out) == 0  # (-L: the job id uncut)
+    lines = out.getvalue().splitlines()
+    assert lines[1].split()[:5] == ["vnode", "state", "njobs", "run", "susp"]
+    busy = [line.split() for line in lines[3:] if jid in line]
+    assert len(busy) == 1 and busy[0][2:4] == ["1", "1"] and busy[0][6] == "2/4"
+    assert pbsnodes.PBSNODES(["-j"], out=io.StringIO()) == 2  # (-j and -L go with -S)

@@ -40,3 +40,12 @@ def test_a_period_adds_passes_while_jobs_wait():
     _, acc = Engine(s, period=15.0).run(arrivals)
     # passes at 0, every 15 s while the second waits (15 ... 90), at 100 (end), then at 200
     assert acc["passes"] == 1 + 6 + 1 + 1
+
+
+def test_the_engine_is_exported_and_a_finished_job_prints_what_happened_to_it():
+    import hpcsched
+    from hpcsched.sim.engine import Engine as Home, Finished as HomeFinished
+    assert hpcsched.Engine is Home and hpcsched.Finished is HomeFinished
+    assert "Engine" in hpcsched.__all__ and "Finished" in dir(hpcsched)
+    text = repr(hpcsched.Finished("job-7", 0, 10, 70.5, 4, 4, True, "batch"))
+    assert text == "Finished('job-7', submit=0, start=10, end=70.5, size=4, units=4, backfill=True, queue='batch')"

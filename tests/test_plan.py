@@ -332,3 +332,31 @@ def test_a_reservation_is_held_however_far_ahead_its_job_ends(depth):
     s.job_ended(first.id, 100, 0)
     assert started(s.iterate(100)) == [long.id]
     assert s.job(later.id).state.name == "QUEUED"
+
+
+def test_reason_tells_a_held_dependent_running_or_ended_job_from_one_waiting_for_nodes():
+    """Plan.reason of a job the pass did not walk says why (held, its dependency, its
+    start time, running, ended, deleted), and None for a job the scheduler never had."""
+    from hpcsched import Dependency, DepType
+    s = scheduler(4)
+    s.submit(job(4, 100), 0)  # 1: takes the machine
+    s.submit(job(1, 50, dependencies=[Dependency(DepType.AFTEROK, 1)]), 0)  # 2
+    s.submit(job(1, 50), 0)  # 3: held below
+    s.submit(job(1, 50, start_after=500), 0)  # 4
+    s.submit(job(2, 50), 0)  # 5: waits for nodes
+    s.submit(job(1, 50), 0)  # 6: deleted below
+    s.hold(3, 0)
+    s.delete(6, 0)
+    plan = s.iterate(0)
+    assert plan.reason(1) == "started"
+    assert plan.reason(2) == "waiting for a dependency on job 1"
+    assert plan.reason(3) == "held: user"
+    assert plan.reason(4) == "waiting for its start time 500 (qsub -a)"
+    assert plan.reason(5).startswith("reserved: starts at 100")
+    assert plan.reason(6) == "deleted"
+    assert plan.reason(99) is None
+    s.job_ended(1, 60, 0)
+    plan = s.iterate(60)
+    assert plan.reason(1) == "ended"
+    assert plan.reason(2) == "started" and plan.reason(5) == "started"
+    assert s.iterate(61).reason(2) == "running"

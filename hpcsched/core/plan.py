@@ -69,12 +69,22 @@ class Plan:
     # the earliest start of a job (waiting, or one not submitted) in this pass's final plan,
     # after every start and reservation made (None: not within the planning horizon)
     earliest: Callable[[Job], float | None] | None = None
+    # why a job the pass did not consider is not waiting for resources (held, a dependency,
+    # running, ended), as it stands now; None for a job the scheduler does not know
+    not_waiting: Callable[[int], str | None] | None = None
     _estimate: Callable[[int], float | None] | None = None
     _estimates: dict[int, float | None] = field(default_factory=dict)
 
-    def reason(self, job_id: int) -> str:
+    def reason(self, job_id: int) -> str | None:
+        """Why the job is where it is after this pass: started, reserved, the walk's or the
+        gate's reason, or (a job the pass did not walk) its hold, dependency or end; None
+        for a job the scheduler does not know."""
         if any(s.job_id == job_id for s in self.started):
             return "started"
+        if self.not_waiting is not None and job_id not in self.reasons and job_id not in self.reserved:
+            other = self.not_waiting(job_id)
+            if other != "":
+                return other
         if job_id in self.reserved:
             t, alloc = self.reserved[job_id]
             where = alloc.nodes[0] if len(alloc.nodes) == 1 else f"{len(alloc.nodes)} nodes"  # (or a block)

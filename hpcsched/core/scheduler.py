@@ -23,8 +23,8 @@ from .bank import Bank
 from .calendar import Entry
 from .depends import Registry
 from .errors import BadDependency, InvalidRequest, InvalidState, Rejected, UnknownJob, Unplaceable
-from .jobs import (ACTIVE, COMPLETED, DELETED, EXITING, FINISHED, PENDING, QUEUED, RUNNING, WAITING, Allocation,
-                   Dependency, DepType, Hold, Job, Request, State)
+from .jobs import (ACTIVE, COMPLETED, DELETED, DEP_FAIL, DEP_HOLD, EXITING, FINISHED, HELD, PENDING, QUEUED, RUNNING,
+                   WAITING, Allocation, Dependency, DepType, Hold, Job, Request, State)
 from .plan import Plan, Start, Walk
 from .policy import Context, Fifo, Policy, tie_break
 from .profile import Profile
@@ -572,9 +572,31 @@ class Scheduler:
             job = self.jobs.get(job_id)
             return earliest(job) if job is not None and job.state in (QUEUED, WAITING) else None
 
-        plan.earliest, plan._estimate = earliest, estimate
+        plan.earliest, plan._estimate, plan.not_waiting = earliest, estimate, self._not_waiting
         plan.profile = profiles[0] if profiles else None
         return plan
+
+    def _not_waiting(self, job_id: int) -> str | None:
+        """Plan.reason of a job no walk considers ("" for a waiting one: the plan says why)."""
+        job = self.jobs.get(job_id)
+        if job is None:
+            return None
+        state = job.state
+        if state is QUEUED:
+            return ""
+        if state is HELD:
+            kinds = {Hold.USER: "user", Hold.OPERATOR: "operator", Hold.SYSTEM: "system"}
+            return "held: " + ", ".join(kinds[h] for h in sorted(job.holds, key=lambda h: h.value))
+        if state is WAITING:
+            return f"waiting for its start time {job.start_after:.0f} (qsub -a)"
+        if state is DEP_HOLD:
+            parents = sorted({d.job_id for d in job.dependencies if d.met is None})
+            return "waiting for a dependency on job " + ", ".join(map(str, parents))
+        if state is DEP_FAIL:
+            return "a dependency can never be satisfied (dep_fail)"
+        if state in ACTIVE:
+            return "running"
+        return "ended" if state is COMPLETED else "deleted"
 
     def comment(self, job: Job) -> str:
         """The job's comment as qstat shows it: why a quota holds it back, if the last pass

@@ -137,6 +137,13 @@ def state_letter(job: Job, flavor: str) -> str:
     return "S" if is_suspended(job) else _LETTERS[flavor][job.state]
 
 
+def counted(job, flavor: str) -> bool:
+    """Is the job among a queue's or the server's total_jobs (qstat -Q's Tot)?  Every job
+    not finished, and under Torque the completed jobs it still shows (state C); OpenPBS's
+    finished jobs are history, not counted."""
+    return job.state not in (COMPLETED, DELETED) or flavor == "torque"
+
+
 def is_suspended(job: Job) -> bool:
     """Stopped by qsig -s suspend (state S): it keeps its nodes; its walltime stands still."""
     return job.state == RUNNING and job.suspended_at is not None

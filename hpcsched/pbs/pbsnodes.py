@@ -5,6 +5,8 @@
     pbsnodes -o|-c|-r node ...      offline / clear offline / reset (as -c); with -N, a note
     pbsnodes -N note node ...       set a node's note (`-N n` or `-N ""` clears it)
     pbsnodes -x / -F json           Torque's XML / OpenPBS's JSON
+    pbsnodes -aS [-j] [-L]          OpenPBS's one line a node: its resources (-S), or its
+                                    jobs and free/total resources (-Sj); -L: names untruncated
 
 A node's state is the scheduler's: up, offline (an operator's), down, bad (failed a
 pre-job scan: shown down, with the note naming it).  Busy is `job-exclusive` (Torque) or
@@ -24,7 +26,7 @@ from . import common
 from .common import Command
 from .errors import UsageError
 
-USAGE = ("usage: pbsnodes [-a|-l|-o|-c|-r] [-x|-F json] [-N note] [-q] [-s server] [node ...]")
+USAGE = ("usage: pbsnodes [-a|-l|-o|-c|-r] [-x|-F json|-S [-j] [-L]] [-N note] [-q] [-s server] [node ...]")
 UNKNOWN_NODE = 1
 
 
@@ -115,6 +117,49 @@ def _xml(items: list[tuple[str, dict]]) -> str:
     return "".join(parts + ["</Data>"])
 
 
+def _mb(mb: int) -> str:
+    """OpenPBS's size: kb, mb, gb as the value reads (0: 0kb)."""
+    for unit, size in (("gb", 1024), ("mb", 1)):
+        if mb and mb % size == 0:
+            return f"{mb // size}{unit}"
+    return "0kb"
+
+
+def summary(nodes, jobs_of, note, gpus_used, flavor: str, with_jobs: bool, long: bool) -> list[str]:
+    """OpenPBS's `pbsnodes -aS` (resources a node) or `-aSj` (its jobs, free/total), one
+    line a node; each value cut to its column's width unless `long` (-L)."""
+    if with_jobs:  # (title, over it, width; a width < 0 aligns right)
+        columns = [("vnode", "", 15), ("state", "", 15), ("njobs", "", -6), ("run", "", -5), ("susp", "", -6),
+                   ("f/t", "mem", -12), ("f/t", "ncpus", -7), ("f/t", "nmics", -7), ("f/t", "ngpus", -7),
+                   ("jobs", "", 7)]
+    else:
+        columns = [("vnode", "", 15), ("state", "", 15), ("OS", "", 8), ("hardware", "", 8), ("host", "", 15),
+                   ("queue", "", 10), ("mem", "", -8), ("ncpus", "", -7), ("nmics", "", -7), ("ngpus", "", -7),
+                   ("comment", "", 9)]
+
+    def row(values) -> str:
+        cells = []
+        for value, (_, _, width) in zip(values, columns):
+            value = str(value) if long or len(str(value)) <= abs(width) else str(value)[:abs(width)]
+            cells.append(value.rjust(-width) if width < 0 else value.ljust(width))
+        return " ".join(cells).rstrip()
+
+    lines = [row(c[1] for c in columns)] if with_jobs else []
+    lines += [row(c[0] for c in columns), " ".join("-" * abs(c[2]) for c in columns)]
+    for n in nodes:
+        on = jobs_of(n.name)
+        state = state_word(n, len(on), flavor)
+        mem = _mb(n.memory) if n.memory else "0kb"
+        if with_jobs:
+            ids = sorted({j for _, j in on if j})
+            gpus = f"{n.gpus - gpus_used(n.name)}/{n.gpus}"
+            lines.append(row([n.name, state, len(ids), len(ids), 0, f"{mem}/{mem}", f"{n.cores - len(on)}/{n.cores}",
+                              "0/0", gpus, ",".join(ids) or "--"]))  # (memory is not booked per job: all free)
+        else:
+            lines.append(row([n.name, state, "--", "--", n.name, "--", mem, n.cores, 0, n.gpus, note(n) or "--"]))
+    return lines
+
+
 def pbsnodes(opts: list[tuple[str, str]], operands: list[str], out, now: float) -> int:
     o = dict(opts)
     site = load_site()
@@ -122,6 +167,10 @@ def pbsnodes(opts: list[tuple[str, str]], operands: list[str], out, now: float) 
     modes = [m for m in "olcr" if m in o]
     if len(modes) > 1 or (modes and modes[0] in "ocr" and not operands) or o.get("F", "json") not in ("json", "dsv"):
         raise UsageError("give one of -a, -l, -o, -c, -r (the last three with node names)")
+    if ("j" in o or "L" in o) and "S" not in o:
+        raise UsageError("-j and -L go with -S")
+    if "S" in o and (modes or "x" in o or "F" in o or "N" in o or "C" in o):
+        raise UsageError("-S lists nodes: give it with -a (and -j, -L) only")
     change = modes[0] if modes and modes[0] in "ocr" else ("N" if "N" in o or "C" in o else "")
     if change == "N" and not operands:
         raise UsageError("-N needs node names")
@@ -169,6 +218,11 @@ def pbsnodes(opts: list[tuple[str, str]], operands: list[str], out, now: float) 
         user = whoami()
         on, gpus = jobs_on(sched, site.server, lambda j: common.may_see(site, user, j)), \
             common.gpus_held(sched.jobs.values())
+        if "S" in o:
+            for line in summary(shown, lambda name: on.get(name, []), note, lambda name: len(gpus.get(name, ())),
+                                "openpbs", "j" in o, "L" in o):
+                out.write(line.rstrip() + "\n")
+            return status
         vocabulary = "openpbs" if o.get("F") == "json" else flavor  # JSON is OpenPBS's in both flavors
         resv: dict[str, list[str]] = {}
         for r in sorted(sched.reservations.values(), key=lambda r: (r.start, r.name)):
@@ -189,4 +243,4 @@ def pbsnodes(opts: list[tuple[str, str]], operands: list[str], out, now: float) 
     return status
 
 
-PBSNODES = Command("pbsnodes", "aclorqvxC:N:F:s:", USAGE, pbsnodes, changes=True)
+PBSNODES = Command("pbsnodes", "acjlLorSqvxC:N:F:s:", USAGE, pbsnodes, changes=True)

@@ -129,16 +129,21 @@ SERVER_ATTRS = {
     "query_other_jobs": ("query_other_jobs", _bool, str),
     "resv_enable": ("resv_enable", _bool, str),
     "resources_default.walltime": ("default_walltime", _duration, lambda v: hms(parse_duration(v))),
+    "job_history_duration": ("job_history_duration", lambda t: float(parse_duration(t)), lambda v: hms(float(v))),
 }
+#: the attributes one flavor has and the other has not (Torque keeps finished jobs for
+#: keep_completed; OpenPBS keeps their history for job_history_duration)
+_FLAVOR_ONLY = {"torque": {"job_history_duration"}, "openpbs": {"keep_completed"}}
 _SERVER_DEFAULTS = {"scheduling": True, "keep_completed": 300, "server_interval": 15, "query_other_jobs": True,
-                    "resv_enable": True}
+                    "resv_enable": True, "job_history_duration": 14 * 86400}
+
 
 
 def queue_attributes(sched, name: str, flavor: str = "torque") -> list[tuple[str, str]]:
     """A queue's PBS attributes as qmgr lists them (and qstat -Qf): its type, job count,
     every limit set (an OpenPBS site's in its own limit form), then enabled and started."""
     q = sched.router.queues[name]
-    jobs = [j for j in sched.jobs.values() if j.queue == name and j.state not in FINISHED]
+    jobs = [j for j in sched.jobs.values() if j.queue == name and common.counted(j, flavor)]
     rows = [("queue_type", "Route" if q.routing else "Execution"), ("total_jobs", str(len(jobs)))]
     limits = {k: attr for attr, keys in LIMITS.items() for k in keys
               if flavor == "openpbs" or attr == "max_run_res.nodect"}
@@ -155,16 +160,19 @@ def queue_attributes(sched, name: str, flavor: str = "torque") -> list[tuple[str
     return rows
 
 
-def server_attributes(site, sched) -> list[tuple[str, str]]:
-    """The server's PBS attributes as qmgr lists them (and qstat -Bf): its state, every
-    attribute qmgr sets, its job count and version."""
-    cfg = site.config
+def server_attributes(site, sched, flavor: str | None = None) -> list[tuple[str, str]]:
+    """The server's PBS attributes as qmgr lists them (and qstat -Bf) in the flavor's
+    names (the site's unless given): its state, every attribute qmgr sets, its job count
+    and version."""
+    cfg, flavor = site.config, flavor or site.flavor
     rows = [("server_state", "Active" if cfg.get("scheduling", True) else "Idle")]
     for attr, (key, _, show) in SERVER_ATTRS.items():
         value = cfg.get(key, _SERVER_DEFAULTS.get(key))
-        if value is not None and value != []:
+        if value is not None and value != [] and attr not in _FLAVOR_ONLY[flavor]:
+            if attr == "job_history_duration":
+                rows.append(("job_history_enable", "True"))
             rows.append((attr, show(value)))
-    rows.append(("total_jobs", str(sum(j.state not in FINISHED for j in sched.jobs.values()))))
+    rows.append(("total_jobs", str(sum(common.counted(j, flavor) for j in sched.jobs.values()))))
     rows.append(("next_job_number", str(sched.next_id)))
     rows.append(("pbs_version", common.VERSION))
     return rows

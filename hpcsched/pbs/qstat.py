@@ -341,7 +341,7 @@ def xml_listing(items: list[tuple[str, dict]]) -> str:
 
 def queue_listing(site: Site, sched, named=()) -> list[str]:
     """qstat -Q: Torque's columns (`%-16.16s %5s %6s ...`, Cpt last) or OpenPBS's (5 wide,
-    the queue type cut to 4 with `*`, as qstat.c cuts it)."""
+    the queue type in four letters, Exec or Rout, as PBS Professional prints it)."""
     torque = site.flavor == "torque"
     if torque:
         row = "%-16.16s %5s %6s %5s %5s %5s %5s %5s %5s %5s %5s %1s %5s"
@@ -354,13 +354,13 @@ def queue_listing(site: Site, sched, named=()) -> list[str]:
     for name, q in _listed(sched, named):
         jobs = [j for j in sched.jobs.values() if j.queue == name]
         count = _letters(site, jobs)
-        cells = [q.max_running or 0, len(jobs), "yes" if q.enabled else "no", "yes" if q.started else "no",
+        cells = [q.max_running or 0, sum(common.counted(j, site.flavor) for j in jobs), "yes" if q.enabled else "no", "yes" if q.started else "no",
                  count["Q"], count["R"], count["H"], count["W"], 0, count["E"]]
         if torque:
             lines.append(row % (name, *cells, "R" if q.routing else "E", count["C"]))
         else:
             shown = name if len(name) <= 16 else name[:15] + "*"
-            lines.append(row % (shown, *cells, "Rou*" if q.routing else "Exe*"))
+            lines.append(row % (shown, *cells, "Rout" if q.routing else "Exec"))
     return lines
 
 
@@ -379,13 +379,13 @@ def _listed(sched, named) -> list:
     return [(n, sched.router.queues[n]) for n in named] if named else list(sched.router.queues.items())
 
 
-def _state_count(site: Site, sched, name: str) -> str:
+def _state_count(site: Site, sched, name: str, flavor: str) -> str:
     """`Transit:0 Queued:2 Held:0 Waiting:0 Running:1 Exiting:0 Begun:0` (OpenPBS) or with
     `Complete:N` last (Torque)."""
     count = _letters(site, [j for j in sched.jobs.values() if j.queue == name])
     words = [("Transit", 0), ("Queued", count["Q"]), ("Held", count["H"]), ("Waiting", count["W"]),
              ("Running", count["R"]), ("Exiting", count["E"])]
-    words.append(("Complete", count["C"]) if site.flavor == "torque" else ("Begun", 0))
+    words.append(("Complete", count["C"]) if flavor == "torque" else ("Begun", 0))
     return " ".join(f"{k}:{v}" for k, v in words)
 
 
@@ -415,7 +415,7 @@ def server_listing(site: Site, sched) -> list[str]:
     jobs = list(sched.jobs.values())
     count = _letters(site, jobs)
     state = "Active" if site.config.get("scheduling", True) else "Idle"
-    cells = [0, len(jobs), count["Q"], count["R"], count["H"], count["W"], 0, count["E"]]
+    cells = [0, sum(common.counted(j, site.flavor) for j in jobs), count["Q"], count["R"], count["H"], count["W"], 0, count["E"]]
     if site.flavor == "torque":
         row = "%-16.16s %5s %5s %5s %5s %5s %5s %5s %5s %5s %s"
         return [row % ("Server", "Max", "Tot", "Que", "Run", "Hld", "Wat", "Trn", "Ext", "Com", "Status"),
@@ -425,6 +425,31 @@ def server_listing(site: Site, sched) -> list[str]:
     return ["Server             Max   Tot   Que   Run   Hld   Wat   Trn   Ext Status",
             "---------------- ----- ----- ----- ----- ----- ----- ----- ----- -----------",
             "%-16s %5s %5s %5s %5s %5s %5s %5s %5s %s" % (name, *cells, state)]
+
+
+def _write_full(out, kind: str, listed: list[tuple[str, list[tuple[str, object]]]], form: str | None,
+                site: Site, now: float) -> None:
+    """qstat -Qf / -Bf: each queue's (or the server's) attributes as text, as OpenPBS's
+    JSON (`{"Queue": {name: {...}}}`, `a.b` keys nested, counts as numbers) or as DSV."""
+    if form == "json":
+        doc = {"timestamp": int(now), "pbs_version": common.VERSION, "pbs_server": site.server, kind: {}}
+        for name, rows in listed:
+            attrs: dict = {}
+            for key, value in rows:
+                value = int(value) if isinstance(value, str) and value.isdigit() else value
+                head, _, tail = str(key).partition(".")
+                if tail:
+                    attrs.setdefault(head, {})[tail] = value
+                else:
+                    attrs[head] = value
+            doc[kind][name] = attrs
+        out.write(json.dumps(doc, indent=4) + "\n")
+    elif form == "dsv":
+        for name, rows in listed:
+            out.write("|".join([f"{kind}: {name}", *(f"{k}={v}" for k, v in rows)]) + "\n")
+    else:
+        for name, rows in listed:
+            out.write(f"{kind}: {name}\n" + "".join(f"    {k} = {v}\n" for k, v in rows) + "\n")
 
 
 def settings(opts: list[tuple[str, str]], ids: list[str]) -> dict:
@@ -457,10 +482,13 @@ def qstat(opts: list[tuple[str, str]], ids: list[str], out, now: float) -> int:
                 raise common.CommandError(f"Unknown queue destination {q}", 172 if torque else 170)
         if o["Q"] and o["f"]:  # qstat -Qf: each queue's attributes, as qmgr lists them
             from .qmgr import queue_attributes
+            listed = []
+            flavor = "openpbs" if o["F"] == "json" else site.flavor  # (JSON is OpenPBS's in both flavors)
             for name, _ in _listed(sched, named):
-                rows = queue_attributes(sched, name, site.flavor)
-                rows.insert(2, ("state_count", _state_count(site, sched, name)))
-                out.write(f"Queue: {name}\n" + "".join(f"    {k} = {v}\n" for k, v in rows) + "\n")
+                rows = queue_attributes(sched, name, flavor)
+                rows.insert(2, ("state_count", _state_count(site, sched, name, flavor)))
+                listed.append((name, rows))
+            _write_full(out, "Queue", listed, o["F"], site, now)
             return 0
         lines = (queue_listing if o["Q"] else limits_listing)(site, sched, named)
         out.write("\n".join(lines) + "\n")
@@ -468,9 +496,9 @@ def qstat(opts: list[tuple[str, str]], ids: list[str], out, now: float) -> int:
     if o["B"]:
         if o["f"]:  # qstat -Bf: the server's attributes, as qmgr lists them
             from .qmgr import server_attributes
-            rows = server_attributes(site, sched)
+            rows = server_attributes(site, sched, "openpbs" if o["F"] == "json" else site.flavor)
             rows.insert(1, ("server_host", site.server))
-            out.write(f"Server: {site.server}\n" + "".join(f"    {k} = {v}\n" for k, v in rows) + "\n")
+            _write_full(out, "Server", [(site.server, rows)], o["F"], site, now)
             return 0
         out.write("\n".join(server_listing(site, sched)) + "\n")
         return 0
@@ -491,8 +519,7 @@ def qstat(opts: list[tuple[str, str]], ids: list[str], out, now: float) -> int:
     jobs = []
     if queues:
         jobs = [j for j in sched.jobs.values() if ("" in queues or j.queue in queues) and listed(j)]
-        if not o["t"]:
-            jobs = _collapse(jobs, site.flavor)
+        jobs = _collapse(jobs, site.flavor, o["t"])
     if ids:
         subjobs = []  # (a subjob named by its index shows as itself, never its array's row)
         for text in ids:
@@ -517,13 +544,11 @@ def qstat(opts: list[tuple[str, str]], ids: list[str], out, now: float) -> int:
                     status = status or common.FINISHED
                     continue
             (subjobs if common.parse_ref(text)[1] not in (None, common.ALL) else jobs).extend(named)
-        if not o["t"]:
-            jobs = _collapse(jobs, site.flavor)
+        jobs = _collapse(jobs, site.flavor, o["t"])
         jobs = list({id(j): j for j in jobs + subjobs}.values())  # (a job both named and in a queue named: once)
     elif not o["ids"]:
         jobs = [j for j in sched.jobs.values() if listed(j)]
-        if not o["t"]:
-            jobs = _collapse(jobs, site.flavor)
+        jobs = _collapse(jobs, site.flavor, o["t"])
     if o["u"]:
         users = set(o["u"].split(","))
         jobs = [j for j in jobs if j.owner in users]
@@ -601,14 +626,17 @@ def letter(job: Job, flavor: str) -> str:
     return "B" if job.extra.get("array_begun") else common.state_letter(job, flavor)
 
 
-def _collapse(jobs: list[Job], flavor: str) -> list[Job]:
-    """Without -t, each array's subjobs show as one row, as Torque and OpenPBS do."""
+def _collapse(jobs: list[Job], flavor: str, expand: bool = False) -> list[Job]:
+    """Each array's subjobs show as one row `N[]`, as Torque and OpenPBS do; with -t
+    (`expand`) the subjobs themselves, after that row under OpenPBS, alone under Torque."""
     out, arrays = [], {}
     for j in jobs:
-        if j.array_id:
+        if j.array_id and not expand:
             arrays.setdefault(j.array_id, []).append(j)
         else:
             out.append(j)
+            if j.array_id and flavor == "openpbs":
+                arrays.setdefault(j.array_id, []).append(j)
     for aid, subs in arrays.items():
         first = min(subs, key=lambda j: j.array_index)
         row = first.copy()  # shown as `123[].server`, its state summing up the subjobs'
@@ -616,6 +644,7 @@ def _collapse(jobs: list[Job], flavor: str) -> list[Job]:
         started = any(j.start_time is not None for j in subs)
         if letters <= {"C", "F"}:
             row.state = first.state
+            row.exit_status = array_exit_status(subs)
         elif flavor == "openpbs" and started:
             row.state = RUNNING
             row.extra = dict(row.extra, array_begun=True)
@@ -624,6 +653,14 @@ def _collapse(jobs: list[Job], flavor: str) -> list[Job]:
         row.array_index = ""
         out.append(row)
     return out
+
+
+def array_exit_status(subjobs: list[Job]) -> int:
+    """A finished array's exit status, as PBS Professional gives it: 0 when every subjob
+    that ran exited 0 (deleted ones not counted), 1 when one exited non-zero, 2 when one
+    failed in the batch system itself (a negative status: it could not be run)."""
+    statuses = [j.exit_status for j in subjobs if j.state == COMPLETED and j.exit_status is not None]
+    return 2 if any(x < 0 for x in statuses) else 1 if any(statuses) else 0
 
 
 def _kept(job: Job, site: Site, now: float) -> bool:

@@ -63,6 +63,10 @@ class Finished:
     def response(self) -> float:
         return self.end - self.submit
 
+    def __repr__(self) -> str:
+        return (f"Finished({self.record!r}, submit={self.submit:g}, start={self.start:g}, end={self.end:g}, "
+                f"size={self.size}, units={self.units}, backfill={self.backfill}, queue={self.queue!r})")
+
     def as_record(self):
         """The trace record with the simulated wait and run time."""
         return self.record._replace(wait=self.wait, run=self.run)
