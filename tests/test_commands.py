@@ -1518,3 +1518,23 @@ def test_pbsnodes_summary_forms(rig, monkeypatch):
     busy = [line.split() for line in lines[3:] if jid in line]
     assert len(busy) == 1 and busy[0][2:4] == ["1", "1"] and busy[0][6] == "2/4"
     assert pbsnodes.PBSNODES(["-j"], out=io.StringIO()) == 2  # (-j and -L go with -S)
+
+
+def test_checkjob_and_accounting_give_the_same_group(rig, monkeypatch):
+    """checkjob's Creds group is the one accounting records: the owner's primary group
+    (root's is root), or the owner's name where the host does not know the owner."""
+    from hpcsched.pbs import accounting, maui
+    from hpcsched.store.journaled import Batch
+    from hpcsched.store.site import load_site
+    monkeypatch.setenv("HPCSCHED_USER", "root")
+    jid = submit()
+    out = io.StringIO()
+    assert maui.CHECKJOB([jid], out=out) == 0
+    assert "  group:root  " in out.getvalue()
+    with Batch.of(load_site()).open(write=False) as batch:
+        job = batch.sched.job(int(jid.split(".")[0]))
+        assert " group=root " in accounting.lines("Q", [job], "headnode", 0)[0]
+    monkeypatch.setenv("HPCSCHED_USER", "alice")  # (no such user on this host)
+    jid = submit()
+    out = io.StringIO()
+    assert maui.CHECKJOB([jid], out=out) == 0 and "  group:alice  " in out.getvalue()

@@ -81,4 +81,6 @@ def test_over_names_the_limit_in_pbs_moms_words():
     assert limits.over(j, asked, limits.Use(1.0, MB, 2 * MB)) is None  # (at a limit is within it)
     assert limits.over(j, asked, limits.Use(1.0, MB + 1, 2 * MB)) == ("mem", "mem 1025kb exceeded limit 1024kb")
     assert limits.over(j, asked, limits.Use(1.0, 0, 11 * MB)) == ("vmem", "vmem 11264kb exceeded limit 10240kb")
-    assert limits.over(j, asked, limits.Use(5.5, 2 * MB, 0)) == ("cput", "cput 5 exceeded limit 5")
+    assert limits.over(j, asked, limits.Use(5.5, 2 * MB, 0)) == ("cput", "cput 6 exceeded limit 5")
+    assert limits.over(j, asked, limits.Use(5.0, MB, 0)) is None  # (at its limit, not past it)
+    assert limits.seconds_over("walltime", 3.0001, 3) == "walltime 4 exceeded limit 3"

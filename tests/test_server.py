@@ -1,6 +1,7 @@
 """End to end: a real `hpcsched server` in a temporary directory, driven by the real commands."""
 import contextlib
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -181,7 +182,8 @@ def test_walltime_kill_and_qdel_of_running_job(live):
     assert ended[over] in ("271", "265")
     # pbs_mom's word on it, in the job's error file (qdel'd jobs get none)
     said = (work / f"STDIN.e{over.split('.')[0]}").read_text()
-    assert said.startswith("=>> PBS: job killed: walltime 1 exceeded limit 1\n")
+    used = re.match(r"=>> PBS: job killed: walltime (\d+) exceeded limit 1\n", said)
+    assert used and int(used.group(1)) > 1  # (past its limit: never 'walltime 1 exceeded limit 1')
     assert "job killed" not in (work / f"STDIN.e{gone.split('.')[0]}").read_text()
 
 
@@ -308,6 +310,22 @@ def test_server_killed_and_restarted_loses_nothing_and_starts_nothing_twice(live
         assert wait_for(env, work, jid, timeout=30)["exit_status"] == "0"
     runs = (work / "runs.log").read_text().split()
     assert sorted(runs) == sorted([str(i) for i in range(4)] + ["late"])  # each exactly once
+
+
+def test_a_job_that_ended_while_no_server_ran_is_charged_its_own_walltime(live):
+    """resources_used.walltime of a job that ended while the server was down is the
+    job's run (its status file's time), not the run plus the downtime."""
+    env, home, work, start = live
+    server = start()
+    jid = cmd(env, work, "qsub", "-l", "walltime=60", stdin='cd "$PBS_O_WORKDIR"; touch began; sleep 1\n').stdout.strip()
+    ready(work / "began")
+    os.killpg(server.pid, signal.SIGTERM)  # the server stops; the job goes on and ends
+    server.wait(10)
+    time.sleep(4)
+    start()
+    used = wait_for(env, work, jid, timeout=30)["resources_used.walltime"]
+    h, m, sec = map(int, used.split(":"))
+    assert 1 <= h * 3600 + m * 60 + sec <= 3, used  # (it ran about a second; the server was gone 4)
 
 
 def test_held_then_released_and_array(live):

@@ -18,11 +18,11 @@ from pathlib import Path
 from ..core.jobs import Job
 from ..core.timefmt import hms
 from . import mail
-from .common import display_id, memory_used, run_time
+from .common import display_id, group_of, memory_used, run_time
 
 
 def _record(kind: str, job: Job, server: str, now: float) -> str:
-    fields = {"user": job.owner, "group": job.group or job.owner, "jobname": job.name, "queue": job.queue,
+    fields = {"user": job.owner, "group": group_of(job), "jobname": job.name, "queue": job.queue,
               "ctime": int(job.submit_time), "qtime": int(job.submit_time),
               "owner": f"{job.owner}@{job.extra.get('submit_host', server)}"}
     if job.account:

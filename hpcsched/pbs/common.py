@@ -5,6 +5,7 @@ without -x), 188 limits, 170/172 unknown queue, 159 unauthorized, 175 bad user (
 """
 from __future__ import annotations
 
+import functools
 import re
 import sys
 import time
@@ -144,15 +145,34 @@ def counted(job, flavor: str) -> bool:
     return job.state not in (COMPLETED, DELETED) or flavor == "torque"
 
 
+def group_of(job: Job) -> str:
+    """The job's group as accounting and checkjob give it: the one it ran under (qsub -W
+    group_list), else its owner's primary group, else (an owner this host does not know)
+    the owner's name, as Torque writes it."""
+    return job.group or _primary_group(job.owner)
+
+
+@functools.lru_cache(maxsize=256)
+def _primary_group(user: str) -> str:
+    import grp
+    import pwd
+    try:
+        return grp.getgrgid(pwd.getpwnam(user).pw_gid).gr_name
+    except (KeyError, OverflowError):
+        return user
+
+
 def is_suspended(job: Job) -> bool:
     """Stopped by qsig -s suspend (state S): it keeps its nodes; its walltime stands still."""
     return job.state == RUNNING and job.suspended_at is not None
 
 
 def run_time(job: Job, now: float) -> float:
-    """The walltime the job has used: from its start to its end (or `now`), less the time it
-    was suspended."""
+    """The walltime the job has used: from its start to its end (or `now`; or to when it
+    really ended, where it ended while no server ran: `ran_until`), less the time it was
+    suspended."""
     end = job.end_time if job.end_time is not None else now
+    end = min(end, job.extra.get("ran_until", end))
     return max(0.0, end - job.start_time - job.suspended(end))
 
 

@@ -230,7 +230,7 @@ def checkjob(opts: list[tuple[str, str]], operands: list[str], out, now: float) 
     w = out.write
     w(f"checking job {job.id}\n\n")
     w(f"State: {state}\n")
-    w(f"Creds:  user:{job.owner}  group:{job.group or '-'}  account:{job.account or '-'}  class:{job.queue}\n")
+    w(f"Creds:  user:{job.owner}  group:{common.group_of(job)}  account:{job.account or '-'}  class:{job.queue}\n")
     used = common.run_time(job, now) if job.start_time is not None else 0.0
     w(f"WallTime: {dhms(used)} of {dhms(job.walltime)}\n")
     w(f"SubmitTime: {when(job.submit_time)}\n")

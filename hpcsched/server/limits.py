@@ -17,6 +17,7 @@ look at /proc (`Usage`): `cput` (CPU seconds), `mem` (resident memory) and `vmem
 """
 from __future__ import annotations
 
+import math
 import os
 from typing import Iterable, NamedTuple
 
@@ -97,11 +98,17 @@ class Usage:
         return Use(sum(u.cpu for u in uses), sum(u.mem for u in uses), sum(u.vmem for u in uses))
 
 
+def seconds_over(name: str, used: float, limit: float) -> str:
+    """pbs_mom's words for a time past its limit, whole seconds: the use rounded up, so it
+    reads past the limit ('walltime 61 exceeded limit 60', never '60 exceeded limit 60')."""
+    return f"{name} {math.ceil(used)} exceeded limit {int(limit)}"
+
+
 def over(job: Job, limits: dict[str, int], use: Use) -> tuple[str, str] | None:
     """(the limit, what pbs_mom says: 'mem 2048kb exceeded limit 1024kb') for a job past its
     cput, mem or vmem; else None."""
-    if job.cput > 0 and use.cpu >= job.cput:
-        return "cput", f"cput {int(use.cpu)} exceeded limit {int(job.cput)}"
+    if job.cput > 0 and use.cpu > job.cput:
+        return "cput", seconds_over("cput", use.cpu, job.cput)
     for name in ("mem", "vmem"):
         if name in limits and getattr(use, name) > limits[name]:
             return name, f"{name} {kb(getattr(use, name))} exceeded limit {kb(limits[name])}"

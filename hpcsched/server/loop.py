@@ -129,6 +129,9 @@ class Server:
         self.stopping = False
         self.passes = 0
         self.tracker = tracking.Tracker(self.home)
+        self.boot = time.time()  # jobs launched before it ran, and perhaps ended, while no server watched
+        self.last_alive: float | None = None  # the last step of the server before this one (its lock's mtime)
+        self._lock: int | None = None
 
     def _configure(self, site: Site) -> None:
         """Take the site's settings (at start, and when qmgr or an edit changes them)."""
@@ -248,6 +251,8 @@ class Server:
         if self.trouble:
             log("the store is writable again")
             self.trouble = ""
+        if self._lock is not None:
+            os.utime(self._lock)  # (this step's mark: what a server after this one reads as last_alive)
         return launched
 
     def _fault(self, job_id: int | None, now: float, e: Exception) -> None:
@@ -353,6 +358,21 @@ class Server:
         status = self._read_int(d / "status")
         return status if status is not None else self._read_int(d / "status.tmp")
 
+    def _ran_until(self, job: Job, now: float) -> float | None:
+        """When a job that ended while no server ran really ended: its status file's time
+        (the wrapper writes it at the end), but never before the last step of the server
+        that last saw it (the owner may touch the file) nor after now; None for a job this
+        server launched or one whose end it surely saw within a step."""
+        if job.extra.get("launched", now) >= self.boot or job.start_time is None:
+            return None
+        d = self.jobdir(job)
+        for name in ("status", "status.tmp"):
+            with contextlib.suppress(OSError):
+                written = os.stat(d / name).st_mtime
+                floor = max(job.start_time, self.last_alive or job.start_time)
+                return min(now, max(floor, written)) if written < now - 1 else None
+        return None
+
     def _pid(self, job: Job) -> int | None:
         """The pid of the job's wrapper: from its pid file, or as noted at launch."""
         if self.multi:  # a pid the owner wrote counts only for a process of the owner's
@@ -415,6 +435,7 @@ class Server:
                 self.children.pop(pid, None), self.cpu.pop(pid, None)
                 return
             status = self._status(job)
+            ran_until = self._ran_until(job, now) if status is not None else None
             sent = job.extra.get("signal") or self.sent.get(job.id, (None,))[0]
             if sent and (status is None or status >= 128):
                 status = 256 + sent  # as PBS records a job it killed
@@ -432,6 +453,8 @@ class Server:
                     return
                 status = LOST
             cpu = self.cpu.get(pid)  # (None: not this server's child)
+            if ran_until is not None:
+                self._note(job, now, set={"ran_until": ran_until})
             if self.epilogue:
                 self._epilogue(job, status, cpu, now)
             else:
@@ -490,8 +513,8 @@ class Server:
         if job.extra.get("over"):
             return job.extra["over"], ""
         used = common.run_time(job, now)
-        if used >= job.walltime:
-            return "walltime", f"walltime {int(used)} exceeded limit {int(job.walltime)}"
+        if used > job.walltime:
+            return "walltime", limits.seconds_over("walltime", used, job.walltime)
         found = limits.over(job, self._limits(job), use)
         if found and journal:
             self._note(job, now, set={"over": found[0]})
@@ -1025,6 +1048,7 @@ class Server:
         except BlockingIOError:
             os.close(fd)
             raise StoreError(f"{self.home}: another hpcsched server is running for this site") from None
+        self.last_alive = os.fstat(fd).st_mtime  # (each step marks the lock: the last mark is when the server before stopped)
         return fd
 
     def serve(self, until: float | None = None) -> None:
