@@ -401,6 +401,11 @@ def cmd_usage(args) -> int:
     return 0
 
 
+def cmd_man(args) -> int:
+    from . import manpages
+    return manpages.show(args.topic, args.section)
+
+
 def cmd_demo(args) -> int:
     if args.library or args.machine:
         from .demo import run
@@ -421,6 +426,10 @@ def main(argv=None) -> int:
                    help="the core alone on a built-in machine instead of the rig's 16 nodes (bgq-4rack: Blue "
                    "Gene/Q blocks; see --machine of simulate)")
     d.set_defaults(func=cmd_demo)
+    m = sub.add_parser("man", help="a command's manual page, or the configuration file's (hpcsched.toml)")
+    m.add_argument("section", nargs="?", choices=["1", "5"], help="1: commands, 5: the configuration file")
+    m.add_argument("topic", help="qsub, qstat, hpcsched, hpcsched.toml, ...")
+    m.set_defaults(func=cmd_man)
     i = sub.add_parser("init", help="write a test-rig site configuration ($HPCSCHED_HOME/config.toml)")
     i.add_argument("--home", help="store directory (default: $HPCSCHED_HOME or ~/.local/share/hpcsched)")
     i.add_argument("--nodes", type=int, default=4, help="nodes in the rig (default 4)")
