@@ -883,8 +883,9 @@ def test_torque_array_count_and_kinds(rig):
     assert "depend = afterstartarray:1[][1].headnode" in stat("-f", "-1", started)[1]
     from hpcsched.store.journaled import Batch
     from hpcsched.store.site import load_site
+    from hpcsched.core.jobs import subjob_id
     with Batch.of(load_site()).open() as batch:
-        batch.do("run", time.time(), id=1)
+        batch.do("run", time.time(), id=subjob_id(1, 1))  # (subjob 1[1])
     assert "job_state = Q" in stat("-f", "-1", started)[1]
     now = time.time()
     _ended("1[1]", 0, now)
@@ -1031,11 +1032,11 @@ def test_accounting_records_no_change_could_write_wait_for_one_that_can_each_wri
     monkeypatch.setattr(journal.Store, "append", real)
     (rig / "home" / "accounting").unlink()
     assert qctl.QALTER(["-N", "again", "1"]) == 0  # (a change with no record writes those waiting)
-    assert submit("-N", "fifth") == "5.headnode"
+    assert submit("-N", "fifth") == "4.headnode"  # (the array took one number, as Torque's does)
     written = next((rig / "home" / "accounting").iterdir()).read_text()
     assert [line.split(";")[1:3] for line in written.splitlines()] == [
         ["Q", "1.headnode"], ["Q", "2.headnode"], ["Q", "3[1].headnode"], ["Q", "3[2].headnode"],
-        ["E", "3[1].headnode"], ["E", "3[2].headnode"], ["Q", "5.headnode"]]
+        ["E", "3[1].headnode"], ["E", "3[2].headnode"], ["Q", "4.headnode"]]
     assert "never" not in written and not (rig / "home" / "accounting.pending").exists()
 
 
@@ -1049,7 +1050,7 @@ def test_an_array_is_one_journal_record_saved_whole_or_not_at_all(rig):
     assert '"indices":[[1,3],[7,7],[10,1000]]' in lines[0]
     listed = stat("-t")[1]
     assert "1[7].headnode" in listed and "1[1000].headnode" in listed and "1[5].headnode" not in listed
-    assert submit("-N", "after") == "996.headnode"
+    assert submit("-N", "after") == "2.headnode"  # (Torque's numbering: the array is job 1)
     out = io.StringIO()
     assert tracejob.TRACEJOB(["1[1000]"], out=out) == 0 and "enqueuing into the default queue" in out.getvalue()
     config = rig / "home" / "config.toml"
@@ -1144,7 +1145,7 @@ def test_a_command_on_many_jobs_syncs_its_journal_once_and_reads_each_job_once(r
     job).  The records are all there, each job changed once."""
     from hpcsched.pbs import common
     submit("-t", "1-50", "-l", "walltime=60")
-    submit("-N", "single")
+    assert submit("-N", "single") == "2.headnode"
     journal = rig / "home" / "journal.jsonl"
     syncs, resolved, real_fsync, real_resolve = [], [], os.fsync, common.resolve
     monkeypatch.setattr(os, "fsync", lambda fd: (syncs.append(fd), real_fsync(fd))[1])
@@ -1203,7 +1204,7 @@ def test_qalter_t_percent_changes_an_arrays_slot_limit(rig, monkeypatch, capsys)
     assert running_after_a_pass() == (3, {3})
     assert qctl.QALTER(["-t", "%0", "1"], out=io.StringIO()) == 0
     assert running_after_a_pass() == (4, {0})  # (a job a node: the rig has four)
-    submit("-N", "single")
+    assert submit("-N", "single") == "2.headnode"
     for argv in (["-t", "1-3%2", "1[]"], ["-t", "%x", "1[]"], ["-t", "%2", "1[3]"]):
         assert qctl.QALTER(argv, out=io.StringIO()) == 2
     assert qctl.QALTER(["-t", "%2", "7"], out=io.StringIO()) == 153  # (no such array)
@@ -1211,7 +1212,7 @@ def test_qalter_t_percent_changes_an_arrays_slot_limit(rig, monkeypatch, capsys)
     from hpcsched.core.errors import Rejected
     with Batch(load_site()).open() as batch:  # (the core refuses a limit on a job of no array)
         with pytest.raises(Rejected, match="a slot limit is a whole number >= 0 for an array's subjob"):
-            batch.do("alter", id=7, changes={"array_limit": 2})
+            batch.do("alter", id=2, changes={"array_limit": 2})
     monkeypatch.setenv("HPCSCHED_USER", "bob")
     assert qctl.QALTER(["-t", "%1", "1[]"], out=io.StringIO()) == 159  # (not his array)
 
@@ -1538,3 +1539,32 @@ def test_checkjob_and_accounting_give_the_same_group(rig, monkeypatch):
     jid = submit()
     out = io.StringIO()
     assert maui.CHECKJOB([jid], out=out) == 0 and "  group:alice  " in out.getvalue()
+
+
+def test_an_array_takes_one_job_number_and_every_command_names_its_subjobs_alike(rig, capsys):
+    """Torque's numbering everywhere: array 2[] of six tasks is job 2 (the next job is 3),
+    its subjobs 2[1]..2[6] in qstat, showq, checkjob, showstart and tracejob; 3 names no
+    subjob anywhere."""
+    from hpcsched.pbs import maui, tracejob
+    assert submit() == "1.headnode"
+    assert submit("-t", "1-6") == "2[].headnode"
+    rows = [line.split()[0] for line in stat("-t")[1].splitlines()[2:]]
+    assert rows == ["1.headnode"] + [f"2[{i}].headnode" for i in range(1, 7)]
+    out = io.StringIO()
+    assert maui.SHOWQ([], out=out) == 0
+    assert [line.split()[0] for line in out.getvalue().splitlines() if "Idle" in line and "Jobs" not in line] == \
+        ["1"] + [f"2[{i}]" for i in range(1, 7)]
+    out = io.StringIO()
+    assert maui.CHECKJOB(["2[2]"], out=out) == 0 and out.getvalue().startswith("checking job 2[2]\n")
+    assert maui.CHECKJOB(["3"], out=io.StringIO()) == 153
+    assert "cannot locate job '3'" in capsys.readouterr().err
+    assert stat("3")[0] == 153
+    assert tracejob.TRACEJOB(["3"], out=io.StringIO()) == 153
+    out = io.StringIO()
+    assert tracejob.TRACEJOB(["2[3]"], out=out) == 0 and "Job: 2[3].headnode" in out.getvalue()
+    out = io.StringIO()
+    assert maui.SHOWSTART(["2[2]"], out=out) == 0 and out.getvalue().startswith("job 2[2] requires")
+    assert submit() == "3.headnode"
+    out = io.StringIO()
+    assert tracejob.TRACEJOB(["3"], out=out) == 0 and "Job: 3.headnode" in out.getvalue()
+    assert out.getvalue().count("enqueuing") == 1

@@ -293,11 +293,12 @@ def test_checknode_shows_a_nodes_state_and_what_holds_it_in_time_order(busy, cap
     assert [l for l in every.splitlines() if l.startswith("checking node")] == [
         f"checking node node0{i}" for i in range(1, 5)]
     assert run("checknode", "node09") == (1, "") and "checknode: cannot locate node 'node09'" in capsys.readouterr().err
-    submit("-t", "0-1", "-l", "nodes=1,walltime=00:10:00")  # (its subjobs' ids: 4 and 5, as showq's)
+    submit("-t", "0-1", "-l", "nodes=1,walltime=00:10:00")  # (job 4: subjobs 4[0] and 4[1], as showq's)
     monkeypatch.setenv("HPCSCHED_USER", "alice")
-    assert qdel_all_but_the_array() and [s.job_id for s in server_pass().started] == [4, 5]
+    from hpcsched.core.jobs import subjob_id
+    assert qdel_all_but_the_array() and [s.job_id for s in server_pass().started] == [subjob_id(4, 0), subjob_id(4, 1)]
     lists = [l for l in run("checknode", "ALL")[1].splitlines() if l.startswith("JobList:")]
-    assert sorted(lists) == ["JobList:  4", "JobList:  5", "JobList:  [NONE]", "JobList:  [NONE]"]
+    assert sorted(lists) == ["JobList:  4[0]", "JobList:  4[1]", "JobList:  [NONE]", "JobList:  [NONE]"]
     assert run("checknode")[0] == 2 and run("checknode", "node01", "node02")[0] == 2
 
 

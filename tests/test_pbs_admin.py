@@ -359,6 +359,7 @@ def test_qmgr_sets_the_next_job_number_and_never_lowers_it(rig, monkeypatch, cap
     status, out = run(qmgr.QMGR, "-c", "list server next_job_number")
     assert "next_job_number = 1001" in out
     for value, said in (("5", "below the next id, 1001"), ("x", "Illegal attribute or resource value"),
+                        ("2147483648", "Illegal attribute"),  # (a job number is 32 bits: subjobs live above)
                         ("0", "Illegal attribute")):
         status, out = run(qmgr.QMGR, "-c", f"set server next_job_number = {value}")
         assert status == 2 and said in capsys.readouterr().err

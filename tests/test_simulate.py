@@ -368,7 +368,7 @@ def test_cli_live_demo_runs_real_jobs_and_cleans_up():
     final = p.stdout.split("(finished:")[1].split("job output files")[0]
     rows = [l.split() for l in final.splitlines() if l[:1].isdigit()]
     assert len(rows) == 7 and all(r[4] == "C" for r in rows)
-    assert re.search(r" E 6\.\S+ +exit=0", p.stdout)  # the dependent job ran, after its parent
+    assert re.search(r" E 3\.\S+ +exit=0", p.stdout)  # the dependent job (3: the array took one number) ran
 
 
 def test_simulate_groups_the_drain_by_size_as_asked(tmp_path):

@@ -660,3 +660,20 @@ def test_qsub_refuses_a_store_whose_snapshot_is_damaged_as_every_command_does(ri
     with pytest.raises(StoreError, match="state.json: checksum does not match"):
         submit("-h")
     assert (rig / "home" / JOURNAL).read_bytes() == journal
+
+
+def test_an_array_record_of_an_earlier_hpcsched_keeps_its_subjob_ids():
+    """A `submit_array` record written before arrays took one job number (no `numbered`)
+    replays as then: subjobs first, first + 1, ...; a new one numbers them N[i]."""
+    from hpcsched import Job, Request, build, default_config
+    from hpcsched.core.jobs import number, subjob_id
+    from hpcsched.store.journaled import apply
+    sched = build(default_config())
+    job = Job(owner="alice", request=Request(nodes=1), walltime=60).to_dict()
+    old = apply(sched, {"op": "submit_array", "now": 0.0, "job": job, "first": 5, "indices": [[1, 3]]})
+    assert [(j.id, j.array_id, j.array_index) for j in old] == [(5, 5, 1), (6, 5, 2), (7, 5, 3)]
+    assert sched.next_id == 8
+    new = apply(sched, {"op": "submit_array", "now": 1.0, "job": job, "first": 8, "indices": [[0, 1]],
+                        "numbered": True})
+    assert [j.id for j in new] == [subjob_id(8, 0), subjob_id(8, 1)] and {number(j.id) for j in new} == {8}
+    assert sched.next_id == 9

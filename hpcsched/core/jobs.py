@@ -211,6 +211,21 @@ class Dependency:
                     DepType.AFTERSTART: started}[self.kind]
 
 
+# A job array takes one job number N, as Torque's `N[]` does; its subjob N[i] has the id
+# N * SUBJOB + i, above every number (numbers stay below 2**31), so the next job is N + 1.
+SUBJOB = 1 << 32
+
+
+def subjob_id(array: int, index: int) -> int:
+    """The id of subjob `array[index]` (index below SUBJOB)."""
+    return array * SUBJOB + index
+
+
+def number(job_id: int) -> int:
+    """The job number an id is shown under: a subjob's is its array's."""
+    return job_id // SUBJOB if job_id >= SUBJOB else job_id
+
+
 @dataclass
 class Job:
     """One batch job.  Times are seconds on the caller's clock; the core never reads one."""

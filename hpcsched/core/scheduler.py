@@ -24,7 +24,7 @@ from .calendar import Entry
 from .depends import Registry
 from .errors import BadDependency, InvalidRequest, InvalidState, Rejected, UnknownJob, Unplaceable
 from .jobs import (ACTIVE, COMPLETED, DELETED, DEP_FAIL, DEP_HOLD, EXITING, FINISHED, HELD, PENDING, QUEUED, RUNNING,
-                   WAITING, Allocation, Dependency, DepType, Hold, Job, Request, State)
+                   WAITING, Allocation, Dependency, DepType, Hold, Job, Request, State, SUBJOB, number)
 from .plan import Plan, Start, Walk
 from .policy import Context, Fifo, Policy, tie_break
 from .profile import Profile
@@ -424,13 +424,15 @@ class Scheduler:
             raise Rejected(f"job id {job.id} is already in use")
         if job.id < 0:
             raise Rejected(f"job id {job.id} is negative")
+        if job.id >= SUBJOB and not job.array_id:
+            raise Rejected(f"job id {job.id}: ids from 2**32 on are subjobs' (jobs.subjob_id)")
         job.submitted_queue = job.queue or self.router.default
         job.tier = 0
         job.queue = self._route(job, now)
         self._link_dependencies(job)
         if job.id == 0:
             job.id = self.next_id
-        self.next_id = max(self.next_id, job.id + 1)
+        self.next_id = max(self.next_id, number(job.id) + 1)
         job.submit_time = now
         job.state, job.eligible_since, job.eligible_time = QUEUED, now, 0.0
         job.start_time = job.end_time = job.exit_status = None
@@ -540,7 +542,7 @@ class Scheduler:
 
                     def held(job_id: int) -> str | None:
                         job = jobs.get(job_id)
-                        if job is None or job_id >= new or job.state != QUEUED or not closer.covers(job):
+                        if job is None or number(job_id) >= new or job.state != QUEUED or not closer.covers(job):
                             return None
                         return gate(job)
                     plan.passed_reason = held
@@ -1458,7 +1460,7 @@ class Scheduler:
             if self._order is not None:  # one sort, not an insertion per job
                 self._order = Backlog(sorted(((j.tier, self._rank(j), self.policy.key(j, None), j.id), j,
                                               needs[j.id]) for j in self._queued.values()))
-            self.next_id = int(state.get("next_id", max(self.jobs, default=0) + 1))
+            self.next_id = int(state.get("next_id", max(map(number, self.jobs), default=0) + 1))
             self.last_pass = state.get("last_pass")
             booked = state.get("booked", [])
             self._booked = {int(b[0]): (float(b[1]), Allocation(0, tuple(b[2]), tuple(tuple(c) for c in b[3])))

@@ -89,6 +89,11 @@ def display_id(job: Job, server: str) -> str:
     return f"{job.id}.{server}"
 
 
+def short_id(job: Job) -> str:
+    """`123`, or `123[5]` for a subjob: how Maui's commands and the server's log name a job."""
+    return f"{job.array_id}[{job.array_index}]" if job.array_id else str(job.id)
+
+
 def output_seq(job: Job, flavor: str) -> str:
     """SEQ in the default output names NAME.oSEQ / NAME.eSEQ: for subjob 12[3], Torque
     writes `12-3`, OpenPBS `12.3`."""

@@ -14,7 +14,7 @@ import sys
 
 from ..core.jobs import Job
 from . import siteprog
-from .common import display_id, resources_used
+from .common import display_id, resources_used, short_id
 
 BEGIN, END, ABORT = "b", "e", "a"
 MAIL_TIMEOUT = 10.0
@@ -56,6 +56,6 @@ def send(site, job: Job, event: str, what: str) -> None:
                               cwd="/", start_new_session=True,
                               **siteprog.identity(site, "mail_user"))
         if done.returncode:
-            print(f"hpcsched: mail for job {job.id}: {command[0]} exited {done.returncode}", file=sys.stderr)
+            print(f"hpcsched: mail for job {short_id(job)}: {command[0]} exited {done.returncode}", file=sys.stderr)
     except (OSError, KeyError, subprocess.SubprocessError) as e:
-        print(f"hpcsched: mail for job {job.id}: {e}", file=sys.stderr)
+        print(f"hpcsched: mail for job {short_id(job)}: {e}", file=sys.stderr)

@@ -109,7 +109,7 @@ def showq(opts: list[tuple[str, str]], operands: list[str], out, now: float) -> 
         w(f"{'JOBNAME':<18} {'USERNAME':<12} {'STATE':>8} {'PROC':>5} {'REMAINING':>11}  {'STARTTIME':>19}\n\n")
         for j in active:
             state = "Suspended" if common.is_suspended(j) else "Running" if j.state == RUNNING else "Exiting"
-            w(f"{j.id:<18} {j.owner:<12} {state:>8} {procs(j):>5} {dhms(j.planned_end(now) - now):>11}  "
+            w(f"{common.short_id(j):<18} {j.owner:<12} {state:>8} {procs(j):>5} {dhms(j.planned_end(now) - now):>11}  "
               f"{when(j.start_time):>19}\n")
         pct = 100.0 * used / total_procs if total_procs else 0.0
         w(f"\n{len(active):>6} Active Job{'s' if len(active) != 1 else ''}   {used} of {total_procs} Processors "
@@ -123,7 +123,7 @@ def showq(opts: list[tuple[str, str]], operands: list[str], out, now: float) -> 
         for j in group:
             label = "Idle" if state is None else {HELD: "Hold", WAITING: "Deferred",
                                                   DEP_HOLD: "Hold", DEP_FAIL: "Hold"}.get(j.state, "Blocked")
-            w(f"{j.id:<18} {j.owner:<12} {label:>8} {procs(j):>5} {dhms(j.walltime):>11}  {when(j.submit_time):>19}\n")
+            w(f"{common.short_id(j):<18} {j.owner:<12} {label:>8} {procs(j):>5} {dhms(j.walltime):>11}  {when(j.submit_time):>19}\n")
         w(f"\n{len(group)} {'Idle' if state is None else 'Blocked'} Job{'s' if len(group) != 1 else ''}\n\n")
     if view:
         w(f"Total Jobs: {len(blocked)}\n")
@@ -148,7 +148,7 @@ def _running(active: list[Job], sched, now: float, w) -> int:
     w(f"{'JOBNAME':<18} {'S':>1} {'XFACTOR':>8} {'USERNAME':>12} {'GROUP':>10} {'MHOST':>12} {'PROCS':>5} "
       f"{'REMAINING':>11}  {'STARTTIME':>19}\n\n")
     for j in active:
-        w(f"{j.id:<18} {common.state_letter(j, 'torque'):>1} {_xfactor(j.start_time - j.submit_time, j.walltime):>8} {j.owner:>12} "
+        w(f"{common.short_id(j):<18} {common.state_letter(j, 'torque'):>1} {_xfactor(j.start_time - j.submit_time, j.walltime):>8} {j.owner:>12} "
           f"{_group(j):>10} {(j.nodes or ('-',))[0]:>12} {procs(j):>5} {dhms(j.planned_end(now) - now):>11}  "
           f"{when(j.start_time):>19}\n")
     nodes = {n for j in active for n in j.nodes}
@@ -168,7 +168,7 @@ def _eligible(idle: list[Job], plan, now: float, w) -> int:
     w(f"{'JOBNAME':<18} {'PRIORITY':>10} {'XFACTOR':>8} {'USERNAME':>12} {'GROUP':>10} {'PROCS':>5} "
       f"{'WCLIMIT':>11} {'CLASS':>10}  {'SYSTEMQUEUETIME':>19}\n\n")
     for j in idle:
-        name = f"{j.id}{'*' if j.id in plan.reserved else ''}"
+        name = f"{common.short_id(j)}{'*' if j.id in plan.reserved else ''}"
         w(f"{name:<18} {j.score:>10.6g} {_xfactor(now - j.submit_time, j.walltime):>8} {j.owner:>12} "
           f"{_group(j):>10} {procs(j):>5} {dhms(j.walltime):>11} {j.queue:>10}  {when(j.submit_time):>19}\n")
     w(f"\n{len(idle)} eligible job{'s' if len(idle) != 1 else ''}\n\nTotal jobs: {len(idle)}\n")
@@ -185,7 +185,7 @@ def _completed(done: list[Job], w) -> int:
         used = common.run_time(j, j.end_time)
         effic = f"{100.0 * j.cpu_time / (procs(j) * used):.2f}" if j.cpu_time and used > 0 and procs(j) else "--"
         ccode = "--" if j.exit_status is None else j.exit_status
-        w(f"{j.id:<18} {'C' if j.state == COMPLETED else 'R':>1} {ccode:>6} {effic:>7} "
+        w(f"{common.short_id(j):<18} {'C' if j.state == COMPLETED else 'R':>1} {ccode:>6} {effic:>7} "
           f"{_xfactor(j.start_time - j.submit_time, j.walltime):>8} {j.owner:>12} {_group(j):>10} "
           f"{(j.nodes or ('-',))[0]:>12} {procs(j):>5} {dhms(used):>11}  {when(j.start_time):>19}\n")
     w(f"\n{len(done)} completed job{'s' if len(done) != 1 else ''}\n\nTotal jobs: {len(done)}\n")
@@ -228,7 +228,7 @@ def checkjob(opts: list[tuple[str, str]], operands: list[str], out, now: float) 
         QUEUED: "Idle", RUNNING: "Running", EXITING: "Running", HELD: "Hold", WAITING: "Deferred",
         DEP_HOLD: "Hold", DEP_FAIL: "Hold", COMPLETED: "Completed", DELETED: "Removed"}[job.state]
     w = out.write
-    w(f"checking job {job.id}\n\n")
+    w(f"checking job {common.short_id(job)}\n\n")
     w(f"State: {state}\n")
     w(f"Creds:  user:{job.owner}  group:{common.group_of(job)}  account:{job.account or '-'}  class:{job.queue}\n")
     used = common.run_time(job, now) if job.start_time is not None else 0.0
@@ -258,7 +258,7 @@ def checkjob(opts: list[tuple[str, str]], operands: list[str], out, now: float) 
         _, plan = preview(batch, now)
         if verbose and job.id in plan.reserved:
             t, alloc = plan.reserved[job.id]
-            w(f"Reservation '{job.id}' ({dhms(t - now)} -> {dhms(t + job.walltime - now)}  Duration: "
+            w(f"Reservation '{common.short_id(job)}' ({dhms(t - now)} -> {dhms(t + job.walltime - now)}  Duration: "
               f"{dhms(job.walltime)}) on {nodelist.compress(list(alloc.nodes)) or '-'}\n")
         if any(s.job_id == job.id for s in plan.started):
             w("job can start now, but scheduling is stopped (schedctl --start starts it again)\n"
@@ -307,7 +307,7 @@ def showres(opts: list[tuple[str, str]], operands: list[str], out, now: float) -
         nodes = [(n, len(c)) for n, c in zip(alloc.nodes, alloc.cores)]
         if len(nodes) == 1:  # (all of it: a Blue Gene's block stands for many nodes)
             nodes = [(alloc.nodes[0], procs(job))]
-        rows.append((str(jid), "Job", t, job.walltime, nodes, procs(job)))
+        rows.append((common.short_id(job), "Job", t, job.walltime, nodes, procs(job)))
     status = 0
     if operands:
         named = {row[0]: row for row in rows}
@@ -372,12 +372,12 @@ def showstart(opts: list[tuple[str, str]], operands: list[str], out, now: float)
             raise common.CommandError(f"cannot locate job '{what}'", common.UNKNOWN_JOB) from None
         if not common.may_see(site, whoami(), job):  # (qmgr's query_other_jobs = false)
             raise common.deny("showstart", job, site)
-        name = str(job.id)
+        name = common.short_id(job)
         if job.state in FINISHED:
-            raise common.CommandError(f"job {job.id} has {'completed' if job.state == COMPLETED else 'been removed'}",
+            raise common.CommandError(f"job {name} has {'completed' if job.state == COMPLETED else 'been removed'}",
                                       1)
         if job.state in PENDING and job.state not in (QUEUED, WAITING):
-            raise common.CommandError(f"cannot estimate job {job.id}'s start: " + (
+            raise common.CommandError(f"cannot estimate job {name}'s start: " + (
                 "it is held" if job.state == HELD else "it waits for its dependencies" if job.state == DEP_HOLD
                 else "a dependency can never be satisfied"), 1)
         if job.state in ACTIVE:
@@ -424,13 +424,14 @@ def checknode(opts: list[tuple[str, str]], operands: list[str], out, now: float)
                 holds.setdefault(listed, []).append((start, f"{kind} '{name}'(x{count})  {span}"))
     for job in sched.jobs.values():
         if job.state in ACTIVE:
-            hold(job.nodes, [max(1, len(c)) for c in job.cores], "Job", str(job.id), job.start_time,
+            hold(job.nodes, [max(1, len(c)) for c in job.cores], "Job", common.short_id(job), job.start_time,
                  job.planned_end(now))
             for listed in {n for node in job.nodes for n in topo.covered(node)}:
-                running.setdefault(listed, []).append(job.id)
+                running.setdefault(listed, []).append(job)
     _, plan = preview(batch, now)
     for jid, (t, alloc) in plan.reserved.items():
-        hold(alloc.nodes, [max(1, len(c)) for c in alloc.cores], "Job", str(jid), t, t + sched.jobs[jid].walltime)
+        hold(alloc.nodes, [max(1, len(c)) for c in alloc.cores], "Job", common.short_id(sched.jobs[jid]), t,
+             t + sched.jobs[jid].walltime)
     for r in sched.reservations.values():
         for start, end in r.occurrences(now, float("inf")):
             hold(r.nodes, [topo.node(n).cores if n in known else 1 for n in r.nodes],
@@ -454,7 +455,8 @@ def checknode(opts: list[tuple[str, str]], operands: list[str], out, now: float)
         lines = [line for _, line in sorted(holds.get(name, []), key=lambda h: h[0])]
         if lines:
             w("\nReservations:\n" + "".join(f"  {line}\n" for line in lines))
-        w(f"JobList:  {','.join(map(str, sorted(running.get(name, ())))) or '[NONE]'}\n")
+        jobs = sorted(running.get(name, ()), key=lambda j: j.id)
+        w(f"JobList:  {','.join(common.short_id(j) for j in jobs) or '[NONE]'}\n")
     return 0
 
 
@@ -514,7 +516,7 @@ def mdiag(opts: list[tuple[str, str]], operands: list[str], out, now: float) -> 
     w(f"{'':<12} " + " ".join(f"{'-' * 24:>24}" for _ in names) + "\n")
     for j in jobs:
         cells = [f"{100.0 * factors[j.id][n] / top[n]:.1f}({factors[j.id][n]:.4g})" for n in names]
-        w(f"{j.id:<12} " + " ".join(f"{c:>24}" for c in cells) + "\n")
+        w(f"{common.short_id(j):<12} " + " ".join(f"{c:>24}" for c in cells) + "\n")
     w(f"\nTotal jobs: {len(jobs)}   (each cell: percent of the column's largest (raw value))\n")
     return 0
 

@@ -348,7 +348,7 @@ class Qmgr:
         if op != "set" or len(attrs) > 1 or attrs[0][1] != "=":
             raise common.CommandError("qmgr: next_job_number is set alone, with =", BAD_VALUE)
         text = attrs[0][2].strip()
-        if not re.fullmatch(r"[0-9]{1,15}", text) or int(text) < 1:
+        if not re.fullmatch(r"[0-9]{1,15}", text) or not 1 <= int(text) <= common.LARGEST:  # (a job number: 32 bits)
             raise common.CommandError(f"qmgr obj={self.site.server} svr=default: Illegal attribute or resource "
                                       f"value next_job_number = {text}", BAD_VALUE)
         batch = Batch.of(self.site)

@@ -16,6 +16,7 @@ from __future__ import annotations
 import sys
 import time
 
+from ..core.jobs import number
 from ..store.journal import Store
 from ..store.journaled import Batch
 from ..store.site import load_site, whoami
@@ -34,6 +35,7 @@ def _server_lines(records: list[dict], job_id: int) -> list[tuple[float, str]]:
     for rec in records:
         op, now = rec.get("op"), rec.get("now", 0.0)
         if op == "submit" and rec.get("job", {}).get("id") == job_id or op == "submit_array" and (
+                number(job_id) == rec.get("first") and job_id != rec.get("first") if rec.get("numbered") else
                 0 <= job_id - rec.get("first", 0) < sum(hi - lo + 1 for lo, hi in rec.get("indices", ()))):
             queue = rec["job"].get("queue") or "the default queue"
             out.append((now, f"enqueuing into {queue}, state 1 hop 1"))

@@ -469,13 +469,13 @@ class Server:
                 except ProcessLookupError:
                     pass
                 except (OSError, ValueError, TypeError, OverflowError) as e:
-                    log(f"job {job.id}: signal {sig!r} not sent: {e}")
+                    log(f"job {common.short_id(job)}: signal {sig!r} not sent: {e}")
             self._note(job, now, clear=["pending_signals"])
         self._escalate(job, pid, now)
 
     def _requeue(self, job: Job, now: float) -> None:
         """Back to the queue, to run again (its process lost, or qrerun): an R record."""
-        log(f"job {job.id}: requeued" + (" (qrerun)" if job.extra.get("rerun") else " (its process was lost)"))
+        log(f"job {common.short_id(job)}: requeued" + (" (qrerun)" if job.extra.get("rerun") else " (its process was lost)"))
         rerun = accounting.lines("R", [job], self.site.server, now)  # (as it ran: its start, its hosts)
         self.batch.do("requeue", now, id=job.id, records=lambda _: rerun)
         self.peaks.pop(job.id, None)
@@ -591,7 +591,7 @@ class Server:
         peaks = self._last_peaks(job)
         noted = {"set": peaks} if peaks else {}
         aborted = status == LOST
-        log(f"job {job.id}: ended, exit status {status}" + (f" ({why})" if why else ""))
+        log(f"job {common.short_id(job)}: ended, exit status {status}" + (f" ({why})" if why else ""))
         self.batch.do("ended", now, id=job.id, exit_status=status,
                       records=(lambda job: accounting.lines("A" if aborted else "E", [job], self.site.server, now))
                       if recorded else None,
@@ -682,7 +682,7 @@ class Server:
                                      job.extra["epilogue_at"])
         proc, did = self._script(self.epilogue, args, job, owner) if self.epilogue else (None, "is no longer set")
         if proc is None:
-            log(f"job {job.id}: epilogue {did}")
+            log(f"job {common.short_id(job)}: epilogue {did}")
             self._finish(job, job.exit_status, now)
         else:
             self.epilogues[job.id] = (proc, now)
@@ -709,7 +709,7 @@ class Server:
             status, did = None, "ended while the server was restarting"
         self.epilogues.pop(job.id, None)
         if status != 0:
-            log(f"job {job.id}: epilogue {did}")
+            log(f"job {common.short_id(job)}: epilogue {did}")
         self._finish(job, job.exit_status, now)
 
     def _kill_epilogue(self, job: Job) -> None:
@@ -785,7 +785,7 @@ class Server:
             return
         left = self.tracker.clean(job.id, job.run_count, scan=not self._in_cgroup(job))
         if left:
-            log(f"job {job.id}: killed {len(left)} leftover process"
+            log(f"job {common.short_id(job)}: killed {len(left)} leftover process"
                 f"{'es' if len(left) > 1 else ''} after its end: {', '.join(left)}")
 
     def _note(self, job: Job, now: float, records=None, **change) -> None:
@@ -915,7 +915,7 @@ class Server:
         self._note(job, now, set={"launched": now, "pid": proc.pid, "pid_start": _wait_start(proc.pid),
                                   "session": proc.pid, **({"cgroup": cgroup} if joined else {}), **noted},
                    records=self._started)
-        log(f"job {job.id}: started for {job.owner} on {','.join(job.nodes)} (pid {proc.pid})")
+        log(f"job {common.short_id(job)}: started for {job.owner} on {','.join(job.nodes)} (pid {proc.pid})")
         mail.send(self.site, job, mail.BEGIN, "Begun execution")
         return 1
 

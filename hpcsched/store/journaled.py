@@ -21,7 +21,7 @@ import contextlib
 import time
 
 from ..core.errors import ConfigError, InvalidRequest, InvalidState, Rejected, SchedulerError, UnknownJob
-from ..core.jobs import RUNNING, Hold, Job, Request
+from ..core.jobs import RUNNING, Hold, Job, Request, number, subjob_id
 from ..core.reservations import Reservation
 from ..core.scheduler import Scheduler
 from . import accounts, schema
@@ -57,7 +57,10 @@ def apply(sched: Scheduler, rec: dict):
         subs = []
         for k, index in enumerate(indices):
             sub = Job.from_dict(rec["job"])
-            sub.id, sub.array_id, sub.array_index, sub.array_limit = first + k, first, index, limit
+            # `first` is the array's number, its subjobs' ids above every number (`numbered`);
+            # a record of an hpcsched before that numbered the subjobs first, first + 1, ...
+            sub.id = subjob_id(first, index) if rec.get("numbered") else first + k
+            sub.array_id, sub.array_index, sub.array_limit = first, index, limit
             sub.extra = dict(sub.extra)  # each its own: a `process` record changes one subjob's
             subs.append(sched.submit(sub, now))
         return subs
@@ -329,7 +332,7 @@ class Batch:
         if op == "submit":
             self.next_id = max(self.next_id, result.id + 1)
         elif op == "submit_array" and result:
-            self.next_id = max(self.next_id, result[-1].id + 1)
+            self.next_id = max(self.next_id, number(result[-1].id) + 1)
         elif op in ("reservation", "next_id"):  # (a pbs_rsub reservation takes a job number: R12; qmgr sets it)
             self.next_id = max(self.next_id, self.sched.next_id)
         rec["next_id"], rec["cfg"] = self.next_id, self.site.config_id
@@ -371,8 +374,8 @@ class Batch:
 
     def submit_array(self, job: Job, indices: list[int], limit: int = 0, now: float | None = None,
                      records=None) -> list[Job]:
-        """Submit an array of `job` (one subjob per index, ids from the next one on) as one
-        record: the whole array is saved, or none of it."""
+        """Submit an array of `job` under the next job number (subjob N[i]: jobs.subjob_id)
+        as one record: the whole array is saved, or none of it."""
         runs: list[list[int]] = []  # sorted indices as [first, last] runs of consecutive ones
         for i in indices:
             if runs and i == runs[-1][1] + 1:
@@ -381,4 +384,4 @@ class Batch:
                 runs.append([i, i])
         job.id = 0
         return self.do("submit_array", now, records, job=job.to_dict(), first=self.next_id, indices=runs,
-                       limit=limit)
+                       limit=limit, numbered=True)

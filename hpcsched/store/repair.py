@@ -22,6 +22,7 @@ import shutil
 import time
 from pathlib import Path
 
+from ..core.jobs import number
 from . import accounts
 from .accounts import DIRECTORY
 from .journal import JOURNAL, STATE, STORE_VERSION, TIP, Store, StoreError, crc_of, sealed, unsealed, write_atomic
@@ -126,7 +127,7 @@ def _high_water(home: Path, journal: list[bytes]) -> int:
     found = [0]
     for line in journal:
         found += [int(m) - 1 for m in re.findall(rb'"next_id":(\d+)', line)]
-        found += [int(m) for m in re.findall(rb'"id":(\d+)', line)]
+        found += [number(int(m)) for m in re.findall(rb'"id":(\d+)', line)]  # (a subjob's: its array's)
     for path in sorted((home / DIRECTORY).glob("*")) if (home / DIRECTORY).is_dir() else ():
         try:
             found += [int(m) for m in re.findall(rb"^[^;\n]*;[A-Z];(\d+)", path.read_bytes(), re.M)]

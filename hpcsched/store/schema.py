@@ -47,7 +47,7 @@ def _status(v) -> bool:
 #: operation -> {field: kind}; a field ending in "?" may be absent
 OPS = {
     "submit": {"job": _table},
-    "submit_array": {"job": _table, "first": _id, "limit?": _status,
+    "submit_array": {"job": _table, "first": _id, "limit?": _status, "numbered?": lambda v: v is True,
                      "indices": lambda v: isinstance(v, list) and all(
                          isinstance(r, list) and len(r) == 2 and all(_status(i) and i >= 0 for i in r) and r[0] <= r[1]
                          for r in v)},
