@@ -6,7 +6,7 @@
 Logs: generated Blue Waters-shaped (26,864 nodes, one sample per node per 45 s iteration,
 2 % of the nodes changing state, reservation or jobs at each iteration), written to a
 temporary directory and read once; each size is read in a child process so that its peak
-memory (ru_maxrss) is its own.  Targets (issue 18): >= 1,000,000 lines/s on one core,
+memory (ru_maxrss) is its own.  Targets: >= 1,000,000 lines/s on one core,
 memory that does not grow with the number of lines.
 
 Replay: KTH-SP2 under EASY with drain accounting on and off, as interleaved pairs (this VM

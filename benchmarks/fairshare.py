@@ -13,8 +13,7 @@ Q single-core jobs of 1 to 24 hours are submitted round-robin over the 600 users
 
 are timed (after a gc.collect()), with the submissions' time for scale (--no-quotas: the
 share tree alone; --per-node-cap N: a third quota set read node by node, `hosts = "{*}"`
-with N slots, which narrows every job's placement).  Targets (issue
-#16): first <= 2 s and after <= 100 ms at 1,000,000 queued.
+with N slots, which narrows every job's placement).  Targets: first <= 2 s and after <= 100 ms at 1,000,000 queued.
 """
 from __future__ import annotations
 

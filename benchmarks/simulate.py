@@ -16,9 +16,9 @@ project keeps one scheduling core rather than a faster second copy of a policy);
 memory stays under 1 GB.
 
 --runs keeps only the replays named (parse, floor, none, easy, conservative, sharetree,
-50000:easy, 50000:conservative): `--only RICC --runs easy sharetree` is issue #16's pair.
---repeat N runs them N times, interleaved; a ratio an issue asks for is printed for each
-run and as their median (this VM's timings drift by 10 % and more from run to run).
+50000:easy, 50000:conservative): `--only RICC --runs easy sharetree` is the share tree against FIFO.
+--repeat N runs them N times, interleaved; each ratio with a target is printed for each
+run and as their median (a 2-core VM's timings drift by 10 % and more from run to run).
 
 --breakdown adds a run under EASY that times every call into the scheduling core, to show
 where a replay's time goes per job: accepting jobs (`submit`), ending them (`job_ended`
@@ -27,7 +27,7 @@ the event loop, the metrics).  The timers add about half a microsecond per call.
 
 --units replays one job stream, lublin_256's first 4,000 jobs with every size scaled from
 its 256 processors, on pools of 1,000, 10,000 and 100,000 units, under EASY and under
-conservative backfill: how each grows with the machine (issue #23 asks that conservative
+conservative backfill: how each grows with the machine (conservative should
 grow no worse than EASY).
 """
 from __future__ import annotations
@@ -50,10 +50,10 @@ RUNS = {
              ("sharetree", "share tree+EASY")],
 }
 MEMORY_MB = 1024
-#: (traces, replay, the replay it is compared with, label, the most the issue asks for there)
-RATIOS = [({"RICC"}, "sharetree", "easy", "share tree / FIFO, both EASY (#16)", 1.5),
-          ({"KTH", "LUBLIN"}, "conservative", "easy", "conservative / EASY (#23)", 3.0),
-          ({"RICC"}, "50000:conservative", "50000:easy", "50k conservative / EASY (#23)", 3.0)]
+#: (traces, replay, the replay it is compared with, label, the target ratio)
+RATIOS = [({"RICC"}, "sharetree", "easy", "share tree / FIFO, both EASY", 1.5),
+          ({"KTH", "LUBLIN"}, "conservative", "easy", "conservative / EASY", 3.0),
+          ({"RICC"}, "50000:conservative", "50000:easy", "50k conservative / EASY", 3.0)]
 
 CHILD = r"""
 import resource, sys, time

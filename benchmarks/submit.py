@@ -12,7 +12,7 @@ as a user's shell runs it):
 3. concurrent: `--clients` clients each submitting `--each` held jobs as fast as they can;
    then checks that every submission got its own job and that the store holds them all.
 
-Targets (issue "multi-user site"): median <= 15 ms idle, <= 25 ms loaded; >= 150
+Targets: median <= 15 ms idle, <= 25 ms loaded; >= 150
 submissions/s concurrent, none lost or duplicated.
 """
 from __future__ import annotations

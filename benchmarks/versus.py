@@ -13,7 +13,7 @@ each pair's ratio (this / reference), then the min and median of the ratios.
 - pass: one scheduling pass of benchmarks/pass_scale.py's pool cases (half the machine
   busy, the rest queued), the same set-up code run in both trees.
 
-Targets (issue "What is switched off costs nothing"): replay <= 1.05x, replay --no-drain
+Targets: replay <= 1.05x, replay --no-drain
 <= 1.0x, each pass row <= 1.05x.
 """
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """A multi-user site, tried as its users would try it: two real Unix users, a root server.
 
-Every attack the issue lists is one test: bob cannot see, alter, hold, signal or delete
+Every attack on a multi-user site is one test: bob cannot see, alter, hold, signal or delete
 alice's jobs by any route (the environment, the socket, the store, links, a job of his
 own); jobs and their files are their owners'; no process of a finished job is left; the
 server survives each attack and restarts cleanly.  Skipped unless run as root (CI is)."""
