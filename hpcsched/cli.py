@@ -52,14 +52,14 @@ def _progress(stream):
     return show
 
 
-def _groups(prog: str, given: str | None):
-    """--groups as size groups (None: the default), or None after a usage message."""
-    from .drain.accounts import GROUPS, groups_from
+def _groups(prog: str, given: str | None, default=None):
+    """--groups as size groups (`default` when not given), or False after a usage message."""
+    from .drain.accounts import groups_from
     try:
-        return groups_from([int(x) for x in given.split(",")]) if given else GROUPS
+        return groups_from([int(x) for x in given.split(",")]) if given else default
     except ValueError:
         print(f"hpcsched {prog}: --groups: give increasing lowest sizes, e.g. 1,129,1000", file=sys.stderr)
-        return None
+        return False
 
 
 def cmd_simulate(args) -> int:
@@ -71,8 +71,7 @@ def cmd_simulate(args) -> int:
     except ConfigError as e:
         print(f"hpcsched simulate: {e}", file=sys.stderr)
         return 2
-    groups = _groups("simulate", args.groups)
-    if groups is None:
+    if _groups("simulate", args.groups) is False:
         return 2
     given = {"trace": args.trace, "config": args.config, "policy": args.policy, "backfill": args.backfill,
              "placement": args.placement, "estimate": args.estimate, "queue_from": args.queue_from,
@@ -203,10 +202,10 @@ def cmd_drain(args) -> int:
     import json
 
     from .drain import moablog, records
-    from .drain.accounts import Accounts, text
+    from .drain.accounts import GROUPS, Accounts, text
     from .sim.simulate import swf_job_records
-    groups = _groups("drain", args.groups)
-    if groups is None:
+    groups = _groups("drain", args.groups, GROUPS)  # (Moab logs: Blue Waters' groups unless given)
+    if groups is False:
         return 2
     logs = []
     for p in args.logs:

@@ -495,7 +495,10 @@ def test_simulate_reports_drain(tmp_path):
     r = simulate(jobs, nodes=4)
     # two nodes wait 100 s for job 2; job 3 backfills on one of them for 20 s
     assert r.drain["drain_node_hours"] == pytest.approx((2 * 100 - 20) / 3600)
-    assert r.drain["by_size"][0]["drained_jobs"] == 1
+    # by size in the classes of the waits that fit a machine of 4 (not Blue Waters' 1-128, 129-999, ...)
+    assert [g["group"] for g in r.drain["by_size"]] == ["1", "2+"]
+    assert r.drain["by_size"][1]["drained_jobs"] == 1  # (job 2, 4 nodes)
+    assert [g["group"] for g in simulate(jobs, nodes=4, size_classes=[1, 3]).drain["by_size"]] == ["1-2", "3+"]
     assert "drain time" in r.summary()
     data = r.to_json()
     assert data["drain"]["drain_pct"] == r.drain["drain_pct"]

@@ -248,7 +248,8 @@ def test_sweep_as_a_job_array_then_collected(tmp_path, monkeypatch):
 
 # --- the report ---------------------------------------------------------------------------------
 def svgs(page: str) -> list:
-    return [ET.fromstring(s) for s in re.findall(r"<svg.*?</svg>", page, re.S)]
+    """The report's charts (its legend apart)."""
+    return [ET.fromstring(s) for s in re.findall(r"<svg.*?</svg>", page, re.S) if "class='legend'" not in s[:30]]
 
 
 def test_report_is_self_contained_and_its_svg_well_formed(tmp_path):
@@ -377,3 +378,38 @@ def test_bad_traces_and_options_are_one_line_and_never_hang(tmp_path, header, li
     done = subprocess.run([sys.executable, "-m", "hpcsched", "simulate", str(path), "--quiet", *args], cwd=ROOT,
                           capture_output=True, text=True, timeout=30)
     assert done.returncode == 1 and message in done.stderr and len(done.stderr.splitlines()) == 1, done.stderr
+
+
+def test_report_charts_have_ticks_gridlines_labels_off_the_data_and_a_legend(tmp_path):
+    """Both axes of every chart have ticks, numbered labels and gridlines; every label sits
+    in the margins, never over the plotted area; the occupancy strip has a time axis; the
+    legend gives each run its colour and a distinct dash, as its lines are drawn."""
+    svg = "{http://www.w3.org/2000/svg}"
+    path = trace(tmp_path, [(i, i * 900, 200 + 37 * (i % 5), 1 + i % 2, 400, i % 3, 1, 1) for i in range(1, 300)])
+    runs = [report.run_of(simulate(path, drain=False, backfill=b, series_step=3600.0).to_json(), b)
+            for b in ("none", "easy", "conservative")]
+    page = report.html(runs)
+    legend = ET.fromstring(re.search(r"<svg class='legend'.*?</svg>", page, re.S).group(0))
+    samples = legend.findall(f"{svg}line")
+    assert [t.text for t in legend.findall(f"{svg}text")] == ["none", "easy", "conservative"]
+    assert len({(l.get("stroke"), l.get("stroke-dasharray")) for l in samples}) == 3
+    assert len({l.get("stroke-dasharray") for l in samples}) == 3  # (told apart without colour too)
+    charts = svgs(page)
+    for chart in charts:
+        width, height = float(chart.get("width")), float(chart.get("height"))
+        left, top = report.LEFT, report.TOP
+        right, bottom = width - report.RIGHT, height - report.BOTTOM
+        grid = [l for l in chart.findall(f"{svg}line") if l.get("stroke") in ("#ddd", "#eee")]
+        assert sum(l.get("y1") == l.get("y2") for l in grid) >= 2  # horizontal gridlines (y ticks)
+        assert sum(l.get("x1") == l.get("x2") for l in grid) >= 1  # vertical ones (x ticks; a bar chart of one queue: one)
+        for text in chart.findall(f"{svg}text"):
+            x, y = float(text.get("x")), float(text.get("y"))
+            assert not (left < x < right and top < y < bottom), (text.text, x, y)  # (off the data)
+        numbers = [t.text for t in chart.findall(f"{svg}text") if re.fullmatch(r"[\d.,]+", t.text or "")]
+        assert len(numbers) >= 4
+    lines = charts[0]
+    assert any("since the first submission" in (t.text or "") for t in lines.findall(f"{svg}text"))
+    dashes = {p.get("stroke-dasharray") for p in lines.findall(f"{svg}polyline")}
+    assert len(dashes) == 3
+    strip = charts[4]  # (the first run's occupancy strip)
+    assert any("since the first submission" in (t.text or "") for t in strip.findall(f"{svg}text"))

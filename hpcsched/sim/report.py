@@ -12,10 +12,13 @@ from __future__ import annotations
 
 import html as _html
 import json
+import math
 
 COLOURS = ("#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b", "#e377c2", "#17becf")
+DASHES = ("", "7 3", "2 2", "10 3 2 3", "4 4", "12 2 2 2 2 2", "1 3", "6 2 6 6")
 MAX_RECTS = 20000
-W, H, PAD = 720, 220, 44
+W, H = 720, 240
+TOP, RIGHT, BOTTOM, LEFT = 24, 12, 36, 56  # margins: every label is drawn in them, off the data
 
 
 def run_of(result: dict, label: str) -> dict:
@@ -54,13 +57,15 @@ def html(runs: list[dict], title: str = "hpcsched simulation report") -> str:
              f"<h1>{_e(title)}</h1>", _legend(runs), _summary(runs)]
     parts.append("<h2>Utilization over time</h2>" + _lines(runs, _series("utilization"), "fraction of units busy", 1.0))
     parts.append("<h2>Queue length over time</h2>" + _lines(runs, _series("queue"), "waiting jobs (mean per step)"))
-    parts.append("<h2>Mean wait by size class (units)</h2>" + _bars(runs, _mean_wait_hours("by_size"), "mean wait (h)"))
-    parts.append("<h2>Mean wait by queue</h2>" + _bars(runs, _mean_wait_hours("by_queue"), "mean wait (h)"))
+    parts.append("<h2>Mean wait by size class (units)</h2>" + _bars(runs, _mean_wait_hours("by_size"), "mean wait (h)",
+                                                                     xlabel="job size (units)"))
+    parts.append("<h2>Mean wait by queue</h2>" + _bars(runs, _mean_wait_hours("by_queue"), "mean wait (h)",
+                                                        xlabel="queue"))
     if any(r.get("drain") for r in runs):
         parts.append("<h2>Drain time (idle nodes held for waiting jobs)</h2>" + _drain(runs))
     parts.append("<h2>Node occupancy</h2>")
     for i, run in enumerate(runs):
-        parts.append(_gantt(run, COLOURS[i % len(COLOURS)]))
+        parts.append(_gantt(run, _style(i)[0]))
     parts.append("<p>Conventions: wait = start - submit; bsld = max(1, response / max(run, 10 s)); "
                  "utilization over [first submit, last end]; sizes in allocation units (nodes, or cores on "
                  "shared nodes); queues as the router chose them.</p></body></html>\n")
@@ -72,9 +77,22 @@ def _e(text) -> str:
 
 
 def _legend(runs) -> str:
-    items = "".join(f"<span style='color:{COLOURS[i % len(COLOURS)]}'>&#9632;</span> {_e(r['label'])} &nbsp; "
-                    for i, r in enumerate(runs))
-    return f"<p>{items}</p>"
+    """Each run's colour and dash, as its lines are drawn: one row a run."""
+    rows = []
+    for i, r in enumerate(runs):
+        colour, dash = _style(i)
+        y = 10 + 18 * i
+        rows.append(f"<line x1='0' y1='{y}' x2='40' y2='{y}' stroke='{colour}' stroke-width='2.5'{dash}/>"
+                    f"<text x='48' y='{y + 4}'>{_e(r['label'])}</text>")
+    height = 18 * len(runs) + 4
+    return (f"<svg class='legend' xmlns='http://www.w3.org/2000/svg' width='{W}' height='{height}' "
+            f"viewBox='0 0 {W} {height}' font-size='12'>{''.join(rows)}</svg>")
+
+
+def _style(i: int) -> tuple[str, str]:
+    """Run i's colour and its dash attribute (solid first), distinct for the first 64 runs."""
+    dash = DASHES[(i // len(COLOURS) + i) % len(DASHES)]
+    return COLOURS[i % len(COLOURS)], f" stroke-dasharray='{dash}'" if dash else ""
 
 
 def _summary(runs) -> str:
@@ -92,19 +110,53 @@ def _summary(runs) -> str:
     return head + "".join(rows) + "</table>"
 
 
-def _axes(ylabel: str, ymax: float, xlabels: tuple[str, str]) -> list[str]:
-    out = [f"<svg xmlns='http://www.w3.org/2000/svg' width='{W}' height='{H}' viewBox='0 0 {W} {H}'>",
-           f"<line x1='{PAD}' y1='{H - PAD}' x2='{W - 8}' y2='{H - PAD}' stroke='#000'/>",
-           f"<line x1='{PAD}' y1='8' x2='{PAD}' y2='{H - PAD}' stroke='#000'/>",
-           f"<text x='4' y='14' font-size='11'>{_e(_num(ymax))}</text>",
-           f"<text x='{PAD + 4}' y='20' font-size='11'>{_e(ylabel)}</text>",
-           f"<text x='{PAD}' y='{H - PAD + 16}' font-size='11'>{_e(xlabels[0])}</text>",
-           f"<text x='{W - 8}' y='{H - PAD + 16}' font-size='11' text-anchor='end'>{_e(xlabels[1])}</text>"]
-    return out
+def _nice(top: float, n: int = 5) -> list[float]:
+    """Round tick values from 0 to at least `top`: steps of 1, 2 or 5 times a power of ten."""
+    if top <= 0:
+        return [0.0, 1.0]
+    raw = top / n
+    power = 10 ** math.floor(math.log10(raw))
+    step = next(m * power for m in (1, 2, 5, 10) if m * power >= raw)
+    count = math.ceil(top / step - 1e-9)
+    return [k * step for k in range(count + 1)]
+
+
+def _frame(ylabel: str, ymax: float, xmax: float, xlabel: str, height: int = H,
+           xticks: list[tuple[float, str]] | None = None) -> tuple[list[str], float, float]:
+    """An SVG's axes: ticks, labels and gridlines on both, every label in the margins, not
+    on the data.  Returns the parts and the scales (units per pixel) for x in [0, xmax] and
+    y in [0, the top tick]."""
+    yticks = _nice(ymax)
+    top = yticks[-1]
+    right, bottom = W - RIGHT, height - BOTTOM
+    sx, sy = (right - LEFT) / (xmax or 1.0), (bottom - TOP) / (top or 1.0)
+    out = [f"<svg xmlns='http://www.w3.org/2000/svg' width='{W}' height='{height}' viewBox='0 0 {W} {height}' "
+           f"font-size='11'>",
+           f"<text x='{LEFT}' y='{TOP - 10}'>{_e(ylabel)}</text>"]
+    for v in yticks:
+        y = bottom - v * sy
+        out.append(f"<line x1='{LEFT}' y1='{y:.1f}' x2='{right}' y2='{y:.1f}' stroke='#ddd'/>"
+                   f"<text x='{LEFT - 6}' y='{y + 4:.1f}' text-anchor='end'>{_e(_num(v))}</text>")
+    if xticks is None:
+        xticks = [(v, _num(v)) for v in _nice(xmax, 8) if v <= xmax * (1 + 1e-9)]
+    for v, label in xticks:
+        x = LEFT + v * sx
+        out.append(f"<line x1='{x:.1f}' y1='{TOP}' x2='{x:.1f}' y2='{bottom}' stroke='#eee'/>"
+                   f"<line x1='{x:.1f}' y1='{bottom}' x2='{x:.1f}' y2='{bottom + 4}' stroke='#000'/>"
+                   f"<text x='{x:.1f}' y='{bottom + 16}' text-anchor='middle'>{_e(label)}</text>")
+    out += [f"<line x1='{LEFT}' y1='{bottom}' x2='{right}' y2='{bottom}' stroke='#000'/>",
+            f"<line x1='{LEFT}' y1='{TOP}' x2='{LEFT}' y2='{bottom}' stroke='#000'/>",
+            f"<text x='{(LEFT + right) / 2:.1f}' y='{height - 4}' text-anchor='middle'>{_e(xlabel)}</text>"]
+    return out, sx, sy
 
 
 def _num(v: float) -> str:
-    return f"{v:.3g}"
+    return f"{v:.3g}" if abs(v) < 1e4 else f"{v:,.0f}"
+
+
+def _time_axis(span: float) -> tuple[float, str]:
+    """(seconds per axis unit, its name) for a span of time: days, or hours under two days."""
+    return (3600.0, "hours") if span < 2 * 86400 else (86400.0, "days")
 
 
 def _series(key: str):
@@ -123,13 +175,14 @@ def _lines(runs, series, ylabel: str, ymax: float | None = None) -> str:
     step = data[0][1][2]
     t1 = max(starts[-1] for _, (starts, _, _) in data) + step
     top = ymax or max(max(values) for _, (_, values, _) in data) or 1.0
-    days = (t1 - t0) / 86400.0
-    out = _axes(ylabel, top, ("day 0", f"day {days:.0f}"))
-    sx, sy = (W - PAD - 8) / max(t1 - t0, 1.0), (H - PAD - 8) / top
+    unit, name = _time_axis(t1 - t0)
+    out, sx, sy = _frame(ylabel, top, (t1 - t0) / unit, f"{name} since the first submission")
+    bottom = H - BOTTOM
     for i, (starts, values, _) in data:
-        pts = " ".join(f"{PAD + (t + step / 2 - t0) * sx:.1f},{H - PAD - v * sy:.1f}"
+        colour, dash = _style(i)
+        pts = " ".join(f"{LEFT + (t + step / 2 - t0) / unit * sx:.1f},{bottom - v * sy:.1f}"
                        for t, v in zip(starts, values))
-        out.append(f"<polyline fill='none' stroke='{COLOURS[i % len(COLOURS)]}' stroke-width='1.2' "
+        out.append(f"<polyline fill='none' stroke='{colour}' stroke-width='1.5'{dash} "
                    f"points='{pts}'><title>{_e(runs[i]['label'])}</title></polyline>")
     out.append("</svg>")
     return "".join(out)
@@ -140,7 +193,7 @@ def _mean_wait_hours(key: str):
     return lambda run: {c: v["wait"]["mean"] / 3600.0 for c, v in run["metrics"].get(key, {}).items()}
 
 
-def _bars(runs, values, ylabel: str, unit: str = "h") -> str:
+def _bars(runs, values, ylabel: str, unit: str = "h", xlabel: str = "") -> str:
     per_run = [values(r) for r in runs]
     cats: list[str] = []
     for v in per_run:
@@ -148,20 +201,19 @@ def _bars(runs, values, ylabel: str, unit: str = "h") -> str:
     if not cats:
         return "<p>(no jobs)</p>"
     top = max(x for v in per_run for x in v.values()) or 1.0
-    out = _axes(ylabel, top, ("", ""))
-    group = (W - PAD - 8) / len(cats)
+    group = (W - RIGHT - LEFT) / len(cats)
+    out, _, sy = _frame(ylabel, top, len(cats), xlabel, xticks=[(k + 0.5, c) for k, c in enumerate(cats)])
     bar = group * 0.8 / len(runs)
-    sy = (H - PAD - 8) / top
+    bottom = H - BOTTOM
     for k, c in enumerate(cats):
-        x0 = PAD + k * group + group * 0.1
-        out.append(f"<text x='{x0 + group * 0.4:.1f}' y='{H - PAD + 14}' font-size='10' "
-                   f"text-anchor='middle'>{_e(c)}</text>")
+        x0 = LEFT + k * group + group * 0.1
         for i, v in enumerate(per_run):
             if c not in v:
                 continue
-            out.append(f"<rect x='{x0 + i * bar:.1f}' y='{H - PAD - v[c] * sy:.1f}' width='{max(bar - 1, 1):.1f}' "
-                       f"height='{v[c] * sy:.1f}' fill='{COLOURS[i % len(COLOURS)]}'><title>{_e(runs[i]['label'])} "
-                       f"{_e(c)}: {v[c]:.2f} {unit}</title></rect>")
+            colour, dash = _style(i)
+            out.append(f"<rect x='{x0 + i * bar:.1f}' y='{bottom - v[c] * sy:.1f}' width='{max(bar - 1, 1):.1f}' "
+                       f"height='{v[c] * sy:.1f}' fill='{colour}' fill-opacity='0.75' stroke='{colour}'{dash}>"
+                       f"<title>{_e(runs[i]['label'])} {_e(c)}: {v[c]:.2f} {unit}</title></rect>")
     out.append("</svg>")
     return "".join(out)
 
@@ -186,7 +238,7 @@ def _drain(runs) -> str:
         return ([i * 86400.0 for i in range(len(d["daily"]))], d["daily"], 86400.0) if d and d["daily"] else None
     parts.append(_lines(runs, daily, "drain % of the day's node-hours"))
     parts.append(_bars(runs, lambda r: r["drain"]["by_size"] if r.get("drain") else {},
-                       "drain node-hours by job size", "node-hours"))
+                       "drain node-hours by job size", "node-hours", "job size (nodes)"))
     return "".join(parts)
 
 
@@ -196,25 +248,28 @@ def _gantt(run: dict, colour: str) -> str:
         return f"<p>{_e(run['label'])}: no job in the window</p>"
     t0, t1 = g["window"]
     units = max(g["units"], 1)
-    height = 160
-    sx, sy = (W - PAD - 8) / (t1 - t0), height / units
-    out = [f"<p>{_e(run['label'])}: day {(t0 - _first(run)) / 86400:.1f} to {(t1 - _first(run)) / 86400:.1f}, "
-           f"{units} units (one rectangle per job and run of consecutive units)</p>",
-           f"<svg xmlns='http://www.w3.org/2000/svg' width='{W}' height='{height + 20}' "
-           f"viewBox='0 0 {W} {height + 20}'><rect x='{PAD}' y='0' width='{W - PAD - 8}' height='{height}' "
-           f"fill='#f4f4f4'/>"]
+    first = _first(run)
+    unit, name = _time_axis(t1 - t0)
+    lo, hi = (t0 - first) / unit, (t1 - first) / unit  # the window on the axis (from the first submission)
+    ticks = [lo + v for v in _nice(hi - lo, 8) if v <= (hi - lo) * (1 + 1e-9)]
+    height = 160 + TOP + BOTTOM
+    out, sx, sy = _frame("units", units, hi - lo, f"{name} since the first submission", height,
+                         [(v - lo, _num(v)) for v in ticks])
+    out.insert(1, f"<rect x='{LEFT}' y='{TOP + 160 - units * sy:.1f}' width='{W - RIGHT - LEFT}' "
+                  f"height='{units * sy:.1f}' fill='#f4f4f4'/>")  # (the machine's units, under the top tick)
     drawn = 0
     for job, start, end, runs_ in g["jobs"]:
         a, b = max(start, t0), min(end, t1)
-        for lo, n in runs_:
+        for first_unit, n in runs_:
             if drawn >= MAX_RECTS:
                 break
-            out.append(f"<rect x='{PAD + (a - t0) * sx:.1f}' y='{lo * sy:.1f}' width='{max((b - a) * sx, 0.5):.1f}' "
-                       f"height='{max(n * sy, 0.5):.1f}' fill='{colour}' fill-opacity='0.6' stroke='#fff' "
-                       f"stroke-width='0.3'><title>job {job}</title></rect>")
+            out.append(f"<rect x='{LEFT + (a - t0) / unit * sx:.1f}' y='{TOP + 160 - (first_unit + n) * sy:.1f}' "
+                       f"width='{max((b - a) / unit * sx, 0.5):.1f}' height='{max(n * sy, 0.5):.1f}' fill='{colour}' "
+                       f"fill-opacity='0.6' stroke='#fff' stroke-width='0.3'><title>job {job}</title></rect>")
             drawn += 1
     out.append("</svg>")
-    return "".join(out)
+    return (f"<p>{_e(run['label'])}: {units} units, one rectangle per job and run of consecutive units</p>"
+            + "".join(out))
 
 
 def _first(run: dict) -> float:

@@ -21,13 +21,13 @@ from typing import Callable, Iterable
 from .. import sitefilter
 from ..config import DRIVER_KEYS, build
 from ..core.jobs import Job, Request
-from ..drain.accounts import GROUPS, Accounts, JobRecord
+from ..drain.accounts import GROUPS, Accounts, JobRecord, groups_from
 from ..drain.accounts import text as drain_text
 from ..drain.samples import Recorder
 from ..machines.bluegene import BlueGene
 from . import estimates, swf
 from .engine import Engine, Finished, SimulationError
-from .metrics import Metrics, compute
+from .metrics import SIZE_CLASSES, Metrics, classes, compute
 
 
 @dataclass(frozen=True)
@@ -313,7 +313,7 @@ def simulate(workload, *, policy: str | None = None, backfill: str | None = None
              ppn: int | None = None, shared: bool = False, period: float | None = None,
              skip_bad: bool = False, warmup: float = 0.0, cooldown: bool = False, config: dict | None = None,
              progress: Callable[..., None] | None = None, drain: bool = True,
-             groups=GROUPS, placement: str | None = None, estimate: str = "request",
+             groups=None, placement: str | None = None, estimate: str = "request",
              trace_map: TraceMap = TraceMap(), size_classes=None, capability: int | None = None,
              series_step: float = 86400.0, gantt=(0.0, 2.0), machine: str | None = None,
              size_map: str = "share", capability_split=()) -> Result:
@@ -334,7 +334,8 @@ def simulate(workload, *, policy: str | None = None, backfill: str | None = None
     become jobs.  `warmup` excludes that fraction of the first jobs (by submit order) from
     the per-job statistics, `cooldown` the jobs ending after the last submission.  With
     `drain`, every pass's node picture is accounted (drain/), reported by job-size
-    `groups`.  `gantt` (start day, days after the first submission) is the window whose
+    `groups` (None: the size classes of the waits, up to the machine's size; Blue Waters'
+    own on the built-in bluewaters).  `gantt` (start day, days after the first submission) is the window whose
     node occupancy the result keeps for a report.  Python's cycle collector is paused
     while it runs and restored after."""
     read_stats = swf.ReadStats()
@@ -402,6 +403,8 @@ def simulate(workload, *, policy: str | None = None, backfill: str | None = None
         metrics = compute(finished, acc, warmup, cooldown, size_classes, capability, series_step, capability_split)
         if blocks:
             metrics.free_blocks = blocks.shares()
+        if recorder and groups is None:
+            groups = drain_groups(sched, machine, size_classes)
         report = recorder and recorder.accounts.report(job_records(finished, recorder.epoch), groups=groups)
     finally:
         if collecting:
@@ -525,6 +528,17 @@ def _clocked(cfg: dict, epoch: int | None) -> None:
                 if isinstance(p, dict) and "overburn" in p:
                     p["overburn"] = _on_trace_clock(p["overburn"], epoch, ("start", "end"), f"{where}.overburn")
         cfg["allocations"] = alloc
+
+
+def drain_groups(sched, machine: str | None, size_classes=None) -> tuple[tuple[str, int], ...]:
+    """Drain-by-size groups for a replay: Blue Waters' on its machine, else the classes its
+    waits are reported by (`size_classes`, else the default ones), those that can occur on
+    the machine (lowest size at most its units)."""
+    if machine == "bluewaters":
+        return GROUPS
+    units = sched.topology.measure(sched.topology.available()) or 1
+    lowest = [lo for lo, _ in (classes(size_classes) if size_classes else SIZE_CLASSES) if lo <= units]
+    return groups_from(lowest or [1])
 
 
 def job_records(finished: list[Finished], epoch: float = 0.0) -> dict[str, JobRecord]:
