@@ -52,6 +52,24 @@ def _progress(stream):
     return show
 
 
+def _sweep_progress(stream, cells: int, jobs: int | None):
+    """A sweep's progress line on stderr (terminals only), from its start: the cells ended,
+    and each running cell's share of its jobs replayed."""
+    start = time.monotonic()
+    stream.write(f"{cells} cells on {max(1, min(jobs or os.cpu_count() or 1, cells))} processes\n")
+    stream.flush()
+
+    def show(running: dict, finished: int) -> None:
+        spent = time.monotonic() - start
+        parts = [f"cell {i + 1}: {done / total:.0%}" if total else f"cell {i + 1}: {done} jobs"
+                 for i, (done, total) in sorted(running.items())]
+        left = f", about {spent / finished * (cells - finished):.0f} s left" if finished else ""
+        stream.write(f"\r{finished}/{cells} cells done, {spent:.0f} s{left}" + (f"; {', '.join(parts)}" if parts
+                                                                                 else "") + "   ")
+        stream.flush()
+    return show
+
+
 def _groups(prog: str, given: str | None, default=None):
     """--groups as size groups (`default` when not given), or False after a usage message."""
     from .drain.accounts import groups_from
@@ -140,14 +158,7 @@ def cmd_sweep(args) -> int:
                 return 0
             show = None
             if sys.stderr.isatty() and not args.quiet:
-                start = time.monotonic()
-
-                def line(done, total):
-                    spent = time.monotonic() - start
-                    left = spent / done * (total - done) if done else 0.0
-                    sys.stderr.write(f"\r{done}/{total} cells, {spent:.0f} s, about {left:.0f} s left ")
-                    sys.stderr.flush()
-                show = line
+                show = _sweep_progress(sys.stderr, len(cells), args.jobs)
             outcomes = sweep.run(cells, args.jobs, show)
             if show:
                 sys.stderr.write("\n")
@@ -165,7 +176,7 @@ def cmd_sweep(args) -> int:
         runs = [o["run"] for o in outcomes if o.get("run")]
         _write_atomic(args.report, lambda f: f.write(report.html(runs, f"hpcsched sweep: {args.grid or args.collect}")))
         wrote.append(f"wrote {args.report}")
-    sys.stdout.write(sweep.table(outcomes, args.format))
+    sys.stdout.write(sweep.table(outcomes, args.format, args.wide))
     for line in wrote:
         print(line)
     failed = [o for o in outcomes if "error" in o]
@@ -519,6 +530,8 @@ def main(argv=None) -> int:
                    "Slurm job-array scripts (one task per cell) into DIR")
     w.add_argument("--cell", help="run one cell of an array directory (default: the batch system's array index)")
     w.add_argument("--collect", metavar="DIR", help="merge the cells an array's tasks wrote into one table")
+    w.add_argument("--wide", action="store_true", help="every figure in the text table (waits by size class and "
+                   "queue, p95, ...), as CSV and JSON have them")
     w.add_argument("--quiet", action="store_true", help="no progress line")
     w.set_defaults(func=cmd_sweep)
     p = sub.add_parser("report", help="an HTML report (inline SVG) of simulation or sweep results")

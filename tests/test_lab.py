@@ -209,10 +209,39 @@ def test_sweep_runs_in_a_pool_keeps_cell_order_and_reports_a_failing_cell(tmp_pa
     assert outcomes[0]["row"]["mean_wait"] != outcomes[1]["row"]["mean_wait"]  # job 3: 0 vs 18 s
     assert "SwfError" in outcomes[2]["error"] and "line 3" in outcomes[2]["error"]
     text = sweep.table(outcomes)
-    assert text.splitlines()[0].split()[:3] == ["label", "trace", "estimate"] and "error" in text.splitlines()[0]
+    assert text.splitlines()[0].split()[:3] == ["label", "estimate", "jobs"] and "error" in text.splitlines()[0]
+    assert sweep.table(outcomes, wide=True).splitlines()[0].split()[:3] == ["label", "trace", "estimate"]
     rows = list(__import__("csv").DictReader(sweep.table(outcomes, "csv").splitlines()))
     assert [r["estimate"] for r in rows] == ["request", "perfect", ""] and rows[2]["error"].startswith("SwfError")
     assert json.loads(sweep.table(outcomes, "json"))[1]["estimate"] == "perfect"
+
+
+def test_sweep_table_is_narrow_with_one_form_a_column_and_progress_shows_from_the_start(tmp_path):
+    """The text table: the main figures (--wide: all), each column's numbers in one form
+    (fractions to four places: 0.1090 beside 0.0974, never 0.109); progress is told from
+    the first moment, with each running cell's share of its jobs."""
+    rows = [{"label": "a", "trace": "t.swf", "jobs": 28475, "utilization": 0.109, "loss_of_capacity": 0.0974,
+             "mean_wait": 6890.3, "p95_wait": 37865.0, "mean_bsld": 92.9712, "capability_share": 0.1,
+             "seconds": 3.2, "wait[1]": 2460.0, "wait[2-4]": 5000.0, "drain_pct": 4.5},
+            {"label": "b", "trace": "t.swf", "jobs": 100, "utilization": 0.7, "loss_of_capacity": 0.25,
+             "mean_wait": 12.0, "p95_wait": 40.0, "mean_bsld": 1.0, "capability_share": 0.0, "seconds": 1.0,
+             "wait[1]": 1.0, "wait[2-4]": 2.0, "drain_pct": 0.0}]
+    text = sweep.table([{"label": r["label"], "row": r} for r in rows])
+    head, first, second = (line.split() for line in text.splitlines())
+    assert head == ["label", "jobs", "util", "loss", "wait_s", "bsld", "cap", "drain%"]
+    assert first == ["a", "28,475", "0.1090", "0.0974", "6,890", "92.97", "0.1000", "4.50"]
+    assert second[2:4] == ["0.7000", "0.2500"]
+    assert max(len(line) for line in text.splitlines()) <= 80
+    wide = sweep.table([{"label": r["label"], "row": r} for r in rows], wide=True).splitlines()[0].split()
+    assert {"trace", "p95_s", "wait[1]", "wait[2-4]", "secs"} <= set(wide)
+    grid = write_grid(tmp_path, '[base]\ndrain = false\n[grid]\nestimate = ["request", "perfect"]\n')
+    seen = []
+    sweep.run(sweep.load(grid), workers=2, progress=lambda running, done: seen.append((dict(running), done)))
+    assert seen[0][1] == 0 and seen[0][0]  # (told before any cell ended: a cell under way)
+    assert seen[-1] == ({}, 2)
+    seen.clear()
+    sweep.run(sweep.load(grid), workers=1, progress=lambda running, done: seen.append((dict(running), done)))
+    assert seen[0] == ({0: (0, None)}, 0) and seen[-1] == ({}, 2)
 
 
 def test_sweep_as_a_job_array_then_collected(tmp_path, monkeypatch):

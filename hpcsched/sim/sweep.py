@@ -96,11 +96,13 @@ def _plain(settings: dict) -> dict:
     return {k: ({str(n): q for n, q in v.items()} if k == "queue_map" else v) for k, v in settings.items()}
 
 
-def run_cell(cell: dict) -> dict:
-    """One cell's outcome: its row of figures and its run for a report, or its error."""
+def run_cell(cell: dict, progress=None) -> dict:
+    """One cell's outcome: its row of figures and its run for a report, or its error
+    (`progress(done, total)`: its jobs replayed so far, as a replay reports them)."""
     t = time.monotonic()
     try:
-        result = replay(cell["settings"])
+        result = replay(cell["settings"], progress=progress and (lambda read, done, clock=None, total=None:
+                                                                 progress(done, total)))
     except Exception as e:  # reported in its row; the other cells go on
         return {"label": cell["label"], "error": f"{type(e).__name__}: {e}", "seconds": time.monotonic() - t}
     data = result.to_json()
@@ -132,28 +134,97 @@ def run_cell(cell: dict) -> dict:
 
 
 def run(cells: list[dict], workers: int | None = None, progress=None) -> list[dict]:
-    """Every cell, on `workers` processes (default: every core); outcomes in cell order."""
+    """Every cell, on `workers` processes (default: every core); outcomes in cell order.
+    `progress(running, finished)`: called as cells go, `running` {cell index: (jobs done,
+    of how many or None)} for the cells under way, `finished` how many have ended."""
     workers = max(1, min(workers or os.cpu_count() or 1, len(cells)))
     outcomes: dict[int, dict] = {}
+    running: dict[int, tuple[int, int | None]] = {}
+
+    def told(i: int, done: int, total: int | None) -> None:
+        if i in outcomes:
+            return  # (a word that came after its cell's end)
+        running[i] = (done, total)
+        progress(running, len(outcomes))
     if workers == 1:
         for i, cell in enumerate(cells):
-            outcomes[i] = run_cell(cell)
-            progress and progress(len(outcomes), len(cells))
-    else:
-        with multiprocessing.get_context("fork").Pool(workers, maxtasksperchild=1) as pool:
-            for i, outcome in pool.imap_unordered(_indexed, list(enumerate(cells))):
+            if progress:
+                told(i, 0, None)
+            outcomes[i] = run_cell(cell, progress and (lambda done, total, i=i: told(i, done, total)))
+            running.pop(i, None)
+            progress and progress(running, len(outcomes))
+        return [outcomes[i] for i in range(len(cells))]
+    context = multiprocessing.get_context("fork")
+    news = context.SimpleQueue() if progress else None  # (a worker's word: cell, jobs done, of)
+    global _NEWS
+    _NEWS = news
+    try:
+        with context.Pool(workers, maxtasksperchild=1) as pool:
+            pending = pool.imap_unordered(_indexed, list(enumerate(cells)))
+            while len(outcomes) < len(cells):
+                if news is None:
+                    i, outcome = next(pending)
+                else:
+                    try:
+                        i, outcome = pending.next(timeout=0.2)
+                    except multiprocessing.TimeoutError:
+                        i = None
+                    while not news.empty():  # (what the workers said before, first)
+                        told(*news.get())
+                    if i is None:
+                        continue
                 outcomes[i] = outcome
-                progress and progress(len(outcomes), len(cells))
+                running.pop(i, None)
+                progress and progress(running, len(outcomes))
+    finally:
+        _NEWS = None
     return [outcomes[i] for i in range(len(cells))]
+
+
+_NEWS = None  # the queue a pool's workers tell their cells' progress on (set by run, inherited by fork)
 
 
 def _indexed(item):
     i, cell = item
-    return i, run_cell(cell)
+    news = _NEWS
+    if news is None:
+        return i, run_cell(cell)
+    last = [0.0]
+
+    def tell(done: int, total: int | None) -> None:
+        now = time.monotonic()
+        if now - last[0] >= 0.5:  # (twice a second at most)
+            last[0] = now
+            news.put((i, done, total))
+    news.put((i, 0, None))
+    return i, run_cell(cell, tell)
 
 
-def table(outcomes: list[dict], fmt: str = "text") -> str:
-    """One row per cell: text (aligned columns), csv or json."""
+#: the text table's short heads (CSV and JSON keep the full names)
+SHORT = {"utilization": "util", "loss_of_capacity": "loss", "mean_wait": "wait_s", "p95_wait": "p95_s",
+         "mean_bsld": "bsld", "capability_share": "cap", "drain_pct": "drain%", "drain_node_hours": "drain_nh",
+         "step_util_min": "util_min", "step_util_sd": "util_sd", "seconds": "secs"}
+#: how the text table writes a column's numbers: one form a column (fractions to 4 places, ...)
+FORMS = {"utilization": "{:.4f}", "loss_of_capacity": "{:.4f}", "capability_share": "{:.4f}",
+         "step_util_min": "{:.4f}", "step_util_sd": "{:.4f}", "mean_bsld": "{:.2f}", "drain_pct": "{:.2f}",
+         "drain_node_hours": "{:,.0f}", "seconds": "{:.1f}", "jobs": "{:,}"}
+#: columns the text table leaves out unless asked for (--wide): the rest is in CSV and JSON
+WIDE_ONLY = ("p95_wait", "step_util_min", "step_util_sd", "drain_node_hours", "seconds", "trace")
+
+
+def _shown(column: str, value) -> str:
+    """A value as the text table writes it: one form a column, so digits line up."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return str(value)
+    form = FORMS.get(column)
+    if form is None:
+        form = "{:.4f}" if column.startswith(("capability[", "free[")) else "{:,.0f}"  # (waits: whole seconds)
+    return form.format(value)
+
+
+def table(outcomes: list[dict], fmt: str = "text", wide: bool = False) -> str:
+    """One row per cell: text (aligned columns; the main figures unless `wide`), csv or
+    json (every figure)."""
     rows = [o["row"] if "row" in o else {"label": o["label"], "error": o["error"]} for o in outcomes]
     columns: list[str] = []
     for r in rows:
@@ -169,9 +240,13 @@ def table(outcomes: list[dict], fmt: str = "text") -> str:
         w.writeheader()
         w.writerows(rows)
         return out.getvalue()
-    cells = [[str(r.get(c, "")) for c in columns] for r in rows]
-    widths = [max([len(c)] + [len(row[k]) for row in cells]) for k, c in enumerate(columns)]
-    lines = ["  ".join(c.ljust(w) if k == 0 else c.rjust(w) for k, (c, w) in enumerate(zip(columns, widths)))]
+    if not wide:  # (the trace shows where the cells' traces differ)
+        several = len({r.get("trace") for r in rows if "trace" in r}) > 1
+        columns = [c for c in columns if not (c in WIDE_ONLY or c.startswith("wait[")) or (c == "trace" and several)]
+    cells = [[_shown(c, r[c]) if c in r else "" for c in columns] for r in rows]
+    heads = [SHORT.get(c, c) for c in columns]
+    widths = [max([len(h)] + [len(row[k]) for row in cells]) for k, h in enumerate(heads)]
+    lines = ["  ".join(c.ljust(w) if k == 0 else c.rjust(w) for k, (c, w) in enumerate(zip(heads, widths)))]
     lines += ["  ".join(v.ljust(w) if k == 0 else v.rjust(w) for k, (v, w) in enumerate(zip(row, widths)))
               for row in cells]
     return "\n".join(lines) + "\n"
