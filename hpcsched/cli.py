@@ -93,7 +93,7 @@ def cmd_simulate(args) -> int:
         return 2
     given = {"trace": args.trace, "config": args.config, "policy": args.policy, "backfill": args.backfill,
              "placement": args.placement, "estimate": args.estimate, "queue_from": args.queue_from,
-             "queue_map": args.queue_map, "cancelled": args.cancelled, "nodes": args.nodes, "ppn": args.ppn,
+             "queue_map": args.queue_map, "cancelled": args.cancelled, "load": args.load, "nodes": args.nodes, "ppn": args.ppn,
              "shared": args.shared or None, "period": args.period, "skip_bad": args.skip_bad or None,
              "warmup": args.warmup, "cooldown": args.cooldown or None, "size_classes": args.size_classes,
              "capability": args.capability, "series": args.series, "gantt": args.gantt,
@@ -488,6 +488,8 @@ def main(argv=None) -> int:
     s.add_argument("--queue-map", help="trace queue numbers to queue names, e.g. 1=short,2=long (default qN)")
     s.add_argument("--cancelled", choices=["keep", "drop"], help="cancelled records (status 5): keep (default) "
                    "or drop")
+    s.add_argument("--load", type=float, help="replay at another offered load: arrivals compressed by this factor "
+                   "(2: every gap since the first submission halved), the jobs unchanged (default 1)")
     s.add_argument("--nodes", type=int, help="nodes in the machine (default: the config's, else the header's "
                    "MaxProcs)")
     s.add_argument("--ppn", type=int, help="cores per node (default 1)")

@@ -362,6 +362,18 @@ def test_big_run_monday_works_on_the_shipped_mira_config():
     assert [j.id for j in s.big_run(2)] == [big.id] and big.score > small.score
 
 
+def test_the_shipped_mira_config_has_alcfs_walltime_limits():
+    """ALCF's documented limits on Mira: prod-capability at most 24 h, prod-short 6 h,
+    prod-long 12 h; a job past them is refused at submission (no queue takes it)."""
+    from hpcsched import Rejected
+    s = _mira()
+    assert s.submit(Job(request=Request(nodes=512), walltime=12 * H), 0).queue == "prod-long"
+    assert s.submit(Job(request=Request(nodes=8192), walltime=24 * H), 0).queue == "prod-capability"
+    for nodes, hours in ((512, 12.5), (4096, 13), (8192, 25), (49152, 48)):
+        with pytest.raises(Rejected):
+            s.submit(Job(request=Request(nodes=nodes), walltime=hours * H), 0)
+
+
 def test_overburn_keeps_the_shipped_configs_capability_jobs_and_refuses_a_dd_project():
     """Overburn lets a capability job of an exhausted project run in its window (Mira's
     prod-capability, by min_nodes); a Director's Discretionary project (refuse) gets none."""

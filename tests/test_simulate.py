@@ -16,7 +16,7 @@ from oracle import naive_conservative, naive_easy
 
 from hpcsched.sim import swf
 from hpcsched.sim.engine import SimulationError
-from hpcsched.sim.simulate import Machine, MapStats, map_record, record, simulate
+from hpcsched.sim.simulate import Machine, MapStats, TraceMap, map_record, record, simulate
 from hpcsched.sim.testing import assert_schedule
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -378,3 +378,24 @@ def test_simulate_groups_the_drain_by_size_as_asked(tmp_path):
     assert p.returncode == 0, p.stderr
     rows = [line.split()[0] for line in p.stdout.split("drain by job size")[1].splitlines()[2:4]]
     assert rows == ["1-2", "3+"]
+
+
+def test_load_compresses_the_arrivals_and_keeps_the_jobs():
+    """--load F divides every gap since the first submission by F (Feitelson's load
+    scaling): the same jobs, arriving F times as densely; the schedule's SWF gives the
+    moved submit times."""
+    from hpcsched.sim.run import replay
+    jobs = [record(1, 100, 4, 50, 60), record(2, 300, 4, 50, 60), record(3, 700, 2, 10, 20)]
+    normal = simulate(jobs, nodes=4, drain=False)
+    dense = simulate(jobs, nodes=4, drain=False, trace_map=TraceMap(load=2.0))
+    assert [f.submit for f in normal.jobs] == [100, 300, 700]
+    assert sorted(f.submit for f in dense.jobs) == [100, 200, 400]
+    assert sorted(f.run for f in dense.jobs) == sorted(f.run for f in normal.jobs)
+    assert sorted(f.as_record().submit for f in dense.jobs) == [100, 200, 400]
+    assert dense.to_json()["trace_map"]["load"] == 2.0
+    with pytest.raises(SimulationError, match="load 0: a factor from 0.01 to 100"):
+        TraceMap(load=0)
+    with pytest.raises(SimulationError, match="load: -1: must be a factor"):
+        replay({"trace": "x.swf", "load": -1})
+    assert min(f.wait for f in dense.jobs) >= 0 and dense.metrics.overall["wait"]["mean"] >= 0  # (from the moved submit)
+    assert dense.metrics.overall["wait"]["mean"] == sum(f.start - f.submit for f in dense.jobs) / 3

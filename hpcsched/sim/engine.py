@@ -68,8 +68,9 @@ class Finished:
                 f"size={self.size}, units={self.units}, backfill={self.backfill}, queue={self.queue!r})")
 
     def as_record(self):
-        """The trace record with the simulated wait and run time."""
-        return self.record._replace(wait=self.wait, run=self.run)
+        """The trace record with the simulated submit (a replay at another load moves it),
+        wait and run time."""
+        return self.record._replace(submit=self.submit, wait=self.wait, run=self.run)
 
 
 class Engine:

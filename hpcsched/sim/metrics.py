@@ -147,7 +147,7 @@ class Metrics:
 def _per_job(jobs) -> dict[str, list[float]]:
     wait, resp, sld, bsld = [], [], [], []
     for f in jobs:
-        w, run = f.start - f.record.submit, f.end - f.start
+        w, run = f.start - f.submit, f.end - f.start
         r = w + run
         wait.append(w)
         resp.append(r)
@@ -160,7 +160,7 @@ def compute(finished, acc: dict, warmup: float = 0.0, cooldown: bool = False, si
             capability: int | None = None, step: float = 86400.0, split=()) -> Metrics:
     """Metrics of a finished simulation (`acc`: the engine's time integrals)."""
     table = classes(size_classes) if size_classes else SIZE_CLASSES
-    by_submit = sorted(finished, key=lambda f: (f.record.submit, f.record.job))
+    by_submit = sorted(finished, key=lambda f: (f.submit, f.record.job))
     skip = int(len(by_submit) * warmup)
     counted = by_submit[skip:]
     cooled = 0

@@ -49,6 +49,12 @@ def _seconds(v):
     return float(v)
 
 
+def _load(v):
+    if not isinstance(v, (int, float)) or isinstance(v, bool) or not math.isfinite(v) or not 0.01 <= v <= 100:
+        raise ValueError("must be a factor from 0.01 to 100 (2: arrivals twice as dense)")
+    return float(v)
+
+
 def _flag(v):
     if not isinstance(v, bool):
         raise ValueError("must be true or false")
@@ -132,6 +138,7 @@ OPTIONS = {
     "queue_from": (_choice("router", "trace"), "router"),
     "queue_map": (_queue_map, {}),
     "cancelled": (_choice("keep", "drop"), "keep"),
+    "load": (_load, 1.0),
     "nodes": (_positive_int, None),
     "ppn": (_positive_int, None),
     "shared": (_flag, False),
@@ -223,7 +230,7 @@ def replay(settings: dict, progress=None):
     from ..drain.accounts import groups_from
     from .simulate import TraceMap, simulate
     s = check(settings)
-    tmap = TraceMap(s["queue_from"], tuple(sorted(s["queue_map"].items())), s["cancelled"])
+    tmap = TraceMap(s["queue_from"], tuple(sorted(s["queue_map"].items())), s["cancelled"], s["load"])
     return simulate(s["trace"], policy=s["policy"], backfill=s["backfill"], nodes=s["nodes"], ppn=s["ppn"],
                     shared=s["shared"], period=s["period"], skip_bad=s["skip_bad"], warmup=s["warmup"],
                     cooldown=s["cooldown"], config=site_config(s), progress=progress, drain=s["drain"],

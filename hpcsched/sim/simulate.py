@@ -152,13 +152,19 @@ class TraceMap:
     projects); CPU time x processors -> the CPU time it reports; queue: the router chooses
     ("router", the default) or the record's queue number names it ("trace": through
     `queues` {number: name}, else q<N>); requested time -> walltime, the run time when
-    none is recorded; cancelled records (status 5) kept ("keep") or dropped ("drop")."""
+    none is recorded; cancelled records (status 5) kept ("keep") or dropped ("drop");
+    `load` > 1 compresses the arrivals (every gap since the first submission divided by
+    it, so the offered load is multiplied by it; < 1 stretches them), Feitelson's way of
+    replaying a log at another load with its jobs unchanged."""
 
     queue: str = "router"
     queues: tuple = ()  # ((number, name), ...)
     cancelled: str = "keep"
+    load: float = 1.0
 
     def __post_init__(self):
+        if not (isinstance(self.load, (int, float)) and math.isfinite(self.load) and 0.01 <= self.load <= 100):
+            raise SimulationError(f"load {self.load!r}: a factor from 0.01 to 100")
         if self.queue not in ("router", "trace"):
             raise SimulationError(f"queue mapping {self.queue!r}: use router or trace")
         if self.cancelled not in ("keep", "drop"):
@@ -257,7 +263,7 @@ class Result:
     def to_json(self) -> dict:
         return {"policy": self.policy, "backfill": self.backfill, "estimate": self.estimate,
                 "trace_map": {"queue": self.trace_map.queue, "queues": dict(self.trace_map.queues),
-                              "cancelled": self.trace_map.cancelled},
+                              "cancelled": self.trace_map.cancelled, "load": self.trace_map.load},
                 "epoch": self.header.unix_start_time or 0,
                 "machine": {"nodes": self.machine.nodes, "ppn": self.machine.ppn, "shared": self.machine.shared,
                             **({"name": self.machine.name, "share": self.machine.share} if self.machine.name else {})},
@@ -294,12 +300,18 @@ class Result:
 
 
 def arrivals(records: Iterable[swf.Record], machine: Machine, mapping: MapStats, tmap: TraceMap = TraceMap()):
-    """The engine's arrivals from trace records, mapped onto `machine` as they are read."""
+    """The engine's arrivals from trace records, mapped onto `machine` as they are read
+    (their submit times scaled by the map's `load`)."""
+    load, origin = tmap.load, None
     for rec in records:
         mapped = map_record(rec, machine, mapping, tmap)
         if mapped is not None:
             request, wall, run = mapped
-            yield rec.submit, job_for(rec, request, wall, tmap.queue_of(rec)), run, rec
+            t = rec.submit
+            if load != 1:
+                origin = t if origin is None else origin
+                t = origin + (t - origin) / load
+            yield t, job_for(rec, request, wall, tmap.queue_of(rec)), run, rec
 
 
 def record(job: int, submit: float, procs: int, run: float, req_time: float = -1, user: int = 1,
