@@ -442,3 +442,12 @@ def test_report_charts_have_ticks_gridlines_labels_off_the_data_and_a_legend(tmp
     assert len(dashes) == 3
     strip = charts[4]  # (the first run's occupancy strip)
     assert any("since the first submission" in (t.text or "") for t in strip.findall(f"{svg}text"))
+
+
+def test_the_shipped_psc_grid_puts_simons_upper_bin_at_lemieuxs_share():
+    """Simon's upper bin was 1,024 of LeMieux's 3,000 processors (at most two such jobs at
+    once): on KTH's 100 it starts at 34, and the size classes split there."""
+    path = os.path.join(ROOT, "examples", "psc-policies.toml")
+    simon = [c for c in sweep.load(path) if c["label"] == "Simon + EASY"][0]["settings"]
+    assert simon["priority.large"] == round(100 * 1024 / 3000) == 34
+    assert simon["priority.max_large_running"] == 2 and simon["size_classes"][-1] == 34
