@@ -31,6 +31,10 @@ from .nodepool import NodePool
 BUILTIN = {
     "xt3": dict(groups=[(2068, 2, ())], torus=(11, 12, 16), per_router=1),  # PSC's BigBen (SeaStar)
     "kraken": dict(groups=[(9408, 12, ())], torus=(25, 16, 24), per_router=1),  # NICS' XT5
+    # NCSA's Blue Waters: 22,640 XE6 nodes (32 cores) and 4,228 XK7 nodes (16 cores, one GPU)
+    # on a 24 x 24 x 24 Gemini torus, two nodes a router ("System Summary", NCSA, the drain
+    # paper's reference [2]); the paper's drain basis counts 26,846 of these 26,868 nodes as
+    # schedulable, without naming the 22 left out (drain --nodes 26846 gives its basis)
     "bluewaters": dict(groups=[(22640, 32, ("xe",)), (4228, 16, ("xk",), 1)], torus=(24, 24, 24), per_router=2),
 }
 MAX_SHAPES = 24  # box shapes tried per request, the most compact first
