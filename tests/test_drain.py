@@ -1,5 +1,6 @@
 """Drain-time accounting: hand-worked logs, the sampler's two views, the three sources."""
 import gzip
+import re
 import json
 import os
 import random
@@ -521,13 +522,19 @@ def test_drain_command(tmp_path, logs):
     assert text.returncode == 0 and "drain time:" in text.stdout and "2014-12-31" in text.stdout
     broken = tmp_path / "broken.gz"
     broken.write_bytes(b"not gzip")
-    assert "nh attributed to jobs, " in text.stdout and "nh of it to ids without a job record" in text.stdout
+    said = re.search(r"drain by job size, sizes from the logs' job lists: ([\d.,]+) nh of drain charged to job ids, "
+                     r"(all|of which) ([\d.,]+) nh to ids no job record names", text.stdout)
+    assert said and said.group(2) == ("all" if said.group(1) == said.group(3) else "of which"), text.stdout
+    truncated = tmp_path / "cut.log.gz"  # (a gzip stream cut short: EOFError, which has no strerror)
+    truncated.write_bytes(gzip.compress(b"x" * 1000)[:20])
     for args, code in (([str(tmp_path / "nope")], 1), ([logs[0], "--groups", "x"], 2), ([str(broken)], 1),
+                       ([str(truncated)], 1), ([logs[0], "--jobs", str(truncated)], 1),
                        ([logs[0], "--jobs", logs[0]], 1), ([logs[0], "--jobs", str(tmp_path / "none")], 1),
                        ([logs[0], "--jobs", str(broken)], 1)):
         bad = subprocess.run([sys.executable, "-m", "hpcsched.cli", "drain", *args], capture_output=True,
                              text=True, env=env)
         assert bad.returncode == code and len(bad.stderr.strip().splitlines()) == 1, bad.stderr
+        assert "Traceback" not in bad.stderr and (code == 2 or str(tmp_path) in bad.stderr or logs[0] in bad.stderr)
         assert "Traceback" not in bad.stderr and (code == 2 or args[-1].split("/")[-1] in bad.stderr), bad.stderr
         assert "Errno" not in bad.stderr, bad.stderr
 
@@ -579,3 +586,21 @@ def test_kth_replay_accounts_every_node_second():
     assert shares == pytest.approx(100.0)  # every node-second is in exactly one of them
     assert 0 < d["drain_pct"] < 50
     assert d["backfill_efficiency"] is not None and 0 < d["backfill_efficiency"] < 1
+
+
+def test_without_job_records_a_jobs_size_is_the_nodes_the_logs_ran_it_on(tmp_path):
+    """`hpcsched drain LOGS` alone: job 7, drained on two nodes and then run on both, has
+    size 2 (not 1) in the by-size table and among the jobs drained most per node."""
+    t = 1_700_000_000
+    lines = []
+    for k in range(10):
+        for node in ("n1", "n2"):
+            lines.append(moablog.line(t + 60 * k, node, "Idle" if k < 5 else "Busy",
+                                      ["7"] if k < 5 else [], [] if k < 5 else ["7"]))
+    (tmp_path / "day.log").write_text("".join(lines))
+    accounts, _ = moablog.read([str(tmp_path / "day.log")])
+    assert accounts.seen_on == {"7": {"n1", "n2"}}
+    rep = accounts.report(groups=(("1", 1), ("2+", 2)))
+    assert rep["sizes_from"] == "the logs' job lists"
+    assert [(g["group"], g["jobs"], g["drained_jobs"]) for g in rep["by_size"]] == [("1", 0, 0), ("2+", 1, 1)]
+    assert rep["sliding"][0]["size"] == 2 and rep["sliding"][0]["drain_per_node_s"] == 300

@@ -79,6 +79,7 @@ class Accounts:
     covered: dict[int, dict] = field(default_factory=dict)
     drain: dict[str, float] = field(default_factory=dict)  # job / reservation id -> node-seconds
     seen_running: dict[str, float] = field(default_factory=dict)  # job id -> node-seconds in joblists
+    seen_on: dict[str, set] = field(default_factory=dict)  # job id -> the nodes whose joblists named it
     nodes: set = field(default_factory=set)
     node_count: int = 0  # the static basis' nodes (0: the nodes seen)
     first: float = math.inf
@@ -182,7 +183,10 @@ class Accounts:
         drained = {k: v for k, v in self.drain.items() if v > 0}
         report["drain_attributed_node_hours"] = sum(drained.values()) / 3600
         report["drain_unattributed_node_hours"] = sum(v for k, v in drained.items() if k not in jobs) / 3600
-        report["by_size"] = self._by_size(jobs, drained, groups)
+        # without job records, a job's size is the nodes whose job lists named it (logs)
+        sized = jobs or {jid: JobRecord(jid, len(on), None, None) for jid, on in self.seen_on.items()}
+        report["sizes_from"] = "job records" if jobs else "the logs' job lists"
+        report["by_size"] = self._by_size(sized, drained, groups)
         report["failure_to_launch"] = self._failures(jobs, drained, top)
         report["sliding"] = self._sliding(jobs, drained, top)
         bf = [j for j in jobs.values() if j.backfill and j.run]
@@ -234,8 +238,8 @@ class Accounts:
             rec = jobs.get(jid)
             if rec is not None:
                 size, queued = rec.size, rec.start is None or rec.start >= self.last
-            elif not jobs:
-                size, queued = 1, jid not in self.seen_running
+            elif not jobs:  # (the nodes the logs saw it run on; 1 for one never seen running)
+                size, queued = len(self.seen_on.get(jid, ())) or 1, jid not in self.seen_running
             else:
                 continue  # a reservation, or a job the records do not have
             rows.append({"job": jid, "size": size, "drain_node_hours": ns / 3600,
@@ -286,8 +290,10 @@ def text(report: dict, title: str = "drain time", daily: bool = True) -> str:
     for d in r["days"] if daily else ():
         out.append(f"{d['day']}  {d['accounted_s']:9.0f}  {d['nodes_short']:5d}  {d['drain_pct']:7.2f}"
                    f"  {d['unallocated_idle_pct']:6.2f}  {d['down_pct']:6.2f}  {d['utilization_pct']:6.2f}")
-    out.append(f"drain by job size ({r['drain_attributed_node_hours']:,.1f} nh attributed to jobs, "
-               f"{r['drain_unattributed_node_hours']:,.1f} nh of it to ids without a job record)")
+    held, unknown = r["drain_attributed_node_hours"], r["drain_unattributed_node_hours"]
+    out.append(f"drain by job size, sizes from {r.get('sizes_from', 'job records')}: {held:,.1f} nh of drain "
+               "charged to job ids" + (f", {'all' if unknown >= held else 'of which'} {unknown:,.1f} nh to ids no "
+                                       "job record names (--jobs gives records)" if unknown else ""))
     out.append("group        jobs  drained   drain nh   mean drain ns/job  mean drain s/node")
     for g in r["by_size"]:
         out.append(f"{g['group']:<10} {g['jobs']:6d}  {g['drained_jobs']:7d}  {g['drain_node_hours']:9.1f}"

@@ -81,7 +81,7 @@ def read(paths, accounts: Accounts | None = None, quality: Quality | None = None
                 quality.files += 1
                 _read_one(f, str(path), accounts, quality)
         except (OSError, EOFError) as e:  # unreadable, or a damaged gzip stream
-            raise OSError(f"{path}: {e.strerror or e}") from None
+            raise OSError(f"{path}: {getattr(e, 'strerror', None) or e}") from None
     return accounts, quality
 
 
@@ -160,7 +160,7 @@ def _read_one(f, path: str, acc: Accounts, q: Quality) -> None:
     get = current.get
     clock = _Clock(acc)
     valid = clock.valid
-    add, seen_running = acc.add, acc.seen_running
+    add, seen_running, seen_on = acc.add, acc.seen_running, acc.seen_on
     stamp = [b"?", b"?"]  # the stamp second (b"YYYY-MM-DDTHH:MM:SS") and zone (b"-0600 ") last checked
     rekeyed: set[int] = set()  # ids of runs `one` moved to a new status since the block began
     mark = _BMARK
@@ -211,7 +211,7 @@ def _read_one(f, path: str, acc: Accounts, q: Quality) -> None:
                 and t < _time(clock, run):
             q.bad(path, lineno, f"time goes back for node {node.decode('utf-8', 'replace')}")
             return 1
-        _close(run, t, node, add, seen_running)
+        _close(run, t, node, add, seen_running, seen_on)
         del current[run[0]]
         run[:] = [key, t, text, c, charge, jobs]
         current[key] = run
@@ -264,7 +264,7 @@ def _read_one(f, path: str, acc: Accounts, q: Quality) -> None:
     q.lines += lineno
     q.samples += lineno - skipped
     for node, run in by_node.items():  # a node's last sample accrues nothing
-        _close(run, _time(clock, run), node, add, seen_running)
+        _close(run, _time(clock, run), node, add, seen_running, seen_on)
 
 
 def _time(clock: _Clock, run: list) -> float:
@@ -276,14 +276,16 @@ def _time(clock: _Clock, run: list) -> float:
         return run[1]
 
 
-def _close(run: list, t: float, node: bytes, add, seen_running) -> None:
+def _close(run: list, t: float, node: bytes, add, seen_running, seen_on) -> None:
     """The run of equal samples ends at `t`: accrue it."""
     dt = t - run[1]
     if dt <= 0:
         return
-    add(run[3], run[1], t, node.decode("utf-8", "replace"), run[4])
+    name = node.decode("utf-8", "replace")
+    add(run[3], run[1], t, name, run[4])
     for jid in run[5]:
         seen_running[jid] = seen_running.get(jid, 0.0) + dt
+        seen_on.setdefault(jid, set()).add(name)
 
 
 def _status(status: bytes):

@@ -109,5 +109,5 @@ def merge(paths, swf=None, skipped: list[str] | None = None) -> dict[str, JobRec
             except FileNotFoundError:
                 raise OSError(f"{q}: no such file") from None
             except (OSError, EOFError) as e:  # (unreadable, or a damaged gzip stream: the file named)
-                raise OSError(f"{q}: {e.strerror or e}") from None
+                raise OSError(f"{q}: {getattr(e, 'strerror', None) or e}") from None
     return jobs
