@@ -55,12 +55,18 @@ def reference(nodes, cf, usage, running, finished, pending):
         base = under(n, running) + under(n, finished)
         return [(fig[n][1] / (base + k), j) for k, (_, j) in enumerate(rows, 1)]
 
-    root = "Root"
-    if not pending.get("Root"):
-        busy = [c for c in nodes["Root"].get("children", []) if npending(c)]
-        if len(busy) == 1:
-            root = busy[0]
-    return fig, [(j, v) for v, j in ranked(root)]
+    top = "Root"  # below the root while every pending job is under one child (sgeee.c)
+    while not pending.get(top):
+        busy = [c for c in nodes[top].get("children", []) if npending(c)]
+        if len(busy) != 1:
+            break
+        top = busy[0]
+    if pending.get(top):  # jobs ranked at the top itself: it values every job
+        rows = ranked(top)
+    else:  # the top keeps the values its children gave
+        rows = sorted((r for c in nodes[top].get("children", []) if npending(c) for r in ranked(c)),
+                      key=lambda r: (-r[0], r[1]))
+    return fig, [(j, v) for v, j in rows]
 
 
 def build(nodes, cf, usage, running, finished, pending, make=lambda jid: (Job(id=jid), 1)):
@@ -100,14 +106,16 @@ def hand_tree():
 def test_hand_worked_targets_and_tickets():
     # A has used 300, B 100: shr A = 50^2/300, B = 50^2/100, so stt A = 0.25, B = 0.75.
     # A runs one job; B finished one.  A's jobs 1, 2 get 0.25/2, 0.25/3; B's 3, 4 get
-    # 0.75/2, 0.75/3: merged 3, 4, 1, 2, which the root (R=1, F=1) gives 1/3, 1/4, 1/5, 1/6.
+    # 0.75/2, 0.75/3: merged 3, 4, 1, 2, and the root keeps those values, as Grid
+    # Engine's sge_sort_pending_job_nodes does (it revalued them 1/3, 1/4, 1/5, 1/6 before:
+    # the same order, but tickets summing to 1 instead of the groups' entitlements).
     nodes = hand_tree()
     args = (nodes, 2.0, {"x": 300.0, "y": 100.0}, {"x": 1}, {"y": 1.0}, {"x": [1, 2], "y": [3, 4]})
     tree = build(*args)
     a, b = tree.root.children[("group", "A")], tree.root.children[("group", "B")]
     assert (a.oltt, a.stt, b.stt) == (0.5, 0.25, 0.75)
     ranked = [(jid, -v) for v, jid, _ in tree.ranked()]
-    assert ranked == [(3, 1 / 3), (4, 1 / 4), (1, 1 / 5), (2, 1 / 6)]
+    assert ranked == [(3, 0.75 / 2), (4, 0.75 / 3), (1, 0.25 / 2), (2, 0.25 / 3)]
     assert reference(*args)[1] == ranked
 
 
@@ -672,3 +680,21 @@ def test_setting_a_users_usage_lands_on_their_node_and_keeps_the_finished_count(
     before = s.usage.value(s.usage.records[("s0", "small", "")], 60.0)[1]
     s.set_usage("user", "s0", 60.0, 10.0)
     assert s.usage.value(s.usage.records[("s0", "small", "")], 60.0) == (10.0, before) and before > 0
+
+
+def test_tickets_are_the_groups_entitlements_as_sge_sort_pending_job_nodes_gives_them():
+    """Grid Engine hands a group's k-th pending job stt / (R + F + k) of the share-tree
+    tickets and does not revalue them at the root: big (stt 0.9) gets 9,000 and 4,500 of
+    10,000, small (0.1) 1,000.  (Revalued at the root they were 10,000, 5,000 and 3,333:
+    the same order alone, but once -p differs the sums are not Grid Engine's.)"""
+    s = site()
+    for owner, group in (("b0", "big"), ("b0", "big"), ("s0", "small")):
+        s.submit(job(1, 1000, owner=owner, group=group), 0)
+    tickets = {jid: f["tickets"] for jid, f in s.policy.explain(s.context(10)).items()}
+    assert tickets == pytest.approx({1: 9000.0, 2: 4500.0, 3: 1000.0})
+    # -p 7 adds 7/2047 = 0.00342 of priority: less than job 2's tickets give it over job 3's
+    # (0.01 x (4,500 - 1,000) / 8,000 = 0.00438), more than root-revalued ones did (0.0025)
+    s.alter(3, 10, priority=7)
+    assert [j.id for j in s.policy.ordered(s.context(10))] == [1, 2, 3]
+    s.alter(3, 10, priority=9)  # 0.00440: now it passes job 2
+    assert [j.id for j in s.policy.ordered(s.context(10))] == [1, 3, 2]

@@ -27,7 +27,9 @@ Pending jobs are ranked bottom-up as Grid Engine's sge_sort_pending_job_nodes ra
 a leaf's jobs in job-id order; at every node the jobs of its children are merged by the
 value their child gave them (ties: lower job id), and the k-th gets stt / (R + F + k),
 R being the jobs running under the node and F its decayed count of finished jobs.  The
-root's value times the tickets to hand out is a job's tickets.  The merge is lazy (each
+top (the root, or below it while all pending jobs are under one child) keeps the values
+its children gave, unless jobs are ranked at the top itself; a job's value times the
+tickets to hand out is its tickets (so a group's first job gets its stt of them).  The merge is lazy (each
 node a generator over its children's), so a pass that walks a few jobs of a million
 pending pays for those few and for the tree, not for the million; tests/test_sharetree.py
 checks it against a plain reference that ranks every job.  A walk that only backfills
@@ -448,7 +450,11 @@ class ShareTree:
         root.usage, root.finished = root.held * self._decay, root.held_finished * self._decay
         for key, rec in self._accruing:
             root.usage += self._ledger[0].accrued(rec, self._t)
-        return self._ranked(self._top())
+        top = self._top()
+        if top.jobs:  # (jobs ranked at the top: it values every job, as any node does)
+            return self._ranked(top)
+        streams = [self._ranked(c) for c in top.busy]  # the top keeps its children's values
+        return iter(streams[0]) if len(streams) == 1 else heapq.merge(*streams)
 
     def order(self) -> Iterable[Job]:
         """Every pending job in `ranked`'s order, read lazily (call `compute` first): an
@@ -462,13 +468,11 @@ class ShareTree:
 
     def _top(self) -> Node:
         """The node the order starts from: Grid Engine starts below a root whose pending
-        jobs are all under one child."""
-        root = self.root
-        if not root.jobs:
-            under = list(root.busy)
-            if len(under) == 1:
-                root = under[0]
-        return root
+        jobs are all under one child, and below that child while the same holds."""
+        top = self.root
+        while not top.jobs and len(top.busy) == 1:
+            top = next(iter(top.busy))
+        return top
 
     def _ranked(self, node: Node) -> Iterator[tuple[float, int, Job]]:
         streams = [self._ranked(c) for c in node.busy]
