@@ -1,10 +1,14 @@
 """CC-IN2P3's change of fair-share window on a real trace: 24 hours against 90 days.
 
     python3 examples/ccin2p3_window.py [trace.swf.gz] [--windows 1:00:00:00,90:00:00:00]
+                                       [--key usage.window|usage.half_life] [--load F] [--pledges]
 
 The trace (KTH-SP2 by default: its user and group fields are real) is replayed under
 examples/ccin2p3.toml (Grid Engine's share tree, equal shares per group, run time x slots,
-a 90-day half-life, compensation factor 2, EASY backfill) once per history window.
+a 90-day half-life, compensation factor 2, EASY backfill) once per history window (with
+--key usage.half_life, once per half-life instead: CC-IN2P3's 2,160-hour half-life is 90
+days too; --load F replays the trace at F times its load; --pledges gives each group
+shares in proportion to the unit-hours it asks for over the trace, as pledges would).
 Groups are split by what they asked for: the *large* groups are the fewest whose
 unit-hours make half of the trace's, the *small* ones the rest.  Printed per window:
 
@@ -68,6 +72,29 @@ def shares(jobs) -> dict[int, list[float]]:
     return out
 
 
+def pledged(trace: str, config: str) -> str:
+    """The config with a share-tree node per group of the trace, its shares its unit-hours
+    asked for (run time x processors): a temporary file, removed at exit."""
+    import atexit
+    import tempfile
+
+    from hpcsched.sim import swf
+    demand: dict[int, float] = {}
+    for r in swf.read(trace):
+        demand[r.group] = demand.get(r.group, 0.0) + max(r.run, 0) * max(r.procs, 1)
+    text = open(config).read()
+    head = text[:text.index("[sharetree.nodes.Root]")]
+    nodes = [f"[sharetree.nodes.Root]\nchildren = {[f'g{g}' for g in sorted(demand)]!r}\n".replace("'", '"')]
+    for g in sorted(demand):  # (each group its own `default` user node: a node has one parent)
+        nodes.append(f'[sharetree.nodes.g{g}]\nshares = {max(1, round(demand[g] / 3600))}\nchildren = ["u{g}"]\n'
+                     f'[sharetree.nodes.u{g}]\nname = "default"\nshares = 10\n')
+    fd, path = tempfile.mkstemp(suffix=".toml", dir=os.path.dirname(config))  # (its trace path relative to it)
+    with os.fdopen(fd, "w") as f:
+        f.write(head + "\n".join(nodes))
+    atexit.register(os.remove, path)
+    return path
+
+
 def mean(xs) -> float:
     xs = list(xs)
     return sum(xs) / len(xs) if xs else float("nan")
@@ -77,16 +104,23 @@ def main(argv: list[str]) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("trace", nargs="?", default=TRACE)
     ap.add_argument("--windows", default="1:00:00:00,90:00:00:00")
+    ap.add_argument("--key", choices=["usage.window", "usage.half_life"], default="usage.window")
+    ap.add_argument("--load", type=float, default=1.0)
+    ap.add_argument("--pledges", action="store_true")
     args = ap.parse_args(argv)
     if not os.path.exists(args.trace):
         print(f"ccin2p3_window: {args.trace}: no such file", file=sys.stderr)
         return 2
-    print(f"{os.path.basename(args.trace)} under examples/ccin2p3.toml")
-    print(f"{'window':>12} {'small wait h':>13} {'large wait h':>13} {'small got/target':>17} "
-          f"{'large got/target':>17}")
+    print(f"{os.path.basename(args.trace)} under examples/ccin2p3.toml" +
+          (f", at {args.load:g} times its load" if args.load != 1 else ""))
+    print(f"{args.key.split('.')[1]:>12} {'small wait h':>13} {'large wait h':>13} {'small got/target':>17} "
+          f"{'large got/target':>17}  utilization")
+    config = os.path.join(HERE, "ccin2p3.toml")
+    if args.pledges:
+        config = pledged(args.trace, config)
     for window in args.windows.split(","):
-        result = replay({"trace": args.trace, "config": os.path.join(HERE, "ccin2p3.toml"), "drain": False,
-                         "usage.window": window})
+        result = replay({"trace": args.trace, "config": config, "drain": False, args.key: window,
+                         "load": args.load})
         jobs = result.jobs
         large, small = split(jobs)
         per_group = shares(jobs)
@@ -95,7 +129,7 @@ def main(argv: list[str]) -> int:
         got = {kind: mean(r for g in groups for r in per_group.get(g, ()))
                for kind, groups in (("small", small), ("large", large))}
         print(f"{window:>12} {wait['small']:>13.2f} {wait['large']:>13.2f} {got['small']:>17.3f} "
-              f"{got['large']:>17.3f}", flush=True)
+              f"{got['large']:>17.3f}  {result.metrics.utilization:11.3f}", flush=True)
     print(f"(large: the {len(large)} groups asking for half the unit-hours; small: the other {len(small)})")
     return 0
 
