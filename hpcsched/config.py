@@ -103,6 +103,12 @@ def make_policy(name: str, options: dict | None = None, **given) -> Policy:
         if key in ("project_weights", "initial_scores"):
             if not isinstance(value, dict) or not all(isinstance(v, (int, float)) for v in value.values()):
                 raise ConfigError(f"priority.{key}: must be a table of numbers")
+        if key in ("urgency", "queue_urgency"):
+            if not isinstance(value, dict) or not all(isinstance(v, (int, float)) and not isinstance(v, bool)
+                                                      and 0 <= v < float("inf") for v in value.values()):
+                raise ConfigError(f"priority.{key}: must be a table of non-negative numbers, "
+                                  + ('e.g. { slots = 1000, mem = 10, matlab = 500 }' if key == "urgency"
+                                     else 'e.g. { mc_long = 1000 }'))
     if name == "cobalt" and options.get("interval", 15.0) <= 0:
         raise ConfigError("priority.interval: must be positive")
     fields = getattr(cls, "__dataclass_fields__", {})
@@ -399,6 +405,12 @@ def build(config: dict, extra_keys=(), now: float = 0.0) -> Scheduler:
         raise ConfigError(f"sharetree: policy {policy.name} does not use a share tree (use gridengine or multifactor)")
     usage = usage_from_config(config.get("usage", {}))
     quotas = Quotas.from_config(config.get("consumables", {}), config.get("quotas", []))
+    for name in getattr(policy, "urgency", {}):  # (a resource a job can ask for)
+        if name not in ("slots", "mem", "gpus", "disk") and name not in config.get("consumables", {}):
+            raise ConfigError(f"priority.urgency.{name}: not slots, mem, gpus, disk or a declared consumable")
+    for name in getattr(policy, "queue_urgency", {}):
+        if name not in queues:
+            raise ConfigError(f"priority.queue_urgency.{name}: no such queue")
     depth, backfill = parse_backfill(config.get("backfill", "easy"))
     settings = Settings(depth=depth, backfill=backfill, **ranking,
                         interval=_number(config, "interval", 15.0, positive=True),

@@ -605,3 +605,19 @@ def test_a_filter_with_a_stray_brace_is_refused_and_a_zero_limit_keeps_jobs_wait
                                   'name = "r"\nusers = "{*}"\nlimit = { jobs = 0 }\n'))
     job = s.submit(Job(owner="a", request=Request(nodes=1), walltime=60.0), now=0)
     assert s.iterate(0).started == [] and job.state.name == "QUEUED"
+
+
+def test_the_shipped_ccin2p3_configs_weigh_the_multi_core_queues_in_urgency():
+    """The paper: a greater weight is given to the multi-core queues (more expensive
+    resources) than to the sequential ones; neither config weighs each slot."""
+    import os
+    s = ccin2p3()
+    assert s.policy.name == "gridengine" and s.policy.slots_urgency == 0
+    assert set(s.policy.queue_urgency) == {"mc_long", "mc_longlasting", "mc_huge"}
+    j = s.submit(job(request=Request(nodes=0, ppn=0, cores=8, mem=8 * 3000), wall=3600, cput=3600), 0)
+    one = s.submit(job(request=Request(nodes=0, ppn=0, cores=1, mem=2000), wall=3600, cput=3600), 0)
+    assert s.policy.resource_urgency(j) == 1000 and s.policy.resource_urgency(one) == 0
+    path = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "examples", "ccin2p3.toml")
+    site = config.build(config.loads(open(path).read() + '\n[[nodes]]\nnames = "n[1-4]"\ncores = 8\n'))
+    assert site.policy.queue_urgency == {"multicore": 1000} and site.policy.slots_urgency == 0
+    assert site.submit(job(request=Request(nodes=4)), 0).queue == "multicore"

@@ -530,6 +530,7 @@ def test_a_replay_reading_the_sieved_order_decides_as_one_reading_the_plain_orde
                            user=rng.randint(1, 12), group=rng.randint(1, 4)))
     with open(Path(__file__).parent.parent / "examples" / "ccin2p3.toml", "rb") as f:
         cfg = tomllib.load(f)
+    del cfg["priority"]["queue_urgency"]  # (one urgency for all: the tree's own order, read lazily)
 
     def starts():
         r = simulate(work, config=cfg, nodes=32)
@@ -698,3 +699,37 @@ def test_tickets_are_the_groups_entitlements_as_sge_sort_pending_job_nodes_gives
     assert [j.id for j in s.policy.ordered(s.context(10))] == [1, 2, 3]
     s.alter(3, 10, priority=9)  # 0.00440: now it passes job 2
     assert [j.id for j in s.policy.ordered(s.context(10))] == [1, 3, 2]
+
+
+def test_urgency_sums_each_requested_resource_and_the_queues_own():
+    """Grid Engine's resource urgency: every requested resource's urgency times the
+    amount (slots, memory in GB, GPUs, scratch in GB, a consumable), plus a queue's own
+    for the jobs routed to it; CC-IN2P3's multi-core queues weigh this way."""
+    from hpcsched.core.jobs import Request
+    pol = config.make_policy("gridengine", {"slots_urgency": 0, "urgency": {"mem": 10, "matlab": 500, "gpus": 7,
+                                                                          "disk": 1},
+                                            "queue_urgency": {"mc": 1000}})
+    j = Job(request=Request(nodes=2, ppn=1, mem=4096, gpus=1), disk=2048, consumes={"matlab": 1}, queue="batch")
+    assert pol.resource_urgency(j) == 10 * 8 + 500 + 7 * 2 + 2
+    assert pol.resource_urgency(Job(request=Request(nodes=1), queue="mc")) == 1000
+    installed = config.make_policy("gridengine", {})
+    assert installed.resource_urgency(Job(request=Request(nodes=3))) == 3000  # (slots_urgency 1000 a slot)
+
+    def with_priority(line: str, more: str = "") -> str:
+        return SITE.replace('policy = "gridengine"', 'policy = "gridengine"\n' + line) + more
+    for line, message in (("urgency = { licence = 5 }", "priority.urgency.licence: not slots, mem"),
+                          ("queue_urgency = { nosuch = 5 }", "priority.queue_urgency.nosuch: no such queue"),
+                          ("urgency = { mem = -1 }", "priority.urgency: must be a table of non-negative")):
+        with pytest.raises(ConfigError, match=message):
+            config.build(config.loads(with_priority(line)))
+    # in the order: the multi-core queue's job passes the sequential ones, whatever its tickets
+    text = with_priority("slots_urgency = 0\nqueue_urgency = { mc = 1000 }",
+                         '\n[queues.default]\nroute_to = ["batch", "mc"]\n[queues.mc]\nmin_cores = 2\n')
+    text = text.replace('default_queue = "batch"', 'default_queue = "default"').replace(
+        "[queues.batch]", "[queues.batch]\nmax_cores = 1")
+    s = config.build(config.loads(text))
+    for k in range(3):
+        s.submit(job(1, 1000, owner="b0", group="big"), 0)
+    wide = s.submit(job(2, 1000, owner="s0", group="small"), 0)
+    order = [j.id for j in s.policy.ordered(s.context(10))]
+    assert wide.queue == "mc" and order[0] == wide.id

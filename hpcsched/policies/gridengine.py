@@ -7,9 +7,15 @@ norm(x) = (x - min) / (max - min) over the runnable jobs (0.5 when they are all 
 urgency and tickets; the POSIX priority over its fixed range, -1023 to 1024, as Grid Engine
 normalises it (so -p 1 adds 1/2047 of weight_priority, not all of it).  Urgency is Grid Engine's three contributions (sge_urgency):
 
-    slots_urgency * slots requested                   resource
-    + weight_waiting_time * seconds since submission  waiting time
-    + weight_deadline / max(seconds to deadline, 1)   deadline (jobs with -W deadline only)
+    sum over requested resources r of urgency[r] * amount  resource
+    + weight_waiting_time * seconds since submission        waiting time
+    + weight_deadline / max(seconds to deadline, 1)         deadline (jobs with -W deadline only)
+
+The resources are Grid Engine's complexes with an urgency value: `slots` (processors;
+slots_urgency, 1,000 as installed, unless `urgency` names it), `mem` (GB, over every chunk),
+`gpus`, `disk` (GB of scratch) and any consumable the site declares; `queue_urgency` adds a
+queue's own value to each job routed to it, as a complex attached to that queue would
+(CC-IN2P3's greater weight on its multi-core queues).
 
 so a deadline job's urgency climbs as its deadline initiation time nears, and stays at
 weight_deadline once it has passed.  Tickets come from the share tree (sharetree.py),
@@ -24,7 +30,7 @@ lazily; otherwise every job's priority is worked out and sorted.
 from __future__ import annotations
 
 from collections import Counter
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from operator import attrgetter
 from typing import Iterable, Iterator
 
@@ -48,6 +54,8 @@ class GridEngine(Policy):
     weight_waiting_time: float = 0.0
     weight_deadline: float = 3600000.0
     slots_urgency: float = 1000.0
+    urgency: dict = field(default_factory=dict)  # resource -> urgency per unit requested
+    queue_urgency: dict = field(default_factory=dict)  # queue -> urgency of each job routed there
     share_tickets: float = 10000.0
     tree: ShareTree | None = None  # (from the site's [sharetree]; None: no tickets)
 
@@ -57,8 +65,10 @@ class GridEngine(Policy):
     weighs_job_priority = True  # -p is the POSIX priority factor
 
     def __post_init__(self):
-        self._classes: Counter = Counter()  # (posix priority, slots if they weigh) of the runnable jobs
-        self._slots_weigh = bool(self.weight_urgency and self.slots_urgency)
+        self._classes: Counter = Counter()  # (posix priority, resource urgency if it weighs) of the runnable jobs
+        self._per_unit = {"slots": self.slots_urgency, **self.urgency}  # (urgency per unit of each resource)
+        self._resources_weigh = bool(self.weight_urgency and (any(self._per_unit.values())
+                                                              or any(self.queue_urgency.values())))
         self._deadlines = 0  # runnable jobs with a deadline
         self._explained: tuple | None = None
         if self.tree is None:
@@ -77,8 +87,20 @@ class GridEngine(Policy):
         if not self._classes[c]:
             del self._classes[c]
 
-    def _class(self, job: Job) -> tuple[int, int]:
-        return job.priority, job.request.processors if self._slots_weigh else 0
+    def _class(self, job: Job) -> tuple[int, float]:
+        return job.priority, self.resource_urgency(job) if self._resources_weigh else 0.0
+
+    def resource_urgency(self, job: Job) -> float:
+        """The job's resource urgency: each requested resource's urgency times the amount,
+        and its queue's own."""
+        per, req = self._per_unit, job.request
+        amounts = {"slots": req.processors, "mem": req.mem * (req.nodes if not req.cores else 1) / 1024.0,
+                   "gpus": req.gpus * (req.nodes if not req.cores else 1), "disk": job.disk / 1024.0}
+        total = self.queue_urgency.get(job.queue, 0.0)
+        for name, weight in per.items():
+            if weight:
+                total += weight * (amounts[name] if name in amounts else job.consumes.get(name, 0))
+        return total
 
     def _compute(self, ctx: Context) -> None:
         self.tree.compute(ctx.usage, ctx.now)
@@ -112,7 +134,7 @@ class GridEngine(Policy):
         if not rows:
             return []
         tix = [t for t, _ in rows]
-        urg = [self.slots_urgency * j.request.processors + self.weight_waiting_time * (ctx.now - j.submit_time)
+        urg = [self.resource_urgency(j) + self.weight_waiting_time * (ctx.now - j.submit_time)
                + self._deadline(j, ctx.now) for _, j in rows]
         pri = [j.priority for _, j in rows]
         tlo, thi, ulo, uhi = min(tix), max(tix), min(urg), max(urg)
