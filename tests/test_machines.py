@@ -49,7 +49,7 @@ def spec_of(bg, block):
 def test_block_conflicts_match_the_brute_force_model(dims):
     bg = BlueGene(dims, sizes=tuple(512 * k for k in range(1, 17)), small=(), passthrough=True)
     whole = [b for b in bg.blocks if b.size >= 512]
-    assert any(b.passthrough for b in whole) == (4 in dims)
+    assert any(b.passthrough for b in whole) == (4 in dims or 3 in dims)
     specs = {b.name: model(dims, *spec_of(bg, b)) for b in whole}
     for a in whole:
         ma, ca = specs[a.name]
@@ -57,6 +57,23 @@ def test_block_conflicts_match_the_brute_force_model(dims):
         for b in whole:
             mb, cb = specs[b.name]
             assert bool(a.units & b.units) == bool(ma & mb or ca & cb), (a.name, b.name)
+
+
+def test_mira_with_passthrough_builds_the_papers_2k_skip_2k_2k_4k_block():
+    """ALCF's paper: "4K partitions can be built as 2K nodes, skip 2K nodes, and then the
+    other 2K nodes": along Mira's B ring of 3, two 2K slabs with the middle one passed
+    through (its cables taken, its nodes not)."""
+    bg = BlueGene((2, 3, 4, 4), prefix="MIR", small=(), passthrough=True)
+    along_b = [b for b in bg.blocks if b.size == 4096 and "-SB1" in b.name]
+    assert along_b and all(b.size == 4096 for b in along_b)
+    one = bg.block("MIR-0000-1322-4096-SB1")  # B = 0 and 2 (2K each: C 0-1 x D 0-1 x A 0), through B = 1
+    b_of = lambda i: bg.coords(i)[1]
+    assert {b_of(i) for i in one.midplanes} == {0, 2} and {b_of(i) for i in one.passthrough} == {1}
+    middle = bg.block("MIR-0100-1122-2048")  # the 2K slab it passes through: nodes and C, D cables its own
+    assert not one.units & middle.units
+    across = bg.block("MIR-0100-1221-2048")  # B = 1 to 2 as a mesh: the B cable 1 -> 2 the torus takes
+    assert one.units & across.units
+    assert not BlueGene((2, 3, 4, 4), prefix="MIR", small=()).blocks[-1].passthrough  # (off by default)
 
 
 def test_a_passthrough_block_takes_cables_not_nodes():
@@ -591,3 +608,17 @@ def test_one_board_down_leaves_the_blocks_without_it_idle():
     job = s.submit(Job(owner="a", request=Request(nodes=512), walltime=100), now=0)
     s.iterate(0)
     assert job.nodes and states[job.nodes[0]] == "idle"
+
+
+def test_alcfs_torus_queues_are_queues_bound_to_the_torus_blocks():
+    """prod-1024-torus: the 1K blocks spanning Mira's A ring (a torus in A); a queue bound
+    to them starts its jobs there only, and a job no such block fits waits."""
+    from hpcsched import Job, Request
+    from hpcsched.config import build
+    names = [f"MIR-0{b}{c}{d}-2111-1024" for b in range(3) for c in range(4) for d in range(4)]
+    s = build({"machine": {"kind": "bluegene", "name": "mira", "passthrough": True}, "default_queue": "default",
+               "queues": {"default": {}, "prod-1024-torus": {"nodes": names}}})
+    assert len(names) == 48 and all(s.topology.block(n).size == 1024 for n in names)
+    job = s.submit(Job(request=Request(nodes=1024), walltime=3600, queue="prod-1024-torus"), 0)
+    plan = s.iterate(0)
+    assert [st.job_id for st in plan.started] == [job.id] and s.job(job.id).nodes[0] in names

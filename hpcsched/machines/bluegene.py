@@ -193,8 +193,9 @@ class BlueGene(Topology):
     def _generate(self, sizes, small, passthrough: bool) -> list[Block]:
         """Every aligned box whose size is offered (a part of a ring: spans of 1, 2, 4, ...
         at multiples of the span, or at any start when the ring is not a multiple of it;
-        the whole ring), with `passthrough` also the whole rings using every other midplane,
-        and the sub-midplane blocks of each midplane."""
+        the whole ring), with `passthrough` also the whole rings using every other midplane
+        (on an odd ring, from each corner: on a ring of 3, the first and the last), and the
+        sub-midplane blocks of each midplane."""
         for s in sizes:
             if not isinstance(s, int) or isinstance(s, bool) or s < MIDPLANE or s % MIDPLANE:
                 raise ConfigError(f"machine.sizes: {s!r} is not a multiple of {MIDPLANE} nodes")
@@ -212,6 +213,9 @@ class BlueGene(Topology):
             opts.append((0, ring, ()))
             if passthrough and ring >= 4 and ring % 2 == 0:  # every other midplane, a torus through the rest
                 opts += [(0, ring, tuple(range(1, ring, 2))), (1, ring, tuple(range(1, ring, 2)))]
+            elif passthrough and ring >= 3:  # an odd ring: from each corner every other but the last,
+                # a torus through the rest (Mira's B ring of 3: "2K, skip 2K, 2K" is a 4K block)
+                opts += [(c, ring, tuple(range(1, ring - 1, 2))) for c in range(ring)]
             choices.append(opts)
         wanted = set(sizes)
         out = []
