@@ -89,11 +89,11 @@ class Policy:
 
     def hold_back(self, job: Job, ctx: Context, running: dict) -> str | None:
         """A policy limit that keeps `job` from starting now (None: no objection).
-        `running` is the pass's live tally, which the policy may keep its own counts in."""
+        `running` is the policy's own counts for this pass (Tally.policy), kept as it likes."""
         return None
 
     def started(self, job: Job, ctx: Context, running: dict) -> None:
-        """`job` starts in this pass: update the tally `hold_back` reads."""
+        """`job` starts in this pass: update the counts `hold_back` reads."""
 
     def describe(self, job: Job, ctx: Context) -> dict[str, float]:
         """Priority factors of `job` (mdiag -p): name -> raw value."""

@@ -163,7 +163,7 @@ class Scheduler:
         self._commented: set[int] = set()  # jobs whose comment says a quota holds them back
         # the running jobs' counts the queue and quota limits read, kept as jobs start and end
         # from the first pass a limit gates (None until then: nothing reads them)
-        self._tally: dict | None = None
+        self._tally: Tally | None = None
 
     # --- reading ---------------------------------------------------------------------
     def job(self, job_id: int) -> Job:
@@ -303,26 +303,18 @@ class Scheduler:
         key = (job.queue, job.owner)
         self._in_queue_user[key] = self._in_queue_user.get(key, 0) + delta
 
-    def _count_running(self, tally: dict, job: Job, sign: int, allocation: Allocation | None = None) -> None:
+    def _count_running(self, tally: "Tally", job: Job, sign: int, allocation: Allocation | None = None) -> None:
         """Add (1) or take away (-1) a running job in the counts queue and quota limits read
         (`allocation`: where it starts, before the job holds it)."""
-        q, qu = job.queue, (job.queue, job.owner)
-        tally["q"][q] = tally["q"].get(q, 0) + sign
-        tally["qu"][qu] = tally["qu"].get(qu, 0) + sign
-        size = self.size(job)
-        tally["qn"][q] = tally["qn"].get(q, 0) + sign * size
-        tally["qun"][qu] = tally["qun"].get(qu, 0) + sign * size
-        tally["qs"][q] = tally["qs"].get(q, 0) + sign * job.request.processors
-        if job.array_id:
-            tally["arr"][job.array_id] = tally["arr"].get(job.array_id, 0) + sign
+        tally.count(job, sign, self.size(job))
         if self.quotas:
-            self.quotas.count(job, tally["rqs"], sign, allocation)
+            self.quotas.count(job, tally.quotas, sign, allocation)
 
-    def _tallies(self) -> dict:
+    def _tallies(self) -> "Tally":
         """The running jobs' counts (`_count_running`), made from the running jobs when first
         asked for and kept from then on."""
         if self._tally is None:
-            self._tally = {"q": {}, "qu": {}, "qn": {}, "qun": {}, "qs": {}, "arr": {}, "rqs": {}}
+            self._tally = Tally()
             for job in self._active.values():
                 self._count_running(self._tally, job, 1)
         return self._tally
@@ -1485,6 +1477,44 @@ class Scheduler:
 
 
 
+class Tally:
+    """The running jobs' counts the limits read: per queue its jobs, nodes and processors,
+    per (queue, owner) jobs and nodes, per array its subjobs, the quota sets' usage, and
+    the policy's own counts (`policy`, Simon's large jobs).  Invariant: each sums the jobs
+    counted in (`count(job, 1)`) less those counted out, job by job."""
+
+    __slots__ = ("jobs", "user_jobs", "nodes", "user_nodes", "processors", "array", "quotas", "policy")
+
+    def __init__(self):
+        self.jobs: dict[str, int] = {}  # queue -> running jobs
+        self.user_jobs: dict[tuple[str, str], int] = {}  # (queue, owner) -> running jobs
+        self.nodes: dict[str, int] = {}  # queue -> nodes (allocation units) they hold
+        self.user_nodes: dict[tuple[str, str], int] = {}  # (queue, owner) -> nodes
+        self.processors: dict[str, int] = {}  # queue -> processors they asked for
+        self.array: dict[int, int] = {}  # array id -> running subjobs
+        self.quotas: dict = {}  # the quota sets' usage (quotas.py keeps it)
+        self.policy: dict = {}  # the policy's own counts, for one pass (Policy.hold_back)
+
+    def copy(self) -> "Tally":
+        """A pass's own copy (the policy's counts start afresh)."""
+        out = Tally()
+        out.jobs, out.user_jobs, out.nodes = dict(self.jobs), dict(self.user_jobs), dict(self.nodes)
+        out.user_nodes, out.processors, out.array = dict(self.user_nodes), dict(self.processors), dict(self.array)
+        out.quotas = {key: dict(v) for key, v in self.quotas.items()}
+        return out
+
+    def count(self, job: Job, sign: int, size: int) -> None:
+        """Add (1) or take away (-1) a running job holding `size` units (quotas apart)."""
+        q, qu = job.queue, (job.queue, job.owner)
+        self.jobs[q] = self.jobs.get(q, 0) + sign
+        self.user_jobs[qu] = self.user_jobs.get(qu, 0) + sign
+        self.nodes[q] = self.nodes.get(q, 0) + sign * size
+        self.user_nodes[qu] = self.user_nodes.get(qu, 0) + sign * size
+        self.processors[q] = self.processors.get(q, 0) + sign * job.request.processors
+        if job.array_id:
+            self.array[job.array_id] = self.array.get(job.array_id, 0) + sign
+
+
 class _Gate:
     """One pass's limits that hold a runnable job back: its queue's running limits, its
     array's slot limit and the policy's own.  It counts the jobs running, including those
@@ -1495,8 +1525,7 @@ class _Gate:
         self.running = list(sched._active.values())  # grows as the walk starts jobs
         self.ctx = sched.context(now, self.running)
         # the running jobs' counts, kept by the scheduler as jobs start and end: a copy
-        self.tally: dict = {k: ({key: dict(v) for key, v in t.items()} if k == "rqs" else dict(t))
-                            for k, t in sched._tallies().items()}
+        self.tally = sched._tallies().copy()
         self.narrows = bool(sched.quotas.host_sets)  # the quotas narrow where a job may go
         self._narrowed: dict[tuple, Request | str] = {}
         self._closes: dict[tuple, frozenset[str]] = {}
@@ -1505,12 +1534,13 @@ class _Gate:
         sched, tally = self.sched, self.tally
         q = sched.router.queues.get(job.queue)
         if q is not None:
-            why = q.hold_back(job, sched.size(job), sched.topology.node_count, tally["q"].get(q.name, 0),
-                              tally["qu"].get((q.name, job.owner), 0), tally["qn"].get(q.name, 0),
-                              tally["qs"].get(q.name, 0), tally["qun"].get((q.name, job.owner), 0))
+            mine = (q.name, job.owner)
+            why = q.hold_back(job, sched.size(job), sched.topology.node_count, tally.jobs.get(q.name, 0),
+                              tally.user_jobs.get(mine, 0), tally.nodes.get(q.name, 0),
+                              tally.processors.get(q.name, 0), tally.user_nodes.get(mine, 0))
             if why:
                 return why
-        if job.array_limit and tally["arr"].get(job.array_id, 0) >= job.array_limit:
+        if job.array_limit and tally.array.get(job.array_id, 0) >= job.array_limit:
             return f"array {job.array_id} already runs its limit of {job.array_limit} subjobs"
         if job.reservation:  # (bound to it alone: one gone, or not the job's to use, binds it nowhere)
             res = sched.reservations.get(job.reservation)
@@ -1523,10 +1553,10 @@ class _Gate:
             if why:
                 return why
         if sched.quotas:
-            why = sched.quotas.hold_back(job, tally["rqs"])
+            why = sched.quotas.hold_back(job, tally.quotas)
             if why:
                 return why
-        return sched.policy.hold_back(job, self.ctx, tally)
+        return sched.policy.hold_back(job, self.ctx, tally.policy)
 
     def narrow(self, job: Job, request: Request) -> Request | str:
         """`request` within the nodes the quotas' host sets let `job` use now, or the
@@ -1535,7 +1565,7 @@ class _Gate:
         key = (job.owner, job.group, job.account, job.queue, request, tuple(job.consumes.items()))
         out = self._narrowed.get(key)
         if out is None:
-            found = self.sched.quotas.narrow(job, self.tally["rqs"])
+            found = self.sched.quotas.narrow(job, self.tally.quotas)
             if found is None:
                 out = request
             else:
@@ -1556,7 +1586,7 @@ class _Gate:
         key = (job.owner, job.group, job.account, job.queue)
         out = self._closes.get(key)
         if out is None:
-            out = self._closes[key] = self.sched.quotas.closes(job, self.tally["rqs"])
+            out = self._closes[key] = self.sched.quotas.closes(job, self.tally.quotas)
         return out
 
     def started(self, job: Job, allocation: Allocation) -> None:
@@ -1564,4 +1594,4 @@ class _Gate:
         self._narrowed.clear()
         self._closes.clear()
         self.sched._count_running(self.tally, job, 1, allocation)
-        self.sched.policy.started(job, self.ctx, self.tally)
+        self.sched.policy.started(job, self.ctx, self.tally.policy)
