@@ -677,3 +677,13 @@ def test_an_array_record_of_an_earlier_hpcsched_keeps_its_subjob_ids():
                         "numbered": True})
     assert [j.id for j in new] == [subjob_id(8, 0), subjob_id(8, 1)] and {number(j.id) for j in new} == {8}
     assert sched.next_id == 9
+
+
+def test_every_journal_operation_has_one_named_handler():
+    """Each record kind the schema knows (but the configuration, which loading reads) is
+    carried out by one function of OPERATIONS; an unknown one is one line naming it."""
+    from hpcsched import build, default_config
+    from hpcsched.store import journaled, schema
+    assert set(journaled.OPERATIONS) == set(schema.OPS) - {"config"}
+    with pytest.raises(StoreError, match="journal record 7: unknown operation 'frob'"):
+        journaled.apply(build(default_config()), {"op": "frob", "now": 0.0, "seq": 7})

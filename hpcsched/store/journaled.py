@@ -46,90 +46,124 @@ def _alter_changes(changes: dict) -> dict:
     return out
 
 
+# --- each journal operation, carried out on the core ------------------------------------
+# One function a record kind: (scheduler, record, its time) -> what the core returned.
+
+def _submit(sched: Scheduler, rec: dict, now: float):
+    return sched.submit(Job.from_dict(rec["job"]), now)
+
+
+def _submit_array(sched: Scheduler, rec: dict, now: float):
+    """One record for a whole array: saved whole or not at all."""
+    first, limit = rec["first"], rec.get("limit", 0)
+    indices = [i for lo, hi in rec["indices"] for i in range(lo, hi + 1)]
+    subs = []
+    for k, index in enumerate(indices):
+        sub = Job.from_dict(rec["job"])
+        # `first` is the array's number, its subjobs' ids above every number (`numbered`);
+        # a record of an hpcsched before that numbered the subjobs first, first + 1, ...
+        sub.id = subjob_id(first, index) if rec.get("numbered") else first + k
+        sub.array_id, sub.array_index, sub.array_limit = first, index, limit
+        sub.extra = dict(sub.extra)  # each its own: a `process` record changes one subjob's
+        subs.append(sched.submit(sub, now))
+    return subs
+
+
+def _next_id(sched: Scheduler, rec: dict, now: float):
+    """qmgr's `set server next_job_number`: ids go on from there (never back)."""
+    sched.next_id = max(sched.next_id, rec["value"])
+    return sched.next_id
+
+
+def _ended(sched: Scheduler, rec: dict, now: float):
+    ended = sched.job_ended(rec["id"], now, rec["exit_status"], rec.get("cpu_time"))
+    # what the server knew of its process at the end (its peak memory), as `process` sets it
+    sched.job(rec["id"]).extra.update(rec.get("set", {}))
+    return ended
+
+
+def _exiting(sched: Scheduler, rec: dict, now: float):
+    """Its process ended: its epilogue runs, with the peaks the server saw."""
+    job = sched.exiting(rec["id"], now, rec.get("exit_status"), rec.get("cpu_time"))
+    job.extra.update(rec.get("set", {}))
+    return job
+
+
+def _suspend_or_resume(sched: Scheduler, rec: dict, now: float):
+    """qsig -s suspend / resume, with the signal it asks the server for (as `process` sets it)."""
+    job = (sched.suspend if rec["op"] == "suspend" else sched.resume)(rec["id"], now)
+    job.extra.update(rec.get("set", {}))
+    return job
+
+
+def _reservation(sched: Scheduler, rec: dict, now: float):
+    try:
+        res = Reservation.from_dict(rec["reservation"])
+    except InvalidRequest as e:  # (one an older hpcsched took, a NaN start: passed over, as a change would be)
+        raise Rejected(str(e)) from None
+    return sched.add_reservation(res, now)
+
+
+def _bank(sched: Scheduler, rec: dict, now: float):
+    """An operator's deposit, set, refund or charge (job ends charge themselves)."""
+    return sched.post(rec["kind"], rec["project"], rec["amount"], now, job=rec.get("job", 0),
+                      note=rec.get("note", ""), user=rec.get("user", ""))
+
+
+def _node(sched: Scheduler, rec: dict, now: float):
+    if "note" in rec:
+        sched.note_node(rec["name"], rec["note"])
+    return sched.set_node_state(rec["name"], rec["state"]) if "state" in rec else None
+
+
+def _process(sched: Scheduler, rec: dict, now: float):
+    """What the server knows of a job's process (pid, launch time, signals sent or asked
+    for, a launch failure's comment): attributes the core never reads, so they change
+    nothing it planned and the record carries only what changed."""
+    job = sched.job(rec["id"])
+    job.extra.update(rec.get("set", {}))
+    for key in rec.get("clear", ()):
+        job.extra.pop(key, None)
+    if "comment" in rec:
+        job.comment = rec["comment"]
+    _suspension_of_old(sched, job, now)
+    return job
+
+
+#: record kind -> what carries it out (schema.OPS says each record's fields)
+OPERATIONS = {
+    "submit": _submit,
+    "submit_array": _submit_array,
+    "delete": lambda sched, rec, now: sched.delete(rec["id"], now),
+    "hold": lambda sched, rec, now: sched.hold(rec["id"], now, Hold(rec["kind"])),
+    "release": lambda sched, rec, now: sched.release(rec["id"], now, Hold(rec["kind"])),
+    "alter": lambda sched, rec, now: sched.alter(rec["id"], now, **_alter_changes(rec["changes"])),
+    "pass": lambda sched, rec, now: sched.iterate(now),
+    "next_id": _next_id,
+    "run": lambda sched, rec, now: sched.run_now(rec["id"], now, tuple(rec.get("nodes", ()))),
+    "ended": _ended,
+    "exiting": _exiting,
+    "requeue": lambda sched, rec, now: sched.requeue(rec["id"], now),
+    "suspend": _suspend_or_resume,
+    "resume": _suspend_or_resume,
+    "forget": lambda sched, rec, now: [sched.forget(i) for i in rec["ids"]],
+    "reservation": _reservation,
+    "unreserve": lambda sched, rec, now: sched.remove_reservation(rec["name"], now),
+    "alter_reservation": lambda sched, rec, now: sched.alter_reservation(rec["name"], now, **rec["changes"]),
+    "bank": _bank,
+    "big_run": lambda sched, rec, now: sched.big_run(now),
+    "node": _node,
+    "usage": lambda sched, rec, now: sched.set_usage(rec["kind"], rec.get("name"), now, rec.get("amount")),
+    "process": _process,
+}
+
+
 def apply(sched: Scheduler, rec: dict):
     """Carry out one journal record on the core; returns what the core returned."""
-    op, now = rec["op"], rec["now"]
-    if op == "submit":
-        return sched.submit(Job.from_dict(rec["job"]), now)
-    if op == "submit_array":  # one record for a whole array: saved whole or not at all
-        first, limit = rec["first"], rec.get("limit", 0)
-        indices = [i for lo, hi in rec["indices"] for i in range(lo, hi + 1)]
-        subs = []
-        for k, index in enumerate(indices):
-            sub = Job.from_dict(rec["job"])
-            # `first` is the array's number, its subjobs' ids above every number (`numbered`);
-            # a record of an hpcsched before that numbered the subjobs first, first + 1, ...
-            sub.id = subjob_id(first, index) if rec.get("numbered") else first + k
-            sub.array_id, sub.array_index, sub.array_limit = first, index, limit
-            sub.extra = dict(sub.extra)  # each its own: a `process` record changes one subjob's
-            subs.append(sched.submit(sub, now))
-        return subs
-    if op == "delete":
-        return sched.delete(rec["id"], now)
-    if op == "hold":
-        return sched.hold(rec["id"], now, Hold(rec["kind"]))
-    if op == "release":
-        return sched.release(rec["id"], now, Hold(rec["kind"]))
-    if op == "alter":
-        return sched.alter(rec["id"], now, **_alter_changes(rec["changes"]))
-    if op == "pass":
-        return sched.iterate(now)
-    if op == "next_id":  # qmgr's `set server next_job_number`: ids go on from there (never back)
-        sched.next_id = max(sched.next_id, rec["value"])
-        return sched.next_id
-    if op == "run":
-        return sched.run_now(rec["id"], now, tuple(rec.get("nodes", ())))
-    if op == "ended":
-        ended = sched.job_ended(rec["id"], now, rec["exit_status"], rec.get("cpu_time"))
-        # what the server knew of its process at the end (its peak memory), as `process` sets it
-        sched.job(rec["id"]).extra.update(rec.get("set", {}))
-        return ended
-    if op == "exiting":  # (its process ended: its epilogue runs, with the peaks the server saw)
-        job = sched.exiting(rec["id"], now, rec.get("exit_status"), rec.get("cpu_time"))
-        job.extra.update(rec.get("set", {}))
-        return job
-    if op == "requeue":
-        return sched.requeue(rec["id"], now)
-    if op in ("suspend", "resume"):  # (with the signal it asks the server for, as `process` sets it)
-        job = (sched.suspend if op == "suspend" else sched.resume)(rec["id"], now)
-        job.extra.update(rec.get("set", {}))
-        return job
-    if op == "forget":
-        return [sched.forget(i) for i in rec["ids"]]
-    if op == "reservation":
-        try:
-            res = Reservation.from_dict(rec["reservation"])
-        except InvalidRequest as e:  # (one an older hpcsched took, a NaN start: passed over, as a change would be)
-            raise Rejected(str(e)) from None
-        return sched.add_reservation(res, now)
-    if op == "unreserve":
-        return sched.remove_reservation(rec["name"], now)
-    if op == "alter_reservation":
-        return sched.alter_reservation(rec["name"], now, **rec["changes"])
-    if op == "bank":  # an operator's deposit, set, refund or charge (job ends charge themselves)
-        return sched.post(rec["kind"], rec["project"], rec["amount"], now, job=rec.get("job", 0),
-                          note=rec.get("note", ""), user=rec.get("user", ""))
-    if op == "big_run":
-        return sched.big_run(now)
-    if op == "node":
-        if "note" in rec:
-            sched.note_node(rec["name"], rec["note"])
-        return sched.set_node_state(rec["name"], rec["state"]) if "state" in rec else None
-    if op == "usage":  # an operator's reset or setting of decayed usage (hpcsched usage)
-        return sched.set_usage(rec["kind"], rec.get("name"), now, rec.get("amount"))
-    if op == "process":
-        # what the server knows of a job's process (pid, launch time, signals sent or
-        # asked for, a launch failure's comment): attributes the core never reads, so
-        # they change nothing it planned and the record carries only what changed
-        job = sched.job(rec["id"])
-        job.extra.update(rec.get("set", {}))
-        for key in rec.get("clear", ()):
-            job.extra.pop(key, None)
-        if "comment" in rec:
-            job.comment = rec["comment"]
-        _suspension_of_old(sched, job, now)
-        return job
-    raise StoreError(f"journal record {rec.get('seq')}: unknown operation {op!r}")
+    op = OPERATIONS.get(rec["op"])
+    if op is None:
+        raise StoreError(f"journal record {rec.get('seq')}: unknown operation {rec['op']!r}")
+    return op(sched, rec, rec["now"])
 
 
 def _suspension_of_old(sched: Scheduler, job: Job, now: float) -> None:
