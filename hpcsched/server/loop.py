@@ -110,6 +110,12 @@ class Server:
         self.batch = Batch(site)
         self._given = (interval, grace)
         self._stamp = config_stamp(self.home)
+        # the site scripts under way (scripts.py): (job id, run) -> (its prologue, when it
+        # began); the runs whose prologue passed; job id -> (its epilogue, when it began)
+        self.prologues: dict[tuple[int, int], tuple[subprocess.Popen, float]] = {}
+        self.prologued: set[tuple[int, int]] = set()
+        self.epilogues: dict[int, tuple[subprocess.Popen, float]] = {}
+        self.door = None  # the command socket's door (serve makes it)
         self._configure(site)
         self.swept = False  # run directories of jobs gone removed (once a start: _step)
         self.children: dict[int, int] = {}  # pid -> wait status, reaped
@@ -144,9 +150,6 @@ class Server:
         self.check = cfg.get("prejob_check")  # a command list run per node before a job starts
         # Torque's site scripts around every batch job (scripts.py)
         self.prologue, self.epilogue = cfg.get("prologue"), cfg.get("epilogue")
-        self.prologues: dict[tuple[int, int], tuple[subprocess.Popen, float]] = getattr(self, "prologues", {})
-        self.prologued: set[tuple[int, int]] = getattr(self, "prologued", set())  # runs whose prologue passed
-        self.epilogues: dict[int, tuple[subprocess.Popen, float]] = getattr(self, "epilogues", {})  # job id -> running
         self.script_timeout = float(cfg.get("prologue_timeout", scripts.TIMEOUT))
         # the `command` launcher: run the job's wrapper through a template such as
         # ["ssh", "{host}", "{command}"] on the job's first node; absent: `local`
@@ -156,7 +159,7 @@ class Server:
         self.as_owners = self.multi and os.geteuid() == 0
         self.max_request = int(cfg.get("max_request", door.MAX_REQUEST))  # bytes of one command's request
         self.tmpdir = cfg.get("tmpdir") or tempfile.gettempdir()  # where each run's $TMPDIR is made
-        if getattr(self, "door", None) is not None:
+        if self.door is not None:
             self.door.limit = self.max_request
         # Torque drops a finished job keep_completed seconds after it ends; OpenPBS keeps
         # history for job_history_duration (two weeks by default)
