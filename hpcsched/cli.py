@@ -93,7 +93,8 @@ def cmd_simulate(args) -> int:
         return 2
     given = {"trace": args.trace, "config": args.config, "policy": args.policy, "backfill": args.backfill,
              "placement": args.placement, "estimate": args.estimate, "queue_from": args.queue_from,
-             "queue_map": args.queue_map, "cancelled": args.cancelled, "load": args.load, "nodes": args.nodes, "ppn": args.ppn,
+             "queue_map": args.queue_map, "cancelled": args.cancelled, "load": args.load, "nodes": args.nodes,
+             "ppn": args.ppn,
              "shared": args.shared or None, "period": args.period, "skip_bad": args.skip_bad or None,
              "warmup": args.warmup, "cooldown": args.cooldown or None, "size_classes": args.size_classes,
              "capability": args.capability, "series": args.series, "gantt": args.gantt,

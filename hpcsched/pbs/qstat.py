@@ -354,7 +354,8 @@ def queue_listing(site: Site, sched, named=()) -> list[str]:
     for name, q in _listed(sched, named):
         jobs = [j for j in sched.jobs.values() if j.queue == name]
         count = _letters(site, jobs)
-        cells = [q.max_running or 0, sum(common.counted(j, site.flavor) for j in jobs), "yes" if q.enabled else "no", "yes" if q.started else "no",
+        total = sum(common.counted(j, site.flavor) for j in jobs)
+        cells = [q.max_running or 0, total, "yes" if q.enabled else "no", "yes" if q.started else "no",
                  count["Q"], count["R"], count["H"], count["W"], 0, count["E"]]
         if torque:
             lines.append(row % (name, *cells, "R" if q.routing else "E", count["C"]))
@@ -415,7 +416,8 @@ def server_listing(site: Site, sched) -> list[str]:
     jobs = list(sched.jobs.values())
     count = _letters(site, jobs)
     state = "Active" if site.config.get("scheduling", True) else "Idle"
-    cells = [0, sum(common.counted(j, site.flavor) for j in jobs), count["Q"], count["R"], count["H"], count["W"], 0, count["E"]]
+    total = sum(common.counted(j, site.flavor) for j in jobs)
+    cells = [0, total, count["Q"], count["R"], count["H"], count["W"], 0, count["E"]]
     if site.flavor == "torque":
         row = "%-16.16s %5s %5s %5s %5s %5s %5s %5s %5s %5s %s"
         return [row % ("Server", "Max", "Tot", "Que", "Run", "Hld", "Wat", "Trn", "Ext", "Com", "Status"),

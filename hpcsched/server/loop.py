@@ -478,7 +478,8 @@ class Server:
 
     def _requeue(self, job: Job, now: float) -> None:
         """Back to the queue, to run again (its process lost, or qrerun): an R record."""
-        log(f"job {common.short_id(job)}: requeued" + (" (qrerun)" if job.extra.get("rerun") else " (its process was lost)"))
+        log(f"job {common.short_id(job)}: requeued"
+            + (" (qrerun)" if job.extra.get("rerun") else " (its process was lost)"))
         rerun = accounting.lines("R", [job], self.site.server, now)  # (as it ran: its start, its hosts)
         self.batch.do("requeue", now, id=job.id, records=lambda _: rerun)
         self.peaks.pop(job.id, None)
@@ -1051,7 +1052,8 @@ class Server:
         except BlockingIOError:
             os.close(fd)
             raise StoreError(f"{self.home}: another hpcsched server is running for this site") from None
-        self.last_alive = os.fstat(fd).st_mtime  # (each step marks the lock: the last mark is when the server before stopped)
+        # each step marks the lock: its last mark is when the server before this one stopped
+        self.last_alive = os.fstat(fd).st_mtime
         return fd
 
     def serve(self, until: float | None = None) -> None:
