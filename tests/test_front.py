@@ -244,8 +244,8 @@ def test_a_server_that_drops_the_request_is_one_line_and_status_1(rig, capsys):
 def test_a_server_that_never_answers_is_one_line_after_the_timeout(rig, monkeypatch, capsys):
     import socket
 
-    from hpcsched.pbs import front
-    monkeypatch.setattr(front, "CLIENT_TIMEOUT", 0.3)
+    from hpcsched.pbs import client, front
+    monkeypatch.setattr(client, "CLIENT_TIMEOUT", 0.3)  # (the client side: client.py)
     mute = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     mute.bind(str(rig / "home" / front.SOCKET))
     mute.listen(4)  # accepts connections into its backlog, and never answers

@@ -69,9 +69,22 @@ def layer(name: str) -> str:
     return head if head in MAY_IMPORT else "top"
 
 
+def dynamic(path: str) -> set[str]:
+    """What a module imports by name at run time: `import_module(f"hpcsched.pbs.{module}")`
+    reaches every module of the commands' table (front.COMMANDS, and cobalt.py for a
+    Cobalt site's forms)."""
+    calls = [n for n in ast.walk(ast.parse(open(path).read()))
+             if isinstance(n, ast.Call) and getattr(n.func, "id", getattr(n.func, "attr", "")) == "import_module"]
+    if not any(isinstance(c.args[0], ast.JoinedStr) and isinstance(c.args[0].values[0], ast.Constant)
+               and str(c.args[0].values[0].value).startswith("hpcsched.pbs.") for c in calls if c.args):
+        return set()
+    from hpcsched.pbs.front import COMMANDS
+    return {f"pbs.{target.split(':')[0]}" for target in COMMANDS.values()} | {"pbs.cobalt"}
+
+
 def graph() -> dict[str, set[str]]:
     known = modules()
-    return {name: imports(name, path, known) for name, path in known.items()}
+    return {name: imports(name, path, known) | dynamic(path) for name, path in known.items()}
 
 
 def test_every_import_goes_down_the_layers():
@@ -109,6 +122,15 @@ def test_no_import_cycles():
     for v in sorted(edges):
         if v not in state:
             visit(v)
+
+
+def test_the_front_doors_dispatch_is_read_as_imports_of_every_command():
+    """front.py imports the command modules by name (run_here): the graph has those edges,
+    so a command importing front back would be a cycle (they import client.py instead)."""
+    edges = graph()
+    assert {"pbs.qsub", "pbs.qstat", "pbs.maui", "pbs.psc", "pbs.cobalt"} <= edges["pbs.front"]
+    for name in ("pbs.qsub", "pbs.psc", "pbs.cobalt"):
+        assert "pbs.front" not in edges[name] and "pbs.client" in edges[name]
 
 
 def test_the_reader_sees_imports_inside_functions_and_relative_forms(tmp_path):

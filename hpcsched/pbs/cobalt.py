@@ -48,7 +48,7 @@ from ..machines.cray import Cray
 from ..store import site as sitemod
 from ..store.journaled import Batch
 from ..store.site import load_site, whoami
-from . import common, front, qctl, qsub, siteprog
+from . import client, common, qctl, qsub, siteprog
 from .errors import SYSTEM, USAGE, CommandError, UsageError
 from .options import COBALT_QSUB, parse_long
 
@@ -398,7 +398,7 @@ def qsub_action(opts: list[tuple[str, str]], operands: list[str], out, now: floa
         within = kept_to(cobalt, sched.topology)
         if within:  # (it runs there alone: inside that block, on those nodes, on a block of that shape)
             job.request = replace(job.request, within=within)
-    if interactive and sitemod.caller is None and not front.owns_site():
+    if interactive and sitemod.caller is None and not client.owns_site():
         # (a multi-user site: the server submits it, the session runs here)
         return qsub.remote_session([f"--{k}={v}" if v else f"--{k}" for k, v in opts])
     cmd: list[tuple[str, str]] = [("d", cwd), ("l", f"nodes={nodes}"), ("n", "")]
@@ -902,10 +902,10 @@ def cqwait_action(opts, operands, out, now: float) -> int:
     named = [text for text in operands if text != "*"]
     ids = set(job_ids(named)) if named or not every else set()  # (job_ids refuses none at all)
     argv = ["-s", "HQTW"] if ("start", "") in opts else []  # (waiting; else every job not finished)
-    here = front.owns_site()
+    here = client.owns_site()
     try:
         while True:
-            answer = front.query("qselect", argv, here)
+            answer = client.query("qselect", argv, qctl.QSELECT if here else None)
             if answer is None:
                 raise CommandError("cqwait: cannot connect to the hpcsched server (it is not running)")
             status, listed = answer

@@ -30,6 +30,8 @@ resume: tuple[int, int] | None = None
 #: True in a command the front door ran itself because no server answered (front.main):
 #: what it says of when a job starts is then "once a server runs"
 serverless = False
+#: set by a serving server (server/loop.py): what qterm calls, in the server's process, to stop it
+stop_server = None
 NO_SERVER = "no server is running: the job waits until `hpcsched server` starts"
 
 #: the most a count or a number of seconds given to a command may be (a 32-bit PBS long)

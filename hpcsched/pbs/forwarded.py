@@ -11,10 +11,6 @@ from . import qsub
 from .front import COMMANDS, MAGIC, NOTHING, SCRIPT, STDIN, _runs_here, run_here
 
 
-#: set by a serving server: what qterm calls, in the server's process, to stop it
-stop_server = None
-
-
 def decode_request(data: bytes) -> tuple[str, list[str], str, dict[str, str], bytes | None, bytes]:
     """(prog, argv, cwd, env, data, flag) from a request; ValueError if it is not one."""
     magic, prog, cwd, rest = data.split(b"\0", 3)

@@ -20,7 +20,7 @@ from ..core.jobs import ACTIVE
 from ..core.topology import NodeState
 from ..machines.bluegene import BlueGene
 from ..store import site as sitemod
-from . import common, front
+from . import client, common
 from .common import Command
 from .errors import UsageError
 from .maui import load
@@ -57,8 +57,8 @@ def pbsyod(opts: list[tuple[str, str]], argv: list[str], out, now: float) -> int
     (`planned`) and the job runs it."""
     if not argv:
         raise UsageError("give a program to run")
-    if sitemod.caller is None and not front.owns_site():
-        answer = front.ask("pbsyod", argv)
+    if sitemod.caller is None and not client.owns_site():
+        answer = client.ask("pbsyod", argv)
         if answer is None:
             raise common.CommandError("the hpcsched server is not running", common.SYSTEM)
         status, text, err = answer

@@ -23,7 +23,7 @@ from ..store.journaled import Batch
 from ..store.layout import INTERACTIVE, WRAPPER
 from ..store.site import load_site, notify, whoami
 from . import accounting, common, siteprog
-from . import front as commands
+from . import client as commands
 from .attributes import (ALL_INDICES, DependSpec, advance_reservation, build_request, consumption, cput_of,
                          directives, merge, parse_array, parse_depend, parse_job_name, parse_join, parse_keep,
                          parse_mail_points, parse_memory, parse_names, parse_path, parse_priority, parse_staging,
@@ -410,6 +410,16 @@ def remote_session(argv: list[str]) -> int:
     return session(out.decode().strip(), remote=True)
 
 
+def _qstat():
+    from .qstat import QSTAT  # (run here when no server answers: the caller owns the site)
+    return QSTAT
+
+
+def _qselect():
+    from .qctl import QSELECT
+    return QSELECT
+
+
 def session(jid: str, poll: float = 0.2, remote: bool = False) -> int:
     """`qsub -I`: wait for the job to start, then run its shell on this terminal under the
     server's job wrapper (so the server sees its pid, enforces its walltime, qdel ends it
@@ -478,7 +488,7 @@ def _attributes(jid: str, remote: bool) -> dict | None:
     answers, else read here (a site the caller owns; `remote`: one it does not own has no
     other door); {} for a job no longer known, None while nobody answers."""
     import json
-    answer = commands.query("qstat", ["-x", "-f", "-F", "json", jid], here=not remote)
+    answer = commands.query("qstat", ["-x", "-f", "-F", "json", jid], None if remote else _qstat())
     if answer is None:
         return None
     if answer[0] == common.UNKNOWN_JOB:
@@ -493,7 +503,7 @@ def _waiting(jid: str, remote: bool) -> bool:
     """Is the job still there and not ended?  Asked of qselect, whose form is PBS's on every
     site (a Cobalt site's qstat takes no -x -f -F json); yes while nobody answers (a server
     starting again), so a session waits on rather than give its job up."""
-    answer = commands.query("qselect", [], here=not remote)
+    answer = commands.query("qselect", [], None if remote else _qselect())
     if answer is None or answer[0]:
         return True
     number = common.parse_ref(jid)[0]

@@ -92,7 +92,6 @@ SCHEDCTL = _Schedctl("schedctl", "QTSs:B", USAGE, schedctl, changes=True)
 def qterm(opts: list[tuple[str, str]], operands: list[str], out, now: float) -> int:
     """PBS's qterm (managers): the server stops after this answer; running jobs go on
     (`-t quick`, the only kind), and a server started again takes them back."""
-    from . import forwarded
     if operands:
         raise UsageError(f"unexpected argument {operands[0]!r}")
     if dict(opts).get("t", "quick") != "quick":
@@ -100,9 +99,9 @@ def qterm(opts: list[tuple[str, str]], operands: list[str], out, now: float) -> 
     site = load_site()
     if not site.is_manager(whoami()):
         raise common.CommandError(f"Unauthorized Request  {site.server}", common.UNAUTHORIZED)
-    if forwarded.stop_server is None:  # (run here: no server answered)
+    if common.stop_server is None:  # (run here: no server answered)
         raise common.CommandError("cannot connect to the hpcsched server (it is not running)", 1)
-    forwarded.stop_server()
+    common.stop_server()
     return 0
 
 

@@ -1086,7 +1086,7 @@ class Server:
         signal.signal(signal.SIGPIPE, signal.SIG_IGN)  # a client that hangs up is an OSError, not our end
         for sig in (signal.SIGTERM, signal.SIGINT):
             signal.signal(sig, self._stop)
-        forwarded.stop_server = self._stop  # (qterm)
+        common.stop_server = self._stop  # (qterm)
         self.batch.keep()
         try:
             # Steps run at deadlines no command traffic moves: the interval after the last
@@ -1128,7 +1128,7 @@ class Server:
                 live = None
             if live is not None:
                 self.tracker.close(live)
-            forwarded.stop_server = None
+            common.stop_server = None
             common.SLICE = common.resume = None
             self.door.close()
             self.batch.release()
