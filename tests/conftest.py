@@ -86,3 +86,15 @@ def _tidy_cgroups(tmp_path_factory):
             except OSError:
                 import time
                 time.sleep(0.05)
+
+
+@pytest.fixture(autouse=True)
+def _sigpipe_as_it_was():
+    """A command run in-process makes a closed pipe end it (common.command_line sets
+    SIGPIPE's default): the test process gets its own disposition back after each test, so
+    a later test's children (a server, a client over a socket) start as they would from a
+    shell, not killed by the first write to a peer that hung up."""
+    import signal
+    before = signal.getsignal(signal.SIGPIPE)
+    yield
+    signal.signal(signal.SIGPIPE, before)
