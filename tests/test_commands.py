@@ -1486,6 +1486,7 @@ def test_queue_and_server_status_in_openpbs_json_and_the_same_job_counts_everywh
     server = json.loads(stat("-B", "-f", "-F", "json")[1])["Server"]["headnode"]
     assert server["total_jobs"] == 2 and server["server_state"] == "Active"
     assert "keep_completed" not in server and server["job_history_enable"] == "True"
+    assert stat("-B", "-f", "-F", "dsv", "-D", ";")[1].startswith("Server: headnode;server_state=Active;")
     row = stat("-Q")[1].splitlines()[2].split()
     assert row[2] == "2" and row[-1] == "Exec"
     out = io.StringIO()

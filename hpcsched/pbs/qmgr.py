@@ -138,7 +138,6 @@ _SERVER_DEFAULTS = {"scheduling": True, "keep_completed": 300, "server_interval"
                     "resv_enable": True, "job_history_duration": 14 * 86400}
 
 
-
 def queue_attributes(sched, name: str, flavor: str = "torque") -> list[tuple[str, str]]:
     """A queue's PBS attributes as qmgr lists them (and qstat -Qf): its type, job count,
     every limit set (an OpenPBS site's in its own limit form), then enabled and started."""

@@ -429,10 +429,12 @@ def server_listing(site: Site, sched) -> list[str]:
             "%-16s %5s %5s %5s %5s %5s %5s %5s %5s %s" % (name, *cells, state)]
 
 
-def _write_full(out, kind: str, listed: list[tuple[str, list[tuple[str, object]]]], form: str | None,
+def _write_full(out, kind: str, listed: list[tuple[str, list[tuple[str, object]]]], o: dict,
                 site: Site, now: float) -> None:
     """qstat -Qf / -Bf: each queue's (or the server's) attributes as text, as OpenPBS's
-    JSON (`{"Queue": {name: {...}}}`, `a.b` keys nested, counts as numbers) or as DSV."""
+    JSON (`{"Queue": {name: {...}}}`, `a.b` keys nested, counts as numbers) or as DSV
+    (-D's delimiter, as a job's)."""
+    form = o["F"]
     if form == "json":
         doc = {"timestamp": int(now), "pbs_version": common.VERSION, "pbs_server": site.server, kind: {}}
         for name, rows in listed:
@@ -448,7 +450,7 @@ def _write_full(out, kind: str, listed: list[tuple[str, list[tuple[str, object]]
         out.write(json.dumps(doc, indent=4) + "\n")
     elif form == "dsv":
         for name, rows in listed:
-            out.write("|".join([f"{kind}: {name}", *(f"{k}={v}" for k, v in rows)]) + "\n")
+            out.write(o["D"].join([f"{kind}: {name}", *(f"{k}={v}" for k, v in rows)]) + "\n")
     else:
         for name, rows in listed:
             out.write(f"{kind}: {name}\n" + "".join(f"    {k} = {v}\n" for k, v in rows) + "\n")
@@ -490,7 +492,7 @@ def qstat(opts: list[tuple[str, str]], ids: list[str], out, now: float) -> int:
                 rows = queue_attributes(sched, name, flavor)
                 rows.insert(2, ("state_count", _state_count(site, sched, name, flavor)))
                 listed.append((name, rows))
-            _write_full(out, "Queue", listed, o["F"], site, now)
+            _write_full(out, "Queue", listed, o, site, now)
             return 0
         lines = (queue_listing if o["Q"] else limits_listing)(site, sched, named)
         out.write("\n".join(lines) + "\n")
@@ -500,7 +502,7 @@ def qstat(opts: list[tuple[str, str]], ids: list[str], out, now: float) -> int:
             from .qmgr import server_attributes
             rows = server_attributes(site, sched, "openpbs" if o["F"] == "json" else site.flavor)
             rows.insert(1, ("server_host", site.server))
-            _write_full(out, "Server", [(site.server, rows)], o["F"], site, now)
+            _write_full(out, "Server", [(site.server, rows)], o, site, now)
             return 0
         out.write("\n".join(server_listing(site, sched)) + "\n")
         return 0

@@ -46,6 +46,22 @@ def _norm(x: float, lo: float, hi: float) -> float:
     return (x - lo) / (hi - lo) if hi - lo > 1e-12 else 0.5
 
 
+def _amount(job: Job, resource: str) -> float:
+    """How much of `resource` the job asks for: slots (processors), mem and disk in GB,
+    gpus, else a consumable's amount."""
+    req = job.request
+    if resource == "slots":
+        return req.processors
+    chunks = req.nodes if not req.cores else 1
+    if resource == "mem":
+        return req.mem * chunks / 1024.0
+    if resource == "gpus":
+        return req.gpus * chunks
+    if resource == "disk":
+        return job.disk / 1024.0
+    return job.consumes.get(resource, 0)
+
+
 @dataclass
 class GridEngine(Policy):
     weight_ticket: float = 0.01
@@ -66,9 +82,9 @@ class GridEngine(Policy):
 
     def __post_init__(self):
         self._classes: Counter = Counter()  # (posix priority, resource urgency if it weighs) of the runnable jobs
-        self._per_unit = {"slots": self.slots_urgency, **self.urgency}  # (urgency per unit of each resource)
-        self._resources_weigh = bool(self.weight_urgency and (any(self._per_unit.values())
-                                                              or any(self.queue_urgency.values())))
+        # (the resources that weigh, with their urgency per unit: most sites only slots)
+        self._weights = [(name, w) for name, w in {"slots": self.slots_urgency, **self.urgency}.items() if w]
+        self._resources_weigh = bool(self.weight_urgency and (self._weights or any(self.queue_urgency.values())))
         self._deadlines = 0  # runnable jobs with a deadline
         self._explained: tuple | None = None
         if self.tree is None:
@@ -93,13 +109,9 @@ class GridEngine(Policy):
     def resource_urgency(self, job: Job) -> float:
         """The job's resource urgency: each requested resource's urgency times the amount,
         and its queue's own."""
-        per, req = self._per_unit, job.request
-        amounts = {"slots": req.processors, "mem": req.mem * (req.nodes if not req.cores else 1) / 1024.0,
-                   "gpus": req.gpus * (req.nodes if not req.cores else 1), "disk": job.disk / 1024.0}
-        total = self.queue_urgency.get(job.queue, 0.0)
-        for name, weight in per.items():
-            if weight:
-                total += weight * (amounts[name] if name in amounts else job.consumes.get(name, 0))
+        total = self.queue_urgency.get(job.queue, 0.0) if self.queue_urgency else 0.0
+        for name, weight in self._weights:
+            total += weight * _amount(job, name)
         return total
 
     def _compute(self, ctx: Context) -> None:

@@ -50,8 +50,9 @@ def _seconds(v):
 
 
 def _load(v):
-    if not isinstance(v, (int, float)) or isinstance(v, bool) or not math.isfinite(v) or not 0.01 <= v <= 100:
-        raise ValueError("must be a factor from 0.01 to 100 (2: arrivals twice as dense)")
+    from .simulate import LOADS
+    if not isinstance(v, (int, float)) or isinstance(v, bool) or not math.isfinite(v) or not LOADS[0] <= v <= LOADS[1]:
+        raise ValueError(f"must be a factor from {LOADS[0]:g} to {LOADS[1]:g} (2: arrivals twice as dense)")
     return float(v)
 
 

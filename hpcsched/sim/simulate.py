@@ -144,6 +144,9 @@ class MapStats:
                 - self.skipped_too_large - self.skipped_cancelled - self.rejected)
 
 
+LOADS = (0.01, 100.0)  # the factors a replay's load may be scaled by (TraceMap.load)
+
+
 @dataclass(frozen=True)
 class TraceMap:
     """How a trace's fields become jobs (documented in man 1 hpcsched):
@@ -163,8 +166,8 @@ class TraceMap:
     load: float = 1.0
 
     def __post_init__(self):
-        if not (isinstance(self.load, (int, float)) and math.isfinite(self.load) and 0.01 <= self.load <= 100):
-            raise SimulationError(f"load {self.load!r}: a factor from 0.01 to 100")
+        if not (isinstance(self.load, (int, float)) and math.isfinite(self.load) and LOADS[0] <= self.load <= LOADS[1]):
+            raise SimulationError(f"load {self.load!r}: a factor from {LOADS[0]:g} to {LOADS[1]:g}")
         if self.queue not in ("router", "trace"):
             raise SimulationError(f"queue mapping {self.queue!r}: use router or trace")
         if self.cancelled not in ("keep", "drop"):

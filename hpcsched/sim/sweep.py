@@ -156,32 +156,33 @@ def run(cells: list[dict], workers: int | None = None, progress=None) -> list[di
         return [outcomes[i] for i in range(len(cells))]
     context = multiprocessing.get_context("fork")
     news = context.SimpleQueue() if progress else None  # (a worker's word: cell, jobs done, of)
-    global _NEWS
-    _NEWS = news
-    try:
-        with context.Pool(workers, maxtasksperchild=1) as pool:
-            pending = pool.imap_unordered(_indexed, list(enumerate(cells)))
-            while len(outcomes) < len(cells):
-                if news is None:
-                    i, outcome = next(pending)
-                else:
-                    try:
-                        i, outcome = pending.next(timeout=0.2)
-                    except multiprocessing.TimeoutError:
-                        i = None
-                    while not news.empty():  # (what the workers said before, first)
-                        told(*news.get())
-                    if i is None:
-                        continue
-                outcomes[i] = outcome
-                running.pop(i, None)
-                progress and progress(running, len(outcomes))
-    finally:
-        _NEWS = None
+    with context.Pool(workers, maxtasksperchild=1, initializer=_listen, initargs=(news,)) as pool:
+        pending = pool.imap_unordered(_indexed, list(enumerate(cells)))
+        while len(outcomes) < len(cells):
+            if news is None:
+                i, outcome = next(pending)
+            else:
+                try:
+                    i, outcome = pending.next(timeout=0.2)
+                except multiprocessing.TimeoutError:
+                    i = None
+                while not news.empty():  # (what the workers said before, first)
+                    told(*news.get())
+                if i is None:
+                    continue
+            outcomes[i] = outcome
+            running.pop(i, None)
+            progress and progress(running, len(outcomes))
     return [outcomes[i] for i in range(len(cells))]
 
 
-_NEWS = None  # the queue a pool's workers tell their cells' progress on (set by run, inherited by fork)
+_NEWS = None  # in a pool's worker: the queue it tells its cells' progress on (None: nobody listens)
+
+
+def _listen(news) -> None:
+    """A pool worker's start: where to tell its cells' progress."""
+    global _NEWS
+    _NEWS = news
 
 
 def _indexed(item):
