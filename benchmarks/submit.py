@@ -12,15 +12,20 @@ as a user's shell runs it):
 3. concurrent: `--clients` clients each submitting `--each` held jobs as fast as they can;
    then checks that every submission got its own job and that the store holds them all.
 
-Targets: median <= 15 ms idle, <= 25 ms loaded; >= 150
-submissions/s concurrent, none lost or duplicated.
+Also the client's own CPU for a forwarded qsub and `qstat -f` of one job, against a bare
+interpreter's (and Slurm's sbatch and scontrol where a Slurm controller answers).
+
+Targets: median <= 15 ms idle, <= 25 ms loaded; client CPU within 3 ms of the bare
+interpreter; >= 150 submissions/s concurrent, none lost or duplicated.
 """
 from __future__ import annotations
 
 import argparse
 import compileall
 import os
+import resource
 import shlex
+import shutil
 import statistics
 import subprocess
 import sys
@@ -81,6 +86,7 @@ def main(argv=None) -> int:
             probes(5, script)  # (warm caches)
             idle = probes(args.probes, script)
             print(f"qsub, idle server:          {figures(idle)}")
+            client_cpu(args.probes, script)
 
             stop = threading.Event()
 
@@ -130,6 +136,38 @@ def main(argv=None) -> int:
         print(f"(a bare '{os.path.basename(sys.executable)} {' '.join(flags + ['-c', 'pass'])}' takes "
               f"{t * 1000:.0f} ms here)")
     return 0 if ok else 1
+
+
+def client_cpu(n: int, script: str) -> None:
+    """A forwarded command's own CPU (user + system of the client process alone), median of
+    `n`, beside a bare interpreter's; and beside Slurm's sbatch and scontrol where a Slurm
+    controller answers here.  Target: qsub and qstat -f one job within 3 ms of the bare
+    interpreter."""
+    job = qsub("-h", script)[1]
+    bare = _client([sys.executable, "-S", "-c", "pass"], n)
+    print(f"client CPU, median of {n}: bare 'python3 -S -c pass' {bare * 1000:.1f} ms", flush=True)
+    for label, argv in (("qsub -h", [*QSUB, "-h", script]),
+                        ("qstat -f one job", [sys.executable, "-S", os.path.join(ROOT, "bin", "qstat"), "-f", job])):
+        cpu = _client(argv, n)
+        print(f"  {label:<17} {cpu * 1000:5.1f} ms: the interpreter + {(cpu - bare) * 1000:.1f} ms "
+              f"(target + 3 ms: {'met' if cpu - bare <= 0.003 else 'MISSED'})", flush=True)
+        slurm = ["sbatch", "--hold", "--wrap", "true"] if label == "qsub -h" else ["scontrol", "show", "job"]
+        if shutil.which(slurm[0]) and subprocess.run(["scontrol", "ping"], capture_output=True).returncode == 0:
+            theirs = _client(slurm, n)
+            print(f"  {'':<17} {' '.join(slurm[:2])}: {theirs * 1000:.1f} ms, ratio {cpu / theirs:.2f}")
+    if not shutil.which("sbatch"):
+        print("  (no Slurm here: the ratios to sbatch and scontrol are not measured)")
+
+
+def _client(argv: list[str], n: int) -> float:
+    """Median CPU seconds (user + system) of a child running `argv`."""
+    times = []
+    for _ in range(n):
+        before = resource.getrusage(resource.RUSAGE_CHILDREN)
+        subprocess.run(argv, capture_output=True)
+        after = resource.getrusage(resource.RUSAGE_CHILDREN)
+        times.append(after.ru_utime - before.ru_utime + after.ru_stime - before.ru_stime)
+    return statistics.median(times)
 
 
 def _jobs(home: str) -> dict:

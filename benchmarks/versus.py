@@ -13,8 +13,11 @@ each pair's ratio (this / reference), then the min and median of the ratios.
 - pass: one scheduling pass of benchmarks/pass_scale.py's pool cases (half the machine
   busy, the rest queued), the same set-up code run in both trees.
 
-Targets: replay <= 1.05x, replay --no-drain
-<= 1.0x, each pass row <= 1.05x.
+Also this tree's drain accounting as a share of its replay: (replay - replay --no-drain) /
+replay, per pair.
+
+Targets: replay <= 1.05x, replay --no-drain <= 1.0x, drain accounting <= 5 % of a replay,
+each pass row <= 1.05x.
 """
 from __future__ import annotations
 
@@ -30,7 +33,7 @@ import tempfile
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 KTH = os.path.join(ROOT, "..", "shared", "traces", "KTH-SP2-1996-2.1-cln.swf.gz")
 POOLS = [(49152, 10000), (816, 100000)]
-TARGETS = {"replay": 1.05, "replay --no-drain": 1.0, "pass": 1.05}
+TARGETS = {"replay": 1.05, "replay --no-drain": 1.0, "pass": 1.05, "drain share": 0.05}
 
 PASS = r"""
 import gc, random, sys, time
@@ -109,6 +112,12 @@ def main(argv=None) -> int:
                 nodrain.append((base, _cpu(run + ["--no-drain"], ROOT)))
             met &= _report("replay", plain, "s", TARGETS["replay"])
             met &= _report("replay --no-drain", nodrain, "s", TARGETS["replay --no-drain"])
+            shares = [(p[1] - n[1]) / p[1] for p, n in zip(plain, nodrain)]
+            ok = statistics.median(shares) <= TARGETS["drain share"]
+            met &= ok
+            print(f"{'drain accounting, share of replay':<34} median {statistics.median(shares):.1%} "
+                  f"({' '.join(f'{x:.1%}' for x in shares)})  target <= {TARGETS['drain share']:.0%}: "
+                  f"{'met' if ok else 'MISSED'}", flush=True)
         if args.only != "replay":
             for nodes, queued in POOLS:
                 pairs = []

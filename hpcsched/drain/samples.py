@@ -274,7 +274,11 @@ class Sampler:
             down, offline = self._down()
         idle = avail ^ (avail & busy)
         reservations, covered = [], 0
-        if plan.reserved or sched.reservations:
+        if len(plan.reserved) == 1 and not (plan.held or sched.reservations):
+            # (EASY's one reservation, on units: read as it is, not grouped as a long queue's are)
+            [(jid, (t, alloc))] = plan.reserved.items()
+            reservations, covered = [(t, str(jid), alloc.units)], alloc.units
+        elif plan.reserved or sched.reservations:
             for r in self._reservations(plan, idle, new_only=True):
                 reservations.append(r)
                 covered |= r[2]

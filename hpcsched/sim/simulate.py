@@ -407,6 +407,8 @@ def simulate(workload, *, policy: str | None = None, backfill: str | None = None
     def watch(plan):
         for w in watchers:
             w(plan)
+    if len(watchers) == 1:
+        watch = watchers[0]
     # A replay keeps two objects per job (its record and its Finished) to the end and
     # leaves no cyclic garbage, so Python's cycle collector would only scan them over and
     # over, all of them at every full collection (8 % of a RICC replay when measured).  It
