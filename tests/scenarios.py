@@ -467,6 +467,7 @@ def settle(rig: Rig) -> dict:
 
 def judge(rig: Rig, jobs: dict) -> list[str]:
     from hpcsched.core.jobs import FINISHED
+    from hpcsched.core import nodelist
     from hpcsched.pbs import accounting
     broken = []
     by_array: dict[int, list] = {}
@@ -509,13 +510,12 @@ def judge(rig: Rig, jobs: dict) -> list[str]:
             broken.append(f"records: job {jid} started and never ended: {said}")
     held: dict[str, list] = {}
     for start, end, jid, hosts, *_ in runs:
-        for part in filter(None, hosts.split("+")):
-            node, _, cores = part.partition("/")
-            for core in cores.split(","):
+        for node, cores in nodelist.exec_hosts(hosts):
+            for core in cores:
                 held.setdefault(f"{node}/{core}", []).append((start, end, jid))
     for start, end, jid, hosts, *_ in runs:  # (not a subjob's: a qrun of one frees its array)
         asked = rig.jobs.get(jid)
-        nodes = {part.partition("/")[0] for part in hosts.split("+") if part}
+        nodes = {node for node, _ in nodelist.exec_hosts(hosts)}
         if asked is None or asked.get("free"):
             continue
         for rid, resv in rig.resvs.items():

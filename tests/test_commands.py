@@ -776,11 +776,16 @@ def test_qrun_by_operators_on_free_nodes(rig, monkeypatch, capsys):
     assert qctl.QRUN(["-H", "(node01:ncpus=4)+(node02:ncpus=4)", third]) == 0
     assert "exec_host = node01/0-3+node02/0-3" in stat("-f", "-1", third)[1]
     # the journal replays to the same placement
+    from hpcsched.core import acctline
+    from hpcsched.pbs import accounting
     from hpcsched.store.journaled import Batch
     from hpcsched.store.site import load_site
     batch = Batch(load_site())
     with batch.open(write=False):
         assert batch.sched.job(2).nodes == ("node03", "node04")
+        # its accounting S record names the cores as qstat does (one codec: nodelist.exec_host)
+        line = accounting.lines("S", [batch.sched.job(2)], "headnode", 0)[0]
+        assert acctline.parse(line)[3]["exec_host"] == "node03/0-3+node04/0-3"
 
 
 def test_json_keeps_a_numeric_looking_name_a_string(rig):

@@ -1,7 +1,8 @@
 import pytest
 
 from hpcsched import InvalidRequest
-from hpcsched.core.nodelist import compress, compress_nids, expand, expand_nids
+from hpcsched.core import acctline
+from hpcsched.core.nodelist import compress, compress_nids, exec_host, exec_hosts, expand, expand_nids
 
 
 def test_expand_hostlists():
@@ -58,3 +59,23 @@ def test_huge_nid_ranges_are_refused_by_their_size():
         expand_nids("1..99999999")
     with pytest.raises(InvalidRequest):
         expand_nids("1..²")
+
+
+def test_exec_host_both_ways():
+    """PBS's exec_host: consecutive cores as a range, others listed; read back to the same."""
+    nodes, cores = ("n01", "n02", "n03", "n04"), ((0, 1, 2, 3), (1,), (0, 2, 3), ())
+    text = exec_host(nodes, cores)
+    assert text == "n01/0-3+n02/1+n03/0,2,3+n04/0"
+    assert exec_hosts(text) == [("n01", (0, 1, 2, 3)), ("n02", (1,)), ("n03", (0, 2, 3)), ("n04", (0,))]
+    assert exec_hosts("") == [] and exec_hosts("login") == [("login", ())]
+    with pytest.raises(InvalidRequest, match="no core number"):
+        exec_hosts("n01/0-x")
+
+
+def test_an_accounting_line_both_ways():
+    line = acctline.line(86400.0 * 400, "S", "7.head", {"user": "alice", "exec_host": "n01/0-3", "start": 34560000})
+    when, kind, job_id, fields = acctline.parse(line)
+    assert line.endswith("\n") and acctline.stamp_ok(when)
+    assert (kind, job_id, fields) == ("S", "7.head", {"user": "alice", "exec_host": "n01/0-3", "start": "34560000"})
+    assert acctline.parse("no record here") is None and not acctline.stamp_ok("13/45/2026 99:00:00")
+    assert acctline.parse("01/02/2026 10:00:00;E;8;user=bob stray end=5")[3] == {"user": "bob", "end": "5"}

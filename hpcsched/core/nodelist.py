@@ -137,3 +137,33 @@ def expand_nids(text: str) -> list[int]:
 def compress_nids(nids: list[int]) -> str:
     """`[10, 11, 12, 30]` -> `"10..12,30"` (sorted, duplicates dropped)."""
     return _ranges(sorted(set(nids)), "..")
+
+
+def exec_host(nodes, cores) -> str:
+    """`node01/0-3+node02/0,2`: the cores each node gives a job, as PBS writes exec_host
+    (consecutive cores as a range)."""
+    parts = []
+    for node, cs in zip(nodes, cores):
+        cs = sorted(cs) or [0]
+        if len(cs) > 1 and cs == list(range(cs[0], cs[-1] + 1)):
+            parts.append(f"{node}/{cs[0]}-{cs[-1]}")
+        else:
+            parts.append(f"{node}/" + ",".join(map(str, cs)))
+    return "+".join(parts)
+
+
+def exec_hosts(text: str) -> list[tuple[str, tuple[int, ...]]]:
+    """`exec_host` read back: (host, its cores) per part, in order (a part without cores,
+    `node01`, has none).  InvalidRequest for a core that is no number or range."""
+    out = []
+    for part in filter(None, text.split("+")):
+        host, _, spec = part.partition("/")
+        cores: list[int] = []
+        for item in filter(None, spec.split(",")):
+            m = _RANGE.match(item)
+            if m is None:
+                raise InvalidRequest(f"exec_host {text!r}: {item!r} is no core number or range")
+            lo = int(m.group(1))
+            cores.extend(range(lo, int(m.group(2) or lo) + 1))
+        out.append((host, tuple(cores)))
+    return out

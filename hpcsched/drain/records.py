@@ -11,6 +11,8 @@ import gzip
 import json
 from pathlib import Path
 
+from ..core import acctline, nodelist
+from ..core.errors import InvalidRequest
 from .accounts import JobRecord
 
 
@@ -79,20 +81,19 @@ def torque(path: str, skipped: list[str] | None = None) -> dict[str, JobRecord]:
 
 def _torque_record(line: str, where: str) -> JobRecord | None:
     """One accounting-log line's job record (None: not an S or E record of a job that ran)."""
-    parts = line.rstrip("\n").split(";", 3)
-    if len(parts) != 4:
+    record = acctline.parse(line)
+    if record is None:
         raise ValueError(f"{where}: not <date>;<type>;<job id>;<attributes>")
-    _, kind, jid, body = parts
+    _, kind, jid, fields = record
     if kind not in ("S", "E"):
         return None
-    fields = dict(kv.split("=", 1) for kv in body.split() if "=" in kv)
     jid = jid.split(".", 1)[0]
     try:
         size = int(fields["Resource_List.nodect"]) if "Resource_List.nodect" in fields else \
-            len({h.split("/", 1)[0] for h in fields.get("exec_host", "").split("+") if h}) or 1
+            len({host for host, _ in nodelist.exec_hosts(fields.get("exec_host", ""))}) or 1
         start = float(fields["start"]) if "start" in fields else None
         end = float(fields["end"]) if kind == "E" and "end" in fields else None
-    except ValueError:
+    except (ValueError, InvalidRequest):
         raise ValueError(f"{where}: a number that does not parse") from None
     if kind == "E" and start is None and end is not None:
         return None  # ended without running (deleted while queued)

@@ -11,10 +11,10 @@ writes them once, even across a crash (store/accounts.py).
 from __future__ import annotations
 
 import os
-import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from ..core import acctline, nodelist
 from ..core.jobs import Job
 from ..core.timefmt import hms
 from . import mail
@@ -29,7 +29,7 @@ def _record(kind: str, job: Job, server: str, now: float) -> str:
         fields["account"] = job.account
     if job.start_time is not None:
         fields["start"] = int(job.start_time)
-        fields["exec_host"] = "+".join(f"{n}/{','.join(map(str, c))}" for n, c in zip(job.nodes, job.cores))
+        fields["exec_host"] = nodelist.exec_host(job.nodes, job.cores)
     fields["Resource_List.walltime"] = hms(job.walltime)
     fields["Resource_List.nodect"] = job.request.nodes if not job.request.cores else 1
     fields["Resource_List.ncpus"] = job.request.processors
@@ -45,9 +45,7 @@ def _record(kind: str, job: Job, server: str, now: float) -> str:
         fields["Exit_status"] = DEPENDENCY_EXIT
         if job.start_time is not None:
             fields["resources_used.walltime"] = hms(run_time(job, now))
-    stamp = time.strftime("%m/%d/%Y %H:%M:%S", time.localtime(now))
-    body = " ".join(f"{k}={v}" for k, v in fields.items())
-    return f"{stamp};{kind};{display_id(job, server)};{body}\n"
+    return acctline.line(now, kind, display_id(job, server), fields)
 
 
 #: Torque's exit status for a job deleted because its dependency failed (JOB_EXEC_BADDEPEND... 271)
@@ -94,17 +92,7 @@ def read(home: str | os.PathLike) -> list[Entry]:
     entries = []
     for path in sorted(directory.glob("[0-9]" * 8)):
         for line in path.read_bytes().decode("utf-8", "replace").splitlines():
-            parts = line.split(";", 3)
-            if len(parts) != 4 or not _stamp_ok(parts[0]):
-                continue
-            when, kind, job_id, body = parts
-            entries.append(Entry(when, kind, job_id, dict(kv.split("=", 1) for kv in body.split() if "=" in kv)))
+            record = acctline.parse(line)
+            if record is not None and acctline.stamp_ok(record[0]):
+                entries.append(Entry(*record))
     return entries
-
-
-def _stamp_ok(when: str) -> bool:
-    try:
-        time.strptime(when, "%m/%d/%Y %H:%M:%S")
-    except ValueError:
-        return False
-    return True

@@ -34,14 +34,7 @@ def ctime(t: float | None) -> str:
 
 def exec_host(job: Job) -> str:
     """`node01/0-3+node02/0-3`, as PBS writes the cores each node gives the job."""
-    parts = []
-    for node, cores in zip(job.nodes, job.cores):
-        cs = sorted(cores)
-        if cs and cs == list(range(cs[0], cs[-1] + 1)) and len(cs) > 1:
-            parts.append(f"{node}/{cs[0]}-{cs[-1]}")
-        else:
-            parts.append(f"{node}/" + ",".join(map(str, cs or [0])))
-    return "+".join(parts)
+    return nodelist.exec_host(job.nodes, job.cores)
 
 
 def mem_text(mb: int) -> str:

@@ -19,6 +19,8 @@ import os
 import sys
 from pathlib import Path
 
+from ..core import acctline
+
 DIRECTORY = "accounting"
 PENDING = "accounting.pending"
 Entry = tuple[int, list[str]]  # (journal sequence number, the change's lines)
@@ -60,7 +62,7 @@ def append(home: Path, entries: list[Entry], seq: int) -> None:
         _write(home, days)
     except OSError as e:
         unwritten = [x for _, group in entries for x in group]
-        _, kind, job = unwritten[0].split(";", 3)[:3]
+        _, kind, job, _ = acctline.parse(unwritten[0])
         more = f" and {len(unwritten) - 1} more" if len(unwritten) > 1 else ""
         print(f"hpcsched: accounting record {kind} of job {job.split('.')[0]}{more} not written "
               f"({e.strerror}); kept for the next change to write", file=sys.stderr)
