@@ -399,3 +399,21 @@ def test_load_compresses_the_arrivals_and_keeps_the_jobs():
         replay({"trace": "x.swf", "load": -1})
     assert min(f.wait for f in dense.jobs) >= 0 and dense.metrics.overall["wait"]["mean"] >= 0  # (from the moved submit)
     assert dense.metrics.overall["wait"]["mean"] == sum(f.start - f.submit for f in dense.jobs) / 3
+
+
+def test_a_replay_keeps_usage_only_for_a_policy_that_reads_it(tmp_path, monkeypatch):
+    """Nothing in a replay's results reads usage: a policy that reads none charges none as
+    jobs start and end (what is switched off costs nothing), one that does charges it."""
+    import hpcsched.sim.simulate as sim
+    built = []
+
+    def build(*args, **kwargs):
+        built.append(sim_build(*args, **kwargs))
+        return built[-1]
+    sim_build = sim.build
+    monkeypatch.setattr(sim, "build", build)
+    path = write_trace(tmp_path)
+    fifo, fair = simulate(path), simulate(path, policy="multifactor")
+    assert not built[0].usage.kept and not built[0].usage.records
+    assert built[1].usage.kept and built[1].usage.records
+    assert len(fifo.jobs) == len(fair.jobs) > 0  # (both replays ran every job)

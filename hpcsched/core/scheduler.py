@@ -240,7 +240,8 @@ class Scheduler:
             self._waiting.discard(jid)
         elif old in ACTIVE and new not in ACTIVE:
             # it ends (or is requeued): its usage stops accruing, and it counts as finished
-            self.usage.ended(self.usage_key(job), self._rate(job), now, job.cpu_time)
+            if self.usage.kept:
+                self.usage.ended(self.usage_key(job), self._rate(job), now, job.cpu_time)
             if self._tally is not None:
                 self._count_running(self._tally, job, -1)
             del self._active[jid]
@@ -646,7 +647,8 @@ class Scheduler:
         if job.comment.startswith(_QUOTA_COMMENT):
             job.comment = ""  # (the scheduler's own comment; an operator's stays)
         self._move(job, RUNNING, now)
-        self.usage.started(self.usage_key(job), self._rate(job), now)
+        if self.usage.kept:
+            self.usage.started(self.usage_key(job), self._rate(job), now)
         self._units[job.id] = a.units
         self.busy |= a.units
         if self._base is not None:
@@ -805,7 +807,8 @@ class Scheduler:
         if job.state != RUNNING or job.suspended_at is not None:
             raise InvalidState(f"job {job.id} is {'suspended' if job.state == RUNNING else job.state.value}, "
                                "not running")
-        self.usage.rerate(self.usage_key(job), -self._rate(job), now)
+        if self.usage.kept:
+            self.usage.rerate(self.usage_key(job), -self._rate(job), now)
         job.suspended_at = now
         self._paused.add(job.id)
         self._overrun.discard(job.id)  # (past its walltime, it is not expected to end soon any more)
@@ -818,7 +821,8 @@ class Scheduler:
         if job.state != RUNNING or job.suspended_at is None:
             raise InvalidState(f"job {job.id} is {'not suspended' if job.state == RUNNING else job.state.value}")
         job.suspended_for, job.suspended_at = job.suspended(now), None
-        self.usage.rerate(self.usage_key(job), self._rate(job), now)
+        if self.usage.kept:
+            self.usage.rerate(self.usage_key(job), self._rate(job), now)
         self._paused.discard(job.id)
         self._base = None  # (its end moved: running jobs' ends are built again)
         self._changed()

@@ -72,6 +72,9 @@ class Usage:
         self.moved: set[Key] = set()  # keys whose running jobs came or went since take_moved last took them
         self.generation = 0  # bumped when any record may have changed without being noted
         self._first: int | None = None  # the window's first bucket when every record was last trimmed
+        # False where nothing will read usage (a replay whose policy reads none): the
+        # scheduler then charges nothing as jobs start and end
+        self.kept = True
 
     # --- charging ------------------------------------------------------------------------
     def _scale(self, t: float) -> float:

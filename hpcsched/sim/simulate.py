@@ -391,6 +391,7 @@ def simulate(workload, *, policy: str | None = None, backfill: str | None = None
     sched = build(cfg, extra_keys=DRIVER_KEYS)
     if sched.bank is not None:
         sched.bank.keep_ledger = False  # totals per project: a ledger line per job is no replay's business
+    sched.usage.kept = sched.policy.reads_usage  # (a replay reports no usage: kept for a policy that reads it)
     site_filter = cfg.get("submit_filter")
     if site_filter is not None and not isinstance(site_filter, str):
         raise SimulationError("submit_filter: the simulator runs Python filters (\"module:function\") only")
