@@ -160,6 +160,10 @@ class Scheduler:
         self._by_queue = self.settings.queue_priority and not self.policy.weighs_queue_priority
         self._by_job = self.settings.job_priority and not self.policy.weighs_job_priority
         self._ranks = 0  # runnable jobs with a rank (the order then sorts by it)
+        # runnable jobs no count can hold (Topology.interchangeable): while any waits, every
+        # reservation is on units (a count beside one on units may find no units; see _counting)
+        self._scattered = 0
+        self._counted = self.settings.depth > 1  # (the last pass's `_counting`)
         self._commented: set[int] = set()  # jobs whose comment says a quota holds them back
         # the running jobs' counts the queue and quota limits read, kept as jobs start and end
         # from the first pass a limit gates (None until then: nothing reads them)
@@ -274,22 +278,23 @@ class Scheduler:
         reservation): the next pass compresses and asks every kept count whether it moves."""
         self._dirty, self._freed = True, None
 
+    def _runnable_counts(self, job: Job, sign: int) -> None:
+        """Count a job in (1) or out of (-1) the runnable jobs ranked and those scattered."""
+        self._ranks += sign * (self._rank(job) != _UNRANKED)
+        self._scattered += sign * (not self.topology.interchangeable(self.placed(job)))
+
     def _enorder(self, job: Job) -> None:
-        rank = self._rank(job)
-        if rank != _UNRANKED:
-            self._ranks += 1
+        self._runnable_counts(job, 1)
         need = self.topology.need(self.placed(job))
         self.policy.enqueue(job, self.usage_key(job), need)
         if self._order is not None:
-            self._order.add((job.tier, rank, self.policy.key(job, None), job.id), job, need)
+            self._order.add((job.tier, self._rank(job), self.policy.key(job, None), job.id), job, need)
 
     def _unorder(self, job: Job) -> None:
-        rank = self._rank(job)
-        if rank != _UNRANKED:
-            self._ranks -= 1
+        self._runnable_counts(job, -1)
         self.policy.dequeue(job)
         if self._order is not None:
-            self._order.remove((job.tier, rank, self.policy.key(job, None), job.id))
+            self._order.remove((job.tier, self._rank(job), self.policy.key(job, None), job.id))
 
     def _rank(self, job: Job) -> tuple[int, int]:
         """Ranked ahead of the policy's order: its queue's priority, then its own (-p),
@@ -480,6 +485,7 @@ class Scheduler:
             self.usage.accrue(now)
         if self._paused:  # a suspended job's hold on its units grew: every kept count is asked again
             self._changed()
+        counting = self._counting(now)
         depth = self.settings.depth
         if self._front:
             self._front = {j for j in self._front if j in self.jobs and self.jobs[j].state in PENDING}
@@ -521,7 +527,7 @@ class Scheduler:
                 plan = Plan(now, since=self._booked if self.settings.depth > 1 else None)
                 profile = self._profile(now, holds=self.settings.depth > 1)
                 walk = self._walk = Walk(self.topology, profile, depth, self._access, gate, self.settings.backfill,
-                                         counts=self.settings.depth > 1 and not self.reservations,
+                                         counts=counting,
                                          placed=self.placed if self._bound else None)
                 kept, in_place = self._keep(walk.profile, now)
                 if not in_place:
@@ -705,6 +711,43 @@ class Scheduler:
             return all(key(j, None) > bound for j in fresh)
         bound = (last.tier, self._rank(last), key(last, None))
         return all((j.tier, self._rank(j), key(j, None)) > bound for j in fresh)
+
+    def _counting(self, now: float) -> bool:
+        """Does the pass at `now` hold reservations as counts (conservative and depth-N, no
+        site reservations, every runnable job one any units serve)?  A count is exact only
+        beside other counts: beside a reservation on particular units, it can find room at
+        every moment of its window but no units free throughout it.  When counting stops,
+        last pass's counts are put on units, each at its start (see _onto_units); when it
+        starts again, reservations on units stand as counts of as many units: a count
+        promises less.  Either way the next pass compresses."""
+        counting = self.settings.depth > 1 and not self.reservations and not self._scattered
+        if counting != self._counted:
+            self._counted = counting
+            if not counting and self._booked_counts:
+                self._onto_units(now)
+            elif counting and self._booked:
+                self._booked_counts = {jid: a.units.bit_count() for jid, (_, a) in self._booked.items()}
+                self._booked = dict(self._booked)  # (a reservation changed kind: no later plan is this one's but for moves)
+            self._changed()
+        return counting
+
+    def _onto_units(self, now: float) -> None:
+        """Last pass's counts as reservations on units, each at its own start: taken in
+        start order, each finds units free throughout its window (counts alone: an
+        interval graph coloured greedily, see Profile.hold).  One that finds none (none
+        should) goes back, to be reserved again in queue order."""
+        profile, booked = self._profile(now), {}
+        for jid, (t, _) in sorted(self._booked.items(), key=lambda b: (b[1][0], b[0])):
+            job = self._queued.get(jid)
+            if job is None:
+                continue
+            request, t0 = self.placed(job), max(t, now)
+            alloc = profile.fit(self.topology, request, t0, job.walltime, self._access(job),
+                                self.topology.need(request))
+            if alloc is not None:
+                profile.occupy(alloc.units, t0, t0 + job.walltime)
+                booked[jid] = (t, alloc)
+        self._booked, self._booked_counts = booked, {}
 
     def _gated(self) -> bool:
         """Can a queue limit or the policy hold a job back? (Else the walk skips the check.)"""
@@ -1452,7 +1495,7 @@ class Scheduler:
             needs = {j.id: self.topology.need(self.placed(j)) for j in self._queued.values()}
             for job in sorted(self._queued.values(), key=attrgetter("id")):
                 self.policy.enqueue(job, self.usage_key(job), needs[job.id])
-                self._ranks += self._rank(job) != _UNRANKED
+                self._runnable_counts(job, 1)
             if self._order is not None:  # one sort, not an insertion per job
                 self._order = Backlog(sorted(((j.tier, self._rank(j), self.policy.key(j, None), j.id), j,
                                               needs[j.id]) for j in self._queued.values()))

@@ -130,7 +130,7 @@ class Sampler:
             if count:
                 then = at.get(t)
                 if then is None:
-                    free = prof.usable(prof.segment(t))
+                    free = prof.usable(prof.segment(max(t, now)))  # (a count whose time came, not started: from now)
                     then = last_at.get(t)
                     if then is None or then[3] != free:
                         busy_then = (free | idle) ^ idle

@@ -69,6 +69,7 @@ class NodePool(Topology):
         self._every = (1 << len(self.unit_node)) - 1
         self._widest = max(n.cores for n in nodes)  # cores of the widest node (a core count's nodes)
         self.exclusive = not any(n.shared for n in nodes)
+        self.shared = all(n.shared for n in nodes)  # every unit a core: a core count is that many units
         self.by_nid = {n.nid: i for i, n in enumerate(nodes)}
         self.names = [n.name for n in nodes]
         self._eligible: dict[tuple, int] = {}
@@ -132,8 +133,10 @@ class NodePool(Topology):
         key = self.shape(request)
         ok = self._interchangeable.get(key)
         if ok is None:  # (asked for every held count of every pass: kept per shape, as `eligible`)
-            ok = self._interchangeable[key] = (self.exclusive and self.placement == "first-fit"
-                                               and self.eligible(request) == self._every)
+            # (or every node shared and a count of cores, anywhere: any `need` cores will do)
+            ok = self._interchangeable[key] = (
+                (self.exclusive or (self.shared and request.cores and not request.mem))
+                and self.placement == "first-fit" and self.eligible(request) == self._every)
         return ok
 
     def processors(self, units: int) -> int:
@@ -193,7 +196,9 @@ class NodePool(Topology):
             if request.cores:
                 return math.ceil(request.cores / self._widest)
             return request.nodes
-        return min(request.nodes, request.processors) if not request.cores else 1
+        if request.cores:
+            return request.cores if self.shared else 1  # (one core a unit; memory may buy more)
+        return min(request.nodes, request.processors)
 
     def size(self, request: Request) -> int:
         if request.cores:
@@ -219,15 +224,16 @@ class NodePool(Topology):
             return self._choose_whole(request, tiers, eligible)
         if request.cores == 1 and not request.mem:  # (a mask of every unit leaves tiers as they are)
             if eligible == self._every:
-                return self._choose_core(tiers, tiers.units)
-            return self._choose_core((t & eligible for t in tiers), tiers.units & eligible)
+                return self._choose_core(tiers)
+            return self._choose_core(t & eligible for t in tiers)
+        if self.shared and request.cores and not request.mem:
+            return self._choose_cores(request.cores, tiers, None if eligible == self._every else eligible)
         return self._choose_general(request, [t & eligible for t in tiers])
 
-    def _choose_core(self, tiers: Iterable[int], free: int) -> Allocation | None:
+    def _choose_core(self, tiers: Iterable[int]) -> Allocation | None:
         """Fast path for one core (most high-throughput jobs): what `_choose_general`
-        chooses, the node of the best tier's lowest unit and that node's lowest free unit
-        in any tier, in a few mask operations instead of a walk over nodes.  (Checked
-        against `_choose_general` in tests/test_topology.py.)"""
+        chooses, the best tier's lowest unit, in a few mask operations instead of a walk
+        over nodes.  (Checked against `_choose_general` in tests/test_topology.py.)"""
         for best in tiers:
             if best:
                 break
@@ -238,9 +244,58 @@ class NodePool(Topology):
         node, off = self.nodes[i], self.offset[i]
         if not node.shared:
             return Allocation(1 << off, (node.name,), ((0,),))
-        on = (free >> off) & ((1 << self.width[i]) - 1)  # (a later tier may hold a lower unit of the node)
-        u = off + (on & -on).bit_length() - 1
         return Allocation(1 << u, (node.name,), ((u - off,),))
+
+    def _choose_cores(self, want: int, tiers: Iterable[int], eligible: int | None) -> Allocation | None:
+        """`want` cores anywhere on shared nodes: every unit of each tier in turn, as a
+        count takes them (units of one tier are alike in time, so a reservation leaves the
+        cores a count-based backfill would use); of the tier where `want` is reached, those
+        on nodes already taken, then on one node that holds the rest, else nodes in order."""
+        taken = 0
+        for t in tiers:
+            if eligible is not None:
+                t &= eligible
+            t ^= t & taken  # (tiers are disjoint; a caller's may not be)
+            n = t.bit_count()
+            if n < want:
+                taken |= t
+                want -= n
+                continue
+            taken |= t if n == want else self._packed(t, want, taken)
+            return self._cores_allocation(taken)
+        return None
+
+    def _packed(self, t: int, want: int, taken: int) -> int:
+        """`want` units of `t` (which holds more): on the nodes of `taken` first, then on one
+        node that holds the rest, else node by node in order, lowest units first."""
+        picked = 0
+        for i in self._in_tiers([taken]):
+            on = t & self.node_units(i)
+            if on:
+                n = min(want, on.bit_count())
+                picked |= lowest(on, n)
+                want -= n
+                if not want:
+                    return picked
+        t ^= t & picked
+        nodes = list(self._in_tiers([t]))
+        whole = next((i for i in nodes if (t & self.node_units(i)).bit_count() >= want), None)
+        for i in [whole] if whole is not None else nodes:
+            on = t & self.node_units(i)
+            n = min(want, on.bit_count())
+            picked |= lowest(on, n)
+            want -= n
+            if not want:
+                break
+        return picked
+
+    def _cores_allocation(self, units: int) -> Allocation:
+        """The allocation of cores `units` on shared nodes: its nodes in order, each's cores."""
+        by_node: dict[int, list[int]] = {}
+        for u in set_bits(units):
+            i = self.unit_node[u]
+            by_node.setdefault(i, []).append(u - self.offset[i])
+        return Allocation(units, tuple(self.names[i] for i in by_node), tuple(map(tuple, by_node.values())))
 
     def _choose_whole(self, request: Request, tiers: Tiers, eligible: int) -> Allocation | None:
         """Fast path: one unit per node, so take the lowest free units tier by tier.
@@ -298,6 +353,16 @@ class NodePool(Topology):
         off = self.offset[i]
         return [off + u for u in set_bits((free >> off) & ((1 << self.width[i]) - 1))]
 
+    def _by_tier(self, i: int, tiers: list[int]) -> list[int]:
+        """The free units on node i, best tier first, lowest first within a tier."""
+        out, seen = [], set()
+        for t in tiers:
+            for u in self._free_on(i, t):
+                if u not in seen:
+                    seen.add(u)
+                    out.append(u)
+        return out
+
     def _choose_general(self, request: Request, tiers: list[int]) -> Allocation | None:
         """Shared nodes or core counts: walk nodes best tier first, then in order."""
         free = 0
@@ -321,7 +386,7 @@ class NodePool(Topology):
                     break
                 node = self.nodes[i]
                 if node.shared:
-                    units = self._free_on(i, free)
+                    units = self._by_tier(i, tiers)
                     take = units[:remaining]
                     picked_units.extend(take)
                     picked_cores.append(tuple(u - self.offset[i] for u in take))
