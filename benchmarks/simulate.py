@@ -28,7 +28,8 @@ the event loop, the metrics).  The timers add about half a microsecond per call.
 --units replays one job stream, lublin_256's first 4,000 jobs with every size scaled from
 its 256 processors, on pools of 1,000, 10,000 and 100,000 units, under EASY and under
 conservative backfill: how each grows with the machine (conservative should
-grow no worse than EASY).
+grow no worse than EASY); then the same jobs each of one unit on 24,515 units, where
+nothing waits (conservative should cost what EASY does).
 """
 from __future__ import annotations
 
@@ -94,15 +95,15 @@ elif what == "breakdown":
     r = simulate(path, policy="fifo", backfill="easy")
     n = r.metrics.jobs
     print(*spent.values(), r.metrics.passes, end=" ")
-elif what.startswith("units:"):  # the first N jobs, sizes scaled onto U units
+elif what.startswith(("units:", "serial:")):  # the first N jobs, sizes scaled onto U units (serial: one unit each)
     import math
-    _, first, units, mode = what.split(":")
-    f, records = int(units) / (swf.header(path).max_procs or 256), []
+    kind, first, units, mode = what.split(":")
+    f, records = int(units) / (swf.header(path).max_procs or 256) if kind == "units" else 0, []
     for rec in swf.read(path):
         if len(records) == int(first):
             break
-        records.append(rec._replace(procs=math.ceil(rec.procs * f) if rec.procs > 0 else rec.procs,
-                                    req_procs=math.ceil(rec.req_procs * f) if rec.req_procs > 0 else rec.req_procs))
+        records.append(rec._replace(procs=(math.ceil(rec.procs * f) or 1) if rec.procs > 0 else rec.procs,
+                                    req_procs=(math.ceil(rec.req_procs * f) or 1) if rec.req_procs > 0 else rec.req_procs))
     r = simulate(records, policy="fifo", backfill=mode, nodes=int(units))
     n = r.metrics.jobs
 elif ":" in what:  # the first N jobs
@@ -168,6 +169,10 @@ def units(path: str, timeout: float, first: int = 4000) -> int:
         print(f"{size:>8}{row[0]:>9.2f}{row[1]:>12.2f}{row[1] / row[0]:>7.1f}x")
     (e0, c0), (e1, c1) = seconds[1000], seconds[100000]
     print(f"growth from 1k to 100k units: EASY {e1 / e0:.1f}x, conservative {c1 / c0:.1f}x")
+    row = [measure(path, f"serial:{first}:24515:{mode}", timeout) for mode in ("easy", "conservative")]
+    e, c = (m[1] if m else float("nan") for m in row)
+    print(f"every job one unit on 24,515 units (nothing waits): EASY {e:.2f} s, conservative {c:.2f} s, "
+          f"{c / e:.1f}x (target: no more than EASY's)")
     return 0
 
 

@@ -166,9 +166,15 @@ def test_profile_masks_match_a_naive_timeline(seed):
         check_profile_invariants(p)
         if rnd.random() < 0.5:  # the room list built, so that later changes keep it in step
             p._rooms()
-        if rnd.random() < 0.2:  # and the free counts a copy's room list is worked out from
+        if rnd.random() < 0.3:  # free counts kept (for copies' room lists) or not, from now on
+            p.keep_counts(rnd.random() < 0.7)
+            check_profile_invariants(p)
+        if rnd.random() < 0.2:  # and the room list a copy gets from the kept counts, or works out
             q = p.derive(p.now, rooms=True)
-            assert q._room == [q.mask(k).bit_count() - q.held[k] for k in range(len(q.times))]
+            assert q._rooms_valid() == (p._counts is not None)
+            assert q._rooms() == [q.mask(k).bit_count() - q.held[k] for k in range(len(q.times))]
+            if p._counts is not None:
+                assert p._counts == [p.mask(k).bit_count() for k in range(len(p.times))]
         probes = p.times + [rnd.uniform(0, 500) for _ in range(5)]
         for when in probes:  # worked out from the changes alone
             q = unlearned(p)
@@ -577,8 +583,9 @@ def test_a_count_shifted_leaves_the_profile_giving_it_back_and_holding_it_again_
     p, n, running = busy_profile(rnd, lambda n: n // 2)
     kind = seed % 3
     if kind:
-        copied = p.derive(0.0, rooms=True)  # (the base keeps its free counts from now on)
-        assert p._counts is not None
+        p.keep_counts(True)  # (the base keeps its free counts from now on)
+        copied = p.derive(0.0, rooms=True)
+        assert copied._rooms_valid()
         p = copied if kind == 2 else p
     held = [list(h) for h in hold_at_earliest(p, rnd, n, rnd.randrange(3, 15), lambda: float(rnd.randrange(0, 100)))]
     for _ in range(20):
@@ -705,3 +712,21 @@ def test_altering_a_queued_jobs_walltime_lets_it_backfill():
     s.alter(long.id, 3, walltime=50.0)
     assert [st.job_id for st in s.iterate(3).started] == [long.id]
     assert big.state.value == "queued"
+
+
+def test_conservative_keeps_free_counts_only_while_jobs_wait():
+    """Nothing waiting (every job started on arrival), a conservative scheduler's profile of
+    running jobs keeps no free count per segment and no mask past now worked out, so a start
+    touches one segment and an end only those known; once a job waits, counts are kept for
+    the next pass's room list (and are what the masks say)."""
+    from hpcsched import ALL
+    sched = scheduler(64, depth=ALL)
+    for i in range(40):
+        sched.submit(job(1, wall=float(100 + 10 * i)), now=float(i))
+        sched.iterate(float(i))
+    base = sched._base
+    assert len(sched.running()) == 40 and base._counts is None and base._known == 1
+    sched.job_ended(sched.running()[0].id, 40.0, 0)
+    sched.submit(job(64, wall=50.0), now=40.0)
+    sched.iterate(40.0)
+    assert base._counts == [base.mask(k).bit_count() for k in range(len(base.times))]

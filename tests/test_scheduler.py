@@ -5,7 +5,7 @@ from datetime import datetime
 import pytest
 from helpers import job, scheduler
 
-from hpcsched import (ConfigError, Dependency, DepType, Hold, InvalidRequest, InvalidState, Job, Rejected, Request,
+from hpcsched import (ALL, ConfigError, Dependency, DepType, Hold, InvalidRequest, InvalidState, Job, Rejected, Request,
                       Reservation, State, UnknownJob, build, default_config)
 
 
@@ -356,3 +356,20 @@ def test_a_job_naming_a_reservation_runs_in_it_alone_and_waits_while_it_cannot()
     s.submit(job(1, 100, owner="alice", id=6, reservation="train"), 1010)
     plan = s.iterate(1010)
     assert [st.job_id for st in plan.started] == [6] and 5 not in plan.reserved  # (never inside it: it waits)
+
+
+@pytest.mark.parametrize("depth", [1, 3, ALL])
+def test_a_job_suspended_past_its_walltime_keeps_its_nodes(depth):
+    """A job running past its walltime (an overrun) and then suspended still holds its
+    node: nothing else starts there (it did, on a node the job still held), as for any
+    suspended job, at least a grace period from each pass."""
+    s = scheduler(1, depth=depth)
+    a = s.submit(job(1, wall=100.0), 0.0)
+    s.iterate(0.0)
+    s.iterate(150.0)  # past its walltime: it runs on
+    s.suspend(a.id, 150.0)
+    s.submit(job(1, wall=10.0), 160.0)
+    assert s.iterate(160.0).started == [] and s.iterate(400.0).started == []
+    s.resume(a.id, 500.0)
+    s.job_ended(a.id, 510.0, 0)
+    assert [x.job_id for x in s.iterate(510.0).started] == [2]

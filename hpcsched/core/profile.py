@@ -129,14 +129,26 @@ class Profile:
         p.times, p.free, p.rel, p.take = self.times[:], self.free[:], self.rel[:], self.take[:]
         p.resv, p.held, p._known, p.holding = self.resv[:], self.held[:], self._known, self.holding
         p._far_t, p._far_m = self._far_t[:], self._far_m[:]
-        if rooms:
-            if self._counts is None:
-                self.mask(len(self.times) - 1)
-                self._counts = [f.bit_count() for f in self.free]
+        if rooms and self._counts is not None:  # (else the copy works its list out if asked)
             p._room = [c - h for c, h in zip(self._counts, self.held)]
             p._keep_rooms()
         p.ensure(now + LAID_OUT)
         return p
+
+    def keep_counts(self, keep: bool) -> None:
+        """Keep free counts per segment from now on (`derive` gives copies their room lists
+        from them), or stop: then a booking from now on an idle profile touches segment 0
+        alone (`occupy`), and an end only the masks already worked out, not thousands of
+        masks as wide as the machine (conservative backfill while nothing waits)."""
+        if not keep:
+            self._counts = None
+            if self._known > 1:
+                self.free[1:self._known] = [None] * (self._known - 1)
+                self._known = 1
+        elif self._counts is None:
+            self.settle()
+            self.mask(len(self.times) - 1)
+            self._counts = [f.bit_count() for f in self.free]
 
     def drop_before(self, now: float) -> None:
         """Forget the segments that ended by `now`; the profile starts at `now`."""

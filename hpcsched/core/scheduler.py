@@ -256,8 +256,8 @@ class Scheduler:
                 self._base.release(units & self.topology.available(), now, _base_end(job))
             if freed is not None:  # its units are free from now, not from its expected end
                 end = job.planned_end(now)
-                if jid in self._overrun:
-                    end = max(end, now + max(self.settings.overrun_grace, 1.0))
+                if jid in self._overrun or (jid in self._paused and end <= now):  # (held a grace period: _profile)
+                    end = now + max(self.settings.overrun_grace, 1.0)
                 freed.append((now, end))
             self._overrun.discard(jid)
             self._paused.discard(jid)
@@ -549,6 +549,8 @@ class Scheduler:
             self._apply(self._queued[start.job_id], start, now)
         if self._base is not None:
             self._base.settle()  # (the starts' ends, recorded in one merge: see Profile.occupy)
+            if self.settings.depth > 1:  # the next pass's room list from kept counts, if jobs wait for it
+                self._base.keep_counts(bool(self._queued))
         if self.quotas:  # a job a quota holds back says which (qstat -f's comment), as PBS's scheduler does
             self._quota_comments(plan)
         self.last_pass = now
@@ -1317,14 +1319,14 @@ class Scheduler:
             if job is not None and _base_end(job) == end and jid not in self._paused:
                 self._overrun.add(jid)
         # (only its units up: one offline or down under it is no free unit to take)
-        up = self.topology.available()
-        if self._overrun:
-            grace = max(self.settings.overrun_grace, 1.0)
-            for jid in sorted(self._overrun):
-                profile.occupy(self._units[jid] & up, now, now + grace)
+        up, grace = self.topology.available(), max(self.settings.overrun_grace, 1.0)
+        for jid in sorted(self._overrun):
+            profile.occupy(self._units[jid] & up, now, now + grace)
         for jid in sorted(self._paused):  # a suspended job holds its units for what its walltime has left
             job = self._active[jid]
             t0, t1 = max(now, _base_end(job)), job.planned_end(now)
+            if t1 <= now:  # (suspended past its walltime: held a grace period, as an overrun)
+                t1 = now + grace
             if t1 > t0:
                 profile.occupy(self._units[jid] & up, t0, t1)
         return profile
