@@ -342,7 +342,6 @@ def cmd_store(args) -> int:
 
 
 def cmd_nodes(args) -> int:
-    from .machines.bluegene import BlueGene
     from .pbs.common import command_line
     from .store.journaled import Batch
     from .store.site import load_site, whoami
@@ -363,7 +362,7 @@ def cmd_nodes(args) -> int:
                         batch.do("node", name=n.name, state="up")
             for name in args.names if state else []:
                 batch.do("node", name=name, state=state)
-            if isinstance(topo, BlueGene):  # midplanes, and which of their boards are not up
+            if topo.places_blocks:  # midplanes, and which of their boards are not up
                 for i, (mp, boards) in enumerate(topo.midplanes()):
                     states = {b.state.value for b in boards}
                     off = [f"{b.name}={b.state.value}" for b in boards if b.state.value != "up"]

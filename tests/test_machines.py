@@ -8,10 +8,11 @@ from test_properties import workload
 
 from hpcsched import Job, Request
 from hpcsched.config import build
-from hpcsched.core.errors import ConfigError, Rejected
+from hpcsched.core.errors import ConfigError, InvalidRequest, Rejected
 from hpcsched.core.reservations import Reservation
 from hpcsched.machines.bluegene import BlueGene
 from hpcsched.machines.cray import Cray
+from hpcsched.machines.nodepool import NodePool
 from hpcsched.sim.engine import Engine
 
 
@@ -622,3 +623,24 @@ def test_alcfs_torus_queues_are_queues_bound_to_the_torus_blocks():
     job = s.submit(Job(request=Request(nodes=1024), walltime=3600, queue="prod-1024-torus"), 0)
     plan = s.iterate(0)
     assert [st.job_id for st in plan.started] == [job.id] and s.job(job.id).nodes[0] in names
+
+
+def test_each_machine_names_a_jobs_place_and_reads_it_back():
+    """What commands need of a machine, asked of the machine (Topology.place, places,
+    place_size, places_blocks): a host list on a pool, node-id ranges on a Cray, the block
+    on a Blue Gene; each read back to the same nodes, and a name it lacks refused."""
+    from hpcsched.core.topology import Tiers
+    pool = NodePool.from_config([{"names": "n[01-08]"}])
+    cray = Cray.from_config({"kind": "cray", "name": "xt3"})
+    bg = BlueGene((1, 1, 1, 2))
+    for topo, nodes, place, size in ((pool, 3, "n[01-03]", 3), (cray, 3, None, 3), (bg, 512, None, 512)):
+        alloc = topo.choose(Request(nodes=nodes), Tiers(topo.available()))
+        said = topo.place(alloc.nodes)
+        assert place is None or said == place
+        assert topo.places(said) == tuple(alloc.nodes) and topo.place_size(alloc.nodes) == size
+        assert topo.places_blocks == (topo is bg)
+        with pytest.raises(InvalidRequest):
+            topo.places("nosuch" if topo is not cray else "99999")
+    nids = [cray.node(n).nid for n in cray.choose(Request(nodes=3), Tiers(cray.available())).nodes]
+    assert cray.place(tuple(cray.nodes[cray.by_nid[i]].name for i in nids)) == f"{nids[0]}..{nids[-1]}"
+    assert cray.places(f"{nids[0]}-{nids[-1]}") == cray.places(f"{nids[0]}..{nids[-1]}")  # (Cobalt's form too)

@@ -14,6 +14,7 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from enum import Enum
 
+from .errors import InvalidRequest
 from .jobs import Allocation, Request
 
 _CHUNK = 1024
@@ -116,6 +117,10 @@ class Tiers:
 class Topology(ABC):
     """What the planner needs to know about a machine."""
 
+    #: does a job get a whole block (a Blue Gene's), named for it, rather than nodes with
+    #: node ids?  (Cobalt's c1..c64 modes and geometries, partlist, block sizes.)
+    places_blocks = False
+
     #: nodes in the machine (the router's and Cobalt's MAX_SIZE)
     node_count: int
 
@@ -188,6 +193,27 @@ class Topology(ABC):
         """The listed nodes (`all_nodes`' names) an allocation's node `name` covers: itself,
         on machines whose allocations name listed nodes."""
         return (name,)
+
+    # --- places as commands name them (Cobalt's location) --------------------------------
+    def place(self, nodes: tuple[str, ...]) -> str:
+        """Where a job on `nodes` runs, as the machine's own tools name it: a host list here
+        (a Blue Gene names its block, a Cray its node-id ranges)."""
+        from .nodelist import compress
+        return compress(list(nodes))
+
+    def places(self, text: str) -> tuple[str, ...]:
+        """The nodes a place names (`place` read back, or several joined by commas);
+        InvalidRequest if it names a node this machine does not have, or none."""
+        from .nodelist import expand
+        names = tuple(expand(text))
+        if not names:
+            raise InvalidRequest("it names nothing")
+        self.units_of_nodes(names)
+        return names
+
+    def place_size(self, nodes: tuple[str, ...]) -> int:
+        """The machine nodes the place `nodes` is (a Blue Gene's block: its size)."""
+        return len(nodes)
 
     def node_states(self) -> dict[str, str]:
         """Nodes not up, by name (what the scheduler's state saves)."""

@@ -65,6 +65,7 @@ class Block:
 
 
 class BlueGene(Topology):
+    places_blocks = True
     """Blocks on a grid of midplanes; see the module docstring for the rules."""
 
     links_are_units = True  # (a reservation may hold a midplane's cables: setres -L)
@@ -301,6 +302,19 @@ class BlueGene(Topology):
         return cls(**args)
 
     # --- blocks for people -----------------------------------------------------------
+    def place(self, nodes: tuple[str, ...]) -> str:
+        return nodes[0]  # (a job's allocation names its block)
+
+    def places(self, text: str) -> tuple[str, ...]:
+        names = tuple(n for n in text.split(",") if n)
+        if not names:
+            raise InvalidRequest("it names nothing")
+        self.units_of_nodes(names)
+        return names
+
+    def place_size(self, nodes: tuple[str, ...]) -> int:
+        return self.block(nodes[0]).size
+
     def block(self, name: str) -> Block:
         k = self.by_block.get(name)
         if k is None:

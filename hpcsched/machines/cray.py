@@ -21,8 +21,10 @@ Placement, the machine's choice (the planner does not change):
 from __future__ import annotations
 
 import math
+import re
 
-from ..core.errors import ConfigError
+from ..core.errors import ConfigError, InvalidRequest
+from ..core.nodelist import compress_nids, expand_nids
 from ..core.jobs import Allocation, Request
 from ..core.topology import MAX_UNITS, NODE_LIMITS, Node, Tiers, set_bits
 from .nodepool import NodePool
@@ -121,6 +123,19 @@ class Cray(NodePool):
                 groups.append((count, cores, tuple(feats), gpus))
             args["groups"] = groups
         return cls(placement=placement, **args)
+
+    def place(self, nodes: tuple[str, ...]) -> str:
+        return compress_nids([self.node(n).nid for n in nodes])
+
+    def places(self, text: str) -> tuple[str, ...]:
+        """Node-id ranges, `10..12,30` or Cobalt's `10-12,30`."""
+        nids = set(expand_nids(re.sub(r"(?<=[0-9])-(?=[0-9])", "..", text)))
+        names = tuple(n.name for n in self.nodes if n.nid in nids)
+        if len(names) != len(nids):
+            raise InvalidRequest(f"no compute node has nid {min(nids - {self.node(n).nid for n in names})}")
+        if not names:
+            raise InvalidRequest("it names nothing")
+        return names
 
     def position(self, nid: int) -> tuple[int, int, int]:
         """The (x, y, z) of the router carrying `nid`."""

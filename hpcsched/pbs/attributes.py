@@ -16,7 +16,6 @@ from ..core.depends import ALL as ALL_ARRAY
 from ..core.errors import InvalidRequest
 from ..core.jobs import Dependency, DepType, Request
 from ..core.timefmt import parse_duration
-from ..machines.nodepool import NodePool
 from ..core import nodelist
 from . import common, options
 from .errors import UsageError
@@ -402,7 +401,7 @@ def with_nidmask(request: Request, res: dict[str, str], topology) -> Request:
         return request
     if request.within:
         raise UsageError("illegal -l value: nidmask cannot be used with named hosts")
-    if not isinstance(topology, NodePool):
+    if topology.places_blocks:
         raise UsageError("illegal -l value: nidmask: this machine's nodes have no node ids (a Blue Gene "
                          "places blocks)")
     return replace(request, within=nidmask(res["nidmask"], topology.all_nodes()))

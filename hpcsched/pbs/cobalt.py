@@ -43,8 +43,6 @@ from ..core.errors import InvalidState, SchedulerError
 from ..core.jobs import (ACTIVE, DEP_FAIL, DEP_HOLD, EXITING, FINISHED, HELD, PENDING, QUEUED, RUNNING, WAITING,
                          Hold, Job, Request)
 from ..core.timefmt import hms
-from ..machines.bluegene import BlueGene
-from ..machines.cray import Cray
 from ..store import site as sitemod
 from ..store.journaled import Batch
 from ..store.site import load_site, whoami
@@ -80,15 +78,7 @@ def streams(job: Job) -> tuple[str, str]:
 def location(job: Job, topology) -> str:
     """Where a job runs, as Cobalt's qstat shows it: its block on a Blue Gene, its nid
     ranges on a Cray, else its nodes (`None` while it waits)."""
-    if not job.nodes:
-        return "None"
-    if isinstance(topology, BlueGene):
-        return job.nodes[0]
-    if isinstance(topology, Cray):
-        from ..core.nodelist import compress_nids
-        return compress_nids([topology.node(n).nid for n in job.nodes])
-    from ..core.nodelist import compress
-    return compress(list(job.nodes))
+    return topology.place(job.nodes) if job.nodes else "None"
 
 
 def environment(job: Job, topology, nodefile: str) -> dict[str, str]:
@@ -97,8 +87,7 @@ def environment(job: Job, topology, nodefile: str) -> dict[str, str]:
     start = int(job.start_time or 0)
     env = {k: common.expand(v, job) for k, v in c.get("env", {}).items()}
     env.update(COBALT_JOBID=str(job.id), COBALT_PARTNAME=location(job, topology),
-               COBALT_PARTSIZE=str(len(job.nodes) if not isinstance(topology, BlueGene)
-                                   else topology.block(job.nodes[0]).size),
+               COBALT_PARTSIZE=str(topology.place_size(job.nodes)),
                COBALT_JOBSIZE=str(c["nodes"]), COBALT_NODEFILE=nodefile, COBALT_QUEUE=job.queue,
                COBALT_PROJECT=job.account or "", COBALT_STARTTIME=str(start),
                COBALT_ENDTIME=str(start + int(job.walltime)))
@@ -235,23 +224,10 @@ def attributes(text: str) -> dict[str, str]:
 def places(text: str, topology) -> tuple[str, ...]:
     """The nodes a `location` attribute names, as `location` shows them: blocks on a Blue
     Gene, nid ranges on a Cray (`10..12,30` or Cobalt's `10-12,30`), else a host list."""
-    from ..core import nodelist
     try:
-        if isinstance(topology, BlueGene):
-            names = tuple(n for n in text.split(",") if n)
-        elif isinstance(topology, Cray):
-            nids = set(nodelist.expand_nids(re.sub(r"(?<=[0-9])-(?=[0-9])", "..", text)))
-            names = tuple(n.name for n in topology.all_nodes() if n.nid in nids)
-            if len(names) != len(nids):
-                raise SchedulerError(f"no compute node has nid {min(nids - {topology.node(n).nid for n in names})}")
-        else:
-            names = tuple(nodelist.expand(text))
-        if not names:
-            raise SchedulerError("it names nothing")
-        topology.units_of_nodes(names)
+        return topology.places(text)
     except SchedulerError as e:
         raise CommandError(f"location {text!r}: {e}") from None
-    return names
 
 
 def shaped(text: str, nodes: int, topology) -> tuple[str, ...]:
@@ -260,7 +236,7 @@ def shaped(text: str, nodes: int, topology) -> tuple[str, ...]:
     m = re.fullmatch(r"([0-9]{1,6})x([0-9]{1,6})x([0-9]{1,6})x([0-9]{1,6})x([0-9]{1,6})", text)
     if not m:
         raise CommandError(f"Invalid geometry entered: {text}")
-    if not isinstance(topology, BlueGene):
+    if not topology.places_blocks:
         raise CommandError("Alternate location geometries are a Blue Gene's: this machine has no blocks")
     shape = tuple(int(g) for g in m.groups())
     if math.prod(shape) > nodes:  # (Cobalt's rule: -n covers the geometry)
@@ -376,8 +352,8 @@ def qsub_action(opts: list[tuple[str, str]], operands: list[str], out, now: floa
 
     def on_this_machine(sched, job: Job, queue: str) -> None:
         """What the job must meet here: its nodes, its mode, and -t 0 as the queue's most."""
-        bluegene = isinstance(sched.topology, BlueGene)
-        most = sched.topology.node_count if bluegene else len(sched.topology.nodes)
+        bluegene = sched.topology.places_blocks
+        most = sched.topology.node_count
         if nodes > most:
             raise CommandError(f"node count out of realistic range (the machine has {most})")
         modes = BG_MODES if bluegene else OTHER_MODES
@@ -849,7 +825,7 @@ def _alterations(job: Job, o: dict, batch: Batch, now: float) -> tuple[dict, lis
     if "nodecount" in o:
         c["nodes"] = int(resources["nodes"])
     if "mode" in o:
-        modes = BG_MODES[:-1] if isinstance(batch.sched.topology, BlueGene) else OTHER_MODES[:-1]
+        modes = BG_MODES[:-1] if batch.sched.topology.places_blocks else OTHER_MODES[:-1]
         if o["mode"] not in modes:
             raise CommandError(f"Specified mode '{o['mode']}' not valid, valid modes are {', '.join(modes)}")
         c["mode"] = o["mode"]

@@ -17,7 +17,6 @@ from ..core.jobs import (ACTIVE, COMPLETED, DELETED, DEP_FAIL, DEP_HOLD, EXITING
                          RUNNING, WAITING, Job)
 from ..core.reservations import Reservation
 from ..core.timefmt import parse_duration
-from ..machines.bluegene import BlueGene
 from ..store.journaled import Batch
 from ..store.site import load_site, whoami
 from . import common, qstat
@@ -194,14 +193,14 @@ def _completed(done: list[Job], w) -> int:
 
 def node_count(topology, names) -> int:
     """The machine nodes `names` stand for (a Blue Gene names blocks, midplanes and boards)."""
-    if isinstance(topology, BlueGene):
+    if topology.places_blocks:
         return topology.measure(topology.units_of_nodes(names))
     return len(names)
 
 
 def name_cores(topology, name: str) -> int:
     """The processors a reservation's node name holds (a Blue Gene's block, many nodes)."""
-    if isinstance(topology, BlueGene):
+    if topology.places_blocks:
         return node_count(topology, [name]) * topology.cores
     return topology.node(name).cores
 
@@ -237,7 +236,7 @@ def checkjob(opts: list[tuple[str, str]], operands: list[str], out, now: float) 
     w(f"  (Time Queued  Total: {dhms(now - job.submit_time if job.start_time is None else job.start_time - job.submit_time)}"
       f"  Eligible: {dhms(job.eligible(now))})\n\n")
     w(f"Total Tasks: {procs(job)}\n")
-    if isinstance(sched.topology, BlueGene):  # the block it gets
+    if sched.topology.places_blocks:  # the block it gets
         w(f"Block size: {sched.size(job)} nodes\n")
     if job.dependencies:
         deps = ", ".join(f"{describe(d)}({'met' if d.met else 'failed' if d.met is False else 'pending'})"
@@ -271,7 +270,7 @@ def checkjob(opts: list[tuple[str, str]], operands: list[str], out, now: float) 
                 t, alloc = plan.reserved[job.id]
                 reason = reason.replace(f"starts at {t:.0f}", f"starts at {when(t)}", 1)
             w(f"job cannot run: {reason}\n")
-            if job.id in plan.reserved and isinstance(sched.topology, BlueGene):
+            if job.id in plan.reserved and sched.topology.places_blocks:
                 block = plan.reserved[job.id][1].nodes[0]
                 w(f"Block {block}: {dict((b.name, s) for b, s in block_states(sched, site.server))[block]}\n")
             est = plan.estimate(job.id)

@@ -7,7 +7,6 @@ On a machine without blocks it says so and exits 2.
 """
 from __future__ import annotations
 
-from ..machines.bluegene import BlueGene
 from . import common
 from .common import Command
 from .errors import UsageError
@@ -20,7 +19,7 @@ def partlist(opts: list[tuple[str, str]], operands: list[str], out, now: float) 
     site, batch = load()
     sched = batch.sched
     bg = sched.topology
-    if not isinstance(bg, BlueGene):
+    if not bg.places_blocks:
         raise common.CommandError("partlist: this machine has no blocks (not a Blue Gene)", common.USAGE)
     queues = {}
     for q in sched.router.queues.values():

@@ -18,7 +18,6 @@ from ..core import nodelist
 from ..core.errors import ConfigError
 from ..core.jobs import ACTIVE
 from ..core.topology import NodeState
-from ..machines.bluegene import BlueGene
 from ..store import site as sitemod
 from . import client, common
 from .common import Command
@@ -93,7 +92,7 @@ def _plan(argv: list[str]) -> tuple[list[str], dict[str, str]]:
     if sitemod.caller is not None and not common.may_touch(site, sitemod.caller, job):
         raise common.deny("pbsyod", job, site)
     topo = batch.sched.topology
-    if isinstance(topo, BlueGene):
+    if topo.places_blocks:
         raise common.CommandError(f"job {jid_text} runs on block {job.nodes[0]}: a Blue Gene's nodes have no "
                                   "node ids", common.USAGE)
     nids = [topo.node(n).nid for n in job.nodes]

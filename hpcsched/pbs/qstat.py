@@ -15,7 +15,6 @@ from xml.sax.saxutils import escape
 from ..core import nodelist
 from ..core.jobs import COMPLETED, DELETED, EXITING, FINISHED, QUEUED, RUNNING, Job
 from ..core.timefmt import hms
-from ..machines.bluegene import BlueGene
 from ..machines.cray import Cray
 from ..store.journaled import Batch
 from ..store.site import Site, load_site, whoami
@@ -115,7 +114,7 @@ def attributes(job: Job, site: Site, now: float, jobs: dict | None = None, flavo
     a["qtime"] = ctime(job.submit_time)
     a["Rerunable"] = "True" if x.get("rerunnable", True) else "False"
     a["Resource_List"] = resource_list(job)
-    if isinstance(topology, BlueGene):  # the block size it gets (or got)
+    if topology.places_blocks:  # the block size it gets (or got)
         a["block_size"] = topology.size(job.request)
     if x.get("shell"):
         a["Shell_Path_List"] = x["shell"]

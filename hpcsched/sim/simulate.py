@@ -24,7 +24,6 @@ from ..core.jobs import Job, Request
 from ..drain.accounts import GROUPS, Accounts, JobRecord, groups_from
 from ..drain.accounts import text as drain_text
 from ..drain.samples import Recorder
-from ..machines.bluegene import BlueGene
 from . import estimates, swf
 from .engine import Engine, Finished, SimulationError
 from .metrics import SIZE_CLASSES, Metrics, classes, compute
@@ -402,7 +401,7 @@ def simulate(workload, *, policy: str | None = None, backfill: str | None = None
                     estimates=None if estimate == "request" else estimates.model(estimate))
     recorder = Recorder(sched, Accounts(offset=_utc_offset(header)), header.unix_start_time or 0.0) if drain else None
     strip = Strip(*gantt) if gantt else None
-    blocks = FreeBlocks(sched) if isinstance(sched.topology, BlueGene) else None
+    blocks = FreeBlocks(sched) if sched.topology.places_blocks else None
     watchers = [w.watch for w in (recorder, strip, blocks) if w]
 
     def watch(plan):
