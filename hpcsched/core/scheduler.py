@@ -467,10 +467,20 @@ class Scheduler:
         """Run one scheduling pass at `now`: start what can start and plan the rest.
 
         The jobs started are RUNNING on return, on the nodes in `plan.started`; the caller
-        launches them (and calls `requeue` if a launch fails).
+        launches them (and calls `requeue` if a launch fails).  The pass: what time alone
+        changed (`_tick`), the plan (`_plan_pass`: prioritise, then walk), its starts
+        applied and what the next pass keeps of it (`_apply_pass`).
         """
         if self.last_pass is not None and now < self.last_pass:
             raise InvalidRequest(f"time went backwards: pass at {now} after one at {self.last_pass}")
+        self._tick(now)
+        plan = self._plan_pass(now, self._counting(now))
+        self._apply_pass(plan, now)
+        return plan
+
+    def _tick(self, now: float) -> None:
+        """What the time alone changed since the last pass: deferred jobs that became
+        eligible, reservations that ended, calendar events, allocation standings, usage."""
         if self._waiting:
             for jid in [j for j in self._waiting if self.jobs[j].start_after <= now]:
                 self._settle(self.jobs[jid], now)
@@ -485,7 +495,10 @@ class Scheduler:
             self.usage.accrue(now)
         if self._paused:  # a suspended job's hold on its units grew: every kept count is asked again
             self._changed()
-        counting = self._counting(now)
+
+    def _plan_pass(self, now: float, counting: bool) -> Plan:
+        """This pass's decisions: the last walk carried on with the new jobs where nothing
+        it counted on changed, else the runnable jobs prioritised and walked afresh."""
         depth = self.settings.depth
         if self._front:
             self._front = {j for j in self._front if j in self.jobs and self.jobs[j].state in PENDING}
@@ -503,48 +516,58 @@ class Scheduler:
                  and not (walk.gate is not None and walk.late) and walk.profile.advance(now))
         if not self._queued:
             # nothing to start or reserve: the plan is empty (estimates are still there)
-            plan, self._walk = Plan(now), None
-        elif clean and self.policy.static and self._sorts_after(fresh, walk.last):
+            self._walk = None
+            return Plan(now)
+        if clean and self.policy.static and self._sorts_after(fresh, walk.last):
             # a static order: every new job sorts after every job the last pass walked
             fresh = self._settled(fresh)  # (a static order needs no context)
-            plan = self._carry_on(walk, now, fresh, last=fresh[-1] if fresh else None)
-        else:
-            gate = _Gate(self, now) if self._gated() else None
-            order, last = self._prioritise(now, gate.ctx if gate else None)
-            leads = False
-            if clean and not self.policy.static:
-                fresh = fresh if len(fresh) <= 1 else self._settled(fresh)
-                if fresh is not None:
-                    order, leads = self._still_lead(order, walk)
-            if leads:
-                # an order that moves: the jobs the last walk reserved for still lead it, in
-                # the same order, and the new jobs (if any) come after them, in the order
-                # they take among themselves in every pass (Policy.settled)
-                plan = self._carry_on(walk, now, fresh)
-                plan.passed_reason = self._plan.passed_reason  # (its gate is the walk's own)
-            else:
-                # (a kept reservation stands as the same (start, allocation): see Walk.run)
-                plan = Plan(now, since=self._booked if self.settings.depth > 1 else None)
-                profile = self._profile(now, holds=self.settings.depth > 1)
-                walk = self._walk = Walk(self.topology, profile, depth, self._access, gate, self.settings.backfill,
-                                         counts=counting,
-                                         placed=self.placed if self._bound else None)
-                kept, in_place = self._keep(walk.profile, now)
-                if not in_place:
-                    self._freed = None  # (counts not kept were given back: room grew, unlogged)
-                freed = self._freed
-                if compress:  # every kept count is settled by this walk: spans from here on are the next one's
-                    self._freed = []
-                walk.run(now, order, plan, kept, last, compress, freed, self._freed, self._booked)
-                if walk.closer is not None:  # jobs passed over with a subtree the gate held back whole
-                    closer, jobs, new = walk.closer, self.jobs, self.next_id  # (jobs submitted since: not this pass's)
+            return self._carry_on(walk, now, fresh, last=fresh[-1] if fresh else None)
+        gate = _Gate(self, now) if self._gated() else None
+        order, last = self._prioritise(now, gate.ctx if gate else None)
+        if clean and not self.policy.static:
+            fresh = fresh if len(fresh) <= 1 else self._settled(fresh)
+            if fresh is not None:
+                order, leads = self._still_lead(order, walk)
+                if leads:
+                    # an order that moves: the jobs the last walk reserved for still lead it, in
+                    # the same order, and the new jobs (if any) come after them, in the order
+                    # they take among themselves in every pass (Policy.settled)
+                    plan = self._carry_on(walk, now, fresh)
+                    plan.passed_reason = self._plan.passed_reason  # (its gate is the walk's own)
+                    return plan
+        return self._walk_afresh(now, order, last, gate, depth, counting, compress)
 
-                    def held(job_id: int) -> str | None:
-                        job = jobs.get(job_id)
-                        if job is None or number(job_id) >= new or job.state != QUEUED or not closer.covers(job):
-                            return None
-                        return gate(job)
-                    plan.passed_reason = held
+    def _walk_afresh(self, now: float, order: Iterable[Job], last: Job | None, gate: "_Gate | None",
+                     depth: float, counting: bool, compress: bool) -> Plan:
+        """A new walk over `order`, on this pass's profile with last pass's reservations kept
+        where they stand (`compress`: each asked whether it moves earlier); with a gate, the
+        reason of a job it passed over unread is worked out when asked."""
+        # (a kept reservation stands as the same (start, allocation): see Walk.run)
+        plan = Plan(now, since=self._booked if self.settings.depth > 1 else None)
+        profile = self._profile(now, holds=self.settings.depth > 1)
+        walk = self._walk = Walk(self.topology, profile, depth, self._access, gate, self.settings.backfill,
+                                 counts=counting, placed=self.placed if self._bound else None)
+        kept, in_place = self._keep(walk.profile, now)
+        if not in_place:
+            self._freed = None  # (counts not kept were given back: room grew, unlogged)
+        freed = self._freed
+        if compress:  # every kept count is settled by this walk: spans from here on are the next one's
+            self._freed = []
+        walk.run(now, order, plan, kept, last, compress, freed, self._freed, self._booked)
+        if walk.closer is not None:  # jobs passed over with a subtree the gate held back whole
+            closer, jobs, new = walk.closer, self.jobs, self.next_id  # (jobs submitted since: not this pass's)
+
+            def held(job_id: int) -> str | None:
+                job = jobs.get(job_id)
+                if job is None or number(job_id) >= new or job.state != QUEUED or not closer.covers(job):
+                    return None
+                return gate(job)
+            plan.passed_reason = held
+        return plan
+
+    def _apply_pass(self, plan: Plan, now: float) -> None:
+        """Start the jobs `plan` starts, keep what the next pass builds on (its reservations,
+        the kept profile's counts), and give the plan its estimates."""
         for start in plan.started:
             self._apply(self._queued[start.job_id], start, now)
         if self._base is not None:
@@ -577,7 +600,6 @@ class Scheduler:
 
         plan.earliest, plan._estimate, plan.not_waiting = earliest, estimate, self._not_waiting
         plan.profile = profiles[0] if profiles else None
-        return plan
 
     def _not_waiting(self, job_id: int) -> str | None:
         """Plan.reason of a job no walk considers ("" for a waiting one: the plan says why)."""
