@@ -218,3 +218,24 @@ def test_contiguous_placement_gives_one_run_and_never_a_unit_twice():
         assert len(finished) == 80
     with pytest.raises(ConfigError, match="placement"):
         build({"nodes": [{"names": "n1"}], "placement": "torus"})
+
+
+def test_a_count_of_cores_on_shared_nodes_takes_the_tightest_tiers_packed_within_the_last():
+    """Every unit of the better tiers first (a reservation leaves the cores idle now to
+    backfill); within the tier where the count is reached, the nodes already taken, then
+    one node holding the rest, else nodes in order."""
+    p = NodePool([Node(f"n{i}", cores=4, shared=True) for i in range(3)])
+    node = [p.node_units(i) for i in range(3)]
+    idle = tiers_of([p.available()])
+    assert p.choose(Request(cores=3), idle).nodes == ("n0",)
+    assert p.choose(Request(cores=6), idle).cores == ((0, 1, 2, 3), (0, 1))
+    # node 1's cores free up at the start; node 0's are free since now: node 1's first
+    late_first = tiers_of([node[1], node[0] | node[2]])
+    assert p.choose(Request(cores=2), late_first).nodes == ("n1",)
+    got = p.choose(Request(cores=6), late_first)  # all of node 1, then 2 more packed on one node
+    assert got.units & node[1] == node[1] and got.nodes == ("n0", "n1") and got.cores[0] == (0, 1)
+    # within the last tier, the node already taken first
+    one = lowest(node[0], 1)
+    mixed = tiers_of([one, (node[0] ^ one) | node[2]])
+    assert p.choose(Request(cores=3), mixed).nodes == ("n0",)
+    assert p.choose(Request(cores=13), idle) is None
