@@ -105,7 +105,14 @@ class Scheduler:
         self.quotas = quotas or Quotas()  # resource quota sets and consumables (none: no limits)
         if self.quotas.host_sets:
             self.quotas.on_nodes(topology.all_nodes())
-        # indexes, rebuilt from `jobs` on restore
+        self._bound = any(q.nodes for q in router.queues.values())  # some queue is bound to nodes
+        self._by_queue = self.settings.queue_priority and not self.policy.weighs_queue_priority
+        self._by_job = self.settings.job_priority and not self.policy.weighs_job_priority
+        self._init_indexes()
+        self._init_between_passes()
+
+    def _init_indexes(self) -> None:
+        """The jobs' indexes and counts, kept in step by `_move` (rebuilt from `jobs` on restore)."""
         self._queued: dict[int, Job] = {}
         self._active: dict[int, Job] = {}
         self._waiting: set[int] = set()
@@ -122,9 +129,26 @@ class Scheduler:
         self._in_queue_user: dict[tuple[str, str], int] = {}
         self._fits: dict[Request, bool] = {}
         self._placed: dict[tuple[Request, str], Request] = {}
-        self._bound = any(q.nodes for q in router.queues.values())  # some queue is bound to nodes
         # queues pbs_rsub reservations made (the configuration's own win a clash on restore)
         self._made_queues: set[str] = set()
+        # for a static policy, the runnable jobs kept in priority order between passes, so
+        # a pass reads only as far as it walks and passes over what cannot start (see
+        # backlog.py)
+        self._order: Backlog | None = Backlog() if self.policy.static else None
+        self._array_limits = 0  # jobs with an array slot limit ever seen (turns the gate on)
+        self._advres = 0  # jobs bound to a named reservation ever seen (turns the gate on)
+        self._tiered = False  # some job has had a tier (the order then sorts by it first)
+        self._ranks = 0  # runnable jobs with a rank (the order then sorts by it)
+        # runnable jobs no count can hold (Topology.interchangeable): while any waits, every
+        # reservation is on units (a count beside one on units may find no units; see _counting)
+        self._scattered = 0
+        # the running jobs' counts the queue and quota limits read, kept as jobs start and end
+        # from the first pass a limit gates (None until then: nothing reads them)
+        self._tally: Tally | None = None
+
+    def _init_between_passes(self) -> None:
+        """What one pass leaves the next: its reservations and walk, the profile of running
+        jobs, and what changed since."""
         # last pass's reservations: job id -> (start, allocation), and the units of those
         # held as a count (the plan's own dicts: `reserved`, `held`)
         self._booked: dict[int, tuple[float, Allocation]] = {}
@@ -148,26 +172,10 @@ class Scheduler:
         self._ends: list[tuple[float, int]] = []  # (_base_end, job id) of running jobs
         self._overrun: set[int] = set()  # running past their walltime
         self._paused: set[int] = set()  # suspended: they hold their units, their ends move on with the clock
-        # for a static policy, the runnable jobs kept in priority order between passes, so
-        # a pass reads only as far as it walks and passes over what cannot start (see
-        # backlog.py)
-        self._order: Backlog | None = Backlog() if self.policy.static else None
-        self._array_limits = 0  # jobs with an array slot limit ever seen (turns the gate on)
-        self._advres = 0  # jobs bound to a named reservation ever seen (turns the gate on)
-        self._tiered = False  # some job has had a tier (the order then sorts by it first)
         self._front: set[int] = set()  # the bimodal series: jobs reserved ahead of all others
         self._standing: dict[str, str] = {}  # each account's standing at the last pass
-        self._by_queue = self.settings.queue_priority and not self.policy.weighs_queue_priority
-        self._by_job = self.settings.job_priority and not self.policy.weighs_job_priority
-        self._ranks = 0  # runnable jobs with a rank (the order then sorts by it)
-        # runnable jobs no count can hold (Topology.interchangeable): while any waits, every
-        # reservation is on units (a count beside one on units may find no units; see _counting)
-        self._scattered = 0
         self._counted = self.settings.depth > 1  # (the last pass's `_counting`)
         self._commented: set[int] = set()  # jobs whose comment says a quota holds them back
-        # the running jobs' counts the queue and quota limits read, kept as jobs start and end
-        # from the first pass a limit gates (None until then: nothing reads them)
-        self._tally: Tally | None = None
 
     # --- reading ---------------------------------------------------------------------
     def job(self, job_id: int) -> Job:
