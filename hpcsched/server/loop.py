@@ -858,26 +858,7 @@ class Server:
         if gpus:  # Torque's GPU file (one `node-gpuN` a line) and the first node's devices
             env.update(PBS_GPUFILE=str(d / "gpus"), CUDA_VISIBLE_DEVICES=",".join(map(str, gpus[job.nodes[0]])))
         try:
-            _put(script, x.get("script", ""), owner, 0o700)
-            # (a line per processor asked for: an exclusive job holds all of its nodes' cores)
-            per = job.request.ppn if job.request.exclusive else None
-            _put(d / "nodes", "".join(f"{n}\n" * (per or max(1, len(c))) for n, c in zip(job.nodes, job.cores)), owner)
-            if "cobalt" in x:  # (Cobalt's node file: a node a line)
-                _put(d / COBALT_NODES, "".join(f"{n}\n" for n in job.nodes), owner)
-            if gpus:
-                _put(d / "gpus", "".join(f"{n}-gpu{i}\n" for n, held in gpus.items() for i in held), owner)
-            w = x.get("W", {})
-            if w.get("stagein") or w.get("stageout"):  # (the wrapper runs them: server/staging.py)
-                for name, text in zip(("stagein", "stageout"), staging.scripts(w.get("stagein", ""),
-                                                                             w.get("stageout", ""))):
-                    if text:
-                        _put(d / name, text, owner)
-            if x.get("interactive"):
-                # the waiting `qsub -I` runs the session under the same wrapper, on the
-                # caller's terminal: it needs only the environment, written last
-                env["PBS_ENVIRONMENT"] = "PBS_INTERACTIVE"
-                env["SHELL"] = x.get("shell") or env.get("PBS_O_SHELL") or "/bin/sh"  # the caller's own
-                _put(d / INTERACTIVE, json.dumps({"env": env, "workdir": workdir}), owner)
+            self._write_rundir(job, d, owner, env, workdir, gpus)
         except OSError as e:
             _remove(scratch)
             return self._not_started(job, now, f"its run directory: {e.strerror or e}")
@@ -922,6 +903,34 @@ class Server:
         log(f"job {common.short_id(job)}: started for {job.owner} on {','.join(job.nodes)} (pid {proc.pid})")
         mail.send(self.site, job, mail.BEGIN, "Begun execution")
         return 1
+
+    @staticmethod
+    def _write_rundir(job: Job, d: Path, owner: privilege.Owner | None, env: dict[str, str], workdir: str,
+                      gpus: dict[str, list[int]] | None) -> None:
+        """The files the job's wrapper reads from its run directory `d`, written with the
+        owner's rights: its script, node file (and Cobalt's, and the GPU file), staging
+        scripts, and an interactive job's environment (OSError: the job cannot start)."""
+        x = job.extra
+        _put(d / "script", x.get("script", ""), owner, 0o700)
+        # (a line per processor asked for: an exclusive job holds all of its nodes' cores)
+        per = job.request.ppn if job.request.exclusive else None
+        _put(d / "nodes", "".join(f"{n}\n" * (per or max(1, len(c))) for n, c in zip(job.nodes, job.cores)), owner)
+        if "cobalt" in x:  # (Cobalt's node file: a node a line)
+            _put(d / COBALT_NODES, "".join(f"{n}\n" for n in job.nodes), owner)
+        if gpus:
+            _put(d / "gpus", "".join(f"{n}-gpu{i}\n" for n, held in gpus.items() for i in held), owner)
+        w = x.get("W", {})
+        if w.get("stagein") or w.get("stageout"):  # (the wrapper runs them: server/staging.py)
+            for name, text in zip(("stagein", "stageout"), staging.scripts(w.get("stagein", ""),
+                                                                         w.get("stageout", ""))):
+                if text:
+                    _put(d / name, text, owner)
+        if x.get("interactive"):
+            # the waiting `qsub -I` runs the session under the same wrapper, on the
+            # caller's terminal: it needs only the environment, written last
+            env["PBS_ENVIRONMENT"] = "PBS_INTERACTIVE"
+            env["SHELL"] = x.get("shell") or env.get("PBS_O_SHELL") or "/bin/sh"  # the caller's own
+            _put(d / INTERACTIVE, json.dumps({"env": env, "workdir": workdir}), owner)
 
     def _open_files(self, job: Job, owner: privilege.Owner | None, files: contextlib.ExitStack) -> tuple:
         """The job's output and error files opened to append to, with the owner's rights
