@@ -119,8 +119,8 @@ class Profile:
     def derive(self, now: float, reservations=(), slop: float = 0.0, rooms: bool = False) -> "Profile":
         """A copy from `now` on, with reservations laid out, for one pass to plan in
         (this profile, of running jobs only, is kept up to date between passes).  With
-        `rooms`, the copy's room list is worked out from this profile's free counts, kept
-        here from then on by its bookings (conservative passes read the list)."""
+        `rooms`, the copy's room list is worked out from this profile's free counts where it
+        keeps them (`keep_counts`; conservative passes read the list), else when first read."""
         self.drop_before(now)  # (which records pending ends)
         if self._copies is not None:
             self._lay_far(self._copies[0])

@@ -305,13 +305,6 @@ class BlueGene(Topology):
     def place(self, nodes: tuple[str, ...]) -> str:
         return nodes[0]  # (a job's allocation names its block)
 
-    def places(self, text: str) -> tuple[str, ...]:
-        names = tuple(n for n in text.split(",") if n)
-        if not names:
-            raise InvalidRequest("it names nothing")
-        self.units_of_nodes(names)
-        return names
-
     def place_size(self, nodes: tuple[str, ...]) -> int:
         return self.block(nodes[0]).size
 

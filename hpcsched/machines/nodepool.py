@@ -255,7 +255,6 @@ class NodePool(Topology):
         for t in tiers:
             if eligible is not None:
                 t &= eligible
-            t ^= t & taken  # (tiers are disjoint; a caller's may not be)
             n = t.bit_count()
             if n < want:
                 taken |= t
