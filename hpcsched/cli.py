@@ -426,6 +426,10 @@ def cmd_demo(args) -> int:
 
 
 def main(argv=None) -> int:
+    argv = sys.argv[1:] if argv is None else list(argv)
+    if argv[:1] == ["node"]:  # the node side, run over ssh for every request: no more than it needs
+        from .server import node
+        return node.main(argv[1:])
     ap = _Parser(prog="hpcsched", description="hpcsched: batch scheduling core, simulator and commands")
     ap.add_argument("--version", action="version", version=f"hpcsched {__version__}")
     sub = ap.add_subparsers(dest="command", required=True, parser_class=_Parser)
@@ -458,6 +462,8 @@ def main(argv=None) -> int:
     v.add_argument("--log", help="append the server's log (start, stop, each job's start and end, refusals) "
                                  "to this file, not stderr")
     v.set_defaults(func=cmd_server)
+    sub.add_parser("node", help="a job's side on another host, which the server runs there over ssh "
+                   "(run|status|wait|signal|cleanup|forget|task|ping: hpcsched(1))")
     t = sub.add_parser("store", help="check the site's store, or repair it (a backup first)")
     t.add_argument("action", choices=["check", "repair"])
     t.add_argument("--home", help="store directory (default: $HPCSCHED_HOME or ~/.local/share/hpcsched)")

@@ -36,7 +36,8 @@ CORE_KEYS = frozenset({"server_name", "backfill", "interval", "overrun_grace", "
 #: takes a site's file whole and leaves these alone.
 DRIVER_KEYS = frozenset({"flavor", "operators", "managers", "keep_completed", "pbsyod_launcher",
                          "server_interval", "kill_grace", "prejob_check", "prologue", "epilogue",
-                         "prologue_timeout", "launcher", "job_history_duration",
+                         "prologue_timeout", "launcher", "job_history_duration", "ssh", "node_command",
+                         "node_spool", "node_check_rate", "job_stat_rate",
                          "node_log", "scheduling", "mail_command", "submit_filter",
                          "multi_user", "acl_roots", "deadline_users", "query_other_jobs", "resv_enable",
                          "default_walltime", "site_path", "filter_user", "mail_user", "max_request", "tmpdir",

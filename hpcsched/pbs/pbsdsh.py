@@ -6,8 +6,10 @@ program runs once on every vnode, all at once; -u once on every node; -c N on th
 (K-th) vnode.  -s runs them one after another; -v tells each task's start and end; -o is
 taken (a task's output is the job's output either way).  Each task gets PBS_TASKNUM,
 PBS_NODENUM (its node's place among the job's nodes) and PBS_VNODENUM, and starts where
-pbsdsh runs.  On a site with a `command` launcher a task runs on its node through it;
-otherwise (every node is this host) here.  As Torque's, pbsdsh exits 0 once every task has
+pbsdsh runs.  On a site with a `command` launcher a task runs on its node through it; on
+the `ssh` launcher's, a task on another host of the job runs there over ssh as one of the
+job's processes (`hpcsched node task`: killed with the job); otherwise (every node is this
+host) here.  As Torque's, pbsdsh exits 0 once every task has
 ended, and names each task that did not end well.
 """
 from __future__ import annotations
@@ -50,7 +52,8 @@ def pbsdsh(opts: list[tuple[str, str]], argv: list[str], out, now: float) -> int
         if (node if node is not None else copies - 1) >= len(where):
             raise common.CommandError(f"only {len(where)} nodes available", 1)
         where = [where[node]] if node is not None else where[:copies]
-    launcher = _launcher()
+    sisters = _sisters()
+    launcher = None if sisters else _launcher()
     tasks: dict[subprocess.Popen, int] = {}  # running: process -> its vnode
 
     def forward(sig, frame):  # (Torque's pbsdsh kills its tasks with what it got, and stops)
@@ -65,7 +68,9 @@ def pbsdsh(opts: list[tuple[str, str]], argv: list[str], out, now: float) -> int
             ids = {"PBS_TASKNUM": str(FIRST_TASK + n), "PBS_NODENUM": str(order.index(host)),
                    "PBS_VNODENUM": str(vnode)}
             command = argv
-            if launcher:
+            if sisters and host != sisters.get("host"):
+                command = _over_ssh(sisters, host, ids, argv)
+            elif launcher:
                 line = shlex.join(["env", *(f"{k}={v}" for k, v in ids.items()), *argv])
                 command = [part.replace("{host}", host).replace("{command}", line).replace("{user}", whoami())
                            for part in launcher]
@@ -122,9 +127,32 @@ def _launcher() -> list[str] | None:
     if not os.environ.get("HPCSCHED_HOME"):
         return None
     try:
-        return load_site().config.get("launcher")
+        launcher = load_site().config.get("launcher")
     except (SchedulerError, OSError):
         return None
+    return launcher if isinstance(launcher, list) else None
+
+
+def _sisters() -> dict | None:
+    """A job on the `ssh` launcher's hosts: how its node side reaches the job's other
+    hosts (server/node.py sets it), or None."""
+    import json
+    try:
+        got = json.loads(os.environ.get("HPCSCHED_NODE") or "null")
+    except ValueError:
+        return None
+    return got if isinstance(got, dict) and {"ssh", "command", "key"} <= got.keys() else None
+
+
+def _over_ssh(sisters: dict, host: str, ids: dict[str, str], argv: list[str]) -> list[str]:
+    """A task on another host of the job: its node command makes it one of the job's
+    processes there (killed with the job), with the job's PBS variables, where pbsdsh runs."""
+    spool = sisters.get("spool")
+    pbs = {k: v for k, v in os.environ.items() if k.startswith("PBS_")}
+    line = shlex.join([*sisters["command"], *(["--spool", spool.replace("{host}", host)] if spool else []),
+                       "task", sisters["key"], "--", "env", *(f"{k}={v}" for k, v in {**pbs, **ids}.items()),
+                       "sh", "-c", 'cd "$0" 2>/dev/null; exec "$@"', os.getcwd(), *argv])
+    return [*sisters["ssh"], host, line]
 
 
 PBSDSH = Command("pbsdsh", "c:n:h:osuv", "usage: pbsdsh [-c copies | -n node | -h host] [-o] [-s] [-u] [-v] "

@@ -51,7 +51,8 @@ from ..store.journaled import Batch
 from ..store.layout import INTERACTIVE, WRAPPER
 from ..core.errors import SchedulerError
 from ..store.site import SOCKET, Site, config_stamp, load_site, user_name
-from . import door, limits, privilege, scripts, staging, tracking
+from . import door, limits, privilege, remote, scripts, staging, tracking
+from .tracking import process_start
 
 COBALT_NODES = "cobalt_nodes"  # a Cobalt job's $COBALT_NODEFILE in its run directory
 
@@ -87,19 +88,6 @@ def log(message: str) -> None:
     out.flush()
 
 
-def process_start(pid: int) -> str | None:
-    """The kernel's start time of `pid` (field 22 of /proc/PID/stat), or None if gone."""
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            data = f.read()
-    except OSError:
-        return None
-    fields = data[data.rindex(")") + 2:].split()
-    if fields[0] == "Z":  # a zombie has ended
-        return None
-    return fields[19]
-
-
 POLL = 1.0  # seconds between looks at what a job uses, when it has a cput, mem or vmem limit
 PEAK_EVERY = 45.0  # seconds between notes of a running job's peak memory (pbs_mom's status interval)
 
@@ -116,6 +104,8 @@ class Server:
         self.prologued: set[tuple[int, int]] = set()
         self.epilogues: dict[int, tuple[subprocess.Popen, float]] = {}
         self.door = None  # the command socket's door (serve makes it)
+        self.tracker = tracking.Tracker(self.home)
+        self.nodes: remote.Nodes | None = None  # the `ssh` launcher's hosts (remote.py)
         self._configure(site)
         self.swept = False  # run directories of jobs gone removed (once a start: _step)
         self.children: dict[int, int] = {}  # pid -> wait status, reaped
@@ -134,7 +124,6 @@ class Server:
         self.fault_retry = FAULT_RETRY
         self.stopping = False
         self.passes = 0
-        self.tracker = tracking.Tracker(self.home)
         self.boot = time.time()  # jobs launched before it ran, and perhaps ended, while no server watched
         self.last_alive: float | None = None  # the last step of the server before this one (its lock's mtime)
         self._lock: int | None = None
@@ -152,8 +141,13 @@ class Server:
         self.prologue, self.epilogue = cfg.get("prologue"), cfg.get("epilogue")
         self.script_timeout = float(cfg.get("prologue_timeout", scripts.TIMEOUT))
         # the `command` launcher: run the job's wrapper through a template such as
-        # ["ssh", "{host}", "{command}"] on the job's first node; absent: `local`
-        self.launcher = cfg.get("launcher")
+        # ["ssh", "{host}", "{command}"] on the job's first node; "ssh": our node side on
+        # each job's hosts over ssh (remote.py, node.py); absent: `local`
+        launcher = cfg.get("launcher")
+        self.launcher = launcher if isinstance(launcher, list) else None
+        if launcher == "ssh":
+            self.nodes = self.nodes or remote.Nodes(self.tracker.key)
+            self.nodes.configure(cfg)
         # a multi-user site: the kernel names callers; as root, jobs run as their owners
         self.multi = site.multi_user
         self.as_owners = self.multi and os.geteuid() == 0
@@ -280,6 +274,8 @@ class Server:
                      if jid in sched.jobs and sched.jobs[jid].state in ACTIVE}
         self.faults = {jid: v for jid, v in self.faults.items()
                        if jid is None or (jid in sched.jobs and sched.jobs[jid].state in ACTIVE)}
+        if self.nodes is not None:
+            self._look_nodes(now)
         for job in [j for j in sched.jobs.values() if j.state in ACTIVE]:
             self._handling = job.id
             if job.id in self.faults and "launched" not in job.extra and job.state == RUNNING:
@@ -329,7 +325,8 @@ class Server:
         for job in self.batch.sched.jobs.values():
             if job.state in ACTIVE and "launched" in job.extra:
                 pid = self._pid(job)
-                if pid and process_start(pid) is not None:
+                if job.extra.get("remote") and (self._seen(job) or {}).get("state") == "running" \
+                        or pid and process_start(pid) is not None:
                     self._escalate(job, pid, now, journal=False)
 
     def _log_nodes(self, sched, plan, now: float) -> None:
@@ -361,20 +358,23 @@ class Server:
         status = self._read_int(d / "status")
         return status if status is not None else self._read_int(d / "status.tmp")
 
-    def _ran_until(self, job: Job, now: float) -> float | None:
+    def _ran_until(self, job: Job, now: float, seen: dict | None = None) -> float | None:
         """When a job that ended while no server ran really ended: its status file's time
-        (the wrapper writes it at the end), but never before the last step of the server
-        that last saw it (the owner may touch the file) nor after now; None for a job this
-        server launched or one whose end it surely saw within a step."""
+        (the wrapper writes it at the end; on another host, as its node says), but never
+        before the last step of the server that last saw it (the owner may touch the file)
+        nor after now; None for a job this server launched or one whose end it surely saw
+        within a step."""
         if job.extra.get("launched", now) >= self.boot or job.start_time is None:
             return None
-        d = self.jobdir(job)
-        for name in ("status", "status.tmp"):
+        written = seen.get("ended_at") if seen is not None else None
+        for name in ("status", "status.tmp") if seen is None else ():
             with contextlib.suppress(OSError):
-                written = os.stat(d / name).st_mtime
-                floor = max(job.start_time, self.last_alive or job.start_time)
-                return min(now, max(floor, written)) if written < now - 1 else None
-        return None
+                written = os.stat(self.jobdir(job) / name).st_mtime
+                break
+        if written is None:
+            return None
+        floor = max(job.start_time, self.last_alive or job.start_time)
+        return min(now, max(floor, written)) if written < now - 1 else None
 
     def _pid(self, job: Job) -> int | None:
         """The pid of the job's wrapper: from its pid file, or as noted at launch."""
@@ -390,6 +390,83 @@ class Server:
                     pass  # gone: the job's end
             return pid
         return self._read_int(self.jobdir(job) / "pid") or job.extra.get("pid")
+
+    def _alive(self, job: Job, now: float) -> tuple[int | None, bool]:
+        """(the pid of the job's wrapper on this host, is it running?).  The pid file names
+        the wrapper; the start time recorded at launch (None: it had already ended) tells a
+        reused pid from ours.  On a multi-user site the file is the owner's to write: the
+        pid the server saw at launch comes first."""
+        pid = self._pid(job)
+        start = process_start(pid) if pid else None
+        if pid == job.extra.get("pid") and "pid_start" in job.extra:
+            return pid, start is not None and start == job.extra["pid_start"]
+        if start is not None and self.multi and "pid" not in job.extra:
+            # a session's wrapper wrote its pid: kept from now on (the file is the
+            # owner's to rewrite; a later pid in it is not believed)
+            self._note(job, now, set={"pid": pid, "pid_start": start})
+        return pid, start is not None
+
+    # --- jobs on other hosts (the `ssh` launcher: remote.py) --------------------------------
+    def _key(self, job: Job) -> str:
+        return self.nodes.key(job.id, job.run_count)
+
+    def _seen(self, job: Job) -> dict | None:
+        """A job on another host: its node's last word on this run ({} before any); None
+        for a job on this host."""
+        host = job.extra.get("remote")
+        if not host or self.nodes is None:
+            return None
+        return self.nodes.seen.get(host, {}).get(self._key(job), {"state": "none"} if host in self.nodes.seen
+                                                   else {})
+
+    def _look_nodes(self, now: float) -> None:
+        """Ask the hosts of running jobs, and the nodes the server marked down, how things
+        are; a host back brings its node up (what ran there of jobs gone is cleaned up
+        first); a host silent for node_check_rate is down, and its jobs requeued or ended."""
+        sched = self.batch.sched
+        runs: dict[str, list[str]] = {}
+        live: dict[str, list[str]] = {}  # (and those a launch may have started unsaid: kept too)
+        for job in sched.jobs.values():
+            if job.state in ACTIVE and job.nodes:
+                live.setdefault(job.extra.get("remote") or job.nodes[0], []).append(self._key(job))
+                if job.extra.get("remote") and "epilogue_at" not in job.extra:
+                    runs.setdefault(job.extra["remote"], []).append(self._key(job))
+        for name, note in sched.node_notes.items():
+            if note.startswith(remote.DOWN_NOTE):
+                runs.setdefault(name, [])
+        for host in self.nodes.look(now, runs, self.children):
+            if sched.node_notes.get(host, "").startswith(remote.DOWN_NOTE):
+                log(f"node {host}: answers again: up")
+                self.batch.do("node", now, name=host, state="up", note="")
+            if host not in self.nodes.swept:
+                self.nodes.stale(host, live.get(host, []))
+        names = {n.name for n in sched.topology.all_nodes()}
+        for host, (since, why) in list(self.nodes.failing.items()):
+            if self.nodes.down_since(host, now) is not None and host in names:
+                self._node_down(host, now, why)
+
+    def _node_down(self, host: str, now: float, why: str) -> None:
+        """The host has not answered for node_check_rate: down, with why in its note; its
+        jobs, whose runs there its keepers have killed by now (their lease), requeued when
+        rerunnable (an R record), else ended (A)."""
+        sched = self.batch.sched
+        if not sched.node_notes.get(host, "").startswith(remote.DOWN_NOTE):
+            log(f"node {host}: no answer for {self.nodes.check_rate:g} s ({why}): down")
+            self.batch.do("node", now, name=host, state="down", note=_down_note(now, why))
+        if not self.nodes.fenced(host, now):
+            return  # (its runs' keepers there kill them once their leases run out: not yet)
+        for job in [j for j in sched.jobs.values() if j.state in ACTIVE and j.extra.get("remote") == host]:
+            self._handling = job.id
+            self.nodes.stop_waiting(self._key(job))
+            if "epilogue_at" in job.extra:
+                continue  # (its end is known: its epilogue runs here)
+            if job.extra.get("rerunnable", True) and job.state == RUNNING:
+                self._requeue(job, now, f"its node {host} is down")
+            elif job.state == EXITING:  # (deleted: it ended as killed)
+                self._finish(job, 256 + (job.extra.get("signal") or signal.SIGKILL), now)
+            else:
+                self._finish(job, LOST, now, why=f"its node {host} went down")
+        self._handling = None
 
     def _watch(self, job: Job, now: float) -> None:
         """End a job whose process is gone; signal one past its walltime or deleted."""
@@ -408,37 +485,35 @@ class Server:
             for streams, text in job.extra["messages"]:
                 self._tell(job, text, streams)
             self._note(job, now, clear=["messages"])
-        # the pid file names the wrapper that runs the job; the start time recorded at
-        # launch (None: it had already ended) tells a reused pid from ours.  On a
-        # multi-user site the file is the owner's to write: the pid the server saw at
-        # launch comes first
-        pid = self._pid(job)
-        if pid is None and job.extra.get("interactive") and job.state == RUNNING \
-                and now < job.extra["launched"] + INTERACTIVE_WAIT:
-            return  # its qsub -I has not started the session yet
-        start = process_start(pid) if pid else None
-        if pid == job.extra.get("pid") and "pid_start" in job.extra:
-            alive = start is not None and start == job.extra["pid_start"]
+        seen = self._seen(job)  # (a job on another host: its node's last word on it)
+        if seen is not None:
+            if seen.get("state") is None:
+                return  # (not heard from its host yet, since the server started or since it failed)
+            pid, alive = job.extra.get("pid"), seen["state"] == "running"
+            if pid is None and seen.get("pid"):  # (a start its launch could not confirm)
+                pid = seen["pid"]
+                self._note(job, now, set={"pid": pid, "pid_start": seen["start"], "session": pid})
         else:
-            alive = start is not None
-            if alive and self.multi and "pid" not in job.extra:
-                # a session's wrapper wrote its pid: kept from now on (the file is the
-                # owner's to rewrite; a later pid in it is not believed)
-                self._note(job, now, set={"pid": pid, "pid_start": start})
+            pid, alive = self._alive(job, now)
+            if pid is None and job.extra.get("interactive") and job.state == RUNNING \
+                    and now < job.extra["launched"] + INTERACTIVE_WAIT:
+                return  # its qsub -I has not started the session yet
         if not alive and job.extra.get("rerun") and job.state == RUNNING:
             self._requeue(job, now)  # (qrerun: back to the queue however it ended)
             return
         if not alive:
             # (the wrapper's word, in a directory the job can write too: believed only of
             # a job that asked for files staged in)
-            failed = self._read(self.jobdir(job) / "stagein_failed", 2000) \
-                if job.extra.get("W", {}).get("stagein") else None
+            failed = None
+            if job.extra.get("W", {}).get("stagein"):
+                failed = seen.get("stagein_failed") if seen is not None else \
+                    (self._read(self.jobdir(job) / "stagein_failed", 2000) or b"").decode("utf-8", "replace") or None
             if failed is not None and job.state == RUNNING:
-                self._stagein_failed(job, failed.decode("utf-8", "replace"), now)
+                self._stagein_failed(job, failed, now)
                 self.children.pop(pid, None), self.cpu.pop(pid, None)
                 return
-            status = self._status(job)
-            ran_until = self._ran_until(job, now) if status is not None else None
+            status = self._status(job) if seen is None else seen.get("status")
+            ran_until = self._ran_until(job, now, seen) if status is not None else None
             sent = job.extra.get("signal") or self.sent.get(job.id, (None,))[0]
             if sent and (status is None or status >= 128):
                 status = 256 + sent  # as PBS records a job it killed
@@ -455,7 +530,7 @@ class Server:
                     self._requeue(job, now)
                     return
                 status = LOST
-            cpu = self.cpu.get(pid)  # (None: not this server's child)
+            cpu = self.cpu.get(pid) if seen is None else seen.get("cpu")  # (None: not this server's child)
             if ran_until is not None:
                 self._note(job, now, set={"ran_until": ran_until})
             if self.epilogue:
@@ -465,7 +540,10 @@ class Server:
             self.children.pop(pid, None), self.cpu.pop(pid, None)  # (forgotten once its end is in the store)
             return
         pending = job.extra.get("pending_signals")
-        if pending:  # qsig: deliver, then forget (a signal the kernel refuses is dropped)
+        if pending and seen is not None:
+            self.nodes.signal(job.extra["remote"], self._key(job), [s for s in pending if isinstance(s, int)])
+            self._note(job, now, clear=["pending_signals"])
+        elif pending:  # qsig: deliver, then forget (a signal the kernel refuses is dropped)
             for sig in pending:
                 try:
                     os.killpg(pid, sig)
@@ -476,10 +554,13 @@ class Server:
             self._note(job, now, clear=["pending_signals"])
         self._escalate(job, pid, now)
 
-    def _requeue(self, job: Job, now: float) -> None:
+    def _requeue(self, job: Job, now: float, why: str = "") -> None:
         """Back to the queue, to run again (its process lost, or qrerun): an R record."""
         log(f"job {common.short_id(job)}: requeued"
-            + (" (qrerun)" if job.extra.get("rerun") else " (its process was lost)"))
+            + (f" ({why})" if why else " (qrerun)" if job.extra.get("rerun") else " (its process was lost)"))
+        if job.extra.get("remote"):  # (what is left of this run on its hosts: killed, forgotten)
+            self._clean(job)
+            self.nodes.forget(job.nodes, self._key(job))
         rerun = accounting.lines("R", [job], self.site.server, now)  # (as it ran: its start, its hosts)
         self.batch.do("requeue", now, id=job.id, records=lambda _: rerun)
         self.peaks.pop(job.id, None)
@@ -487,7 +568,7 @@ class Server:
         if job.extra.get("tmpdir"):
             _remove(job.extra["tmpdir"])
         self._note(job, now, clear=["launched", "pid", "pid_start", "signal", "signalled_at", "over",
-                                   "rerun", "used_mem", "used_vmem", "used_at", "tmpdir"])
+                                   "rerun", "used_mem", "used_vmem", "used_at", "tmpdir", "remote"])
 
     def _escalate(self, job: Job, pid: int, now: float, journal: bool = True) -> None:
         """A job past a limit (its walltime, which stands still while it is suspended, its
@@ -536,6 +617,9 @@ class Server:
 
     def _use(self, job: Job, pid: int, now: float) -> limits.Use:
         """What the job's processes use, as the last look saw them."""
+        seen = self._seen(job)
+        if seen is not None:  # (on another host: as its node last said)
+            return limits.Use(*seen.get("use", (0.0, 0, 0)))
         if self._usage is None:
             self._usage, self._looked, self._uses = limits.Usage(), now, {}
         if (job.id, pid) not in self._uses:
@@ -545,7 +629,7 @@ class Server:
 
     def _limits(self, job: Job) -> dict[str, int]:
         """The job's limits the server keeps it to (none on a `command` launcher's host:
-        its processes are elsewhere)."""
+        its processes are elsewhere; on the `ssh` launcher's, its node says what they use)."""
         return {} if self.launcher else limits.asked(job)
 
     def _peaks(self, job: Job, use: limits.Use, now: float) -> None:
@@ -600,6 +684,8 @@ class Server:
                       records=(lambda job: accounting.lines("A" if aborted else "E", [job], self.site.server, now))
                       if recorded else None,
                       **({"cpu_time": cpu_time} if cpu_time is not None else {}), **noted)
+        if job.extra.get("remote"):  # (its end on record: its hosts forget the run)
+            self.nodes.forget(job.nodes, self._key(job))
         if aborted or walltime:
             limit = job.extra.get("over", "walltime")
             why = why or (f"Job exceeded its {limit} limit. Job was aborted" if walltime
@@ -787,7 +873,10 @@ class Server:
             _remove(job.extra["tmpdir"])
         if "launched" not in job.extra or job.extra.get("interactive"):
             return
-        left = self.tracker.clean(job.id, job.run_count, scan=not self._in_cgroup(job))
+        if job.extra.get("remote"):
+            left = self.nodes.cleanup(job.nodes, self._key(job))
+        else:
+            left = self.tracker.clean(job.id, job.run_count, scan=not self._in_cgroup(job))
         if left:
             log(f"job {common.short_id(job)}: killed {len(left)} leftover process"
                 f"{'es' if len(left) > 1 else ''} after its end: {', '.join(left)}")
@@ -804,7 +893,11 @@ class Server:
         """`sig` to the job's process group and to every process of the job that left it (a
         suspended job is continued too, so that it can act on the signal)."""
         # (a deleted job is EXITING, not S: its mark says it is stopped)
-        for s in (sig, signal.SIGCONT) if job.suspended_at is not None and sig != signal.SIGKILL else (sig,):
+        sigs = (sig, signal.SIGCONT) if job.suspended_at is not None and sig != signal.SIGKILL else (sig,)
+        if job.extra.get("remote"):
+            self.nodes.signal(job.extra["remote"], self._key(job), [int(s) for s in sigs])
+            sigs = ()
+        for s in sigs:
             try:
                 os.killpg(pid, s)
             except ProcessLookupError:
@@ -838,12 +931,13 @@ class Server:
             self.prologued.discard((job.id, job.run_count))  # (passed: this launch takes it)
         if self.check and not self._scan(job, now):
             return 0
+        x = job.extra
+        here = self.nodes is None or x.get("interactive")  # (on this host: else on its first node's)
         try:
             d = self._rundir(job, owner)
-            scratch = self._scratch(job, owner)
+            scratch = self._scratch(job, owner) if here else ""
         except OSError as e:
             return self._not_started(job, now, f"its run directory: {e.strerror or e}")
-        x = job.extra
         script = d / "script"
         home = owner.home if owner else _home(job)
         workdir = x.get("workdir") or home  # PBS starts a job in its owner's home unless -d/-w
@@ -858,10 +952,14 @@ class Server:
         if gpus:  # Torque's GPU file (one `node-gpuN` a line) and the first node's devices
             env.update(PBS_GPUFILE=str(d / "gpus"), CUDA_VISIBLE_DEVICES=",".join(map(str, gpus[job.nodes[0]])))
         try:
-            self._write_rundir(job, d, owner, env, workdir, gpus)
+            files = self._rundir_files(job, env, workdir, gpus)
+            self._write_rundir(d, files, owner)
         except OSError as e:
-            _remove(scratch)
+            if scratch:
+                _remove(scratch)
             return self._not_started(job, now, f"its run directory: {e.strerror or e}")
+        if not here:
+            return self._launch_remote(job, now, owner, env, files, shell, workdir, gpus)
         noted = {"tmpdir": scratch, **({"gpus": gpus} if gpus else {})}
         if x.get("interactive"):
             self._note(job, now, set={"launched": now, **noted}, records=self._started)
@@ -904,33 +1002,90 @@ class Server:
         mail.send(self.site, job, mail.BEGIN, "Begun execution")
         return 1
 
-    @staticmethod
-    def _write_rundir(job: Job, d: Path, owner: privilege.Owner | None, env: dict[str, str], workdir: str,
-                      gpus: dict[str, list[int]] | None) -> None:
-        """The files the job's wrapper reads from its run directory `d`, written with the
-        owner's rights: its script, node file (and Cobalt's, and the GPU file), staging
-        scripts, and an interactive job's environment (OSError: the job cannot start)."""
+    def _launch_remote(self, job: Job, now: float, owner: privilege.Owner | None, env: dict[str, str],
+                       files: dict[str, tuple[str, int]], shell: str, workdir: str, gpus: dict) -> int:
+        """Start the job's wrapper on its first node through that host's node command
+        (node.py), after a word from each of its other hosts.  A host that does not answer
+        is marked down, with why, and the job goes back to the queue; one that refuses
+        (no such user there, a path the owner may not write) fails the job as here."""
         x = job.extra
-        _put(d / "script", x.get("script", ""), owner, 0o700)
+        host, key = job.nodes[0], self._key(job)
+        for other in dict.fromkeys(job.nodes[1:]):
+            why = self.nodes.ping(other)
+            if why is not None:
+                return self._unreached(job, other, now, why)
+        out, err, _ = self._streams(job, owner)
+        join = x.get("join", "n")
+        paths = {"PBS_NODEFILE": "nodes", **({"PBS_GPUFILE": "gpus"} if gpus else {}),
+                 **({"COBALT_NODEFILE": COBALT_NODES} if "cobalt" in x else {})}
+        spec = {"env": env, "files": files, "paths": paths, "shell": shell, "arguments": x.get("arguments", []),
+                "owner": owner.name if owner else None, "group": job.group, "workdir": workdir,
+                "stdout": out if join != "eo" else err, "stderr": err if join == "n" else None,
+                "umask": x.get("W", {}).get("umask", "077"), "nice": limits.asked(job).get("nice"),
+                "lease": self.nodes.check_rate, "tmpdir": self.site.config.get("tmpdir"),
+                "sisters": {**self.nodes.sisters(), "host": host}}
+        try:
+            got = self.nodes.run(host, key, spec)
+        except remote.Refused as e:
+            return self._not_started(job, now, f"on {host}: {e}")
+        if got is None and self.nodes.unsent:
+            return self._unreached(job, host, now, self.nodes.failing[host][1])
+        if got is None:
+            # the connection was lost after it was made: the run may have started there,
+            # so it is launched as far as anyone can tell, and the host's next word (or its
+            # silence for node_check_rate, when the run's lease there has run out) decides
+            log(f"job {common.short_id(job)}: its start on {host} unconfirmed ({self.nodes.failing[host][1]})")
+            got = {}
+        self._note(job, now, set={"launched": now, "remote": host, **({"gpus": gpus} if gpus else {}),
+                                  **({"pid": got["pid"], "pid_start": got["start"], "session": got["pid"]} if got else {})},
+                   records=self._started)
+        log(f"job {common.short_id(job)}: started for {job.owner} on {','.join(job.nodes)} "
+            f"(pid {got.get('pid', '?')} on {host})")
+        mail.send(self.site, job, mail.BEGIN, "Begun execution")
+        return 1
+
+    def _unreached(self, job: Job, host: str, now: float, why: str) -> int:
+        """A host of a job about to start does not answer: its node down, with why; the job
+        back in the queue, to start where the next pass puts it."""
+        log(f"node {host}: not reached ({why}): down; job {common.short_id(job)} back in the queue")
+        self.batch.do("node", now, name=host, state="down", note=_down_note(now, why))
+        self.batch.do("requeue", now, id=job.id)
+        return 0
+
+    @staticmethod
+    def _rundir_files(job: Job, env: dict[str, str], workdir: str,
+                      gpus: dict[str, list[int]] | None) -> dict[str, tuple[str, int]]:
+        """The files the job's wrapper reads from its run directory, name -> (text, mode):
+        its script, node file (and Cobalt's, and the GPU file), staging scripts, and an
+        interactive job's environment (last)."""
+        x = job.extra
+        files = {"script": (x.get("script", ""), 0o700)}
         # (a line per processor asked for: an exclusive job holds all of its nodes' cores)
         per = job.request.ppn if job.request.exclusive else None
-        _put(d / "nodes", "".join(f"{n}\n" * (per or max(1, len(c))) for n, c in zip(job.nodes, job.cores)), owner)
+        files["nodes"] = ("".join(f"{n}\n" * (per or max(1, len(c))) for n, c in zip(job.nodes, job.cores)), 0o600)
         if "cobalt" in x:  # (Cobalt's node file: a node a line)
-            _put(d / COBALT_NODES, "".join(f"{n}\n" for n in job.nodes), owner)
+            files[COBALT_NODES] = ("".join(f"{n}\n" for n in job.nodes), 0o600)
         if gpus:
-            _put(d / "gpus", "".join(f"{n}-gpu{i}\n" for n, held in gpus.items() for i in held), owner)
+            files["gpus"] = ("".join(f"{n}-gpu{i}\n" for n, held in gpus.items() for i in held), 0o600)
         w = x.get("W", {})
         if w.get("stagein") or w.get("stageout"):  # (the wrapper runs them: server/staging.py)
             for name, text in zip(("stagein", "stageout"), staging.scripts(w.get("stagein", ""),
                                                                          w.get("stageout", ""))):
                 if text:
-                    _put(d / name, text, owner)
+                    files[name] = (text, 0o600)
         if x.get("interactive"):
             # the waiting `qsub -I` runs the session under the same wrapper, on the
             # caller's terminal: it needs only the environment, written last
             env["PBS_ENVIRONMENT"] = "PBS_INTERACTIVE"
             env["SHELL"] = x.get("shell") or env.get("PBS_O_SHELL") or "/bin/sh"  # the caller's own
-            _put(d / INTERACTIVE, json.dumps({"env": env, "workdir": workdir}), owner)
+            files[INTERACTIVE] = (json.dumps({"env": env, "workdir": workdir}), 0o600)
+        return files
+
+    @staticmethod
+    def _write_rundir(d: Path, files: dict[str, tuple[str, int]], owner: privilege.Owner | None) -> None:
+        """Write the run directory's files with the owner's rights (OSError: the job cannot start)."""
+        for name, (text, mode) in files.items():
+            _put(d / name, text, owner, mode)
 
     def _open_files(self, job: Job, owner: privilege.Owner | None, files: contextlib.ExitStack) -> tuple:
         """The job's output and error files opened to append to, with the owner's rights
@@ -1137,6 +1292,8 @@ class Server:
                 live = None
             if live is not None:
                 self.tracker.close(live)
+            if self.nodes is not None:
+                self.nodes.close()
             common.stop_server = None
             common.SLICE = common.resume = None
             self.door.close()
@@ -1171,6 +1328,11 @@ class Server:
                 due = min(due, now + POLL)
         for _, began in [*self.prologues.values(), *self.epilogues.values()]:
             due = min(due, began + self.script_timeout)  # (their ends poke it too)
+        if self.nodes is not None:  # (the next look at the hosts of jobs, and of nodes it marked down)
+            hosts = {j.extra["remote"] for j in self.batch.sched.jobs.values()
+                     if j.state in ACTIVE and j.extra.get("remote")}
+            hosts |= {n for n, note in self.batch.sched.node_notes.items() if note.startswith(remote.DOWN_NOTE)}
+            due = min(due, self.nodes.next_due(hosts) or due)
         return max(due, now + 0.05)  # (never a busy loop)
 
     def _bind(self, name: str, kind: int) -> socket.socket:
@@ -1246,6 +1408,11 @@ class Server:
 
     def _stop(self, *_):
         self.stopping = True
+
+
+def _down_note(now: float, why: str) -> str:
+    """A node's note when the server marks it down for not answering (pbsnodes -l shows it)."""
+    return f"{remote.DOWN_NOTE} since {time.strftime('%Y-%m-%d %H:%M:%S', time.localtime(now))}: {why}"
 
 
 def _killed(job: Job) -> bool:

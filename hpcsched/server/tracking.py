@@ -30,25 +30,29 @@ from pathlib import Path
 MARK = "HPCSCHED_JOB"
 
 
-def _cgroup2_root() -> str | None:
-    """Where this process's own cgroup v2 lives in the file system, or None."""
+def _cgroup2_root(own: bool = True) -> str | None:
+    """Where this process's own cgroup v2 lives in the file system (not `own`: the
+    hierarchy's root), or None."""
     try:
         with open("/proc/self/mounts") as f:
             mount = next((line.split()[1] for line in f if line.split()[2:3] == ["cgroup2"]), None)
         with open("/proc/self/cgroup") as f:
-            own = next((line.strip()[3:] for line in f if line.startswith("0::")), None)
+            mine = next((line.strip()[3:] for line in f if line.startswith("0::")), None)
     except OSError:
         return None
-    if mount is None or own is None:
+    if mount is None or mine is None:
         return None
-    return os.path.join(mount, own.lstrip("/"))
+    return os.path.join(mount, mine.lstrip("/")) if own else mount
 
 
 class Tracker:
     """The processes of a site's jobs: made, marked, signalled and cleaned up per run."""
 
-    def __init__(self, home: Path, cgroups: bool = True):
+    def __init__(self, home: Path, cgroups: bool = True, at_root: bool = False):
         self.key = hashlib.sha1(str(home).encode()).hexdigest()[:12]
+        # (at_root: the site's cgroup at the hierarchy's root, the same for every process
+        # of the site's user: the node side, run by a new ssh session each time)
+        self.at_root = at_root
         self._base: str | None = None if cgroups else ""  # "": none here; None: not looked yet
         self.stale: set[str] = set()  # cgroups of ended runs, removed once empty
 
@@ -58,7 +62,7 @@ class Tracker:
         make one (then the environment mark alone tracks jobs)."""
         if self._base is None:
             self._base = ""
-            root = _cgroup2_root()
+            root = _cgroup2_root(own=not self.at_root)
             if root is not None:
                 base = os.path.join(root, f"hpcsched-{self.key}")
                 try:
@@ -163,6 +167,19 @@ class Tracker:
                 os.rmdir(self._base)
             except OSError:
                 pass
+
+
+def process_start(pid: int) -> str | None:
+    """The kernel's start time of `pid` (field 22 of /proc/PID/stat), or None if gone."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            data = f.read()
+    except OSError:
+        return None
+    fields = data[data.rindex(")") + 2:].split()
+    if fields[0] == "Z":  # a zombie has ended
+        return None
+    return fields[19]
 
 
 KILL_ROUNDS = 100  # of freeze, kill, thaw where the kernel has no cgroup.kill (then give up: logged)

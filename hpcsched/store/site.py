@@ -224,21 +224,26 @@ def _load_site(home: Path) -> Site:
     for key in ("scheduling", "query_other_jobs", "resv_enable"):
         if not isinstance(config.get(key, True), bool):
             raise ConfigError(f"{key}: must be true or false")
-    for key, example in (("mail_command", '["sendmail", "-t"]'), ("launcher", '["ssh", "{host}", "{command}"]'),
+    for key, example in (("mail_command", '["sendmail", "-t"]'),
+                         ("launcher", '"ssh" (our node side on each host) or ["ssh", "{host}", "{command}"]'),
+                         ("ssh", '["ssh", "-o", "BatchMode=yes"]'), ("node_command", '["hpcsched", "node"]'),
                          ("prejob_check", '["ping", "-c1", "{node}"]'), ("pbsyod_launcher", '["aprun", "-n", "{np}"]'),
                          ("prologue", '["/etc/hpcsched/prologue"]'), ("epilogue", '["/etc/hpcsched/epilogue"]'),
                          ("submit_filter", '["/etc/hpcsched/submit_filter"] or "module:function"')):
         words = config.get(key, [])
+        if key == "launcher" and words == "ssh":
+            continue
         if key == "submit_filter" and isinstance(words, str):
             sitefilter.load(words, home)  # a Python filter, "module:function": it must import
             continue
         if not isinstance(words, list) or not all(isinstance(p, str) and p for p in words):
             raise ConfigError(f"{key}: must be a command as a list of words, e.g. {example}")
-    for key in ("server_interval", "kill_grace", "job_history_duration", "prologue_timeout"):
+    for key in ("server_interval", "kill_grace", "job_history_duration", "prologue_timeout", "node_check_rate",
+                "job_stat_rate"):
         value = config.get(key, 1)
         if not isinstance(value, (int, float)) or isinstance(value, bool) or not math.isfinite(value) or value <= 0:
             raise ConfigError(f"{key}: must be a positive number of seconds")
-    for key in ("site_path", "filter_user", "mail_user", "tmpdir"):
+    for key in ("site_path", "filter_user", "mail_user", "tmpdir", "node_spool"):
         if key in config and not (isinstance(config[key], str) and config[key] and "\0" not in config[key]):
             raise ConfigError(f"{key}: must be a non-empty string")
     if "tmpdir" in config and not config["tmpdir"].startswith("/"):
