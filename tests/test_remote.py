@@ -258,3 +258,56 @@ def test_a_start_whose_answer_was_lost_is_never_run_twice(tmp_path, monkeypatch)
         for pid in left:
             with_kill(pid)
         assert not left
+
+
+def test_the_prejob_check_runs_on_each_node_over_its_connection(cluster):
+    """prejob_check (PSC's node scan) on the `ssh` launcher's hosts runs on the node: a
+    failing one puts it on the bad list, and the job waits for a good node."""
+    env, home, work, start, hosts = cluster
+    a, b = hosts.hosts
+    config = home / "config.toml"
+    check = f"echo {{node}} ${{SSH_CONNECTION:+ssh}}${{FAKESSH_HOST:+fake}} >> {work}/checked; test ! -e {work}/bad-{{node}}"
+    config.write_text(f"prejob_check = {json.dumps(['sh', '-c', check])}\n" + config.read_text())
+    (work / f"bad-{b}").write_text("")
+    start()
+    ok = cmd(env, work, "qsub", "-l", f"nodes={a},walltime=60", stdin="true\n").stdout.strip()
+    assert wait_for(env, work, ok)["exit_status"] == "0"
+    waits = cmd(env, work, "qsub", "-l", f"nodes={b},walltime=60", stdin="true\n").stdout.strip()
+    until(lambda: "bad" in cmd(env, work, "pbsnodes", "-l").stdout, 20, "the bad node listed")
+    assert state(env, work, waits)["job_state"] == "Q"
+    assert (work / "checked").read_text().split() == [a, hosts.name.replace("netns", "ssh"), b,
+                                                      hosts.name.replace("netns", "ssh")]
+
+
+def test_a_two_host_jobs_output_accounting_and_cleanup_match_a_one_host_sites(cluster, tmp_path):
+    """The same job on the cluster and on a site whose nodes (named alike) are all this
+    host: the same output, the same accounting record (but what it used), and what it
+    left behind killed in both."""
+    env, home, work, start, hosts = cluster
+    start()
+    script = ("echo $PBS_NUM_NODES $PBS_NP $PBS_NUM_PPN $PBS_TASKNUM $PBS_NODENUM $PBS_QUEUE; cat $PBS_NODEFILE; "
+              "pwd; test -d $TMPDIR && echo tmpdir; setsid sleep 300 < /dev/null > /dev/null 2>&1 & "
+              "echo $! > {}/left; exit 3\n")
+    local = tmp_path / "local"
+    local.mkdir()
+    lhome, lenv, lwork, _ = site(local, hosts, "server_interval = 0.5\nkill_grace = 1\n")
+    config = lhome / "config.toml"
+    config.write_text(config.read_text().replace('launcher = "ssh"\n', ""))
+    here = start_server(lhome, lenv, local / "server.log")
+    try:
+        seen = []
+        for e, h, w in ((env, home, work), (lenv, lhome, lwork)):
+            jid = cmd(e, w, "qsub", "-N", "same", "-l", "nodes=2:ppn=2,walltime=60",
+                      stdin=script.format(w)).stdout.strip()
+            assert wait_for(e, w, jid)["exit_status"] == "3"
+            out = (w / f"same.o{jid.split('.')[0]}").read_text().replace(e["HOME"], "HOME")
+            record = [r for r in accounting.read(h) if r.job_id == jid and r.kind == "E"][0]
+            until(lambda: not alive(int((w / "left").read_text())), 10, "what the job left killed")
+            seen.append((out, {k: v for k, v in record.fields.items()
+                               if not k.startswith("resources_used") and k not in ("ctime", "qtime", "etime",
+                                                                                   "start", "end", "session")}))
+        assert seen[0] == seen[1]
+        assert seen[0][0].split()[:5] == ["2", "4", "2", "1", "0"] and "tmpdir" in seen[0][0]
+    finally:
+        here.send_signal(signal.SIGTERM)
+        here.wait(10)

@@ -1164,9 +1164,20 @@ class Server:
 
     def _scan(self, job: Job, now: float) -> bool:
         """PSC's pre-job scan: check each node; a failing node goes on the bad list and
-        the job returns to the queue to get other nodes."""
-        for node in job.nodes:
+        the job returns to the queue to get other nodes.  On the `ssh` launcher's hosts
+        the check runs on the node, over its connection: a host it does not reach is down
+        (with why), not bad."""
+        for node in dict.fromkeys(job.nodes):
             cmd = [part.replace("{node}", node) for part in self.check]
+            if self.nodes is not None:
+                ok = self.nodes.check(node, cmd)
+                if ok is None:
+                    return bool(self._unreached(job, node, now, self.nodes.failing[node][1]))
+                if not ok:
+                    self.batch.do("node", now, name=node, state="bad")
+                    self.batch.do("requeue", now, id=job.id)
+                    return False
+                continue
             try:
                 ok = subprocess.run(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                                     env=siteprog.environment(self.site), timeout=60).returncode == 0

@@ -48,6 +48,7 @@ class Nodes:
 
     def __init__(self, site_key: str):
         self.site_key = site_key
+        self.started = time.time()  # (a lease a server before this one gave ends node_check_rate after it, at most)
         self.control = None
         self.seen: dict[str, dict[str, dict]] = {}  # host -> key -> the node's last word on the run
         self.heard: dict[str, float] = {}  # host -> when it last answered
@@ -115,29 +116,36 @@ class Nodes:
 
     def _call(self, host: str, words, stdin: str) -> dict | None:
         now = time.time()
-        try:
-            # (ssh's own output to a file, not a pipe: a connection master kept on after
-            # this request would hold a pipe open, and the server would wait on it)
-            with tempfile.TemporaryFile() as err:
-                done = subprocess.run(self.argv(host, *words), input=stdin.encode(), stdout=subprocess.PIPE,
-                                      stderr=err, timeout=CALL_TIMEOUT)
-                err.seek(0)
-                said = err.read().decode("utf-8", "replace").strip().splitlines()
-        except subprocess.TimeoutExpired:
-            return self._failed(host, now, f"no answer in {CALL_TIMEOUT:g} s")
-        except OSError as e:
-            return self._failed(host, now, f"{self.ssh[0]}: {e.strerror or e}")
-        why = said[-1] if said else f"exit status {done.returncode}"
-        if done.returncode == 255:  # (ssh's own failure: the host is not reached)
-            return self._failed(host, now, why)
+        done = self._ssh(host, self.argv(host, *words), stdin.encode(), now)
+        if done is None:
+            return None
         self.heard[host] = now
         self.failing.pop(host, None)
         if done.returncode != 0:
-            raise Refused(why)
+            raise Refused(done.said[-1] if done.said else f"exit status {done.returncode}")
         try:
             return json.loads(done.stdout)
         except ValueError:
             raise Refused(f"not the node command's answer: {done.stdout[:200]!r}") from None
+
+    def _ssh(self, host: str, argv: list[str], stdin: bytes, now: float) -> subprocess.CompletedProcess | None:
+        """Run an ssh line to the host: the ended process (`said`: its stderr's lines), or
+        None when the host was not reached (ssh's own failure, exit status 255; a timeout):
+        `failing` says why."""
+        try:
+            # (ssh's own output to a file, not a pipe: a connection master kept on after
+            # this request would hold a pipe open, and the server would wait on it)
+            with tempfile.TemporaryFile() as err:
+                done = subprocess.run(argv, input=stdin, stdout=subprocess.PIPE, stderr=err, timeout=CALL_TIMEOUT)
+                err.seek(0)
+                done.said = err.read().decode("utf-8", "replace").strip().splitlines()
+        except subprocess.TimeoutExpired:
+            return self._failed(host, now, f"no answer in {CALL_TIMEOUT:g} s")
+        except OSError as e:
+            return self._failed(host, now, f"{argv[0]}: {e.strerror or e}")
+        if done.returncode == 255:
+            return self._failed(host, now, done.said[-1] if done.said else "exit status 255")
+        return done
 
     def _failed(self, host: str, now: float, why: str) -> None:
         since = self.failing.get(host, (now, ""))[0]
@@ -237,6 +245,17 @@ class Nodes:
         if proc is not None and proc.poll() is None:
             proc.kill()
 
+    def check(self, host: str, command: list[str]) -> bool | None:
+        """Run a site's node check (prejob_check) on the host: did it pass?  None: the host
+        was not reached."""
+        now = time.time()
+        done = self._ssh(host, [*self.ssh, host, shlex.join(command)], b"", now)
+        if done is None:
+            return None
+        self.heard[host] = now
+        self.failing.pop(host, None)
+        return done.returncode == 0
+
     def ping(self, host: str) -> str | None:
         """None when the host's node command answers; else why not."""
         try:
@@ -256,7 +275,7 @@ class Nodes:
     def fenced(self, host: str, now: float) -> bool:
         """Have the host's runs surely been killed there by their leases (the server
         having said nothing since)?"""
-        return now >= self.fence_by.get(host, 0.0) + FENCE
+        return now >= max(self.fence_by.get(host, 0.0), self.started + self.check_rate) + FENCE
 
     def next_due(self, hosts) -> float | None:
         return min((self.asked.get(h, 0) + self.stat_rate for h in hosts), default=None)
