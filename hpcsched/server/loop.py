@@ -904,7 +904,7 @@ class Server:
                 pass
             except PermissionError:  # a pid that is no longer the job's wrapper
                 pass
-            self.tracker.signal(job.id, job.run_count, s, scan=not self._in_cgroup(job))
+            self.tracker.signal(job.id, job.run_count, s, scan=not self._in_cgroup(job), besides=pid)
         self.sent[job.id] = (int(sig), now)
         if journal:
             self._note(job, now, set={"signal": int(sig), "signalled_at": now})

@@ -358,11 +358,13 @@ class Node:
         started = self._started(self.dir(key)) or {}
         reached = set()
         for sig in sigs:
+            group = None
             if started and tracking.process_start(started["pid"]) == started["start"]:
                 with _quiet():
                     os.killpg(started["pid"], sig)
                     reached.add(started["pid"])
-            reached.update(self.tracker.signal(*self._ids(key), sig))
+                    group = started["pid"]
+            reached.update(self.tracker.signal(*self._ids(key), sig, besides=group))
         return {"reached": sorted(reached)}
 
     def cleanup(self, key: str) -> dict:

@@ -105,15 +105,18 @@ class Tracker:
         found.discard(os.getpid())
         return found
 
-    def signal(self, job_id: int, run: int, sig: int, scan: bool = True) -> list[int]:
-        """Send `sig` to every process of the run (SIGKILL: its cgroup until empty); the
-        pids it reached."""
+    def signal(self, job_id: int, run: int, sig: int, scan: bool = True, besides: int | None = None) -> list[int]:
+        """Send `sig` to every process of the run (SIGKILL: its cgroup until empty) but
+        those of process group `besides` (which the caller signalled as a group: once a
+        process, a trap runs once); the pids it reached."""
         cgroup = self.cgroup(job_id, run) if sig == signal.SIGKILL else None
         if cgroup is not None:
             kill_all(cgroup)
         reached = []
         for pid in sorted(self.pids(job_id, run, scan)):
             try:
+                if besides is not None and os.getpgid(pid) == besides:
+                    continue
                 os.kill(pid, sig)
                 reached.append(pid)
             except (ProcessLookupError, PermissionError):
