@@ -226,14 +226,19 @@ def test_mail_points_decide_who_is_mailed_about_what():
 
 @pytest.mark.parametrize("line,message", [
     ('mail_command = "sendmail -t"', "mail_command: must be a command as a list of words"),
-    ('launcher = "ssh"', "launcher: must be a command as a list of words"),
+    ('launcher = "rsh"', "launcher: must be a command as a list of words"),
     ('prejob_check = ["ping", 3]', "prejob_check: must be a command as a list of words"),
     ('prologue = "/etc/prologue"', "prologue: must be a command as a list of words"),
     ('epilogue = [""]', "epilogue: must be a command as a list of words"),
     ("prologue_timeout = -1", "prologue_timeout: must be a positive number of seconds"),
     ("server_interval = 0", "server_interval: must be a positive number of seconds"),
     ('kill_grace = "30"', "kill_grace: must be a positive number of seconds"),
-    ("job_history_duration = nan", "job_history_duration: must be a positive number of seconds")])
+    ("job_history_duration = nan", "job_history_duration: must be a positive number of seconds"),
+    ('ssh = "ssh -p 22"', "ssh: must be a command as a list of words"),
+    ('node_command = ["hpcsched", ""]', "node_command: must be a command as a list of words"),
+    ('node_spool = ""', "node_spool: must be a non-empty string"),
+    ("node_check_rate = 0", "node_check_rate: must be a positive number of seconds"),
+    ('job_stat_rate = "45"', "job_stat_rate: must be a positive number of seconds")])
 def test_site_keys_of_the_wrong_type_are_one_line(rig, line, message):
     from hpcsched.core.errors import ConfigError
     from hpcsched.store.site import load_site
