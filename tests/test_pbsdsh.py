@@ -123,3 +123,21 @@ def test_on_a_site_with_a_command_launcher_each_task_goes_through_it_to_its_node
     config.write_text('launcher = ["sh", "-c", "echo via {host}; {command}"]\n' + config.read_text())
     assert PBSDSH(["-u", *SHOW]) == 0
     assert lines(capfd) == ["0 0 2", "2 1 3", "via node01", "via node02"]
+
+
+def test_pbs_tmrsh_runs_a_shell_line_on_a_host_of_the_job(job, capfd, monkeypatch):
+    """On a site whose nodes are this host, pbs_tmrsh (an MPI launcher's remote shell) runs
+    the line here, with its words joined as ssh joins them, and exits with its status."""
+    from hpcsched.pbs.pbsdsh import PBS_TMRSH
+    monkeypatch.setenv("HPCSCHED_USER", "alice")
+    assert PBS_TMRSH(["node02", "echo", "'a  b'", "$PBS_ENVIRONMENT"]) == 0
+    assert capfd.readouterr().out == "a  b PBS_BATCH\n"
+    assert PBS_TMRSH(["-n", "node01", "-l", "alice", "exit 3"]) == 3
+    for argv, status, message in ((["node09", "true"], 1, "pbs_tmrsh: node09 is not a host of this job\n"),
+                                  (["-l", "bob", "node01", "true"], 1, "pbs_tmrsh: bob: only the job's owner\n"),
+                                  (["node01"], 2, "pbs_tmrsh: give a command\n"),
+                                  ([], 2, "pbs_tmrsh: give a host and a command\n")):
+        assert PBS_TMRSH(argv) == status
+        assert capfd.readouterr().err.startswith(message)
+    monkeypatch.delenv("PBS_ENVIRONMENT")
+    assert PBS_TMRSH(["node01", "true"]) == 1 and capfd.readouterr().err == "pbs_tmrsh: not executing under PBS\n"

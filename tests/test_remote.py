@@ -311,3 +311,24 @@ def test_a_two_host_jobs_output_accounting_and_cleanup_match_a_one_host_sites(cl
     finally:
         here.send_signal(signal.SIGTERM)
         here.wait(10)
+
+
+def test_an_mpi_launchers_remote_shell_reaches_the_jobs_other_host_and_what_it_starts_ends_with_the_job(cluster):
+    """pbs_tmrsh, as mpirun's rsh agent: the command line on the other host, its output
+    the caller's; a daemon it leaves there is killed at the job's end."""
+    env, home, work, start, hosts = cluster
+    start()
+    a, b = hosts.hosts
+    script = (f"pbs_tmrsh {b} echo on '${{FAKESSH_HOST:-$(hostname)}}' '$PBS_JOBID'; "
+              f"pbs_tmrsh -n {b} 'setsid sleep 300 < /dev/null > /dev/null 2>&1 & echo $! > {work}/daemon'; "
+              f"pbs_tmrsh nowhere true; echo $?; pbs_tmrsh {b} exit 5; echo $?\n")
+    jid = cmd(env, work, "qsub", "-N", "mpi", "-l", "nodes=2:ppn=1,walltime=60", stdin=script).stdout.strip()
+    assert wait_for(env, work, jid)["exit_status"] == "0"
+    out = (work / f"mpi.o{jid.split('.')[0]}").read_text().splitlines()
+    assert out[0].split()[0] == "on" and out[0].split()[-1] == jid
+    if hosts.name == "fake":
+        assert out[0].split()[1] == b
+    assert out[1:] == ["1", "5"]
+    assert "nowhere is not a host of this job" in (work / f"mpi.e{jid.split('.')[0]}").read_text()
+    daemon = int((work / "daemon").read_text())
+    until(lambda: not alive(daemon), 10, "the daemon left on the other host killed with the job")

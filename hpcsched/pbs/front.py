@@ -40,13 +40,13 @@ COMMANDS = {name: f"{module}:{name.upper()}" for module, names in (
     ("qctl", ["qalter", "qdel", "qhold", "qmove", "qmsg", "qrerun", "qrls", "qrun", "qselect", "qsig"]),
     ("maui", ["checkjob", "checknode", "mdiag", "releaseres", "setres", "showbf", "showq", "showres", "showstart"]),
     ("rsub", ["pbs_rsub", "pbs_rstat", "pbs_ralter", "pbs_rdel"]),
-    ("psc", ["pbsyod", "shownids"]), ("pbsdsh", ["pbsdsh"]), ("partlist", ["partlist"]), ("pbsnodes", ["pbsnodes"]), ("qmgr", ["qmgr", "qstart", "qstop", "qenable", "qdisable"]),
+    ("psc", ["pbsyod", "shownids"]), ("pbsdsh", ["pbsdsh", "pbs_tmrsh"]), ("partlist", ["partlist"]), ("pbsnodes", ["pbsnodes"]), ("qmgr", ["qmgr", "qstart", "qstop", "qenable", "qdisable"]),
     ("tracejob", ["tracejob"]), ("schedctl", ["schedctl", "qterm"]), ("cobalt", ["cqwait"]), ("cqadm", ["cqadm"]),
     ("gold", ["mybalance", "gbalance", "gstatement", "gdeposit", "gchalloc", "gcharge", "grefund"]))
     for name in names}
-#: pbsyod and pbsdsh run programs as the caller's children, inside the job, and cqwait waits
+#: pbsyod, pbsdsh and pbs_tmrsh run programs as the caller's children, inside the job, and cqwait waits
 #: in the caller's process: never forwarded
-LOCAL_ONLY = frozenset({"pbsyod", "pbsdsh", "cqwait"})
+LOCAL_ONLY = frozenset({"pbsyod", "pbsdsh", "pbs_tmrsh", "cqwait"})
 #: the commands a `cobalt` site answers in Cobalt's form (cobalt.py); the rest keep PBS's
 COBALT = frozenset({"qsub", "qstat", "qdel", "qhold", "qrls", "qalter", "qmove"})
 

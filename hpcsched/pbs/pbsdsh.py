@@ -1,4 +1,5 @@
-"""pbsdsh: Torque's distributed shell, run inside a job: a program on each of its vnodes.
+"""pbsdsh: Torque's distributed shell, run inside a job: a program on each of its vnodes;
+and pbs_tmrsh, OpenPBS's stand-in for ssh that MPI launchers call (a command on one host).
 
 Each line of $PBS_NODEFILE is a vnode (one processor of a node).  Without options the
 program runs once on every vnode, all at once; -u once on every node; -c N on the first N
@@ -155,5 +156,39 @@ def _over_ssh(sisters: dict, host: str, ids: dict[str, str], argv: list[str]) ->
     return [*sisters["ssh"], host, line]
 
 
+def pbs_tmrsh(opts: list[tuple[str, str]], argv: list[str], out, now: float) -> int:
+    """OpenPBS's rsh/ssh stand-in for MPI launchers, run inside a job: `pbs_tmrsh [-n]
+    [-l user] host [-n] [-l user] command...` runs the command (a shell line, its words
+    joined as ssh joins them) on one of the job's hosts, as one of the job's processes, and
+    exits with its status."""
+    o = dict(opts)
+    rest = list(argv)
+    if not rest:
+        raise UsageError("give a host and a command")
+    host, rest = rest[0], rest[1:]
+    while rest[:1] == ["-n"] or rest[:1] == ["-l"] and len(rest) > 1:  # (options may follow the host)
+        if rest[0] == "-l":
+            o["l"], rest = rest[1], rest[2:]
+        else:
+            o["n"], rest = "", rest[1:]
+    if not rest:
+        raise UsageError("give a command")
+    if not os.environ.get("PBS_ENVIRONMENT"):
+        raise common.CommandError("not executing under PBS", 1)
+    if o.get("l") not in (None, whoami()):
+        raise common.CommandError(f"{o['l']}: only the job's owner", 1)
+    if host not in _vnodes():
+        raise common.CommandError(f"{host} is not a host of this job", 1)
+    line = ["sh", "-c", " ".join(rest)]
+    sisters = _sisters()
+    command = _over_ssh(sisters, host, {}, line) if sisters and host != sisters.get("host") else line
+    try:
+        return subprocess.call(command, stdin=subprocess.DEVNULL if "n" in o else None)
+    except OSError as e:
+        raise common.CommandError(f"{command[0]}: {e.strerror}", 127) from None
+
+
+PBS_TMRSH = Command("pbs_tmrsh", "nl:", "usage: pbs_tmrsh [-n] [-l username] host [-n] [-l username] command [args ...]",
+                    pbs_tmrsh, permute=False)
 PBSDSH = Command("pbsdsh", "c:n:h:osuv", "usage: pbsdsh [-c copies | -n node | -h host] [-o] [-s] [-u] [-v] "
                  "program [args ...]", pbsdsh, permute=False)
