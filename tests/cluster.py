@@ -118,7 +118,7 @@ class Namespaces:
     name = "netns"
 
     def __init__(self, tmp: Path):
-        self.tmp, self.hosts, self.sshd = tmp, ["n1", "n2"], {}
+        self.tmp, self.hosts = tmp, ["n1", "n2"]
         tag = f"{os.getpid() % 10000}"
         self.ns = {h: f"hpcst{tag}{h}" for h in self.hosts}
         self.bridge = f"hb{tag}"

@@ -145,7 +145,8 @@ class Server:
         # each job's hosts over ssh (remote.py, node.py); absent: `local`
         launcher = cfg.get("launcher")
         self.launcher = launcher if isinstance(launcher, list) else None
-        if launcher == "ssh":
+        self.over_ssh = launcher == "ssh"  # (jobs launched so before a change of it are still watched so)
+        if self.over_ssh:
             self.nodes = self.nodes or remote.Nodes(self.tracker.key)
             self.nodes.configure(cfg)
         # a multi-user site: the kernel names callers; as root, jobs run as their owners
@@ -932,7 +933,7 @@ class Server:
         if self.check and not self._scan(job, now):
             return 0
         x = job.extra
-        here = self.nodes is None or x.get("interactive")  # (on this host: else on its first node's)
+        here = not self.over_ssh or x.get("interactive")  # (on this host: else on its first node's)
         try:
             d = self._rundir(job, owner)
             scratch = self._scratch(job, owner) if here else ""
@@ -1169,7 +1170,7 @@ class Server:
         (with why), not bad."""
         for node in dict.fromkeys(job.nodes):
             cmd = [part.replace("{node}", node) for part in self.check]
-            if self.nodes is not None:
+            if self.over_ssh:
                 ok = self.nodes.check(node, cmd)
                 if ok is None:
                     return bool(self._unreached(job, node, now, self.nodes.failing[node][1]))

@@ -198,8 +198,7 @@ class Node:
         if owner:
             for path in [rundir, tmp, *(rundir / name for name in spec["files"])]:
                 os.chown(path, owner.uid, owner.gid, follow_symlinks=False)
-        _write(d / "meta.json", json.dumps({"tmpdir": tmp, "cgroup": cgroup, "owner": owner.uid if owner else None,
-                                            "lease": float(spec.get("lease") or 0)}), 0o600)
+        _write(d / "meta.json", json.dumps({"tmpdir": tmp, "cgroup": cgroup}), 0o600)  # (what cleanup removes)
         argv = ["/bin/sh", "-c", WRAPPER, "hpcsched-job", str(rundir), spec.get("shell") or "/bin/sh",
                 str(rundir / "script"), *map(str, spec.get("arguments", ()))]
         return self._spawn(d, key, argv, env, spec, owner, cgroup)

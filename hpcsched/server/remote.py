@@ -6,9 +6,11 @@ What the server knows of a host is what it last heard: `seen[host][key]`, the no
 on each run there, and `heard[host]`, when.  A run's end reaches the server at once: a
 waiter (`node wait KEY` over ssh, a child of the server) ends with it, and its SIGCHLD
 starts a step; every job_stat_rate seconds, and whenever a waiter ends, the server asks
-the host for its runs (renewing their leases there).  A host that does not answer is
-`failing` from its first failure; after node_check_rate seconds without an answer it is
-down, and its runs' leases have run out there as well (the node kills them: node.py).
+the host for its runs, renewing their leases there: node_check_rate from the host's last
+answer.  A host that does not answer is `failing` from its first failure, and down after
+node_check_rate of it; its jobs are requeued once every lease a request may have given a
+run there has surely run out (`fence_by`: a node's keeper kills a run past its lease,
+node.py), so that no job runs twice at once, whatever was lost on the way.
 """
 from __future__ import annotations
 
@@ -55,6 +57,7 @@ class Nodes:
         self.asked: dict[str, float] = {}  # host -> when the server last asked it for its runs
         self.failing: dict[str, tuple[float, str]] = {}  # host -> (since when, why) it does not answer
         self.waiters: dict[str, subprocess.Popen] = {}  # key -> its `node wait` over ssh
+        self.stopped: set[int] = set()  # pids of waiters stopped, until the server has reaped them
         self.swept: set[str] = set()  # hosts cleaned of runs of jobs no longer there, since the start
         self.unsent = False  # did the last request that failed surely not reach the node command?
         self.fence_by: dict[str, float] = {}  # host -> when its runs have all been killed there if it hears nothing more
@@ -201,6 +204,9 @@ class Nodes:
         waiter reattaches); a failing host only every job_stat_rate.  Returns the hosts
         that answered after failing (or for the first time): up again."""
         back = []
+        for pid in [p for p in self.stopped if p in children]:
+            del children[pid]
+            self.stopped.discard(pid)
         for host, keys in runs.items():
             ended = [k for k in keys if self._waiter_ended(k, children)]
             if host in self.failing:
@@ -244,6 +250,7 @@ class Nodes:
         proc = self.waiters.pop(key, None)
         if proc is not None and proc.poll() is None:
             proc.kill()
+            self.stopped.add(proc.pid)  # (its end, reaped by the server: forgotten at the next look)
 
     def check(self, host: str, command: list[str]) -> bool | None:
         """Run a site's node check (prejob_check) on the host: did it pass?  None: the host
