@@ -26,7 +26,7 @@ import time
 SSH = ["ssh", "-o", "BatchMode=yes", "-o", "ConnectTimeout=10", "-o", "ServerAliveInterval=10",
        "-o", "ServerAliveCountMax=3"]
 NODE_COMMAND = ["hpcsched", "node"]
-CALL_TIMEOUT = 60.0  # seconds one request may take, connection included
+CALL_TIMEOUT = 20.0  # seconds one request may take, connection included (the step waits for it)
 CHECK_RATE = 150.0  # Torque's node_check_rate: seconds a node may not answer before it is down
 STAT_RATE = 45.0  # Torque's job_stat_rate: seconds between the server's looks at a host's runs
 DOWN_NOTE = "unreachable over ssh"  # a down node's note, when the server marked it so
