@@ -36,9 +36,10 @@ class Fake:
     def env(self) -> dict:
         return {"FAKESSH_DOWN": str(self.downfile), "FAKESSH_LOSE": str(self.losefile)}
 
-    def lose(self, host: str) -> None:
-        """The host runs what it is asked, and its answers are lost on the way back."""
-        self.losefile.write_text(host + "\n")
+    def lose(self, host: str, then_down: bool = False) -> None:
+        """The host runs what it is asked, and its answers are lost on the way back (once,
+        and then it does not answer at all: `then_down`)."""
+        self.losefile.write_text(host + ("\nthen-down\n" if then_down else "\n"))
 
     def heal(self) -> None:
         self.losefile.write_text("")

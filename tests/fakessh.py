@@ -3,7 +3,8 @@
 runs COMMAND under sh on this host, as ssh runs it on HOST.  A host named in the file
 $FAKESSH_DOWN (a name a line) does not answer: exit status 255, as ssh's own failure; one
 named in $FAKESSH_LOSE runs the command, but its answer is lost (255, no word: a
-connection that broke after it was made)."""
+connection that broke after it was made); with `then-down` in that file, once, and the
+host does not answer from then on."""
 import os
 import sys
 
@@ -23,5 +24,9 @@ lose = os.environ.get("FAKESSH_LOSE")
 if lose and os.path.exists(lose) and host in open(lose).read().split():
     import subprocess
     subprocess.run(["sh", "-c", line], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    if "then-down" in open(lose).read().split():  # (and the host is gone from then on)
+        open(lose, "w").close()
+        with open(down, "a") as f:
+            f.write(host + "\n")
     sys.exit(255)
 os.execv("/bin/sh", ["sh", "-c", line])

@@ -227,16 +227,19 @@ def test_a_job_sent_to_a_host_that_does_not_answer_waits_for_it_and_the_node_say
     assert (work / f"STDIN.o{jid.split('.')[0]}").read_text() == "ran\n"
 
 
-def test_a_start_whose_answer_was_lost_is_never_run_twice(tmp_path, monkeypatch):
+@pytest.mark.parametrize("then_down", [False, True])
+def test_a_start_whose_answer_was_lost_is_never_run_twice(tmp_path, monkeypatch, then_down):
     """The connection breaks after the node started the run (its answer lost): the server
     cannot tell whether it started, so it is launched as far as anyone can tell; the host
     silent for node_check_rate is down, and the job is requeued only once the run's lease
-    there has run out (its keeper killed it), however often the server's words still arrive."""
+    there has run out (its keeper killed it), however often the server's words still arrive,
+    or when the host refuses the server from then on (the second try's refusal does not
+    make the first try unsent)."""
     hosts = Fake(tmp_path)
     home, env, work, spool = site(tmp_path, hosts)
     monkeypatch.setenv("HPCSCHED_HOME", env["HPCSCHED_HOME"])
     a, b = hosts.hosts
-    hosts.lose(a)
+    hosts.lose(a, then_down)
     server = start_server(home, env, tmp_path / "server.log")
     try:
         jid = cmd(env, work, "qsub", "-l", f"nodes={a},walltime=60",
@@ -247,6 +250,7 @@ def test_a_start_whose_answer_was_lost_is_never_run_twice(tmp_path, monkeypatch)
         assert not alive(first)
         assert "unreachable over ssh" in cmd(env, work, "pbsnodes", "-l").stdout
         hosts.heal()
+        hosts.up(a)
         until(lambda: len((work / "starts").read_text().split()) == 2, 30, "the job started again")
         assert cmd(env, work, "qdel", jid).returncode == 0
         wait_for(env, work, jid)

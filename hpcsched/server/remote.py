@@ -59,7 +59,7 @@ class Nodes:
         self.waiters: dict[str, subprocess.Popen] = {}  # key -> its `node wait` over ssh
         self.stopped: set[int] = set()  # pids of waiters stopped, until the server has reaped them
         self.swept: set[str] = set()  # hosts cleaned of runs of jobs no longer there, since the start
-        self.unsent = False  # did the last request that failed surely not reach the node command?
+        self.unsent = False  # did the last request, failed, surely not reach the node command (any attempt)?
         self.fence_by: dict[str, float] = {}  # host -> when its runs have all been killed there if it hears nothing more
 
     def configure(self, cfg: dict) -> None:
@@ -100,15 +100,15 @@ class Nodes:
         sets runs' `lease` there (seconds from when it arrives) and may have arrived moves
         `fence_by[host]`: by then every run there has ended, unless the host hears more."""
         known = host in self.failing  # (a host already silent is not asked twice a time)
-        tries = 2 if again and not known else 1
-        for _ in range(tries):
+        self.unsent = True  # (until an attempt may have reached the node command)
+        for _ in range(2 if again and not known else 1):
             got = self._call(host, words, stdin)
             unsent = got is None and bool(UNSENT.search(self.failing[host][1]))
             if lease is not None and not unsent:  # (it arrived before the request's end, if at all)
                 self.fence_by[host] = max(self.fence_by.get(host, 0.0), time.time() + lease)
+            self.unsent = self.unsent and unsent
             if got is not None:
                 break
-        self.unsent = got is None and unsent
         return got
 
     def lease(self, host: str, now: float) -> float:
