@@ -336,3 +336,28 @@ def test_an_mpi_launchers_remote_shell_reaches_the_jobs_other_host_and_what_it_s
     assert "nowhere is not a host of this job" in (work / f"mpi.e{jid.split('.')[0]}").read_text()
     daemon = int((work / "daemon").read_text())
     until(lambda: not alive(daemon), 10, "the daemon left on the other host killed with the job")
+
+
+def test_a_node_an_operator_took_offline_while_it_was_unreachable_stays_offline(tmp_path, monkeypatch):
+    hosts = Fake(tmp_path)
+    home, env, work, spool = site(tmp_path, hosts)
+    monkeypatch.setenv("HPCSCHED_HOME", env["HPCSCHED_HOME"])
+    a, b = hosts.hosts
+    hosts.down(a)
+    server = start_server(home, env, tmp_path / "server.log")
+    try:
+        jid = cmd(env, work, "qsub", "-l", f"nodes={a},walltime=60", stdin="true\n").stdout.strip()
+        until(lambda: "unreachable over ssh" in cmd(env, work, "pbsnodes", "-l").stdout, 20, "the node down")
+        operator = dict(env, HPCSCHED_USER="root")
+        assert cmd(operator, work, "hpcsched", "nodes", "--set", "offline", a).returncode == 0
+        assert cmd(env, work, "pbsnodes", "-l").stdout.split()[:2] == [a, "offline"]
+        hosts.up(a)
+        until(lambda: "unreachable" not in cmd(env, work, "pbsnodes", "-l").stdout, 20, "its note gone")
+        listed = cmd(env, work, "pbsnodes", "-l").stdout.split()
+        assert listed[:2] == [a, "offline"], listed
+        assert state(env, work, jid)["job_state"] == "Q"  # (waiting for the node the operator holds)
+        assert cmd(operator, work, "pbsnodes", "-c", a).returncode == 0
+        assert wait_for(env, work, jid)["exit_status"] == "0"
+    finally:
+        server.send_signal(signal.SIGTERM)
+        server.wait(10)

@@ -42,6 +42,7 @@ import traceback
 from pathlib import Path
 
 from ..core.jobs import ACTIVE, EXITING, FINISHED, RUNNING, Job
+from ..core.topology import NodeState
 from ..drain.moablog import DailyWriter
 from ..drain.samples import Sampler
 from ..pbs import accounting, cobalt, common, forwarded, mail, siteprog
@@ -437,8 +438,10 @@ class Server:
                 runs.setdefault(name, [])
         for host in self.nodes.look(now, runs, self.children):
             if sched.node_notes.get(host, "").startswith(remote.DOWN_NOTE):
-                log(f"node {host}: answers again: up")
-                self.batch.do("node", now, name=host, state="up", note="")
+                # (up again, unless an operator has set it otherwise meanwhile: the note goes)
+                down = sched.topology.node(host).state == NodeState.DOWN
+                log(f"node {host}: answers again" + (": up" if down else ""))
+                self.batch.do("node", now, name=host, note="", **({"state": "up"} if down else {}))
             if host not in self.nodes.swept:
                 self.nodes.stale(host, live.get(host, []))
         names = {n.name for n in sched.topology.all_nodes()}
