@@ -321,7 +321,8 @@ def cmd_server(args) -> int:
             finally:
                 os.close(lock)
         else:
-            server.serve()
+            from .server.serve import Loop
+            Loop(server).run()
     except (SchedulerError, OSError) as e:
         print(f"hpcsched server: {e}", file=sys.stderr)
         return 1

@@ -869,10 +869,10 @@ def test_a_job_suspended_past_its_walltime_does_not_make_the_server_spin(rig, mo
     monkeypatch.setenv("HPCSCHED_USER", "olga")
     assert qctl.QSIG(["-s", "suspend", "1"], out=io.StringIO(), now=t0 + 2) == 0
     srv.step(t0 + 2)
-    assert srv._deadline(t0 + 100) == t0 + 115  # (not t0 + 100.05)
+    assert srv.next_step(t0 + 100) == t0 + 115  # (not t0 + 100.05)
     assert qctl.QSIG(["-s", "resume", "1"], out=io.StringIO(), now=t0 + 100) == 0
     srv.step(t0 + 100)
-    assert srv._deadline(t0 + 100) == pytest.approx(t0 + 103)  # (3 s of its walltime left)
+    assert srv.next_step(t0 + 100) == pytest.approx(t0 + 103)  # (3 s of its walltime left)
     os.killpg(job_pid(rig / "home", "1"), signal.SIGKILL)
 
 

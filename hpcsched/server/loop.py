@@ -4,9 +4,9 @@ Each step: reap ended jobs, enforce walltimes and the limits the server watches 
 time, memory: limits.py; SIGTERM, then SIGKILL after a grace; the job ends with exit
 status 256 + the signal), stop deleted jobs, run the scheduling pass
 (recorded in the store's journal like any change) and launch what it started, each after
-the site's prologue when there is one (scripts.py; it runs beside the server).  Steps run
-every `interval` seconds and at once when a command pokes the server's socket or a job
-ends (SIGCHLD), with no polling in between.
+the site's prologue when there is one (scripts.py; it runs beside the server).  serve.py's
+loop runs the steps every `interval` seconds and at once when a command pokes the
+server's socket or a job ends (SIGCHLD), with no polling in between.
 
 Launching (the `local` launcher: every node is this host): the job runs in its own session,
 under a small shell wrapper that first writes its pid to the job's directory and at the end
@@ -28,7 +28,6 @@ import errno
 import json
 import os
 import pwd
-import selectors
 import shlex
 import signal
 import socket
@@ -45,13 +44,12 @@ from ..core.jobs import ACTIVE, EXITING, FINISHED, RUNNING, Job
 from ..core.topology import NodeState
 from ..drain.moablog import DailyWriter
 from ..drain.samples import Sampler
-from ..pbs import accounting, cobalt, common, forwarded, mail, siteprog
-from ..pbs import front as commands
+from ..pbs import accounting, cobalt, common, mail, siteprog
 from ..store.journal import StoreError
 from ..store.journaled import Batch
 from ..store.layout import INTERACTIVE, WRAPPER
 from ..core.errors import SchedulerError
-from ..store.site import SOCKET, Site, config_stamp, load_site, user_name
+from ..store.site import Site, config_stamp, load_site
 from . import door, limits, privilege, remote, scripts, staging, tracking
 from .tracking import process_start
 
@@ -59,20 +57,11 @@ COBALT_NODES = "cobalt_nodes"  # a Cobalt job's $COBALT_NODEFILE in its run dire
 
 LOST = -1  # exit status of a job whose process vanished without one
 INTERACTIVE_WAIT = 60.0  # seconds a started interactive job waits for its qsub -I
-STEP_EVERY = 0.2  # seconds: under a stream of commands, a poke's step waits no longer
-SLICE_JOBS = 500  # jobs one command acts on between two steps (common.SLICE): qdel of a large array
 FAULT_RETRY = 60.0  # seconds before the server tries again what failed in its own code
 
 
 #: where the log goes: the server's stderr, or the file `hpcsched server --log` names
 LOG = None
-#: commands whose refusals the log keeps (those that would change something; a refused
-#: qstat of an unknown job is a client's routine poll)
-CHANGES = frozenset({"qsub", "qdel", "qalter", "qhold", "qrls", "qmove", "qrerun", "qsig", "qrun", "qmsg",
-                     "qmgr", "qterm", "pbs_rsub", "pbs_rdel", "pbs_ralter", "setres", "releaseres", "cqadm",
-                     "schedctl", "gdeposit", "gcharge", "grefund", "gwithdraw", "pbsyod"})
-
-
 def open_log(path: str) -> None:
     """Append the log to `path` (made the server's user's alone to read), from now on."""
     global LOG
@@ -104,7 +93,7 @@ class Server:
         self.prologues: dict[tuple[int, int], tuple[subprocess.Popen, float]] = {}
         self.prologued: set[tuple[int, int]] = set()
         self.epilogues: dict[int, tuple[subprocess.Popen, float]] = {}
-        self.door = None  # the command socket's door (serve makes it)
+        self.door = None  # the command socket's door (serve.py's loop makes it)
         self.tracker = tracking.Tracker(self.home)
         self.nodes: remote.Nodes | None = None  # the `ssh` launcher's hosts (remote.py)
         self._configure(site)
@@ -123,7 +112,6 @@ class Server:
         self.faults: dict[int | None, tuple[float, str]] = {}
         self._handling: int | None = None  # the job the step is busy with
         self.fault_retry = FAULT_RETRY
-        self.stopping = False
         self.passes = 0
         self.boot = time.time()  # jobs launched before it ran, and perhaps ended, while no server watched
         self.last_alive: float | None = None  # the last step of the server before this one (its lock's mtime)
@@ -794,7 +782,7 @@ class Server:
             status, did = end
         elif self._orphan(job):
             if now < job.extra["epilogue_at"] + self.script_timeout:
-                return  # (the server looks again every POLL: _deadline)
+                return  # (the server looks again every POLL: next_step)
             self._kill_epilogue(job)
             status, did = None, f"timed out after {self.script_timeout:g} s"
         elif "epilogue_pid" not in job.extra:  # (its server died before it said the epilogue ran)
@@ -1235,95 +1223,27 @@ class Server:
         self.last_alive = os.fstat(fd).st_mtime
         return fd
 
-    def serve(self, until: float | None = None) -> None:
-        """Step on every wake-up or interval until SIGTERM/SIGINT (or `until`); answer
-        the commands that offer themselves on the command socket (pbs/front.py) between
-        steps, from the state this process keeps loaded."""
-        if self.multi:
-            for change in privilege.lock_down(self.home):
-                log(f"made private: {change}")
-        self._lock = self.claim()
-        log(f"started (pid {os.getpid()}): site {self.home}, {len(self.site.scheduler().topology.all_nodes())} "
-            f"nodes, a step every {self.interval:g} s" + (", multi-user" if self.multi else ""))
-        sel = selectors.DefaultSelector()
-        poke = self._bind(SOCKET, socket.SOCK_DGRAM)
-        sel.register(poke, selectors.EVENT_READ)
-        listener = self._bind(commands.SOCKET, socket.SOCK_STREAM)
-        if self.multi:  # the door: anyone may connect, the kernel says who they are
-            os.chmod(self.home / commands.SOCKET, privilege.COMMAND_SOCKET_MODE)
-        listener.listen(128)
-        sel.register(listener, selectors.EVENT_READ)
-        self.door = door.Door(sel, listener, self.multi, self.max_request)
-        self.sliced: list[tuple] = []  # commands between two slices (common.SLICE)
-        common.SLICE = SLICE_JOBS
-        wake_r, wake_w = socket.socketpair()
-        wake_r.setblocking(False)
-        wake_w.setblocking(False)
-        sel.register(wake_r, selectors.EVENT_READ)
-        signal.set_wakeup_fd(wake_w.fileno())
-        signal.signal(signal.SIGCHLD, lambda *_: None)
-        signal.signal(signal.SIGPIPE, signal.SIG_IGN)  # a client that hangs up is an OSError, not our end
-        for sig in (signal.SIGTERM, signal.SIGINT):
-            signal.signal(sig, self._stop)
-        common.stop_server = self._stop  # (qterm)
-        self.batch.keep()
+    def shutdown(self) -> None:
+        """The server stops (its loop ends): its prologues killed (a restarted server runs
+        them again), every empty cgroup but running jobs' removed, its waiters on other
+        hosts stopped (the jobs go on), the store and the lock let go."""
+        log("stopping: running jobs go on, found again at the next start")
+        for proc, _ in self.prologues.values():
+            self._kill_script(proc)
         try:
-            # Steps run at deadlines no command traffic moves: the interval after the last
-            # step, a running job's walltime, a SIGTERM's grace; and on a poke (a change,
-            # or a job's end).  Commands come first: a poke's step waits until no command
-            # is waiting (or STEP_EVERY has passed under a steady stream of them), so a
-            # burst of qsubs costs one pass, not one each.  Answering qstat is no step.
-            due, deadline, last = True, 0.0, 0.0
-            while not self.stopping and (until is None or time.time() < until):
-                timeout = 0.0 if due else max(0.0, deadline - time.time())
-                if until is not None:
-                    timeout = min(timeout, max(0.0, until - time.time()))
-                if self.door.deadline() is not None:
-                    timeout = min(timeout, max(0.0, self.door.deadline() - time.monotonic()))
-                for key, mask in sel.select(timeout):
-                    if self.door.event(key.fileobj, mask):
-                        continue
-                    due = True
-                    try:
-                        while key.fileobj.recv(4096):
-                            pass
-                    except (BlockingIOError, InterruptedError):
-                        pass
-                answered = self._answer_ready()
-                self.door.expire(time.monotonic())
-                now = time.time()
-                if (due and (not answered or now - last >= STEP_EVERY)) or now >= deadline:
-                    self.step()
-                    due, last = False, now
-                    deadline = self._deadline(time.time())
-                    due = self._answer_sliced()  # (a step, then the next slice: common.SLICE)
-        finally:
-            log("stopping: running jobs go on, found again at the next start")
-            for proc, _ in self.prologues.values():  # (a restarted server runs them again)
-                self._kill_script(proc)
-            try:
-                live = {(j.id, j.run_count) for j in self.batch.sched.jobs.values() if j.state in ACTIVE}
-            except Exception:  # (a store that never loaded: keep every cgroup)
-                live = None
-            if live is not None:
-                self.tracker.close(live)
-            if self.nodes is not None:
-                self.nodes.close()
-            common.stop_server = None
-            common.SLICE = common.resume = None
-            self.door.close()
-            self.batch.release()
-            signal.set_wakeup_fd(-1)
-            sel.close()
-            for sock, name in ((poke, SOCKET), (listener, commands.SOCKET)):
-                sock.close()
-                try:
-                    (self.home / name).unlink()
-                except FileNotFoundError:
-                    pass
+            live = {(j.id, j.run_count) for j in self.batch.sched.jobs.values() if j.state in ACTIVE}
+        except Exception:  # (a store that never loaded: keep every cgroup)
+            live = None
+        if live is not None:
+            self.tracker.close(live)
+        if self.nodes is not None:
+            self.nodes.close()
+        self.batch.release()
+        if self._lock is not None:
             os.close(self._lock)
+            self._lock = None
 
-    def _deadline(self, now: float) -> float:
+    def next_step(self, now: float) -> float:
         """When the next step is due: the interval from now, or sooner a running job's
         walltime or the end of a SIGTERM's grace (so enforcement keeps to the second)."""
         due = now + self.interval
@@ -1349,81 +1269,6 @@ class Server:
             hosts |= {n for n, note in self.batch.sched.node_notes.items() if note.startswith(remote.DOWN_NOTE)}
             due = min(due, self.nodes.next_due(hosts) or due)
         return max(due, now + 0.05)  # (never a busy loop)
-
-    def _bind(self, name: str, kind: int) -> socket.socket:
-        """A non-blocking socket at home/name that only this user can reach."""
-        path = self.home / name
-        try:
-            path.unlink()  # a stale one from a server that died
-        except FileNotFoundError:
-            pass
-        sock = socket.socket(socket.AF_UNIX, kind)
-        old = os.umask(0o077)
-        try:
-            sock.bind(str(path))
-        finally:
-            os.umask(old)
-        sock.setblocking(False)
-        return sock
-
-    def _answer_ready(self) -> bool:
-        """Run every whole request, one at a time, their journal appends made durable by one
-        fsync before any reply goes out (door.py); did any come?"""
-        ready = self.door.take()
-        if not ready:
-            return False
-        replies = []
-        with self.batch.store.one_sync():
-            for conn, request, caller in ready:
-                replies.append(self._run(conn, request, caller, b""))
-        for conn, reply in filter(None, replies):
-            self.door.answer(conn, reply)
-        return True
-
-    def _run(self, conn, request: bytes, caller: str | None, before: bytes) -> tuple | None:
-        """Run (a slice of) a request: (connection, reply), or None when the command stopped
-        at common.SLICE jobs: it goes on after the next step (_answer_sliced)."""
-        reply = forwarded.run_for(request, caller, str(self.home))
-        if not reply.startswith(b"0\0"):
-            self._refused(request, caller, reply)
-        if before:
-            reply = forwarded.merged(before, reply)
-        if common.resume is not None:
-            self.sliced.append((conn, request, caller, reply, common.resume))
-            common.resume = None
-            return None
-        return conn, reply
-
-    @staticmethod
-    def _refused(request: bytes, caller: str | None, reply: bytes) -> None:
-        """Log a command that was refused (one that would have changed something), with its
-        caller and the first line it said."""
-        try:
-            prog, argv, _, env, _, _ = forwarded.decode_request(request)
-            status, n, rest = reply.split(b"\0", 2)
-        except ValueError:
-            return
-        if prog in CHANGES:
-            said = rest[int(n):].decode("utf-8", "replace").strip().splitlines()
-            who = caller or env.get("HPCSCHED_USER") or user_name(os.getuid())
-            log(f"refused {prog} from {who} (status {int(status)}): {said[0] if said else ''}"[:500])
-
-    def _answer_sliced(self) -> bool:
-        """The next slice of each command too long for one (qdel of a large array): are
-        any still unfinished?"""
-        sliced, self.sliced = self.sliced, []
-        replies = []
-        with self.batch.store.one_sync():
-            for conn, request, caller, before, resume in sliced:
-                common.resume = resume
-                replies.append(self._run(conn, request, caller, before))
-        for conn, reply in filter(None, replies):
-            self.door.answer(conn, reply)
-        return bool(self.sliced)
-
-    def _stop(self, *_):
-        self.stopping = True
-
 
 def _down_note(now: float, why: str) -> str:
     """A node's note when the server marks it down for not answering (pbsnodes -l shows it)."""
