@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import contextlib
 import errno
-import json
 import os
 import pwd
 import shlex
@@ -47,13 +46,12 @@ from ..drain.samples import Sampler
 from ..pbs import accounting, cobalt, common, mail, siteprog
 from ..store.journal import StoreError
 from ..store.journaled import Batch
-from ..store.layout import INTERACTIVE, WRAPPER
+from ..store.layout import WRAPPER
 from ..core.errors import SchedulerError
 from ..store.site import Site, config_stamp, load_site
-from . import door, limits, privilege, remote, scripts, staging, tracking
+from . import door, limits, privilege, remote, rundir, scripts, tracking
 from .tracking import process_start
 
-COBALT_NODES = "cobalt_nodes"  # a Cobalt job's $COBALT_NODEFILE in its run directory
 
 LOST = -1  # exit status of a job whose process vanished without one
 INTERACTIVE_WAIT = 60.0  # seconds a started interactive job waits for its qsub -I
@@ -650,7 +648,7 @@ class Server:
             return
         try:
             owner = privilege.Owner.of(job.owner, job.group) if self.as_owners else None
-            out, err, into = self._streams(job, owner)
+            out, err, into = rundir.streams(job, owner, self.site.flavor)
             paths = {into if s == "E" else err if job.extra.get("join") == "eo" else out for s in streams}
             with privilege.acting_as(owner) if owner else contextlib.nullcontext():
                 for path in sorted(paths):  # (joined: one file, the line once)
@@ -926,12 +924,12 @@ class Server:
         x = job.extra
         here = not self.over_ssh or x.get("interactive")  # (on this host: else on its first node's)
         try:
-            d = self._rundir(job, owner)
+            d = rundir.make(self.jobdir(job), owner, self.multi)
             scratch = self._scratch(job, owner) if here else ""
         except OSError as e:
             return self._not_started(job, now, f"its run directory: {e.strerror or e}")
         script = d / "script"
-        home = owner.home if owner else _home(job)
+        home = owner.home if owner else rundir.home(job)
         workdir = x.get("workdir") or home  # PBS starts a job in its owner's home unless -d/-w
         shell = x.get("shell") or (owner.shell if owner else "/bin/sh")
         env = self._environment(job, d / "nodes", scratch, workdir, home, shell)
@@ -944,8 +942,8 @@ class Server:
         if gpus:  # Torque's GPU file (one `node-gpuN` a line) and the first node's devices
             env.update(PBS_GPUFILE=str(d / "gpus"), CUDA_VISIBLE_DEVICES=",".join(map(str, gpus[job.nodes[0]])))
         try:
-            files = self._rundir_files(job, env, workdir, gpus)
-            self._write_rundir(d, files, owner)
+            files = rundir.files(job, env, workdir, gpus)
+            rundir.write(d, files, owner)
         except OSError as e:
             if scratch:
                 _remove(scratch)
@@ -1006,10 +1004,10 @@ class Server:
             why = self.nodes.ping(other)
             if why is not None:
                 return self._unreached(job, other, now, why)
-        out, err, _ = self._streams(job, owner)
+        out, err, _ = rundir.streams(job, owner, self.site.flavor)
         join = x.get("join", "n")
         paths = {"PBS_NODEFILE": "nodes", **({"PBS_GPUFILE": "gpus"} if gpus else {}),
-                 **({"COBALT_NODEFILE": COBALT_NODES} if "cobalt" in x else {})}
+                 **({"COBALT_NODEFILE": rundir.COBALT_NODES} if "cobalt" in x else {})}
         spec = {"env": env, "files": files, "paths": paths, "shell": shell, "arguments": x.get("arguments", []),
                 "owner": owner.name if owner else None, "group": job.group, "workdir": workdir,
                 "stdout": out if join != "eo" else err, "stderr": err if join == "n" else None,
@@ -1044,67 +1042,15 @@ class Server:
         self.batch.do("requeue", now, id=job.id)
         return 0
 
-    @staticmethod
-    def _rundir_files(job: Job, env: dict[str, str], workdir: str,
-                      gpus: dict[str, list[int]] | None) -> dict[str, tuple[str, int]]:
-        """The files the job's wrapper reads from its run directory, name -> (text, mode):
-        its script, node file (and Cobalt's, and the GPU file), staging scripts, and an
-        interactive job's environment (last)."""
-        x = job.extra
-        files = {"script": (x.get("script", ""), 0o700)}
-        # (a line per processor asked for: an exclusive job holds all of its nodes' cores)
-        per = job.request.ppn if job.request.exclusive else None
-        files["nodes"] = ("".join(f"{n}\n" * (per or max(1, len(c))) for n, c in zip(job.nodes, job.cores)), 0o600)
-        if "cobalt" in x:  # (Cobalt's node file: a node a line)
-            files[COBALT_NODES] = ("".join(f"{n}\n" for n in job.nodes), 0o600)
-        if gpus:
-            files["gpus"] = ("".join(f"{n}-gpu{i}\n" for n, held in gpus.items() for i in held), 0o600)
-        w = x.get("W", {})
-        if w.get("stagein") or w.get("stageout"):  # (the wrapper runs them: server/staging.py)
-            for name, text in zip(("stagein", "stageout"), staging.scripts(w.get("stagein", ""),
-                                                                         w.get("stageout", ""))):
-                if text:
-                    files[name] = (text, 0o600)
-        if x.get("interactive"):
-            # the waiting `qsub -I` runs the session under the same wrapper, on the
-            # caller's terminal: it needs only the environment, written last
-            env["PBS_ENVIRONMENT"] = "PBS_INTERACTIVE"
-            env["SHELL"] = x.get("shell") or env.get("PBS_O_SHELL") or "/bin/sh"  # the caller's own
-            files[INTERACTIVE] = (json.dumps({"env": env, "workdir": workdir}), 0o600)
-        return files
-
-    @staticmethod
-    def _write_rundir(d: Path, files: dict[str, tuple[str, int]], owner: privilege.Owner | None) -> None:
-        """Write the run directory's files with the owner's rights (OSError: the job cannot start)."""
-        for name, (text, mode) in files.items():
-            _put(d / name, text, owner, mode)
-
     def _open_files(self, job: Job, owner: privilege.Owner | None, files: contextlib.ExitStack) -> tuple:
         """The job's output and error files opened to append to, with the owner's rights
         (kept open by `files`): (stdout, stderr), stderr STDOUT when -j joins them."""
-        out, err, _ = self._streams(job, owner)
+        out, err, _ = rundir.streams(job, owner, self.site.flavor)
         join = job.extra.get("join", "n")
         with privilege.acting_as(owner) if owner else contextlib.nullcontext():
             stdout = files.enter_context(open(out if join != "eo" else err, "ab"))
             stderr = files.enter_context(open(err, "ab")) if join == "n" else subprocess.STDOUT
         return stdout, stderr
-
-    def _streams(self, job: Job, owner: privilege.Owner | None) -> tuple[str, str, str]:
-        """(output file, error file, the file the job's stderr goes to) by -o, -e, -j, -k."""
-        x = job.extra
-        home = owner.home if owner else _home(job)
-        submit_dir = x.get("submit_dir") or x.get("workdir") or home  # default files go where qsub ran
-        seq = common.output_seq(job, self.site.flavor)
-        out = _path(x.get("output"), submit_dir, f"{job.name}.o{seq}")
-        err = _path(x.get("error"), submit_dir, f"{job.name}.e{seq}")
-        if "cobalt" in x:  # (<jobid>.output and .error, $jobid in the paths given)
-            out, err = cobalt.streams(job)
-        keep = x.get("keep", "n")  # -k o/e: that stream stays in the owner's home instead
-        if "o" in keep:
-            out = os.path.join(home, f"{job.name}.o{seq}")
-        if "e" in keep:
-            err = os.path.join(home, f"{job.name}.e{seq}")
-        return out, err, out if x.get("join", "n") == "oe" else err
 
     def _gpus(self, job: Job) -> dict[str, list[int]]:
         """Which GPUs of each of its nodes the job gets: the lowest ones no other running job
@@ -1132,27 +1078,6 @@ class Server:
         if owner:
             os.chown(path, owner.uid, owner.gid)
         return path
-
-    def _rundir(self, job: Job, owner: privilege.Owner | None) -> Path:
-        """Make this run's directory, the owner's on a multi-user site: the levels above
-        are the server's and passable (0711), nothing in them is followed."""
-        d = self.jobdir(job)
-        for level in (d.parent.parent, d.parent):
-            try:
-                os.mkdir(level, 0o711 if self.multi else 0o777)
-            except FileExistsError:
-                pass
-            _real_dir(level)
-            if self.multi and stat.S_IMODE(level.lstat().st_mode) != privilege.SITE_MODE:
-                os.chmod(level, privilege.SITE_MODE)
-        try:
-            os.mkdir(d, 0o700 if owner else 0o777)
-        except FileExistsError:
-            pass  # a launch the server died in: the wrapper's own mkdir keeps it to one run
-        _real_dir(d)
-        if owner:
-            os.chown(d, owner.uid, owner.gid, follow_symlinks=False)
-        return d
 
     def _scan(self, job: Job, now: float) -> bool:
         """PSC's pre-job scan: check each node; a failing node goes on the bad list and
@@ -1204,7 +1129,7 @@ class Server:
             env.update(PBS_ARRAYID=str(job.array_index), PBS_ARRAY_INDEX=str(job.array_index),
                        PBS_ARRAY_ID=f"{job.array_id}[].{self.site.server}")
         if "cobalt" in x:
-            env.update(cobalt.environment(job, self.batch.sched.topology, str(nodefile.parent / COBALT_NODES)))
+            env.update(cobalt.environment(job, self.batch.sched.topology, str(nodefile.parent / rundir.COBALT_NODES)))
         return env
 
     # --- the loop --------------------------------------------------------------------------
@@ -1281,18 +1206,6 @@ def _killed(job: Job) -> bool:
     return job.extra.get("killed", job.state == RUNNING and "signal" in job.extra)
 
 
-def _home(job: Job) -> str:
-    """The owner's home directory: $HOME as qsub saw it (jobs run as the server's user, so
-    the submitter's own view), else the password database's, else the server's."""
-    home = job.extra.get("variables", {}).get("PBS_O_HOME")
-    if home:
-        return home
-    try:
-        return pwd.getpwnam(job.owner).pw_dir
-    except KeyError:
-        return os.path.expanduser("~")
-
-
 def _remove(path: str | Path) -> None:
     """Remove a directory tree a job's owner may have filled (never following a link in it:
     shutil.rmtree's descriptor-based walk); a failure is logged, never the server's."""
@@ -1302,39 +1215,6 @@ def _remove(path: str | Path) -> None:
         pass
     except OSError as e:
         log(f"could not remove {path}: {e}")
-
-
-def _real_dir(path: Path) -> None:
-    """OSError unless `path` is a directory itself (not a link to one)."""
-    if not stat.S_ISDIR(path.lstat().st_mode):
-        raise NotADirectoryError(errno.ENOTDIR, f"{path.name} is not a directory")
-
-
-def _put(path: Path, text: str, owner: privilege.Owner | None, mode: int = 0o600) -> None:
-    """Write a file of the run directory afresh: never through a link or into a file that
-    was already there (the directory may be the owner's), then give it to the owner."""
-    tmp = path.with_name(f".{path.name}.new")
-    try:
-        os.unlink(tmp)
-    except FileNotFoundError:
-        pass
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, mode)
-    try:
-        os.write(fd, text.encode("utf-8", errors="surrogateescape"))
-        os.fchmod(fd, mode)
-        if owner:
-            os.fchown(fd, owner.uid, owner.gid)
-    finally:
-        os.close(fd)
-    os.replace(tmp, path)
-
-
-def _path(given: str | None, workdir: str, default: str) -> str:
-    """An output or error file: -o/-e's path, or the default name in the directory it names
-    (ending in / or an existing directory, as PBS takes both), else in `workdir`."""
-    if not given:
-        return os.path.join(workdir, default)
-    return os.path.join(given, default) if given.endswith("/") or os.path.isdir(given) else given
 
 
 def _wait_start(pid: int) -> str | None:
