@@ -37,6 +37,7 @@ import sys
 import tempfile
 import time
 import traceback
+from enum import Enum
 from pathlib import Path
 
 from ..core.jobs import ACTIVE, EXITING, FINISHED, RUNNING, Job
@@ -459,81 +460,100 @@ class Server:
         self._handling = None
 
     def _watch(self, job: Job, now: float) -> None:
-        """End a job whose process is gone; signal one past its walltime or deleted."""
-        if "launched" not in job.extra:
+        """Take a run of the job on from its phase (Phase): end it once its process is gone,
+        signal it past a limit or deleted."""
+        at = phase(job)
+        if at is Phase.STARTING:
             if job.state == EXITING:  # deleted between its pass and its launch (in its prologue, say)
                 self._finish(job, 256 + signal.SIGTERM, now, recorded=False)
-            return
-        if job.extra.get("purge"):  # qdel -p or -W force: it ends now, whatever it runs
+        elif at is Phase.PURGED:  # qdel -p or -W force: it ends now, whatever it runs
             self._kill_epilogue(job)
             self._finish(job, job.exit_status if "epilogue_at" in job.extra else 256 + signal.SIGKILL, now)
-            return
-        if "epilogue_at" in job.extra:  # its process has ended: its epilogue holds its nodes
+        elif at is Phase.EPILOGUE:  # its process has ended: its epilogue holds its nodes
             self._after_epilogue(job, now)
-            return
-        if job.extra.get("messages"):  # qmsg: its lines in the job's files
-            for streams, text in job.extra["messages"]:
-                self._tell(job, text, streams)
-            self._note(job, now, clear=["messages"])
-        seen = self._seen(job)  # (a job on another host: its node's last word on it)
+        else:
+            if job.extra.get("messages"):  # qmsg: its lines in the job's files
+                for streams, text in job.extra["messages"]:
+                    self._tell(job, text, streams)
+                self._note(job, now, clear=["messages"])
+            seen = self._seen(job)  # (a job on another host: its node's last word on it)
+            found = self._process(job, now, seen)
+            if found is None:
+                return  # (not known yet: its host not heard from, its qsub -I not come)
+            pid, alive = found
+            if alive:
+                self._deliver(job, pid, now, seen)
+                self._escalate(job, pid, now)
+            elif job.extra.get("rerun") and job.state == RUNNING:
+                self._requeue(job, now)  # (qrerun: back to the queue however it ended)
+            else:
+                self._process_ended(job, pid, now, seen)
+
+    def _process(self, job: Job, now: float, seen: dict | None) -> tuple[int | None, bool] | None:
+        """(the pid of the run's wrapper, is it running?), here or as its node last said; None
+        while that is not known yet."""
         if seen is not None:
             if seen.get("state") is None:
-                return  # (not heard from its host yet, since the server started or since it failed)
-            pid, alive = job.extra.get("pid"), seen["state"] == "running"
+                return None  # (not heard from its host yet, since the server started or since it failed)
+            pid = job.extra.get("pid")
             if pid is None and seen.get("pid"):  # (a start its launch could not confirm)
                 pid = seen["pid"]
                 self._note(job, now, set={"pid": pid, "pid_start": seen["start"], "session": pid})
-        else:
-            pid, alive = self._alive(job, now)
-            if pid is None and job.extra.get("interactive") and job.state == RUNNING \
-                    and now < job.extra["launched"] + INTERACTIVE_WAIT:
-                return  # its qsub -I has not started the session yet
-        if not alive and job.extra.get("rerun") and job.state == RUNNING:
-            self._requeue(job, now)  # (qrerun: back to the queue however it ended)
+            return pid, seen["state"] == "running"
+        pid, alive = self._alive(job, now)
+        if pid is None and job.extra.get("interactive") and job.state == RUNNING \
+                and now < job.extra["launched"] + INTERACTIVE_WAIT:
+            return None  # its qsub -I has not started the session yet
+        return pid, alive
+
+    def _process_ended(self, job: Job, pid: int | None, now: float, seen: dict | None) -> None:
+        """The run's process is gone: its end recorded (after the site's epilogue, if any),
+        or, where it never said how it ended, the job requeued (rerunnable) or aborted."""
+        # (the wrapper's word, in a directory the job can write too: believed only of a
+        # job that asked for files staged in)
+        failed = None
+        if job.extra.get("W", {}).get("stagein"):
+            failed = seen.get("stagein_failed") if seen is not None else \
+                (self._read(self.jobdir(job) / "stagein_failed", 2000) or b"").decode("utf-8", "replace") or None
+        if failed is not None and job.state == RUNNING:
+            self._stagein_failed(job, failed, now)
+            self.children.pop(pid, None), self.cpu.pop(pid, None)
             return
-        if not alive:
-            # (the wrapper's word, in a directory the job can write too: believed only of
-            # a job that asked for files staged in)
-            failed = None
-            if job.extra.get("W", {}).get("stagein"):
-                failed = seen.get("stagein_failed") if seen is not None else \
-                    (self._read(self.jobdir(job) / "stagein_failed", 2000) or b"").decode("utf-8", "replace") or None
-            if failed is not None and job.state == RUNNING:
-                self._stagein_failed(job, failed, now)
-                self.children.pop(pid, None), self.cpu.pop(pid, None)
+        status = self._status(job) if seen is None else seen.get("status")
+        ran_until = self._ran_until(job, now, seen) if status is not None else None
+        sent = job.extra.get("signal") or self.sent.get(job.id, (None,))[0]
+        if sent and (status is None or status >= 128):
+            status = 256 + sent  # as PBS records a job it killed
+        if status is None and pid is not None and pid in self.children:
+            ws = self.children[pid]  # (forgotten only once the end is in the store)
+            status = 256 + os.WTERMSIG(ws) if os.WIFSIGNALED(ws) else os.WEXITSTATUS(ws)
+        if status is None and pid is None and job.extra.get("interactive"):
+            # its qsub -I never came for the session (it is gone): aborted, as PBS's mom
+            # gives up on a qsub it cannot reach, not requeued to wait again
+            self._note(job, now, comment="its qsub -I never came for the session: aborted")
+            status = LOST
+        if status is None:
+            if job.extra.get("rerunnable", True) and job.state == RUNNING:
+                self._requeue(job, now)
                 return
-            status = self._status(job) if seen is None else seen.get("status")
-            ran_until = self._ran_until(job, now, seen) if status is not None else None
-            sent = job.extra.get("signal") or self.sent.get(job.id, (None,))[0]
-            if sent and (status is None or status >= 128):
-                status = 256 + sent  # as PBS records a job it killed
-            if status is None and pid is not None and pid in self.children:
-                ws = self.children[pid]  # (forgotten only once the end is in the store)
-                status = 256 + os.WTERMSIG(ws) if os.WIFSIGNALED(ws) else os.WEXITSTATUS(ws)
-            if status is None and pid is None and job.extra.get("interactive"):
-                # its qsub -I never came for the session (it is gone): aborted, as PBS's
-                # mom gives up on a qsub it cannot reach, not requeued to wait again
-                self._note(job, now, comment="its qsub -I never came for the session: aborted")
-                status = LOST
-            if status is None:
-                if job.extra.get("rerunnable", True) and job.state == RUNNING:
-                    self._requeue(job, now)
-                    return
-                status = LOST
-            cpu = self.cpu.get(pid) if seen is None else seen.get("cpu")  # (None: not this server's child)
-            if ran_until is not None:
-                self._note(job, now, set={"ran_until": ran_until})
-            if self.epilogue:
-                self._epilogue(job, status, cpu, now)
-            else:
-                self._finish(job, status, now, cpu_time=cpu)
-            self.children.pop(pid, None), self.cpu.pop(pid, None)  # (forgotten once its end is in the store)
-            return
+            status = LOST
+        cpu = self.cpu.get(pid) if seen is None else seen.get("cpu")  # (None: not this server's child)
+        if ran_until is not None:
+            self._note(job, now, set={"ran_until": ran_until})
+        if self.epilogue:
+            self._epilogue(job, status, cpu, now)
+        else:
+            self._finish(job, status, now, cpu_time=cpu)
+        self.children.pop(pid, None), self.cpu.pop(pid, None)  # (forgotten once its end is in the store)
+
+    def _deliver(self, job: Job, pid: int | None, now: float, seen: dict | None) -> None:
+        """qsig's signals to a running job, then forgotten (one the kernel refuses is dropped)."""
         pending = job.extra.get("pending_signals")
-        if pending and seen is not None:
+        if not pending:
+            return
+        if seen is not None:
             self.nodes.signal(job.extra["remote"], self._key(job), [s for s in pending if isinstance(s, int)])
-            self._note(job, now, clear=["pending_signals"])
-        elif pending:  # qsig: deliver, then forget (a signal the kernel refuses is dropped)
+        else:
             for sig in pending:
                 try:
                     os.killpg(pid, sig)
@@ -541,8 +561,7 @@ class Server:
                     pass
                 except (OSError, ValueError, TypeError, OverflowError) as e:
                     log(f"job {common.short_id(job)}: signal {sig!r} not sent: {e}")
-            self._note(job, now, clear=["pending_signals"])
-        self._escalate(job, pid, now)
+        self._note(job, now, clear=["pending_signals"])
 
     def _requeue(self, job: Job, now: float, why: str = "") -> None:
         """Back to the queue, to run again (its process lost, or qrerun): an R record."""
@@ -1194,6 +1213,43 @@ class Server:
             hosts |= {n for n, note in self.batch.sched.node_notes.items() if note.startswith(remote.DOWN_NOTE)}
             due = min(due, self.nodes.next_due(hosts) or due)
         return max(due, now + 0.05)  # (never a busy loop)
+
+class Phase(str, Enum):
+    """Where a run of a job is as the server drives it, read from what its records noted
+    (phase()).  Its transitions, each with the event that causes it:
+
+        STARTING -> RUNNING           its launch (a `process` record: launched, its pid)
+        STARTING -> (ended)           deleted before its launch; its prologue aborted it
+                                      (or failed: requeued held); its launch failed
+        RUNNING -> KILLING            past its walltime, cput or memory; qdel; qrerun (the
+                                      first signal noted: signal, signalled_at)
+        RUNNING, KILLING -> EPILOGUE  its process ended on a site with an epilogue (an
+                                      `exiting` record: epilogue_at)
+        RUNNING, KILLING -> (ended)   its process ended (an `ended` record), or was lost,
+                                      rerun or its node went down (a `requeue` record)
+        EPILOGUE -> (ended)           its epilogue ended or timed out
+        launched -> PURGED -> (ended) qdel -p or -W force (purge): ended at once
+
+    A requeued run's records are cleared with it: its next run starts again at STARTING.
+    """
+    STARTING = "starting"
+    RUNNING = "running"
+    KILLING = "killing"
+    EPILOGUE = "epilogue"
+    PURGED = "purged"
+
+
+def phase(job: Job) -> Phase:
+    """The run's phase (Phase), from its job's records."""
+    x = job.extra
+    if "launched" not in x:
+        return Phase.STARTING
+    if x.get("purge"):
+        return Phase.PURGED
+    if "epilogue_at" in x:
+        return Phase.EPILOGUE
+    return Phase.KILLING if x.get("signal") else Phase.RUNNING
+
 
 def _down_note(now: float, why: str) -> str:
     """A node's note when the server marks it down for not answering (pbsnodes -l shows it)."""
