@@ -947,7 +947,6 @@ class Server:
             scratch = self._scratch(job, owner) if here else ""
         except OSError as e:
             return self._not_started(job, now, f"its run directory: {e.strerror or e}")
-        script = d / "script"
         home = owner.home if owner else rundir.home(job)
         workdir = x.get("workdir") or home  # PBS starts a job in its owner's home unless -d/-w
         shell = x.get("shell") or (owner.shell if owner else "/bin/sh")
@@ -974,7 +973,15 @@ class Server:
             self._note(job, now, set={"launched": now, **noted}, records=self._started)
             mail.send(self.site, job, mail.BEGIN, "Begun execution")
             return 1
-        argv = ["/bin/sh", "-c", WRAPPER, "hpcsched-job", str(d), shell, str(script), *x.get("arguments", ())]
+        return self._launch_here(job, now, d, owner, env, shell, workdir, scratch, noted)
+
+    def _launch_here(self, job: Job, now: float, d: Path, owner: privilege.Owner | None, env: dict[str, str],
+                     shell: str, workdir: str, scratch: str, noted: dict) -> int:
+        """Start the job's wrapper from this host, in a session of its own, in the run's
+        cgroup, with the job's umask and nice value, its files opened as its owner (through
+        a `command` launcher's template where the site has one)."""
+        x = job.extra
+        argv = ["/bin/sh", "-c", WRAPPER, "hpcsched-job", str(d), shell, str(d / "script"), *x.get("arguments", ())]
         if self.launcher:
             line = shlex.join(argv)
             argv = [part.replace("{host}", job.nodes[0]).replace("{command}", line).replace("{user}", job.owner)
@@ -991,7 +998,7 @@ class Server:
                     if owner and not (os.path.isdir(workdir) and os.access(workdir, os.X_OK, effective_ids=True)):
                         raise NotADirectoryError(errno.ENOTDIR, f"cannot enter {workdir}")
                 stdout, stderr = self._open_files(job, owner, files)
-                nice = asked.get("nice")
+                nice = limits.asked(job).get("nice")
                 proc = subprocess.Popen(argv, cwd=None if owner else workdir, env=env, stdin=subprocess.DEVNULL,
                                         stdout=stdout, stderr=stderr, start_new_session=True,
                                         preexec_fn=privilege.becoming(owner, workdir, cgroup, nice)
