@@ -361,3 +361,38 @@ def test_a_node_an_operator_took_offline_while_it_was_unreachable_stays_offline(
     finally:
         server.send_signal(signal.SIGTERM)
         server.wait(10)
+
+
+def test_a_job_just_started_is_not_taken_for_lost_when_its_host_misses_a_look(tmp_path, monkeypatch):
+    """The host answered for its other runs before, then misses the first look after a
+    start: the new run is unknown there as far as the server heard, not gone (it was
+    requeued, and ran twice)."""
+    from hpcsched.server.loop import Server
+    from hpcsched.store.site import load_site
+    hosts = Fake(tmp_path)
+    home, env, work, spool = site(tmp_path, hosts)
+    for key in ("HPCSCHED_HOME", "HPCSCHED_USER", "FAKESSH_DOWN", "FAKESSH_LOSE"):
+        monkeypatch.setenv(key, env[key])
+    a, b = hosts.hosts
+    first = cmd(env, work, "qsub", "-l", f"nodes={a},walltime=60", stdin="true\n").stdout.strip()
+    server = Server(load_site())
+    try:
+        until(lambda: server.step() is not None and state(env, work, first).get("job_state") == "C", 20,
+              "a first job on the host ended")
+        jid = cmd(env, work, "qsub", "-l", f"nodes={a},walltime=60",
+                  stdin=f"echo $$ >> {work / 'starts'}; sleep 2\n").stdout.strip()
+        assert server.step() == 1  # (started on its host)
+        hosts.down(a)
+        for _ in range(3):
+            server.step()
+            time.sleep(0.2)
+        assert state(env, work, jid)["job_state"] == "R"
+        hosts.up(a)
+        until(lambda: server.step() is not None and state(env, work, jid).get("job_state") == "C", 30,
+              "the job ended")
+        assert len((work / "starts").read_text().split()) == 1
+        assert [e.kind for e in accounting.read(home) if e.job_id == jid] == ["Q", "S", "E"]
+    finally:
+        server.nodes.close()
+        for pid in runs(spool):
+            with_kill(pid)

@@ -400,13 +400,12 @@ class Server:
         return self.nodes.key(job.id, job.run_count)
 
     def _seen(self, job: Job) -> dict | None:
-        """A job on another host: its node's last word on this run ({} before any); None
-        for a job on this host."""
+        """A job on another host: its node's last word on this run ({} until the node has
+        answered for it); None for a job on this host."""
         host = job.extra.get("remote")
         if not host or self.nodes is None:
             return None
-        return self.nodes.seen.get(host, {}).get(self._key(job), {"state": "none"} if host in self.nodes.seen
-                                                   else {})
+        return self.nodes.seen.get(host, {}).get(self._key(job), {})
 
     def _look_nodes(self, now: float) -> None:
         """Ask the hosts of running jobs, and the nodes the server marked down, how things
@@ -496,6 +495,8 @@ class Server:
             if seen.get("state") is None:
                 return None  # (not heard from its host yet, since the server started or since it failed)
             pid = job.extra.get("pid")
+            if seen["state"] == "none" and pid is None and not self.nodes.fenced(job.extra["remote"], now):
+                return None  # (a start not confirmed that its node does not know of, yet: a late one is fenced)
             if pid is None and seen.get("pid"):  # (a start its launch could not confirm)
                 pid = seen["pid"]
                 self._note(job, now, set={"pid": pid, "pid_start": seen["start"], "session": pid})
