@@ -49,6 +49,22 @@ def test_a_run_starts_once_reports_its_end_and_is_forgotten(tmp_path):
     assert json.loads(node(spool, "status", "abc.5.0").stdout) == {"abc.5.0": {"state": "none"}}
 
 
+def test_a_run_gets_no_signal_blocked(tmp_path):
+    """The keeper waits for SIGCHLD with it blocked: its job must not inherit that (dash,
+    the wrapper's shell, clears what it inherits; another /bin/sh need not)."""
+    spool = tmp_path / "spool"
+    node(spool, "run", "abc.4.0", stdin=spec(tmp_path, f"sleep 60 & echo $! > {tmp_path}/sleep; wait"))
+    for _ in range(200):
+        if (tmp_path / "sleep").exists() and (tmp_path / "sleep").read_text().strip():
+            break
+        time.sleep(0.05)
+    pid = int((tmp_path / "sleep").read_text())
+    blocked = [line.split()[1] for line in open(f"/proc/{pid}/status") if line.startswith("SigBlk:")]
+    assert blocked == ["0000000000000000"]
+    node(spool, "signal", "abc.4.0", "9")
+    assert ended(spool, "abc.4.0")["state"] == "ended"
+
+
 def test_a_run_past_its_lease_is_killed_by_its_keeper(tmp_path):
     spool = tmp_path / "spool"
     started = json.loads(node(spool, "run", "abc.6.0", stdin=spec(tmp_path, "sleep 60", lease=1.0)).stdout)

@@ -255,7 +255,7 @@ class Node:
             os.dup2(null, fd)
         os.closerange(3, w)
         os.closerange(w + 1, 1 << 16)
-        signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGCHLD})
+        signal.pthread_sigmask(signal.SIG_SETMASK, ())  # (the job gets no signal blocked: none inherited)
         out = {}
         try:
             old = os.umask(int(spec.get("umask") or "077", 8))
@@ -283,6 +283,9 @@ class Node:
         os.close(w)
         if "error" in out:
             os._exit(1)
+        # (blocked only now, and only here: a child started while it was blocked got every
+        # signal blocked; an end before this is found by the first wait4)
+        signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGCHLD})
         while True:
             pid, ws, usage = os.wait4(proc.pid, os.WNOHANG)
             if pid:
