@@ -464,7 +464,7 @@ def main(argv=None) -> int:
                                  "to this file, not stderr")
     v.set_defaults(func=cmd_server)
     sub.add_parser("node", help="a job's side on another host, which the server runs there over ssh "
-                   "(run|status|wait|signal|cleanup|forget|task|ping: hpcsched(1))")
+                   "(run|status|wait|signal|cleanup|forget|task|list|ping: hpcsched(1))")
     t = sub.add_parser("store", help="check the site's store, or repair it (a backup first)")
     t.add_argument("action", choices=["check", "repair"])
     t.add_argument("--home", help="store directory (default: $HPCSCHED_HOME or ~/.local/share/hpcsched)")
