@@ -145,15 +145,20 @@ def _sisters() -> dict | None:
     return got if isinstance(got, dict) and {"ssh", "command", "key"} <= got.keys() else None
 
 
+def node_request(ssh: list[str], command: list[str], spool: str | None, host: str, *words: str) -> list[str]:
+    """The ssh line that asks `hpcsched node` on `host` for `words` (its spool, "{host}"
+    filled in): the server's requests (server/remote.py) and a task on a job's other host."""
+    where = ["--spool", spool.replace("{host}", host)] if spool else []
+    return [*ssh, host, shlex.join([*command, *where, *words])]
+
+
 def _over_ssh(sisters: dict, host: str, ids: dict[str, str], argv: list[str]) -> list[str]:
     """A task on another host of the job: its node command makes it one of the job's
     processes there (killed with the job), with the job's PBS variables, where pbsdsh runs."""
-    spool = sisters.get("spool")
     pbs = {k: v for k, v in os.environ.items() if k.startswith("PBS_")}
-    line = shlex.join([*sisters["command"], *(["--spool", spool.replace("{host}", host)] if spool else []),
-                       "task", sisters["key"], "--", "env", *(f"{k}={v}" for k, v in {**pbs, **ids}.items()),
-                       "sh", "-c", 'cd "$0" 2>/dev/null; exec "$@"', os.getcwd(), *argv])
-    return [*sisters["ssh"], host, line]
+    return node_request(sisters["ssh"], sisters["command"], sisters.get("spool"), host, "task", sisters["key"], "--",
+                        "env", *(f"{k}={v}" for k, v in {**pbs, **ids}.items()),
+                        "sh", "-c", 'cd "$0" 2>/dev/null; exec "$@"', os.getcwd(), *argv)
 
 
 def pbs_tmrsh(opts: list[tuple[str, str]], argv: list[str], out, now: float) -> int:

@@ -50,7 +50,7 @@ from ..store.journaled import Batch
 from ..store.layout import WRAPPER
 from ..core.errors import SchedulerError
 from ..store.site import Site, config_stamp, load_site
-from . import door, limits, privilege, remote, rundir, scripts, tracking
+from . import door, limits, node, privilege, remote, rundir, scripts, tracking
 from .tracking import process_start
 
 
@@ -188,20 +188,7 @@ class Server:
         except ValueError:
             return None
 
-    @staticmethod
-    def _read(path: Path, limit: int) -> bytes | None:
-        """Up to `limit` bytes the job's wrapper wrote (the run directory is the owner's: a
-        link, a fifo or a huge file there gives None, never a hang or another file's content)."""
-        try:
-            fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
-        except OSError:
-            return None
-        try:
-            return os.read(fd, limit) if stat.S_ISREG(os.fstat(fd).st_mode) else None
-        except OSError:
-            return None
-        finally:
-            os.close(fd)
+    _read = staticmethod(node.read_file)  # (what the job's wrapper wrote, in the owner's directory)
 
     # --- one step --------------------------------------------------------------------------
     def step(self, now: float | None = None) -> int:
@@ -430,10 +417,13 @@ class Server:
                 self.batch.do("node", now, name=host, note="", **({"state": "up"} if down else {}))
             if host not in self.nodes.swept:
                 self.nodes.stale(host, live.get(host, []))
-        names = {n.name for n in sched.topology.all_nodes()}
-        for host, (since, why) in list(self.nodes.failing.items()):
-            if self.nodes.down_since(host, now) is not None and host in names:
-                self._node_down(host, now, why)
+        silent = [(host, why) for host, (_, why) in self.nodes.failing.items()
+                  if self.nodes.down_since(host, now) is not None]
+        if silent:  # (the nodes' names asked for only then: most steps have none)
+            names = {n.name for n in sched.topology.all_nodes()}
+            for host, why in silent:
+                if host in names:
+                    self._node_down(host, now, why)
 
     def _node_down(self, host: str, now: float, why: str) -> None:
         """The host has not answered for node_check_rate: down, with why in its note; its

@@ -424,13 +424,24 @@ def _write(path: Path, text: str, mode: int) -> None:
     os.replace(tmp, path)
 
 
-def _read(path: Path, limit: int) -> str | None:
+def read_file(path: Path, limit: int) -> bytes | None:
+    """Up to `limit` bytes of a file a job's wrapper wrote (its run directory is the owner's:
+    a link, a fifo or a device there gives None, never a hang or another file's content)."""
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
     except OSError:
         return None
-    with os.fdopen(fd, "rb") as f:  # (the owner's directory: a fifo or a device reads as nothing)
-        return f.read(limit).decode("utf-8", "replace") if stat.S_ISREG(os.fstat(f.fileno()).st_mode) else None
+    try:
+        return os.read(fd, limit) if stat.S_ISREG(os.fstat(fd).st_mode) else None
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
+
+
+def _read(path: Path, limit: int) -> str | None:
+    data = read_file(path, limit)
+    return None if data is None else data.decode("utf-8", "replace")
 
 
 def _number(path: Path) -> float | None:

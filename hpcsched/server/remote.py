@@ -23,6 +23,8 @@ import subprocess
 import tempfile
 import time
 
+from ..pbs.pbsdsh import node_request
+
 SSH = ["ssh", "-o", "BatchMode=yes", "-o", "ConnectTimeout=10", "-o", "ServerAliveInterval=10",
        "-o", "ServerAliveCountMax=3"]
 NODE_COMMAND = ["hpcsched", "node"]
@@ -87,8 +89,7 @@ class Nodes:
         return {"ssh": self.site_ssh, "command": self.command, "spool": self.spool}
 
     def argv(self, host: str, *words: str) -> list[str]:
-        spool = ["--spool", self.spool.replace("{host}", host)] if self.spool else []
-        return [*self.ssh, host, shlex.join([*self.command, *spool, *words])]
+        return node_request(self.ssh, self.command, self.spool, host, *words)
 
     # --- requests ------------------------------------------------------------------------
     def call(self, host: str, *words: str, stdin: str = "", again: bool = True, lease: float | None = None) -> dict | None:
@@ -122,8 +123,7 @@ class Nodes:
         done = self._ssh(host, self.argv(host, *words), stdin.encode(), now)
         if done is None:
             return None
-        self.heard[host] = now
-        self.failing.pop(host, None)
+        self._answered(host, now)
         if done.returncode != 0:
             raise Refused(done.said[-1] if done.said else f"exit status {done.returncode}")
         try:
@@ -149,6 +149,10 @@ class Nodes:
         if done.returncode == 255:
             return self._failed(host, now, done.said[-1] if done.said else "exit status 255")
         return done
+
+    def _answered(self, host: str, now: float) -> None:
+        self.heard[host] = now
+        self.failing.pop(host, None)
 
     def _failed(self, host: str, now: float, why: str) -> None:
         since = self.failing.get(host, (now, ""))[0]
@@ -259,8 +263,7 @@ class Nodes:
         done = self._ssh(host, [*self.ssh, host, shlex.join(command)], b"", now)
         if done is None:
             return None
-        self.heard[host] = now
-        self.failing.pop(host, None)
+        self._answered(host, now)
         return done.returncode == 0
 
     def ping(self, host: str) -> str | None:
