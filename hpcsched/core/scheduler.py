@@ -18,11 +18,12 @@ from itertools import chain, islice
 from operator import attrgetter
 from typing import Iterable
 
+from .admission import Admission, Gate
 from .backlog import Backlog, Sieved
 from .bank import Bank
 from .calendar import Entry
 from .depends import Registry
-from .errors import BadDependency, InvalidRequest, InvalidState, Rejected, UnknownJob, Unplaceable
+from .errors import BadDependency, InvalidRequest, InvalidState, Rejected, UnknownJob
 from .jobs import (ACTIVE, COMPLETED, DELETED, DEP_FAIL, DEP_HOLD, EXITING, FINISHED, HELD, PENDING, QUEUED, RUNNING,
                    WAITING, Allocation, Dependency, DepType, Hold, Job, Request, State, SUBJOB, number)
 from .plan import Plan, Start, Walk
@@ -30,7 +31,6 @@ from .policy import Context, Fifo, Policy, tie_break
 from .profile import Profile
 from .reservations import Access, Reservation
 from .route import Queue, Router
-from .timefmt import hms
 from .topology import NodeState, Tiers, Topology
 from .quotas import Quotas
 from .usage import Key, Usage
@@ -105,7 +105,7 @@ class Scheduler:
         self.quotas = quotas or Quotas()  # resource quota sets and consumables (none: no limits)
         if self.quotas.host_sets:
             self.quotas.on_nodes(topology.all_nodes())
-        self._bound = any(q.nodes for q in router.queues.values())  # some queue is bound to nodes
+        self.admission = Admission(topology, router, bank, self.quotas, self.calendar)
         self._by_queue = self.settings.queue_priority and not self.policy.weighs_queue_priority
         self._by_job = self.settings.job_priority and not self.policy.weighs_job_priority
         self._init_indexes()
@@ -124,11 +124,6 @@ class Scheduler:
         #: oldest first: a driver writes their records and clears the list
         self.deleted: list[Job] = []
         self.node_notes: dict[str, str] = {}  # operators' notes on nodes (pbsnodes -N)
-        # jobs in each queue, and each user's there, waiting or running (PBS's max_queued)
-        self._in_queue: dict[str, int] = {}
-        self._in_queue_user: dict[tuple[str, str], int] = {}
-        self._fits: dict[Request, bool] = {}
-        self._placed: dict[tuple[Request, str], Request] = {}
         # queues pbs_rsub reservations made (the configuration's own win a clash on restore)
         self._made_queues: set[str] = set()
         # for a static policy, the runnable jobs kept in priority order between passes, so
@@ -142,9 +137,6 @@ class Scheduler:
         # runnable jobs no count can hold (Topology.interchangeable): while any waits, every
         # reservation is on units (a count beside one on units may find no units; see _counting)
         self._scattered = 0
-        # the running jobs' counts the queue and quota limits read, kept as jobs start and end
-        # from the first pass a limit gates (None until then: nothing reads them)
-        self._tally: Tally | None = None
 
     def _init_between_passes(self) -> None:
         """What one pass leaves the next: its reservations and walk, the profile of running
@@ -196,21 +188,8 @@ class Scheduler:
         return self.topology.size(job.request)
 
     def placed(self, job: Job) -> Request:
-        """What the machine places for `job`: its request, within its queue's nodes if the
-        queue is bound to some (ALCF's prod-long on a third of Mira)."""
-        return self._bound_to(job.request, self.router.queues.get(job.queue))
-
-    def _bound_to(self, request: Request, queue: Queue | None) -> Request:
-        """`request` within `queue`'s nodes (the nodes of both, if it names its own)."""
-        if queue is None or not queue.nodes:
-            return request
-        key = (request, queue.name)
-        req = self._placed.get(key)
-        if req is None:
-            bound = set(queue.nodes)
-            within = tuple(n for n in request.within if n in bound) if request.within else queue.nodes
-            req = self._placed[key] = replace(request, within=within)
-        return req
+        """What the machine places for `job` (Admission.placed)."""
+        return self.admission.placed(job)
 
     def context(self, now: float, running: Iterable[Job] | None = None) -> Context:
         elapsed = 0.0 if self.last_pass is None else now - self.last_pass
@@ -254,8 +233,8 @@ class Scheduler:
             # it ends (or is requeued): its usage stops accruing, and it counts as finished
             if self.usage.kept:
                 self.usage.ended(self.usage_key(job), self._rate(job), now, job.cpu_time)
-            if self._tally is not None:
-                self._count_running(self._tally, job, -1)
+            if self.admission.tally is not None:
+                self.admission.count_running(self.admission.tally, job, -1)
             del self._active[jid]
             units = self._units.pop(jid, None)
             if units:
@@ -276,10 +255,10 @@ class Scheduler:
             self._waiting.add(jid)
         elif new in ACTIVE and old not in ACTIVE:
             self._active[jid] = job
-            if self._tally is not None:
-                self._count_running(self._tally, job, 1)
+            if self.admission.tally is not None:
+                self.admission.count_running(self.admission.tally, job, 1)
         if (old in FINISHED) != (new in FINISHED):  # (it leaves the queue, or comes back to it)
-            self._count(job, -1 if new in FINISHED else 1)
+            self.admission.count(job, -1 if new in FINISHED else 1)
 
     def _changed(self) -> None:
         """Something the last plan counted on changed (a limit, a node, a walltime, a
@@ -312,102 +291,8 @@ class Scheduler:
         jp = job.priority if self._by_job else 0
         return (-qp, -jp) if qp or jp else _UNRANKED
 
-    def _count(self, job: Job, delta: int) -> None:
-        self._in_queue[job.queue] = self._in_queue.get(job.queue, 0) + delta
-        key = (job.queue, job.owner)
-        self._in_queue_user[key] = self._in_queue_user.get(key, 0) + delta
-
-    def _count_running(self, tally: "Tally", job: Job, sign: int, allocation: Allocation | None = None) -> None:
-        """Add (1) or take away (-1) a running job in the counts queue and quota limits read
-        (`allocation`: where it starts, before the job holds it)."""
-        tally.count(job, sign, self.size(job))
-        if self.quotas:
-            self.quotas.count(job, tally.quotas, sign, allocation)
-
-    def _tallies(self) -> "Tally":
-        """The running jobs' counts (`_count_running`), made from the running jobs when first
-        asked for and kept from then on."""
-        if self._tally is None:
-            self._tally = Tally()
-            for job in self._active.values():
-                self._count_running(self._tally, job, 1)
-        return self._tally
-
     def _settle(self, job: Job, now: float) -> None:
         self._move(job, job.pending_state(now), now)
-
-    def _fits_anywhere(self, request: Request) -> bool:
-        ok = self._fits.get(request)
-        if ok is None:
-            ok = self._fits[request] = self.topology.fits_anywhere(request)
-        return ok
-
-    def _route(self, job: Job, now: float) -> str:
-        """Route `job` (not counted in the queue tallies) and check the machine can hold it.
-        Sets the job's allocation standing, which may send it to the backfill queue."""
-        if not (job.walltime > 0 and math.isfinite(job.walltime)):
-            raise Rejected(f"walltime must be positive, not {job.walltime!r}")
-        size, machine = self.size(job), self.topology.node_count
-        queue = self.router.route(job, size, machine, self._in_queue, self._in_queue_user)
-        bank = self.bank
-        job.standing = "" if bank is None else bank.standing(job.account, now)
-        if job.standing == "ok":
-            job.standing = ""
-        elif job.standing:
-            action = bank.action(job.account)
-            if action == "refuse":  # (a Director's Discretionary project: no overburn either)
-                raise Rejected(f"project {job.account or '(none)'} has no allocation left")
-            # exhausted (backfill), or overburning with a job that is not capability-sized:
-            # Cobalt sends it to the backfill queue
-            if (action == "backfill" and job.standing == "exhausted") or \
-                    (job.standing == "overburn" and not queue.capability):
-                q = self.router.queues.get(bank.backfill_queue)
-                if q is None:
-                    raise Rejected(f"project {job.account} has no allocation left and there is no "
-                                   f"queue {bank.backfill_queue}")
-                why = q.refuse(job, size, machine, self._in_queue.get(q.name, 0),
-                               self._in_queue_user.get((q.name, job.owner), 0))
-                if why:
-                    raise Rejected(f"project {job.account} has no allocation left: {why}")
-                queue = q
-        if not self._fits_anywhere(job.request):
-            gpus = f" with {job.request.gpus} GPUs each" if job.request.gpus else ""
-            within = job.request.within
-            if within:  # (kept to some nodes: -l host=, nidmask, Cobalt's location)
-                named = ", ".join(within[:3]) + (", ..." if len(within) > 3 else "")
-                raise Rejected(f"requests more than the nodes it may use have ({size} nodes{gpus} within {named})")
-            topo = self.topology
-            if topo.eligible(job.request).bit_count() >= topo.need(job.request):  # (the nodes are there: no shape holds them)
-                placement = getattr(topo, "placement", "")
-                shape = "cuboid of routers" if placement == "cuboid" else f"{placement} placement"
-                raise Unplaceable(f"no {shape} on this machine holds {size} nodes{gpus} (it has {machine})")
-            widest = max(node.cores for node in self.topology.all_nodes())
-            if job.request.cores == 0 and job.request.ppn > widest:  # (the chunk, not the count, is too big)
-                raise Rejected(f"requests more than the machine has (ppn={job.request.ppn}: its widest node has "
-                               f"{widest} cores)")
-            raise Rejected(f"requests more than the machine has ({size} nodes{gpus} of {machine})")
-        if job.consumes or self.quotas:
-            why = self.quotas.check(replace(job, queue=queue.name))
-            if why:
-                raise Rejected(why)
-        if queue.nodes:
-            if job.request.within and not set(job.request.within) & set(queue.nodes):
-                raise Rejected(f"none of its nodes is among queue {queue.name}'s")
-            try:
-                if not self._fits_anywhere(self._bound_to(job.request, queue)):
-                    raise Rejected(f"does not fit the nodes of queue {queue.name}")
-            except InvalidRequest as e:
-                raise Rejected(f"queue {queue.name}: {e}") from None
-        for entry in self.calendar:  # a whole-machine drain that recurs bounds every job's walltime
-            if entry.every and not entry.nodes and job.walltime > entry.every - entry.duration:
-                raise Rejected(f"walltime {hms(job.walltime)} cannot fit between two drains of calendar "
-                               f"{entry.name} ({hms(entry.every - entry.duration)} apart)")
-        return queue.name
-
-    def _shrink_score(self, job: Job, now: float) -> None:
-        """A starting score shrunk for a project past its allocation (Cobalt)."""
-        if job.standing == "exhausted" and self.bank.action(job.account) == "backfill":
-            job.score *= self.bank.score_factor(job.account, now)
 
     def _link_dependencies(self, job: Job) -> None:
         """Check the parents exist, and decide what their ends decided already."""
@@ -434,7 +319,7 @@ class Scheduler:
             raise Rejected(f"job id {job.id}: ids from 2**32 on are subjobs' (jobs.subjob_id)")
         job.submitted_queue = job.queue or self.router.default
         job.tier = 0
-        job.queue = self._route(job, now)
+        job.queue = self.admission.route(job, now)
         self._link_dependencies(job)
         if job.id == 0:
             job.id = self.next_id
@@ -450,10 +335,10 @@ class Scheduler:
         self._enorder(job)
         self._array_limits += job.array_limit > 0
         self._advres += bool(job.reservation)
-        self._count(job, 1)
+        self.admission.count(job, 1)
         self._deps.register(job, self.jobs)
         self.policy.on_submit(job)
-        self._shrink_score(job, now)
+        self.admission.shrink_score(job, now)
         if job.dependencies and all(d.met for d in job.dependencies):
             self.policy.on_dependencies_met(job, [self.jobs[d.job_id] for d in job.dependencies])
         dirty = self._dirty
@@ -530,7 +415,7 @@ class Scheduler:
             # a static order: every new job sorts after every job the last pass walked
             fresh = self._settled(fresh)  # (a static order needs no context)
             return self._carry_on(walk, now, fresh, last=fresh[-1] if fresh else None)
-        gate = _Gate(self, now) if self._gated() else None
+        gate = Gate(self, now) if self._gated() else None
         order, last = self._prioritise(now, gate.ctx if gate else None)
         if clean and not self.policy.static:
             fresh = fresh if len(fresh) <= 1 else self._settled(fresh)
@@ -545,7 +430,7 @@ class Scheduler:
                     return plan
         return self._walk_afresh(now, order, last, gate, depth, counting, compress)
 
-    def _walk_afresh(self, now: float, order: Iterable[Job], last: Job | None, gate: "_Gate | None",
+    def _walk_afresh(self, now: float, order: Iterable[Job], last: Job | None, gate: Gate | None,
                      depth: float, counting: bool, compress: bool) -> Plan:
         """A new walk over `order`, on this pass's profile with last pass's reservations kept
         where they stand (`compress`: each asked whether it moves earlier); with a gate, the
@@ -554,7 +439,7 @@ class Scheduler:
         plan = Plan(now, since=self._booked if self.settings.depth > 1 else None)
         profile = self._profile(now, holds=self.settings.depth > 1)
         walk = self._walk = Walk(self.topology, profile, depth, self._access, gate, self.settings.backfill,
-                                 counts=counting, placed=self.placed if self._bound else None)
+                                 counts=counting, placed=self.placed if self.admission.bound else None)
         kept, in_place = self._keep(walk.profile, now)
         if not in_place:
             self._freed = None  # (counts not kept were given back: room grew, unlogged)
@@ -948,12 +833,12 @@ class Scheduler:
                                              and new.array_limit >= 0):
             raise Rejected(f"a slot limit is a whole number >= 0 for an array's subjob, not {new.array_limit!r}")
         if job.state in PENDING:
-            self._count(job, -1)
+            self.admission.count(job, -1)
             try:
                 if changes.keys() & {"walltime", "request", "queue", "account", "group", "consumes", "cput", "disk"}:
                     # route again from where the job was submitted, or the queue asked for now
                     new.submitted_queue = new.queue = changes.get("queue", job.submitted_queue)
-                    new.queue = self._route(new, now)
+                    new.queue = self.admission.route(new, now)
                 if "dependencies" in changes:
                     self._link_dependencies(new)
                     failed = self._failed(new)
@@ -961,10 +846,10 @@ class Scheduler:
                         raise BadDependency(f"dependency on job {failed.job_id}{'[]' if failed.of else ''} "
                                             f"can never be met")
             finally:
-                self._count(job, 1)
+                self.admission.count(job, 1)
         rerouted = new.queue != job.queue
         if rerouted:
-            self._count(job, -1)
+            self.admission.count(job, -1)
         queued = job.state == QUEUED
         if queued:
             self._unorder(job)  # its key, walltime or need may change: it goes back in anew
@@ -977,14 +862,14 @@ class Scheduler:
         if queued:
             self._enorder(job)
         if rerouted:
-            self._count(job, 1)
+            self.admission.count(job, 1)
             # another queue: the job waits afresh, as if submitted now (Cobalt's
             # anti-gaming rule: its queue time and eligible time restart here, its score
             # in the policy), so it ranks with a job submitted at this moment, not above it
             job.eligible_time = 0.0
             job.eligible_since = now if job.state == QUEUED else None
             self.policy.on_route_change(job)
-            self._shrink_score(job, now)
+            self.admission.shrink_score(job, now)
         if "dependencies" in changes:
             self._deps.register(job, self.jobs)
             if job.dependencies and all(d.met for d in job.dependencies):
@@ -1502,7 +1387,6 @@ class Scheduler:
                 self._res_units[res.name] = self.topology.units_of_nodes(res.nodes, res.links)
                 if res.own_queue and res.queue not in self.router.queues:
                     self._make_queue(res)
-            self._tally = None  # (made from the running jobs when a limit first reads it)
             for d in state.get("jobs", []):
                 job = Job.from_dict(d)
                 self.jobs[job.id] = job
@@ -1520,7 +1404,7 @@ class Scheduler:
                     self.busy |= units
                     job.allocation = Allocation(units, job.nodes, job.cores)
                 if job.state not in FINISHED:
-                    self._count(job, 1)
+                    self.admission.count(job, 1)
             for job in self.jobs.values():  # after all jobs: an array's tally counts its subjobs
                 if job.dependencies and job.state in PENDING:
                     self._deps.register(job, self.jobs)
@@ -1552,125 +1436,3 @@ class Scheduler:
         except (KeyError, TypeError, ValueError, AttributeError) as e:
             raise InvalidRequest(f"state is malformed: {e}") from None
         return self
-
-
-
-
-class Tally:
-    """The running jobs' counts the limits read: per queue its jobs, nodes and processors,
-    per (queue, owner) jobs and nodes, per array its subjobs, the quota sets' usage, and
-    the policy's own counts (`policy`, Simon's large jobs).  Invariant: each sums the jobs
-    counted in (`count(job, 1)`) less those counted out, job by job."""
-
-    __slots__ = ("jobs", "user_jobs", "nodes", "user_nodes", "processors", "array", "quotas", "policy")
-
-    def __init__(self):
-        self.jobs: dict[str, int] = {}  # queue -> running jobs
-        self.user_jobs: dict[tuple[str, str], int] = {}  # (queue, owner) -> running jobs
-        self.nodes: dict[str, int] = {}  # queue -> nodes (allocation units) they hold
-        self.user_nodes: dict[tuple[str, str], int] = {}  # (queue, owner) -> nodes
-        self.processors: dict[str, int] = {}  # queue -> processors they asked for
-        self.array: dict[int, int] = {}  # array id -> running subjobs
-        self.quotas: dict = {}  # the quota sets' usage (quotas.py keeps it)
-        self.policy: dict = {}  # the policy's own counts, for one pass (Policy.hold_back)
-
-    def copy(self) -> "Tally":
-        """A pass's own copy (the policy's counts start afresh)."""
-        out = Tally()
-        out.jobs, out.user_jobs, out.nodes = dict(self.jobs), dict(self.user_jobs), dict(self.nodes)
-        out.user_nodes, out.processors, out.array = dict(self.user_nodes), dict(self.processors), dict(self.array)
-        out.quotas = {key: dict(v) for key, v in self.quotas.items()}
-        return out
-
-    def count(self, job: Job, sign: int, size: int) -> None:
-        """Add (1) or take away (-1) a running job holding `size` units (quotas apart)."""
-        q, qu = job.queue, (job.queue, job.owner)
-        self.jobs[q] = self.jobs.get(q, 0) + sign
-        self.user_jobs[qu] = self.user_jobs.get(qu, 0) + sign
-        self.nodes[q] = self.nodes.get(q, 0) + sign * size
-        self.user_nodes[qu] = self.user_nodes.get(qu, 0) + sign * size
-        self.processors[q] = self.processors.get(q, 0) + sign * job.request.processors
-        if job.array_id:
-            self.array[job.array_id] = self.array.get(job.array_id, 0) + sign
-
-
-class _Gate:
-    """One pass's limits that hold a runnable job back: its queue's running limits, its
-    array's slot limit and the policy's own.  It counts the jobs running, including those
-    the walk starts, so that each check sees the starts before it."""
-
-    def __init__(self, sched: Scheduler, now: float):
-        self.sched = sched
-        self.running = list(sched._active.values())  # grows as the walk starts jobs
-        self.ctx = sched.context(now, self.running)
-        # the running jobs' counts, kept by the scheduler as jobs start and end: a copy
-        self.tally = sched._tallies().copy()
-        self.narrows = bool(sched.quotas.host_sets)  # the quotas narrow where a job may go
-        self._narrowed: dict[tuple, Request | str] = {}
-        self._closes: dict[tuple, frozenset[str]] = {}
-
-    def __call__(self, job: Job) -> str | None:
-        sched, tally = self.sched, self.tally
-        q = sched.router.queues.get(job.queue)
-        if q is not None:
-            mine = (q.name, job.owner)
-            why = q.hold_back(job, sched.size(job), sched.topology.node_count, tally.jobs.get(q.name, 0),
-                              tally.user_jobs.get(mine, 0), tally.nodes.get(q.name, 0),
-                              tally.processors.get(q.name, 0), tally.user_nodes.get(mine, 0))
-            if why:
-                return why
-        if job.array_limit and tally.array.get(job.array_id, 0) >= job.array_limit:
-            return f"array {job.array_id} already runs its limit of {job.array_limit} subjobs"
-        if job.reservation:  # (bound to it alone: one gone, or not the job's to use, binds it nowhere)
-            res = sched.reservations.get(job.reservation)
-            if res is None:
-                return f"its reservation {job.reservation} does not exist"
-            if not res.admits(job):
-                return f"its reservation {job.reservation} does not admit {job.owner}"
-        if sched._site_holds:
-            why = sched._site_hold(job)
-            if why:
-                return why
-        if sched.quotas:
-            why = sched.quotas.hold_back(job, tally.quotas)
-            if why:
-                return why
-        return sched.policy.hold_back(job, self.ctx, tally.policy)
-
-    def narrow(self, job: Job, request: Request) -> Request | str:
-        """`request` within the nodes the quotas' host sets let `job` use now, or the
-        reason none may.  (Jobs alike, by names and request, share one answer until the
-        walk starts a job.)"""
-        key = (job.owner, job.group, job.account, job.queue, request, tuple(job.consumes.items()))
-        out = self._narrowed.get(key)
-        if out is None:
-            found = self.sched.quotas.narrow(job, self.tally.quotas)
-            if found is None:
-                out = request
-            else:
-                hosts, why = found
-                if request.within:
-                    allowed = set(hosts)
-                    hosts = tuple(n for n in request.within if n in allowed)
-                out = replace(request, within=hosts) if hosts else why
-            self._narrowed[key] = out
-        return out
-
-    def closes(self, job: Job) -> frozenset[str]:
-        """After `job` was held back: its attributes whose value alone holds back every job
-        sharing it for the rest of the pass (see Quotas.closes).  (Jobs alike by names
-        share one answer until the walk starts a job.)"""
-        if not self.sched.quotas:
-            return frozenset()
-        key = (job.owner, job.group, job.account, job.queue)
-        out = self._closes.get(key)
-        if out is None:
-            out = self._closes[key] = self.sched.quotas.closes(job, self.tally.quotas)
-        return out
-
-    def started(self, job: Job, allocation: Allocation) -> None:
-        self.running.append(job)
-        self._narrowed.clear()
-        self._closes.clear()
-        self.sched._count_running(self.tally, job, 1, allocation)
-        self.sched.policy.started(job, self.ctx, self.tally.policy)

@@ -30,7 +30,6 @@ import pwd
 import shlex
 import signal
 import socket
-import stat
 import shutil
 import subprocess
 import sys
