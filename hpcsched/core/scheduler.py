@@ -21,6 +21,7 @@ from typing import Iterable
 from .admission import Admission, Gate
 from .backlog import Backlog, Sieved
 from .bank import Bank
+from .billing import Billing
 from .calendar import Entry
 from .depends import Registry
 from .errors import BadDependency, InvalidRequest, InvalidState, Rejected, UnknownJob
@@ -96,7 +97,7 @@ class Scheduler:
         # capability job outside its week's series (fixed by the configuration)
         self._site_holds = any(e.kind == "bimodal" for e in self.calendar) or (bank is not None and (
             bank.on_exhausted == "refuse" or any(a.on_exhausted == "refuse" for a in bank.accounts.values())))
-        self._cores = sum(n.cores for n in topology.all_nodes())  # the machine's, for core-hour charges
+        self.billing = Billing(bank, topology) if bank is not None else None
         self.jobs: dict[int, Job] = {}
         self.reservations: dict[str, Reservation] = {}
         self.next_id = 1
@@ -165,7 +166,6 @@ class Scheduler:
         self._overrun: set[int] = set()  # running past their walltime
         self._paused: set[int] = set()  # suspended: they hold their units, their ends move on with the clock
         self._front: set[int] = set()  # the bimodal series: jobs reserved ahead of all others
-        self._standing: dict[str, str] = {}  # each account's standing at the last pass
         self._counted = self.settings.depth > 1  # (the last pass's `_counting`)
         self._commented: set[int] = set()  # jobs whose comment says a quota holds them back
 
@@ -382,7 +382,7 @@ class Scheduler:
                 self.remove_reservation(name, now)
         if self.calendar and self.last_pass is not None:
             self._calendar_events(now)
-        if self.bank is not None:
+        if self.billing is not None:
             self._restand(now)
         if self.policy.reads_usage:  # running jobs charged as they run, not only at their end
             self.usage.accrue(now)
@@ -714,8 +714,8 @@ class Scheduler:
         job.end_time, job.exit_status = now, exit_status
         if cpu_time is not None:
             job.cpu_time = cpu_time
-        if self.bank is not None:
-            self._charge(job, now)
+        if self.billing is not None:
+            self.billing.charge(job, now, self.reservations.values())
         self._move(job, COMPLETED, now)
         self._dependants(job, self._deps.ended(job), True, now)
         return job
@@ -954,64 +954,22 @@ class Scheduler:
             self.job(job)  # (an unknown id is refused)
         self.bank.post(kind, project, amount, now, job=job, note=note, user=user)
 
-    def charge_so_far(self, job: Job, now: float) -> float:
-        """What a running (or ending) job has cost its project up to `now`: the walltime it
-        used (time suspended is not charged, as resources_used.walltime does not count it)."""
-        if self.bank.unit == "core-hours":
-            units, machine = job.request.processors, self._cores
-        else:
-            units, machine = self.size(job), self.topology.node_count
-        return self.bank.job_charge(job.queue, units, machine, now - job.start_time - job.suspended(now))
-
-    def _charge(self, job: Job, now: float) -> None:
-        """Charge an ending job to its project, and its use of billed reservations."""
-        bank = self.bank
-        bank.post("job", job.account, self.charge_so_far(job, now), now, job=job.id)
-        if bank.bill_reservations:
-            for res in self.reservations.values():
-                if self._billed(res) and res.access(job) is not Access.BLOCKED:
-                    bank.reservation_use[res.name] = bank.reservation_use.get(res.name, 0.0) + \
-                        self._inside(job, res, now)
-
-    def _billed(self, res: Reservation) -> bool:
-        return bool(self.bank is not None and self.bank.bill_reservations and res.account and not res.period)
-
-    @staticmethod
     def _inside(job: Job, res: Reservation, until: float) -> float:
         """Node-seconds `job` ran on `res`'s nodes inside its window, up to `until`."""
         t0, t1 = max(job.start_time, res.start), min(until, res.start + res.duration)
         return max(0.0, t1 - t0) * len(set(job.nodes) & set(res.nodes))
 
-    def _bill(self, res: Reservation, now: float) -> None:
-        """PSC: the owner pays for the node-hours of the reservation that no job used."""
-        used = self.bank.reservation_use.pop(res.name, 0.0)
-        used += sum(self._inside(j, res, now) for j in self._active.values() if res.access(j) is not Access.BLOCKED)
-        held = max(0.0, min(now, res.start + res.duration) - res.start) * len(res.nodes)
-        unused = max(0.0, held - used)
-        if unused > 0:
-            factor = self.bank.charge_factors.get(res.queue, 1.0) if res.queue else 1.0
-            if self.bank.unit == "core-hours":
-                unused *= self._cores / self.topology.node_count
-            self.bank.post("reservation", res.account, unused / 3600.0 * factor, now,
-                           note=f"unused part of reservation {res.name}")
-
     def _restand(self, now: float) -> None:
         """Follow each account's standing: a project's waiting jobs go to standby when it runs
         out (Kraken) and back when it is refilled or a new period begins."""
-        bank, changed = self.bank, []
-        for project in bank.accounts:
-            standing = bank.standing(project, now)
-            if self._standing.get(project) != standing:
-                if project in self._standing or standing != "ok":
-                    changed.append(project)
-                self._standing[project] = standing
+        changed = self.billing.restand(now)
         if not changed:
             return
         self._changed()
         for project in changed:
-            if bank.action(project) != "standby":
+            if self.bank.action(project) != "standby":
                 continue
-            tier = STANDBY if self._standing[project] == "exhausted" else 0
+            tier = STANDBY if self.billing.standing[project] == "exhausted" else 0
             for job in self.jobs.values():
                 if job.account == project and job.state in PENDING and job.tier >= 0 and job.tier != tier:
                     self._retier(job, tier)
@@ -1028,9 +986,9 @@ class Scheduler:
 
     def _site_hold(self, job: Job) -> str | None:
         """Why the site's rules keep a runnable `job` from starting in this pass."""
-        if self.bank is not None and self._standing.get(job.account) == "exhausted" \
-                and self.bank.action(job.account) == "refuse":
-            return f"project {job.account} has no allocation left"
+        why = self.billing.refused(job) if self.billing is not None else None
+        if why:
+            return why
         if job.tier < 0:
             return None  # in this week's series
         for entry in self.calendar:
@@ -1134,8 +1092,8 @@ class Scheduler:
         self._res_units.pop(name)
         self._changed()
         res = self.reservations.pop(name)
-        if now is not None and self._billed(res):
-            self._bill(res, now)
+        if now is not None and self.billing is not None and self.billing.billed(res):
+            self.billing.bill(res, now, self._active.values())
         if res.queue in self._made_queues:  # its queue goes, and the jobs still in it (OpenPBS)
             self._made_queues.discard(res.queue)
             self.router.queues.pop(res.queue, None)

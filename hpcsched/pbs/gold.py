@@ -53,7 +53,7 @@ def _read(now: float):
 
 def _running(sched, project: str, now: float) -> float:
     """What the project's running jobs have used so far, at their charge rate."""
-    return sum(sched.charge_so_far(j, now) for j in sched.jobs.values() if j.state in ACTIVE and j.account == project)
+    return sum(sched.billing.so_far(j, now) for j in sched.jobs.values() if j.state in ACTIVE and j.account == project)
 
 
 def _balances(sched, projects, out, now: float) -> None:
