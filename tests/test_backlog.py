@@ -724,7 +724,7 @@ def test_conservative_keeps_free_counts_only_while_jobs_wait():
     for i in range(40):
         sched.submit(job(1, wall=float(100 + 10 * i)), now=float(i))
         sched.iterate(float(i))
-    base = sched._base
+    base = sched.runs.base
     assert len(sched.running()) == 40 and base._counts is None and base._known == 1
     sched.job_ended(sched.running()[0].id, 40.0, 0)
     sched.submit(job(64, wall=50.0), now=40.0)

@@ -345,7 +345,7 @@ def _read_as_new(sampler, plan):
     reservations by start, the nodes shown on busy nodes) changes nothing."""
     sched = sampler.sched
     avail = sched.topology.available()
-    idle = avail ^ (avail & sched.busy)
+    idle = avail ^ (avail & sched.runs.busy)
     read = list(sampler._reservations(plan, idle, new_only=True))
     assert read == list(Sampler(sched)._reservations(plan, idle, new_only=True)), f"pass at {plan.now}"
     return read

@@ -332,7 +332,7 @@ def test_no_unit_is_given_twice_and_conservative_never_delays_a_reservation(mach
     def check(sched, plan):
         seen = 0
         for j in sched.running():
-            units = sched._units[j.id]
+            units = sched.runs.units[j.id]
             assert not seen & units, f"job {j.id} shares a unit"
             seen |= units
         for jid, (t, _) in plan.reserved.items():
@@ -366,8 +366,8 @@ def test_randomly_sized_blocks_never_share_hardware_with_running_jobs():
     def check(sched, plan):
         seen = 0
         for j in sched.running():
-            assert not seen & sched._units[j.id]
-            seen |= sched._units[j.id]
+            assert not seen & sched.runs.units[j.id]
+            seen |= sched.runs.units[j.id]
     finished, _ = Engine(s).run(arrivals, watch=lambda plan: check(s, plan), keep=True)
     assert len(finished) == 120
 

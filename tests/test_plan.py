@@ -64,10 +64,10 @@ def test_new_jobs_carried_on_are_walked_in_their_rank_order():
     s.iterate(0)
     s.submit(job(3, 100, priority=200), 0)  # the head: reserved at 100
     s.iterate(0)
-    walk = s._walk
+    walk = s.planner.walk
     low, high = s.submit(job(1, 50, priority=0), 1), s.submit(job(1, 50, priority=100), 1)
     assert started(s.iterate(1)) == [high.id]
-    assert s._walk is walk  # (carried on)
+    assert s.planner.walk is walk  # (carried on)
     assert s.job(low.id).state.value == "queued"
 
 

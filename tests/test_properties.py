@@ -176,7 +176,7 @@ def test_conservative_refuses_no_count_feasible_backfill():
 @pytest.mark.parametrize("depth", [ALL, 3])
 @pytest.mark.parametrize("seed", range(40))
 def test_counts_kept_in_place_decide_as_each_tried_in_turn(seed, depth):
-    """A pass starts with last pass's counts in place (Scheduler._keep) only where trying
+    """A pass starts with last pass's counts in place (Planner._keep) only where trying
     each in turn would keep them all, and asks `stays` only of the counts a run through
     where room grew could serve (plan._Freed): against a scheduler that always tries each
     in turn and asks each, under overruns, nodes going down and up, walltimes altered,
@@ -236,7 +236,7 @@ def kept_against_each_in_turn(seed: int, depth: float) -> tuple[int, int]:
     machine = rng.choice([8, 16, 33])
     fast = scheduler(machine, depth=depth, overrun_grace=rng.choice([30, 300]))
     turn = scheduler(machine, depth=depth, overrun_grace=fast.settings.overrun_grace)
-    turn._hold_in_base = lambda now: None  # no counts in place: each tried in turn
+    turn.planner._hold_in_base = lambda now: None  # no counts in place: each tried in turn
     now, ends, in_place, filtered, stopped_end = 0.0, {}, 0, 0, {}
     for step in range(150):
         now += rng.choice([0, 1, 5, 30, 120])
@@ -279,9 +279,9 @@ def kept_against_each_in_turn(seed: int, depth: float) -> tuple[int, int]:
             else:
                 getattr(s, event[0])(event[1], now)
         a, b = fast.iterate(now), turn.iterate(now)
-        in_place += bool(fast._base_holds)
-        filtered += fast._walk is not None and fast._walk._freed is not None
-        assert turn._walk is None or turn._walk._freed is None
+        in_place += bool(fast.planner.base_holds)
+        filtered += fast.planner.walk is not None and fast.planner.walk._freed is not None
+        assert turn.planner.walk is None or turn.planner.walk._freed is None
         assert [(x.job_id, x.allocation.nodes) for x in a.started] == \
                [(x.job_id, x.allocation.nodes) for x in b.started], (seed, step)
         assert {j: t for j, (t, _) in a.reserved.items()} == {j: t for j, (t, _) in b.reserved.items()}, (seed, step)
@@ -317,7 +317,7 @@ def dynamic_site(policy: str, backfill: str, machine: int, quotas: bool) -> dict
 @pytest.mark.parametrize("policy", ["fifo", "gridengine", "cobalt", "multifactor", "simon"])
 def test_a_walk_carried_on_in_an_order_that_moves_decides_as_a_walk_afresh(policy, backfill):
     """After arrivals alone, a pass carries the last walk on with the new job while the
-    jobs it reserved for still lead the order (Scheduler._still_lead), and with a burst of
+    jobs it reserved for still lead the order (Planner._still_lead), and with a burst of
     new jobs whose order among themselves the policy can tell (Policy.settled): every
     pass decides as a scheduler that walks afresh every time (the same starts on the same
     nodes, the same reservations and every waiting job's reason), with quotas and without."""
@@ -343,16 +343,16 @@ def test_a_walk_carried_on_in_an_order_that_moves_decides_as_a_walk_afresh(polic
             else:
                 subs = []
             done = [j for j, t in ends.items() if t <= now] if rng.random() < 0.5 else []
-            walk = fast._walk
+            walk = fast.planner.walk
             for s in (fast, afresh):
                 for j in sorted(done):
                     s.job_ended(j, now, 0)
                 for owner, group, size, wall in subs:
                     s.submit(job(size, wall, owner=owner, group=group), now)
-            afresh._walk = None  # (never carried on)
+            afresh.planner.walk = None  # (never carried on)
             a, b = fast.iterate(now), afresh.iterate(now)
-            carried += fast._walk is walk and walk is not None
-            bursts += fast._walk is walk and walk is not None and len(subs) > 1
+            carried += fast.planner.walk is walk and walk is not None
+            bursts += fast.planner.walk is walk and walk is not None and len(subs) > 1
             where = (policy, backfill, seed, step)
             assert [(x.job_id, x.allocation.nodes, x.backfill) for x in a.started] == \
                    [(x.job_id, x.allocation.nodes, x.backfill) for x in b.started], where

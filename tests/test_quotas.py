@@ -147,7 +147,7 @@ def test_a_full_count_closes_the_names_it_counts():
         s.submit(core(1, owner="u1", group=f"g{k % 3}"), 0)
     s.submit(core(1, owner="u0", group="g0"), 0)
     s.iterate(0)
-    gate = s._walk.gate
+    gate = s.planner.walk.gate
     u1 = next(j for j in s.jobs.values() if j.owner == "u1" and j.state.value == "queued")
     assert gate.closes(u1) == {"owner"}  # users/each: u1 runs 2 jobs, first rule for every u1 job
     s2 = site(FAIR)
@@ -156,7 +156,7 @@ def test_a_full_count_closes_the_names_it_counts():
     s2.submit(core(1, owner="u0", group="g1"), 0)
     s2.iterate(0)
     g0 = next(j for j in s2.jobs.values() if j.group == "g0" and j.state.value == "queued")
-    assert s2._walk.gate.closes(g0) == {"group"}  # groups/g0 (3 slots) is full
+    assert s2.planner.walk.gate.closes(g0) == {"group"}  # groups/g0 (3 slots) is full
     # g2/each holds u1 (2 jobs) but is not the first rule of g2 for u1's jobs in g2: no close
     s3 = site(FAIR)
     held = s3.submit(core(1, owner="u1", group="g0"), 0)
@@ -216,10 +216,10 @@ def test_passing_over_a_closed_subtree_decides_as_reading_it(seed, monkeypatch):
                 s.job_ended(j.id, t, 0)
     assert passed_over > 0
     # a job submitted since the pass is not one it passed over, whoever's it is
-    over = [j for j in a.jobs.values() if a._plan.held_reason(j.id)]
+    over = [j for j in a.jobs.values() if a.planner.plan.held_reason(j.id)]
     if over:
         late = a.submit(core(1, owner=over[0].owner, group=over[0].group), t)
-        assert a._plan.held_reason(late.id) is None and a.comment(late) == ""
+        assert a.planner.plan.held_reason(late.id) is None and a.comment(late) == ""
     # comments passed over are saved as shown
     again = site(FAIR).restore(a.to_dict())
     assert {j.id: again.jobs[j.id].comment for j in a.jobs.values()} == {j.id: a.comment(j) for j in a.jobs.values()}

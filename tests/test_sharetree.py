@@ -612,7 +612,7 @@ def test_a_pass_that_carries_its_walk_on_leaves_no_order_in_a_cycle():
     # reference cycle (a reading begun by `lead` and never taken back) would pile up.
     import gc
 
-    from hpcsched.core.scheduler import Scheduler
+    from hpcsched.core.planner import Planner
     from hpcsched.policies.sharetree import Order
     from hpcsched.sim.simulate import record, simulate
     rng = random.Random(7)
@@ -624,7 +624,7 @@ def test_a_pass_that_carries_its_walk_on_leaves_no_order_in_a_cycle():
     tree = {"Root": {"children": ["g"]}, "g": {"name": "default", "children": ["u"]}, "u": {"name": "default"}}
     cfg = {"priority": {"policy": "gridengine", "slots_urgency": 0},  # (the tree's own order: an Order)
            "sharetree": {"levels": ["group", "user"], "nodes": tree}}
-    leads, original = [], Scheduler._still_lead
+    leads, original = [], Planner._still_lead
 
     def counted(self, order, walk):
         order, lead = original(self, order, walk)
@@ -633,11 +633,11 @@ def test_a_pass_that_carries_its_walk_on_leaves_no_order_in_a_cycle():
     gc.collect()
     gc.disable()
     try:
-        Scheduler._still_lead = counted
+        Planner._still_lead = counted
         simulate(work, config=cfg, nodes=16)
         left = sum(isinstance(x, Order) for x in gc.get_objects())  # (before any collection)
     finally:
-        Scheduler._still_lead = original
+        Planner._still_lead = original
         gc.enable()
     assert sum(leads) > 20  # (passes carried on after reading the order's head)
     assert left == 0

@@ -518,7 +518,7 @@ def test_a_suspension_an_older_store_kept_in_a_jobs_extra_reaches_the_core(rig):
     with old.open(write=False):
         one, two = old.sched.job(1), old.sched.job(2)
         assert (one.suspended_at, one.suspended_for, two.suspended_at, two.suspended_for) == (t + 10, 5.0, None, 30.0)
-        assert old.sched._paused == {one.id}  # (the planner holds its nodes on)
+        assert old.sched.runs.paused == {one.id}  # (the planner holds its nodes on)
 
 
 class Died(BaseException):

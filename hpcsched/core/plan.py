@@ -365,7 +365,7 @@ class Walk:
                          or prof.stays(mine[2], mine[0], job.walltime)))):
                 # nothing freed since, nothing where it could use, or it cannot move earlier:
                 # its reservation stands (with `settled`, a count is its job's need now:
-                # whatever changes one drops the freed spans, see Scheduler._changed)
+                # whatever changes one drops the freed spans, see Planner.changed)
                 plan.reserved[job.id] = shown[job.id]  # (its start has not come: the same)
                 if mine[2]:
                     self.held[job.id] = mine[2]

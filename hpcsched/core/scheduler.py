@@ -11,36 +11,34 @@ round-trips through plain JSON-able dicts (`to_dict` / `restore`).
 """
 from __future__ import annotations
 
-import heapq
 import math
 from dataclasses import dataclass, replace
-from itertools import chain, islice
 from operator import attrgetter
 from typing import Iterable
 
-from .admission import Admission, Gate
-from .backlog import Backlog, Sieved
+from .admission import Admission
+from .backlog import Backlog
 from .bank import Bank
 from .billing import Billing
 from .calendar import Entry
 from .depends import Registry
 from .errors import BadDependency, InvalidRequest, InvalidState, Rejected, UnknownJob
-from .jobs import (ACTIVE, COMPLETED, DELETED, DEP_FAIL, DEP_HOLD, EXITING, FINISHED, HELD, PENDING, QUEUED, RUNNING,
+from .jobs import (ACTIVE, COMPLETED, DELETED, EXITING, FINISHED, PENDING, QUEUED, RUNNING,
                    WAITING, Allocation, Dependency, DepType, Hold, Job, Request, State, SUBJOB, number)
-from .plan import Plan, Start, Walk
+from .plan import Plan, Start
 from .policy import Context, Fifo, Policy, tie_break
+from .planner import QUOTA_COMMENT, Planner
 from .profile import Profile
 from .reservations import Access, Reservation
 from .route import Queue, Router
 from .topology import NodeState, Tiers, Topology
 from .quotas import Quotas
+from .running import Running
 from .usage import Key, Usage
 
 STATE_VERSION = 1
 _UNRANKED = (0, 0)
 _KINDS = ("user", "group", "project")  # the parts of a usage key, in order
-QUOTA_HOLD = "exceeds limit"  # how a quota's reason begins (quotas.py)
-_QUOTA_COMMENT = "Not Running: " + QUOTA_HOLD
 STANDBY = 1  # the tier of a job whose project is out of allocation under "standby"
 
 #: What `alter` may change on a job that waits, and on one that runs.
@@ -48,13 +46,6 @@ ALTERABLE = frozenset({"name", "walltime", "request", "queue", "priority", "star
                        "group", "dependencies", "comment", "extra", "score", "consumes", "cput", "disk",
                        "array_limit", "reservation"})
 ALTERABLE_RUNNING = frozenset({"name", "walltime", "comment", "extra", "array_limit"})
-
-
-def _base_end(job: Job) -> float:
-    """A running job's end as the kept profile of running jobs holds it: its start and
-    walltime, later by the time it was suspended before any present suspension (that one
-    is added each pass: Scheduler._profile)."""
-    return job.start_time + job.walltime + job.suspended_for
 
 
 @dataclass
@@ -110,15 +101,14 @@ class Scheduler:
         self._by_queue = self.settings.queue_priority and not self.policy.weighs_queue_priority
         self._by_job = self.settings.job_priority and not self.policy.weighs_job_priority
         self._init_indexes()
-        self._init_between_passes()
+        self.planner = Planner(self)  # what one pass leaves the next
 
     def _init_indexes(self) -> None:
         """The jobs' indexes and counts, kept in step by `_move` (rebuilt from `jobs` on restore)."""
         self._queued: dict[int, Job] = {}
         self._active: dict[int, Job] = {}
         self._waiting: set[int] = set()
-        self._units: dict[int, int] = {}
-        self.busy = 0  # units running jobs hold now (the OR of `_units`)
+        self.runs = Running(self.topology)  # the units running jobs hold, and their kept profile
         self._res_units: dict[str, int] = {}
         self._deps = Registry()
         #: jobs the core deleted itself (a dependency failed, their reservation ended),
@@ -136,38 +126,9 @@ class Scheduler:
         self._tiered = False  # some job has had a tier (the order then sorts by it first)
         self._ranks = 0  # runnable jobs with a rank (the order then sorts by it)
         # runnable jobs no count can hold (Topology.interchangeable): while any waits, every
-        # reservation is on units (a count beside one on units may find no units; see _counting)
+        # reservation is on units (a count beside one on units may find no units; see Planner.counting)
         self._scattered = 0
-
-    def _init_between_passes(self) -> None:
-        """What one pass leaves the next: its reservations and walk, the profile of running
-        jobs, and what changed since."""
-        # last pass's reservations: job id -> (start, allocation), and the units of those
-        # held as a count (the plan's own dicts: `reserved`, `held`)
-        self._booked: dict[int, tuple[float, Allocation]] = {}
-        self._booked_counts: dict[int, int] = {}
-        self._moved: set[int] = set()  # jobs reserved anew since `_hold_in_base` last ran
-        # the last pass, carried on while only new jobs arrive (see iterate)
-        self._walk: Walk | None = None
-        self._plan: Plan | None = None
-        self._fresh: list[Job] = []
-        self._dirty = True
-        # where room grew since the last compressing pass began (see plan._Freed); None
-        # when something changed that this cannot name: then every kept count is asked
-        self._freed: list[tuple[float, float]] | None = None
-        # running jobs' units over time, kept up to date as jobs start and end (see _profile)
-        self._base: Profile | None = None
-        # the counts last pass's plan holds, kept in `_base` too so that the next pass
-        # starts with them in place (see _keep): job id -> (start, end, units); only
-        # while `_base` is the profile `_holds_in` names
-        self._base_holds: dict[int, tuple[float, float, int]] = {}
-        self._holds_in: Profile | None = None
-        self._ends: list[tuple[float, int]] = []  # (_base_end, job id) of running jobs
-        self._overrun: set[int] = set()  # running past their walltime
-        self._paused: set[int] = set()  # suspended: they hold their units, their ends move on with the clock
         self._front: set[int] = set()  # the bimodal series: jobs reserved ahead of all others
-        self._counted = self.settings.depth > 1  # (the last pass's `_counting`)
-        self._commented: set[int] = set()  # jobs whose comment says a quota holds them back
 
     # --- reading ---------------------------------------------------------------------
     def job(self, job_id: int) -> Job:
@@ -190,6 +151,23 @@ class Scheduler:
     def placed(self, job: Job) -> Request:
         """What the machine places for `job` (Admission.placed)."""
         return self.admission.placed(job)
+
+    def profile(self, now: float) -> Profile:
+        """The free units over time from `now`, as a pass starts planning (running jobs,
+        overruns and reservations; no waiting job placed yet)."""
+        return self.planner.profile(now)
+
+    def order(self, now: float) -> list[Job]:
+        """The runnable jobs in the order a pass at `now` walks them (showq lists them so)."""
+        return list(self.planner.prioritise(now, None)[0]) if self._queued else []
+
+    def planned(self, job_id: int) -> tuple[float, Allocation] | None:
+        """The start and allocation the last pass reserved for a waiting job (Planner.planned)."""
+        return self.planner.planned(job_id)
+
+    def comment(self, job: Job) -> str:
+        """The job's comment as qstat shows it (Planner.comment)."""
+        return self.planner.comment(job)
 
     def context(self, now: float, running: Iterable[Job] | None = None) -> Context:
         elapsed = 0.0 if self.last_pass is None else now - self.last_pass
@@ -218,13 +196,14 @@ class Scheduler:
         if old == new:
             return
         job.move_to(new, now)
-        self._dirty = True
+        planner = self.planner
+        planner.dirty = True
         jid = job.id
-        freed = self._freed
+        freed = planner.freed
         if old == QUEUED:
             del self._queued[jid]
             self._unorder(job)
-            booked = self._booked.get(jid)
+            booked = planner.booked.get(jid)
             if booked is not None and new != RUNNING and freed is not None:  # (a pass's starts: its walk logged them)
                 freed.append((booked[0], booked[0] + job.walltime))  # its reservation is given back
         elif old == WAITING:
@@ -236,18 +215,13 @@ class Scheduler:
             if self.admission.tally is not None:
                 self.admission.count_running(self.admission.tally, job, -1)
             del self._active[jid]
-            units = self._units.pop(jid, None)
-            if units:
-                self.busy ^= units
-            if self._base is not None and units:  # (those up: the kept profile holds no other)
-                self._base.release(units & self.topology.available(), now, _base_end(job))
+            runs = self.runs
             if freed is not None:  # its units are free from now, not from its expected end
                 end = job.planned_end(now)
-                if jid in self._overrun or (jid in self._paused and end <= now):  # (held a grace period: _profile)
+                if jid in runs.overrun or (jid in runs.paused and end <= now):  # (held a grace period: hold_late)
                     end = now + max(self.settings.overrun_grace, 1.0)
                 freed.append((now, end))
-            self._overrun.discard(jid)
-            self._paused.discard(jid)
+            runs.stop(job, now)
         if new == QUEUED:
             self._queued[jid] = job
             self._enorder(job)
@@ -259,11 +233,6 @@ class Scheduler:
                 self.admission.count_running(self.admission.tally, job, 1)
         if (old in FINISHED) != (new in FINISHED):  # (it leaves the queue, or comes back to it)
             self.admission.count(job, -1 if new in FINISHED else 1)
-
-    def _changed(self) -> None:
-        """Something the last plan counted on changed (a limit, a node, a walltime, a
-        reservation): the next pass compresses and asks every kept count whether it moves."""
-        self._dirty, self._freed = True, None
 
     def _runnable_counts(self, job: Job, sign: int) -> None:
         """Count a job in (1) or out of (-1) the runnable jobs ranked and those scattered."""
@@ -341,7 +310,7 @@ class Scheduler:
         self.admission.shrink_score(job, now)
         if job.dependencies and all(d.met for d in job.dependencies):
             self.policy.on_dependencies_met(job, [self.jobs[d.job_id] for d in job.dependencies])
-        dirty = self._dirty
+        dirty = self.planner.dirty
         # a parent that failed already deletes it at once, as a parent failing a moment
         # later would: a pipeline behaves the same whichever comes first
         failed = self._failed(job)
@@ -351,9 +320,9 @@ class Scheduler:
         self._settle(job, now)
         # a new job changes nothing the last pass planned (unless it brings a limit the
         # last walk did not check)...
-        self._dirty = dirty or job.array_limit > 0
+        self.planner.dirty = dirty or job.array_limit > 0
         if job.state == QUEUED:
-            self._fresh.append(job)  # ...it only joins the queue
+            self.planner.fresh.append(job)  # ...it only joins the queue
         return job
 
     def iterate(self, now: float) -> Plan:
@@ -361,14 +330,14 @@ class Scheduler:
 
         The jobs started are RUNNING on return, on the nodes in `plan.started`; the caller
         launches them (and calls `requeue` if a launch fails).  The pass: what time alone
-        changed (`_tick`), the plan (`_plan_pass`: prioritise, then walk), its starts
-        applied and what the next pass keeps of it (`_apply_pass`).
+        changed (`_tick`), the plan (`Planner.plan_pass`: prioritise, then walk), its starts
+        applied and what the next pass keeps of it (`Planner.apply_pass`).
         """
         if self.last_pass is not None and now < self.last_pass:
             raise InvalidRequest(f"time went backwards: pass at {now} after one at {self.last_pass}")
         self._tick(now)
-        plan = self._plan_pass(now, self._counting(now))
-        self._apply_pass(plan, now)
+        plan = self.planner.plan_pass(now, self.planner.counting(now))
+        self.planner.apply_pass(plan, now)
         return plan
 
     def _tick(self, now: float) -> None:
@@ -386,290 +355,22 @@ class Scheduler:
             self._restand(now)
         if self.policy.reads_usage:  # running jobs charged as they run, not only at their end
             self.usage.accrue(now)
-        if self._paused:  # a suspended job's hold on its units grew: every kept count is asked again
-            self._changed()
-
-    def _plan_pass(self, now: float, counting: bool) -> Plan:
-        """This pass's decisions: the last walk carried on with the new jobs where nothing
-        it counted on changed, else the runnable jobs prioritised and walked afresh."""
-        depth = self.settings.depth
-        if self._front:
-            self._front = {j for j in self._front if j in self.jobs and self.jobs[j].state in PENDING}
-            depth = max(depth, sum(1 for j in self._front if j in self._queued))
-        compress = self._dirty  # (arrivals leave it clean: see submit)
-        fresh, self._fresh = self._fresh, []
-        walk = self._walk
-        # Nothing the last plan counted on changed since, only new jobs came: the walk over
-        # the earlier jobs would come out the same in an order that changes none of its
-        # decisions, so it is carried on with the new jobs (see _carry_on).  Not while a job
-        # runs past its walltime (a pass expects it to end a grace period from its own now),
-        # nor, with limits, once a job started after one the walk passed (see Walk.late),
-        # nor after a walk gave up a reservation a job it passed over was judged beside.
-        clean = (walk is not None and not self._dirty and not self._overrun and not walk.dropped
-                 and not (walk.gate is not None and walk.late) and walk.profile.advance(now))
-        if not self._queued:
-            # nothing to start or reserve: the plan is empty (estimates are still there)
-            self._walk = None
-            return Plan(now)
-        if clean and self.policy.static and self._sorts_after(fresh, walk.last):
-            # a static order: every new job sorts after every job the last pass walked
-            fresh = self._settled(fresh)  # (a static order needs no context)
-            return self._carry_on(walk, now, fresh, last=fresh[-1] if fresh else None)
-        gate = Gate(self, now) if self._gated() else None
-        order, last = self._prioritise(now, gate.ctx if gate else None)
-        if clean and not self.policy.static:
-            fresh = fresh if len(fresh) <= 1 else self._settled(fresh)
-            if fresh is not None:
-                order, leads = self._still_lead(order, walk)
-                if leads:
-                    # an order that moves: the jobs the last walk reserved for still lead it, in
-                    # the same order, and the new jobs (if any) come after them, in the order
-                    # they take among themselves in every pass (Policy.settled)
-                    plan = self._carry_on(walk, now, fresh)
-                    plan.passed_reason = self._plan.passed_reason  # (its gate is the walk's own)
-                    return plan
-        return self._walk_afresh(now, order, last, gate, depth, counting, compress)
-
-    def _walk_afresh(self, now: float, order: Iterable[Job], last: Job | None, gate: Gate | None,
-                     depth: float, counting: bool, compress: bool) -> Plan:
-        """A new walk over `order`, on this pass's profile with last pass's reservations kept
-        where they stand (`compress`: each asked whether it moves earlier); with a gate, the
-        reason of a job it passed over unread is worked out when asked."""
-        # (a kept reservation stands as the same (start, allocation): see Walk.run)
-        plan = Plan(now, since=self._booked if self.settings.depth > 1 else None)
-        profile = self._profile(now, holds=self.settings.depth > 1)
-        walk = self._walk = Walk(self.topology, profile, depth, self._access, gate, self.settings.backfill,
-                                 counts=counting, placed=self.placed if self.admission.bound else None)
-        kept, in_place = self._keep(walk.profile, now)
-        if not in_place:
-            self._freed = None  # (counts not kept were given back: room grew, unlogged)
-        freed = self._freed
-        if compress:  # every kept count is settled by this walk: spans from here on are the next one's
-            self._freed = []
-        walk.run(now, order, plan, kept, last, compress, freed, self._freed, self._booked)
-        if walk.closer is not None:  # jobs passed over with a subtree the gate held back whole
-            closer, jobs, new = walk.closer, self.jobs, self.next_id  # (jobs submitted since: not this pass's)
-
-            def held(job_id: int) -> str | None:
-                job = jobs.get(job_id)
-                if job is None or number(job_id) >= new or job.state != QUEUED or not closer.covers(job):
-                    return None
-                return gate(job)
-            plan.passed_reason = held
-        return plan
-
-    def _apply_pass(self, plan: Plan, now: float) -> None:
-        """Start the jobs `plan` starts, keep what the next pass builds on (its reservations,
-        the kept profile's counts), and give the plan its estimates."""
-        for start in plan.started:
-            self._apply(self._queued[start.job_id], start, now)
-        if self._base is not None:
-            self._base.settle()  # (the starts' ends, recorded in one merge: see Profile.occupy)
-            if self.settings.depth > 1:  # the next pass's room list from kept counts, if jobs wait for it
-                self._base.keep_counts(bool(self._queued))
-        if self.quotas:  # a job a quota holds back says which (qstat -f's comment), as PBS's scheduler does
-            self._quota_comments(plan)
-        self.last_pass = now
-        self._plan = plan
-        self._dirty = False
-        profiles = [self._walk.profile] if self._walk else []
-        if self._walk is not None and self._walk.held:
-            plan.held = dict(self._walk.held)  # (the walk holds counts only for reservations it made or kept)
-        if self.settings.depth > 1:
-            self._booked, self._booked_counts = plan.reserved, plan.held
-            self._moved |= plan.moved
-
-        def earliest(job: Job) -> float | None:
-            if not profiles:
-                profiles.append(self._profile(now))
-            request = self.placed(job)
-            found = profiles[0].earliest(self.topology, request, job.walltime, self._access(job),
-                                         self.topology.need(request), max(now, job.start_after or now))
-            return found[0] if found else None
-
-        def estimate(job_id: int) -> float | None:
-            job = self.jobs.get(job_id)
-            return earliest(job) if job is not None and job.state in (QUEUED, WAITING) else None
-
-        plan.earliest, plan._estimate, plan.not_waiting = earliest, estimate, self._not_waiting
-        plan.profile = profiles[0] if profiles else None
-
-    def _not_waiting(self, job_id: int) -> str | None:
-        """Plan.reason of a job no walk considers ("" for a waiting one: the plan says why)."""
-        job = self.jobs.get(job_id)
-        if job is None:
-            return None
-        state = job.state
-        if state is QUEUED:
-            return ""
-        if state is HELD:
-            kinds = {Hold.USER: "user", Hold.OPERATOR: "operator", Hold.SYSTEM: "system"}
-            return "held: " + ", ".join(kinds[h] for h in sorted(job.holds, key=lambda h: h.value))
-        if state is WAITING:
-            return f"waiting for its start time {job.start_after:.0f} (qsub -a)"
-        if state is DEP_HOLD:
-            parents = sorted({d.job_id for d in job.dependencies if d.met is None})
-            return "waiting for a dependency on job " + ", ".join(map(str, parents))
-        if state is DEP_FAIL:
-            return "a dependency can never be satisfied (dep_fail)"
-        if state in ACTIVE:
-            return "running"
-        return "ended" if state is COMPLETED else "deleted"
-
-    def comment(self, job: Job) -> str:
-        """The job's comment as qstat shows it: why a quota holds it back, if the last pass
-        passed over it with others a quota holds (worked out when asked), else its own."""
-        plan = self._plan
-        if plan is not None and plan.passed_reason is not None and job.state == QUEUED:
-            why = plan.held_reason(job.id)
-            if why and why.startswith(QUOTA_HOLD):
-                return "Not Running: " + why
-        return job.comment
-
-    def _quota_comments(self, plan: Plan) -> None:
-        """Comment the jobs a quota held back in this pass; clear the comment of those it no longer holds."""
-        held = {jid: why for jid, why in plan.reasons.items() if why.startswith(QUOTA_HOLD)}
-        for jid in [j for j in self._commented if j not in held]:
-            job = self.jobs.get(jid)
-            if job is not None and job.comment.startswith(_QUOTA_COMMENT):
-                job.comment = ""
-        for jid, why in held.items():
-            self.jobs[jid].comment = "Not Running: " + why
-        self._commented = set(held)
-
-    def planned(self, job_id: int) -> tuple[float, Allocation] | None:
-        """The start and allocation the last pass reserved for a waiting job (OpenPBS's
-        estimated.start_time and exec_vnode), or None: none reserved, or no pass since load."""
-        return self._plan.reserved.get(job_id) if self._plan is not None else None
-
-    def order(self, now: float) -> list[Job]:
-        """The runnable jobs in the order a pass at `now` walks them (showq lists them so)."""
-        return list(self._prioritise(now, None)[0]) if self._queued else []
-
-    def _prioritise(self, now: float, ctx: Context | None) -> tuple[Iterable[Job], Job]:
-        """The runnable jobs in priority order, and the last of them."""
-        if self._order is not None:  # static order, kept: read only as far as the walk goes
-            return self._order.cursor(), self._order.last()
-        ctx = ctx or self.context(now)
-        order = self.policy.ordered(ctx)
-        if order is None:
-            runnable = list(self._queued.values())
-            self.policy.prioritise(runnable, ctx)
-            order = self.policy.order(runnable, ctx)
-        elif not (self._tiered or self._ranks):
-            return order, None  # (lazy: the walk reads only as far as it goes)
-        if self._tiered or self._ranks:  # stable: the policy's order within a tier and rank
-            order = sorted(order, key=lambda j: (j.tier, self._rank(j)))
-        return order, order[-1]
+        if self.runs.paused:  # a suspended job's hold on its units grew: every kept count is asked again
+            self.planner.changed()
 
     def _apply(self, job: Job, start: Start, now: float) -> None:
         """A start the plan decided: the job runs on its allocation from `now`."""
         a = start.allocation
         job.allocation, job.start_time = a, now  # (its node names are listed when first read)
         job.score_at_start, job.run_count = job.score, job.run_count + 1
-        if job.comment.startswith(_QUOTA_COMMENT):
+        if job.comment.startswith(QUOTA_COMMENT):
             job.comment = ""  # (the scheduler's own comment; an operator's stays)
         self._move(job, RUNNING, now)
         if self.usage.kept:
             self.usage.started(self.usage_key(job), self._rate(job), now)
-        self._units[job.id] = a.units
-        self.busy |= a.units
-        if self._base is not None:
-            self._base.occupy(a.units, now, now + job.walltime)
-        heapq.heappush(self._ends, (now + job.walltime, job.id))
+        self.runs.start(job, a.units, now)
         if self._deps:
             self._dependants(job, self._deps.started(job), False, now)
-
-    def _carry_on(self, walk: Walk, now: float, fresh: list[Job], last: Job | None = None) -> Plan:
-        """The last pass's walk carried on with the new jobs `fresh`, in their order: the
-        earlier jobs' decisions stand (a job that could not start then cannot now, with as
-        few units free and as many reserved), and the walk keeps its profile and its gate."""
-        plan = Plan(now, reserved=dict(self._plan.reserved), reasons=dict(self._plan.reasons),
-                    default_reason=self._plan.default_reason, since=self._plan.reserved)
-        walk.run(now, fresh, plan, last=last)
-        return plan
-
-    def _still_lead(self, order: Iterable[Job], walk: Walk) -> tuple[Iterable[Job], bool]:
-        """Do the jobs the last walk reserved for (at least one) still come first in
-        `order`, in the order it reserved them?  Then each job it passed over fails in the
-        same place (behind the same reservations) wherever the new order puts it.  Returns
-        `order` to walk (an iterator read here is rebuilt) and the answer."""
-        reserved = self._plan.reserved  # (in the order the walk reserved them)
-        m = walk.made
-        if not m or len(reserved) != m:
-            return order, False
-        if isinstance(order, Sieved):
-            head = order.lead(m)  # (a walk afresh resumes this reading)
-        else:
-            it = iter(order)
-            head = list(islice(it, m))
-            if it is order:  # (a plain iterator: what was read goes back in front)
-                order = chain(head, it)
-        leads = [j.id for j in head] == list(reserved)
-        if leads and isinstance(order, Sieved):
-            order.resume()  # (no walk reads it: the reading begun goes)
-        return order, leads
-
-    def _settled(self, fresh: list[Job]) -> list[Job] | None:
-        """The new jobs in the order they take among themselves in every pass (None: the
-        policy cannot tell): the policy's, then by tier and rank as `_prioritise` sorts."""
-        fresh = self.policy.settled(fresh)
-        if fresh is not None and (self._tiered or self._ranks):
-            fresh.sort(key=lambda j: (j.tier, self._rank(j)))  # (stable: the policy's order within)
-        return fresh
-
-    def _sorts_after(self, fresh: list[Job], last: Job | None) -> bool:
-        """Do all new jobs sort after `last`?  (Static policies only: keys need no context.)"""
-        if last is None or not fresh:
-            return True
-        key = self.policy.key
-        if not (self._tiered or self._ranks):  # (every tier and rank alike: the policy's key alone)
-            bound = key(last, None)
-            return all(key(j, None) > bound for j in fresh)
-        bound = (last.tier, self._rank(last), key(last, None))
-        return all((j.tier, self._rank(j), key(j, None)) > bound for j in fresh)
-
-    def _counting(self, now: float) -> bool:
-        """Does the pass at `now` hold reservations as counts (conservative and depth-N, no
-        site reservations, every runnable job one any units serve)?  A count is exact only
-        beside other counts: beside a reservation on particular units, it can find room at
-        every moment of its window but no units free throughout it.  When counting stops,
-        last pass's counts are put on units, each at its start (see _onto_units); when it
-        starts again, reservations on units stand as counts of as many units: a count
-        promises less.  Either way the next pass compresses."""
-        counting = self.settings.depth > 1 and not self.reservations and not self._scattered
-        if counting != self._counted:
-            self._counted = counting
-            if not counting and self._booked_counts:
-                self._onto_units(now)
-            elif counting and self._booked:
-                self._booked_counts = {jid: a.units.bit_count() for jid, (_, a) in self._booked.items()}
-                self._booked = dict(self._booked)  # (a reservation changed kind: no later plan is this one's but for moves)
-            self._changed()
-        return counting
-
-    def _onto_units(self, now: float) -> None:
-        """Last pass's counts as reservations on units, each at its own start: taken in
-        start order, each finds units free throughout its window (counts alone: an
-        interval graph coloured greedily, see Profile.hold).  One that finds none (none
-        should) goes back, to be reserved again in queue order."""
-        profile, booked = self._profile(now), {}
-        for jid, (t, _) in sorted(self._booked.items(), key=lambda b: (b[1][0], b[0])):
-            job = self._queued.get(jid)
-            if job is None:
-                continue
-            request, t0 = self.placed(job), max(t, now)
-            alloc = profile.fit(self.topology, request, t0, job.walltime, self._access(job),
-                                self.topology.need(request))
-            if alloc is not None:
-                profile.occupy(alloc.units, t0, t0 + job.walltime)
-                booked[jid] = (t, alloc)
-        self._booked, self._booked_counts = booked, {}
-
-    def _gated(self) -> bool:
-        """Can a queue limit or the policy hold a job back? (Else the walk skips the check.)"""
-        return (self.policy.limits or self._array_limits > 0 or self._advres > 0 or self._site_holds
-                or bool(self.quotas) or any(q.gates for q in self.router.queues.values()))
 
     def wakeup(self, now: float) -> float:
         """The first time after `now` at which a pass may decide differently although no job
@@ -693,7 +394,7 @@ class Scheduler:
         if job.state != QUEUED:
             raise InvalidState(f"job {job.id} is {job.state.value}, not queued")
         request = job.request if nodes else self.placed(job)  # (an operator's nodes override the queue's)
-        free = self._profile(now).free[0] & self.topology.eligible(request)
+        free = self.planner.profile(now).free[0] & self.topology.eligible(request)
         if nodes:
             free &= self.topology.units_of_nodes(nodes)
         alloc = self.topology.choose(request, Tiers(free))
@@ -701,7 +402,7 @@ class Scheduler:
             raise Rejected(f"job {job.id}: not enough free resources to run it now")
         start = Start(job.id, alloc, False)
         self._apply(job, start, now)
-        self._changed()
+        self.planner.changed()
         return start
 
     def job_ended(self, job_id: int, now: float, exit_status: int, cpu_time: float | None = None) -> Job:
@@ -770,9 +471,9 @@ class Scheduler:
         if self.usage.kept:
             self.usage.rerate(self.usage_key(job), -self._rate(job), now)
         job.suspended_at = now
-        self._paused.add(job.id)
-        self._overrun.discard(job.id)  # (past its walltime, it is not expected to end soon any more)
-        self._changed()
+        self.runs.paused.add(job.id)
+        self.runs.overrun.discard(job.id)  # (past its walltime, it is not expected to end soon any more)
+        self.planner.changed()
         return job
 
     def resume(self, job_id: int, now: float) -> Job:
@@ -783,9 +484,9 @@ class Scheduler:
         job.suspended_for, job.suspended_at = job.suspended(now), None
         if self.usage.kept:
             self.usage.rerate(self.usage_key(job), self._rate(job), now)
-        self._paused.discard(job.id)
-        self._base = None  # (its end moved: running jobs' ends are built again)
-        self._changed()
+        self.runs.paused.discard(job.id)
+        self.runs.base = None  # (its end moved: running jobs' ends are built again)
+        self.planner.changed()
         return job
 
     def hold(self, job_id: int, now: float, kind: Hold = Hold.USER) -> Job:
@@ -877,8 +578,8 @@ class Scheduler:
         if job.state in PENDING:
             self._settle(job, now)
         elif "walltime" in changes:
-            self._base = None  # a running job's expected end moved: rebuild the profile
-        self._changed()
+            self.runs.base = None  # a running job's expected end moved: rebuild the profile
+        self.planner.changed()
         return job
 
     def set_usage(self, kind: str, name: str | None, now: float, amount: float | None = None) -> int:
@@ -899,7 +600,7 @@ class Scheduler:
             key = mine[0] if mine else (tree is not None and tree.key_for(kind, name)) or \
                 tuple(name if k == i else "" for k in range(3))
             self.usage.charge(key, amount, now)
-        self._changed()
+        self.planner.changed()
         return n
 
     def forget(self, job_id: int) -> Job:
@@ -965,7 +666,7 @@ class Scheduler:
         changed = self.billing.restand(now)
         if not changed:
             return
-        self._changed()
+        self.planner.changed()
         for project in changed:
             if self.bank.action(project) != "standby":
                 continue
@@ -982,7 +683,7 @@ class Scheduler:
         self._tiered = self._tiered or tier != 0
         if queued:
             self._enorder(job)
-        self._changed()
+        self.planner.changed()
 
     def _site_hold(self, job: Job) -> str | None:
         """Why the site's rules keep a runnable `job` from starting in this pass."""
@@ -1036,7 +737,7 @@ class Scheduler:
         top = max((j.score for j in waiting), default=0.0)
         for rank, job in enumerate(chosen):
             job.score = top + len(chosen) - rank
-        self._changed()
+        self.planner.changed()
         return chosen
 
     # --- reservations and nodes --------------------------------------------------------
@@ -1067,7 +768,7 @@ class Scheduler:
             self._make_queue(res)
             if res.name[1:].isdigit():
                 self.next_id = max(self.next_id, int(res.name[1:]) + 1)
-        self._changed()
+        self.planner.changed()
         return res
 
     def free_nodes(self, request: Request, start: float, end: float, now: float) -> tuple[str, ...] | None:
@@ -1075,7 +776,7 @@ class Scheduler:
         or reservation using them meanwhile; None if there are none."""
         request = replace(request, exclusive=True)
         start = max(start, now)
-        alloc = self._profile(now).fit(self.topology, request, start, end - start, (), self.topology.need(request))
+        alloc = self.planner.profile(now).fit(self.topology, request, start, end - start, (), self.topology.need(request))
         return None if alloc is None else alloc.nodes
 
     def _make_queue(self, res: Reservation) -> None:
@@ -1090,7 +791,7 @@ class Scheduler:
         if name not in self.reservations:
             raise InvalidRequest(f"unknown reservation {name!r}")
         self._res_units.pop(name)
-        self._changed()
+        self.planner.changed()
         res = self.reservations.pop(name)
         if now is not None and self.billing is not None and self.billing.billed(res):
             self.billing.bill(res, now, self._active.values())
@@ -1127,18 +828,18 @@ class Scheduler:
             if lo < end:
                 del self.reservations[name]
                 units = self._res_units.pop(name)
-                self._changed()
+                self.planner.changed()
                 try:  # (every unit of its nodes free throughout, on any machine: a Blue Gene's block too)
-                    free = self._profile(now).window(lo, end, (), units, units.bit_count())
+                    free = self.planner.profile(now).window(lo, end, (), units, units.bit_count())
                 finally:
                     self.reservations[name], self._res_units[name] = old, units
-                    self._changed()
+                    self.planner.changed()
                 if free != units:
                     raise Rejected(f"reservation {name}: its nodes are not free for the new window")
         self.reservations[name] = new
         if new.queue in self._made_queues:
             self._make_queue(new)
-        self._changed()
+        self.planner.changed()
         return new
 
     def _gone_with(self, job: Job, res: Reservation, now: float | None) -> None:
@@ -1160,150 +861,10 @@ class Scheduler:
 
     def set_node_state(self, name: str, state: NodeState) -> None:
         self.topology.set_state(name, NodeState(state))
-        self._changed()
-        self._base = None  # the schedulable units changed
+        self.planner.changed()
+        self.runs.base = None  # the schedulable units changed
 
     # --- planning helpers ------------------------------------------------------------
-    def profile(self, now: float) -> Profile:
-        """The free units over time from `now`, as a pass starts planning (running jobs,
-        overruns and reservations; no waiting job placed yet)."""
-        return self._profile(now)
-
-    def _profile(self, now: float, holds: bool = False) -> Profile:
-        """This pass's profile: running jobs (kept between passes), reservations, overruns;
-        with `holds`, also the counts last pass's plan held (see _keep)."""
-        base = self._base
-        if base is None:
-            base = self._base = Profile.from_running(now, self.topology.available(), [
-                (_base_end(j), self._units[j.id]) for j in self._active.values()])
-            self._ends = [(_base_end(j), j.id) for j in self._active.values()]
-            heapq.heapify(self._ends)
-        if holds:
-            self._hold_in_base(now)
-        resv = [(r, self._res_units[r.name]) for r in self.reservations.values()]
-        profile = base.derive(now, resv, self.settings.reservation_slop, rooms=holds and not resv)
-        if not holds:
-            for t0, t1, count in self._holds().values():
-                profile.hold(-count, t0, t1)
-        # a job past its walltime is still there: expect it to end `overrun_grace` from now
-        while self._ends and self._ends[0][0] <= now:
-            end, jid = heapq.heappop(self._ends)
-            job = self._active.get(jid)
-            if job is not None and _base_end(job) == end and jid not in self._paused:
-                self._overrun.add(jid)
-        # (only its units up: one offline or down under it is no free unit to take)
-        up, grace = self.topology.available(), max(self.settings.overrun_grace, 1.0)
-        for jid in sorted(self._overrun):
-            profile.occupy(self._units[jid] & up, now, now + grace)
-        for jid in sorted(self._paused):  # a suspended job holds its units for what its walltime has left
-            job = self._active[jid]
-            t0, t1 = max(now, _base_end(job)), job.planned_end(now)
-            if t1 <= now:  # (suspended past its walltime: held a grace period, as an overrun)
-                t1 = now + grace
-            if t1 > t0:
-                profile.occupy(self._units[jid] & up, t0, t1)
-        return profile
-
-    def _holds(self) -> dict[int, tuple[float, float, int]]:
-        """The counts `_base` holds (none once it was built again)."""
-        if self._holds_in is not self._base:
-            self._base_holds, self._holds_in = {}, self._base
-        return self._base_holds
-
-    def _hold_in_base(self, now: float) -> None:
-        """Make the counts `_base` holds last pass's, as this pass at `now` keeps them:
-        those of jobs gone given back, those whose time came moved to now (none if any of
-        its reservations is on units, or with site reservations).  Only those that
-        change move, so a pass starts with its counts in place (see _keep).  Where `_base`
-        already holds last pass's counts but for what its walk changed, only those are
-        read: the jobs reserved anew since (`Plan.moved`), those gone, those whose time came."""
-        held, booked, counts, queued = self._holds(), self._booked, self._booked_counts, self._queued
-        moved, self._moved = self._moved, set()
-        if self.reservations:
-            want = {}  # (kept in turn, by _keep)
-        elif held and self._freed is not None and len(counts) == len(booked):  # (None: a walltime may have moved)
-            look = moved | (held.keys() - booked.keys()) | (held.keys() - queued.keys())
-            look.update(jid for jid, span in held.items() if span[0] < now)
-            for jid in sorted(look):
-                old, new, job = held.get(jid), None, queued.get(jid)
-                if job is not None and jid in booked:
-                    t0 = max(booked[jid][0], now)
-                    new = (t0, t0 + job.walltime, counts[jid])
-                if old != new:
-                    if old is not None and new is not None and old[2] == new[2]:  # (moved: only where it moved)
-                        self._base.shift(new[2], old[:2], new[:2])
-                        held[jid] = new
-                        continue
-                    if old is not None:
-                        self._base.hold(-old[2], old[0], old[1])
-                        del held[jid]
-                    if new is not None:
-                        self._base.hold(new[2], new[0], new[1])
-                        held[jid] = new
-            return
-        else:
-            want = {}
-            for jid, (t, _) in booked.items():
-                job = queued.get(jid)
-                if job is None:
-                    continue
-                count = counts.get(jid)
-                if not count:
-                    want = {}  # (a reservation on units: all are kept in turn, by _keep)
-                    break
-                t0 = t if t > now else now
-                want[jid] = (t0, t0 + job.walltime, count)
-        if want != held:  # (the spans that differ, found as sets: most stand from pass to pass)
-            base = self._base
-            for _, (t0, t1, count) in held.items() - want.items():
-                base.hold(-count, t0, t1)
-            for _, (t0, t1, count) in want.items() - held.items():
-                base.hold(count, t0, t1)
-        self._base_holds = want
-
-    def _keep(self, profile: Profile, now: float) -> tuple[dict[int, tuple[float, float | int, int]], bool]:
-        """Last pass's reservations that still hold, occupied (or held as counts) in
-        `profile` (depth > 1): job id -> (start, end, count) for a count, (start, units, 0)
-        on units (as Walk.run takes them); and whether every one still queued was kept
-        (False: some were given back).
-
-        `profile` comes with last pass's counts in place, as this pass keeps them
-        (`_profile(holds=True)`).  If no segment is promised more units than it has free,
-        each would have been promised in turn (Profile.promise), so all of them stand;
-        else they are given back, and each is tried in turn."""
-        kept, lost = {}, False
-        if self.settings.depth <= 1:
-            return kept, True
-        held = self._holds()
-        if held:
-            if not profile.overpromised():
-                return held, True  # (the walk reads a copy)
-            for t0, t1, count in held.values():
-                profile.hold(-count, t0, t1)
-        for jid, (t, alloc) in self._booked.items():
-            count = self._booked_counts.get(jid, 0)
-            job = self._queued.get(jid)
-            if job is None:
-                continue
-            lost = True  # (kept here in turn, or given back)
-            t0, t1, access = max(t, now), max(t, now) + job.walltime, self._access(job)
-            if count:
-                if not access and not profile.reservations:
-                    kept_it = profile.promise(count, t0, t1)  # (the same, in one read)
-                else:
-                    kept_it = profile.room(t0, t1, access) >= count
-                    if kept_it:
-                        profile.hold(count, t0, t1)
-                if kept_it:
-                    kept[jid] = (t0, t1, count)
-                continue
-            units = alloc.units or self.topology.units_of(alloc.nodes, alloc.cores)
-            if profile.holds(units, t0, t1, access) and (not profile.holding or
-                                                         profile.room(t0, t1, access) >= units.bit_count()):
-                profile.occupy(units, t0, t1)
-                kept[jid] = (t0, units, 0)
-        return kept, not lost
-
     def _access(self, job: Job) -> tuple:
         if not self.reservations:
             return ()
@@ -1313,7 +874,8 @@ class Scheduler:
     # --- state as plain dicts ----------------------------------------------------------
     def _job_dict(self, job: Job) -> dict:
         d = job.to_dict()
-        if self._plan is not None and self._plan.passed_reason is not None:  # (comments worked out when asked: saved)
+        plan = self.planner.plan
+        if plan is not None and plan.passed_reason is not None:  # (comments worked out when asked: saved)
             shown = self.comment(job)
             if shown != job.comment:
                 d["comment"] = shown
@@ -1327,8 +889,8 @@ class Scheduler:
                 "nodes": self.topology.node_states(), "node_notes": dict(self.node_notes),
                 "usage": self.usage.to_dict(),
                 **({"bank": self.bank.to_dict()} if self.bank is not None else {}),
-                "booked": [[jid, t, list(a.nodes), [list(c) for c in a.cores], self._booked_counts.get(jid, 0)]
-                           for jid, (t, a) in self._booked.items()]}
+                "booked": [[jid, t, list(a.nodes), [list(c) for c in a.cores], self.planner.booked_counts.get(jid, 0)]
+                           for jid, (t, a) in self.planner.booked.items()]}
 
     def restore(self, state: dict) -> "Scheduler":
         """Load a state saved by `to_dict` into this (freshly configured) scheduler."""
@@ -1356,10 +918,8 @@ class Scheduler:
                     self._waiting.add(job.id)
                 elif job.state in ACTIVE:
                     self._active[job.id] = job
-                    if job.suspended_at is not None:
-                        self._paused.add(job.id)
-                    units = self._units[job.id] = self.topology.units_of(job.nodes, job.cores)
-                    self.busy |= units
+                    units = self.topology.units_of(job.nodes, job.cores)
+                    self.runs.restored(job, units)
                     job.allocation = Allocation(units, job.nodes, job.cores)
                 if job.state not in FINISHED:
                     self.admission.count(job, 1)
@@ -1376,17 +936,17 @@ class Scheduler:
             self.next_id = int(state.get("next_id", max(map(number, self.jobs), default=0) + 1))
             self.last_pass = state.get("last_pass")
             booked = state.get("booked", [])
-            self._booked = {int(b[0]): (float(b[1]), Allocation(0, tuple(b[2]), tuple(tuple(c) for c in b[3])))
+            self.planner.booked = {int(b[0]): (float(b[1]), Allocation(0, tuple(b[2]), tuple(tuple(c) for c in b[3])))
                             for b in booked}
-            self._booked_counts = {int(b[0]): int(b[4]) for b in booked
+            self.planner.booked_counts = {int(b[0]): int(b[4]) for b in booked
                                    if len(b) > 4 and int(b[4])}  # (states saved before counts: none)
-            self._changed()
-            self._base = None
+            self.planner.changed()
+            self.runs.base = None
             if self.bank is not None:
                 self.bank.restore(state.get("bank", {}))
             self._front = {j.id for j in self.jobs.values() if j.tier < 0 and j.state in PENDING}
             self._tiered = any(j.tier for j in self.jobs.values())
-            self._commented = {j.id for j in self.jobs.values() if j.comment.startswith(_QUOTA_COMMENT)}
+            self.planner.commented = {j.id for j in self.jobs.values() if j.comment.startswith(QUOTA_COMMENT)}
             usage = state.get("usage", {})
             self.usage.restore(usage if "records" in usage else {},  # (states before decayed usage: none)
                                [(self.usage_key(j), self._rate(j)) for j in self._active.values()],

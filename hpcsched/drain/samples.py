@@ -265,7 +265,7 @@ class Sampler:
         """(listed nodes per combination, drained listed nodes per reservation id) after
         `plan`'s pass: what `samples` says, counted."""
         sched = self.sched
-        avail, busy = sched.topology.available(), sched.busy
+        avail, busy = sched.topology.available(), sched.runs.busy
         if self.links:
             avail, busy = avail & self.every, busy & self.every
         if self.simple and avail == self.every:

@@ -458,7 +458,7 @@ class FreeBlocks:
             self.first = t
         self.last = t
         avail = self.sched.topology.available()
-        free = avail ^ (avail & self.sched.busy)
+        free = avail ^ (avail & self.sched.runs.busy)
         self.free = [s for s in self.sizes if any(u & free == u for u in self.blocks[s])]
 
     def shares(self) -> dict[str, float]:
