@@ -68,9 +68,9 @@ class Planner:
         it counted on changed, else the runnable jobs prioritised and walked afresh."""
         s = self.sched
         depth = s.settings.depth
-        if s._front:
-            s._front = {j for j in s._front if j in s.jobs and s.jobs[j].state in PENDING}
-            depth = max(depth, sum(1 for j in s._front if j in s._queued))
+        if s.bookings.front:
+            s.bookings.front = {j for j in s.bookings.front if j in s.jobs and s.jobs[j].state in PENDING}
+            depth = max(depth, sum(1 for j in s.bookings.front if j in s._queued))
         compress = self.dirty  # (arrivals leave it clean: see submit)
         fresh, self.fresh = self.fresh, []
         walk = self.walk
@@ -114,7 +114,7 @@ class Planner:
         # (a kept reservation stands as the same (start, allocation): see Walk.run)
         plan = Plan(now, since=self.booked if s.settings.depth > 1 else None)
         profile = self.profile(now, holds=s.settings.depth > 1)
-        walk = self.walk = Walk(s.topology, profile, depth, s._access, gate, s.settings.backfill,
+        walk = self.walk = Walk(s.topology, profile, depth, s.bookings.access, gate, s.settings.backfill,
                                  counts=counting, placed=s.placed if s.admission.bound else None)
         kept, in_place = self._keep(walk.profile, now)
         if not in_place:
@@ -160,7 +160,7 @@ class Planner:
             if not profiles:
                 profiles.append(self.profile(now))
             request = s.placed(job)
-            found = profiles[0].earliest(s.topology, request, job.walltime, s._access(job),
+            found = profiles[0].earliest(s.topology, request, job.walltime, s.bookings.access(job),
                                          s.topology.need(request), max(now, job.start_after or now))
             return found[0] if found else None
 
@@ -321,7 +321,7 @@ class Planner:
             if job is None:
                 continue
             request, t0 = s.placed(job), max(t, now)
-            alloc = profile.fit(s.topology, request, t0, job.walltime, s._access(job),
+            alloc = profile.fit(s.topology, request, t0, job.walltime, s.bookings.access(job),
                                 s.topology.need(request))
             if alloc is not None:
                 profile.occupy(alloc.units, t0, t0 + job.walltime)
@@ -341,7 +341,7 @@ class Planner:
         base = s.runs.built(now, s._active)
         if holds:
             self._hold_in_base(now)
-        resv = [(r, s._res_units[r.name]) for r in s.reservations.values()]
+        resv = [(r, s.bookings.units[r.name]) for r in s.reservations.values()]
         profile = base.derive(now, resv, s.settings.reservation_slop, rooms=holds and not resv)
         if not holds:
             for t0, t1, count in self._holds().values():
@@ -434,7 +434,7 @@ class Planner:
             if job is None:
                 continue
             lost = True  # (kept here in turn, or given back)
-            t0, t1, access = max(t, now), max(t, now) + job.walltime, s._access(job)
+            t0, t1, access = max(t, now), max(t, now) + job.walltime, s.bookings.access(job)
             if count:
                 if not access and not profile.reservations:
                     kept_it = profile.promise(count, t0, t1)  # (the same, in one read)

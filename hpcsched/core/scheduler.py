@@ -12,7 +12,7 @@ round-trips through plain JSON-able dicts (`to_dict` / `restore`).
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from operator import attrgetter
 from typing import Iterable
 
@@ -20,17 +20,18 @@ from .admission import Admission
 from .backlog import Backlog
 from .bank import Bank
 from .billing import Billing
+from .bookings import Bookings
 from .calendar import Entry
 from .depends import Registry
 from .errors import BadDependency, InvalidRequest, InvalidState, Rejected, UnknownJob
 from .jobs import (ACTIVE, COMPLETED, DELETED, EXITING, FINISHED, PENDING, QUEUED, RUNNING,
                    WAITING, Allocation, Dependency, DepType, Hold, Job, Request, State, SUBJOB, number)
 from .plan import Plan, Start
-from .policy import Context, Fifo, Policy, tie_break
+from .policy import Context, Fifo, Policy
 from .planner import QUOTA_COMMENT, Planner
 from .profile import Profile
-from .reservations import Access, Reservation
-from .route import Queue, Router
+from .reservations import Reservation
+from .route import Router
 from .topology import NodeState, Tiers, Topology
 from .quotas import Quotas
 from .running import Running
@@ -79,7 +80,6 @@ class Scheduler:
         self.settings = settings or Settings()
         self.bank = bank  # allocations (None: nothing is charged)
         self.calendar = list(calendar)
-        self._calendar_names = frozenset(e.name for e in self.calendar)
         for entry in self.calendar:
             if entry.big_run and self.policy.static:
                 raise InvalidRequest(f"calendar {entry.name}: a big run sets scores, which policy "
@@ -90,7 +90,8 @@ class Scheduler:
             bank.on_exhausted == "refuse" or any(a.on_exhausted == "refuse" for a in bank.accounts.values())))
         self.billing = Billing(bank, topology) if bank is not None else None
         self.jobs: dict[int, Job] = {}
-        self.reservations: dict[str, Reservation] = {}
+        self.bookings = Bookings(self, self.calendar)
+        self.reservations = self.bookings.reservations  # (the same dict, never rebound)
         self.next_id = 1
         self.last_pass: float | None = None
         self.usage = usage or Usage()
@@ -109,14 +110,11 @@ class Scheduler:
         self._active: dict[int, Job] = {}
         self._waiting: set[int] = set()
         self.runs = Running(self.topology)  # the units running jobs hold, and their kept profile
-        self._res_units: dict[str, int] = {}
         self._deps = Registry()
         #: jobs the core deleted itself (a dependency failed, their reservation ended),
         #: oldest first: a driver writes their records and clears the list
         self.deleted: list[Job] = []
         self.node_notes: dict[str, str] = {}  # operators' notes on nodes (pbsnodes -N)
-        # queues pbs_rsub reservations made (the configuration's own win a clash on restore)
-        self._made_queues: set[str] = set()
         # for a static policy, the runnable jobs kept in priority order between passes, so
         # a pass reads only as far as it walks and passes over what cannot start (see
         # backlog.py)
@@ -128,7 +126,6 @@ class Scheduler:
         # runnable jobs no count can hold (Topology.interchangeable): while any waits, every
         # reservation is on units (a count beside one on units may find no units; see Planner.counting)
         self._scattered = 0
-        self._front: set[int] = set()  # the bimodal series: jobs reserved ahead of all others
 
     # --- reading ---------------------------------------------------------------------
     def job(self, job_id: int) -> Job:
@@ -141,6 +138,10 @@ class Scheduler:
     def runnable(self) -> int:
         """How many jobs are QUEUED (waiting for nothing but resources)."""
         return len(self._queued)
+
+    def queued(self) -> Iterable[Job]:
+        """The QUEUED jobs (a view: not to be changed while read)."""
+        return self._queued.values()
 
     def running(self) -> list[Job]:
         return list(self._active.values())
@@ -350,7 +351,7 @@ class Scheduler:
             for name in [n for n, r in self.reservations.items() if r.expired(now)]:
                 self.remove_reservation(name, now)
         if self.calendar and self.last_pass is not None:
-            self._calendar_events(now)
+            self.bookings.calendar_events(now)
         if self.billing is not None:
             self._restand(now)
         if self.policy.reads_usage:  # running jobs charged as they run, not only at their end
@@ -655,11 +656,6 @@ class Scheduler:
             self.job(job)  # (an unknown id is refused)
         self.bank.post(kind, project, amount, now, job=job, note=note, user=user)
 
-    def _inside(job: Job, res: Reservation, until: float) -> float:
-        """Node-seconds `job` ran on `res`'s nodes inside its window, up to `until`."""
-        t0, t1 = max(job.start_time, res.start), min(until, res.start + res.duration)
-        return max(0.0, t1 - t0) * len(set(job.nodes) & set(res.nodes))
-
     def _restand(self, now: float) -> None:
         """Follow each account's standing: a project's waiting jobs go to standby when it runs
         out (Kraken) and back when it is refilled or a new period begins."""
@@ -673,9 +669,10 @@ class Scheduler:
             tier = STANDBY if self.billing.standing[project] == "exhausted" else 0
             for job in self.jobs.values():
                 if job.account == project and job.state in PENDING and job.tier >= 0 and job.tier != tier:
-                    self._retier(job, tier)
+                    self.retier(job, tier)
 
-    def _retier(self, job: Job, tier: int) -> None:
+    def retier(self, job: Job, tier: int) -> None:
+        """Put a waiting job in `tier` (ordered by tier first: Kraken's standby and series)."""
         queued = job.state == QUEUED
         if queued:
             self._unorder(job)
@@ -690,166 +687,23 @@ class Scheduler:
         why = self.billing.refused(job) if self.billing is not None else None
         if why:
             return why
-        if job.tier < 0:
-            return None  # in this week's series
-        for entry in self.calendar:
-            if entry.kind == "bimodal" and self.size(job) >= entry.capability * self.topology.node_count:
-                return f"capability jobs run after the {entry.name} drain, in its series"
-        return None
+        return self.bookings.series_hold(job)
 
-    def _calendar_events(self, now: float) -> None:
-        """Act on each calendar occurrence that ended since the last pass."""
-        for entry in self.calendar:
-            end = entry.last_end(now)
-            if end is None or end <= self.last_pass:
-                continue
-            if entry.big_run:
-                self.big_run(now)
-            if entry.kind == "bimodal":
-                self._open_series(entry)
-
-    def _open_series(self, entry: Entry) -> None:
-        """Kraken: the capability jobs queued now run back to back, in submission order."""
-        for jid in self._front:
-            job = self.jobs.get(jid)
-            if job is not None and job.tier < 0:
-                self._retier(job, 0)
-        machine = self.topology.node_count
-        series = sorted((j for j in self._queued.values()
-                         if self.size(j) >= entry.capability * machine and j.tier <= 0), key=tie_break)
-        for rank, job in enumerate(series):
-            self._retier(job, rank - len(series))
-        self._front = {j.id for j in series}
-
-    def big_run(self, now: float) -> list[Job]:
-        """Cobalt's Big Run Monday: the waiting capability jobs (in a capability queue: a
-        min_fraction or min_nodes), neither in a backfill queue nor overburning, get scores
-        above every other waiting job's, largest first, then by submission."""
-        if self.policy.static:
-            raise InvalidRequest(f"a big run sets scores, which policy {self.policy.name} does not order by")
-        backfill = set(getattr(self.policy, "backfill_queues", ()))
-        if self.bank is not None:
-            backfill.add(self.bank.backfill_queue)
-        capability = {name for name, q in self.router.queues.items() if q.capability}
-        waiting = list(self._queued.values())
-        chosen = sorted((j for j in waiting if j.queue in capability and j.queue not in backfill
-                         and j.standing != "overburn"), key=lambda j: (-self.size(j), j.submit_time, j.id))
-        top = max((j.score for j in waiting), default=0.0)
-        for rank, job in enumerate(chosen):
-            job.score = top + len(chosen) - rank
-        self.planner.changed()
-        return chosen
-
-    # --- reservations and nodes --------------------------------------------------------
+    # --- reservations and nodes (bookings.py) ------------------------------------------
     def add_reservation(self, res: Reservation, now: float) -> Reservation:
-        """Add an advance reservation; a node count is turned into nodes free over its
-        first occurrence (running jobs' walltimes and other reservations respected).  One
-        that makes its queue (pbs_rsub) adds it, open to the reservation's users and
-        groups, and takes its number from the job ids (R12 after job 11, as OpenPBS)."""
-        if res.name in self.reservations:
-            raise Rejected(f"reservation {res.name} already exists")
-        if res.own_queue and res.queue in self.router.queues:
-            raise Rejected(f"reservation {res.name}: queue {res.queue} already exists")
-        if res.nodes:
-            try:
-                units = self.topology.units_of_nodes(res.nodes, res.links)
-            except InvalidRequest as e:
-                raise Rejected(f"reservation {res.name}: {e}") from None
-        else:
-            nodes = self.free_nodes(Request(nodes=res.count), res.start, res.start + res.duration, now)
-            if nodes is None:
-                raise Rejected(f"reservation {res.name}: {res.count} nodes are not free "
-                               f"for its whole window")
-            res.nodes, units = nodes, self.topology.units_of_nodes(nodes, res.links)
-            res.count = 0
-        self.reservations[res.name] = res
-        self._res_units[res.name] = units
-        if res.own_queue:
-            self._make_queue(res)
-            if res.name[1:].isdigit():
-                self.next_id = max(self.next_id, int(res.name[1:]) + 1)
-        self.planner.changed()
-        return res
-
-    def free_nodes(self, request: Request, start: float, end: float, now: float) -> tuple[str, ...] | None:
-        """Whole nodes that can hold `request` over [start, end) (from `now` on), no job
-        or reservation using them meanwhile; None if there are none."""
-        request = replace(request, exclusive=True)
-        start = max(start, now)
-        alloc = self.planner.profile(now).fit(self.topology, request, start, end - start, (), self.topology.need(request))
-        return None if alloc is None else alloc.nodes
-
-    def _make_queue(self, res: Reservation) -> None:
-        """The queue a pbs_rsub reservation makes: its jobs run inside it alone (Access.BOUND),
-        so none may ask for longer than it lasts."""
-        self.router.queues[res.queue] = Queue(res.queue, acl_users=res.users or None, acl_groups=res.groups or None,
-                                              max_walltime=res.duration)
-        self._made_queues.add(res.queue)
+        return self.bookings.add(res, now)
 
     def remove_reservation(self, name: str, now: float | None = None) -> Reservation:
-        """Remove a reservation (at `now`: one billed to a project is charged its unused part)."""
-        if name not in self.reservations:
-            raise InvalidRequest(f"unknown reservation {name!r}")
-        self._res_units.pop(name)
-        self.planner.changed()
-        res = self.reservations.pop(name)
-        if now is not None and self.billing is not None and self.billing.billed(res):
-            self.billing.bill(res, now, self._active.values())
-        if res.queue in self._made_queues:  # its queue goes, and the jobs still in it (OpenPBS)
-            self._made_queues.discard(res.queue)
-            self.router.queues.pop(res.queue, None)
-            for job in [j for j in self.jobs.values() if j.queue == res.queue and j.state not in FINISHED]:
-                self._gone_with(job, res, now)
-        return res
+        return self.bookings.remove(name, now)
 
     def alter_reservation(self, name: str, now: float, **changes) -> Reservation:
-        """Change a reservation's `start`, `duration`, `users`, `groups` or `title`
-        (pbs_ralter).  It keeps its nodes: time it claims anew must find them free of other
-        reservations and of running jobs.  Once begun only its end moves; a standing one's
-        times stay."""
-        old = self.reservations.get(name)
-        if old is None:
-            raise Rejected(f"unknown reservation {name!r}")
-        unknown = set(changes) - {"start", "duration", "users", "groups", "title"}
-        if unknown:
-            raise InvalidRequest(f"reservation {name}: {sorted(unknown)[0]} cannot be altered")
-        new = replace(old, **changes)
-        old_end, end = old.start + old.duration, new.start + new.duration
-        if (new.start, new.duration) != (old.start, old.duration):
-            if old.period:
-                raise Rejected(f"reservation {name}: a standing reservation's times are not altered")
-            if end <= now:
-                raise Rejected(f"reservation {name}: it would end in the past")
-            if old.start <= now and new.start != old.start:
-                raise Rejected(f"reservation {name}: it has begun: only its end may change")
-            # the time it claims anew: past its old end once begun (its jobs end by then),
-            # else its whole new window (no job of its own runs before it begins)
-            lo = max(old_end if old.start <= now else new.start, now)
-            if lo < end:
-                del self.reservations[name]
-                units = self._res_units.pop(name)
-                self.planner.changed()
-                try:  # (every unit of its nodes free throughout, on any machine: a Blue Gene's block too)
-                    free = self.planner.profile(now).window(lo, end, (), units, units.bit_count())
-                finally:
-                    self.reservations[name], self._res_units[name] = old, units
-                    self.planner.changed()
-                if free != units:
-                    raise Rejected(f"reservation {name}: its nodes are not free for the new window")
-        self.reservations[name] = new
-        if new.queue in self._made_queues:
-            self._make_queue(new)
-        self.planner.changed()
-        return new
+        return self.bookings.alter(name, now, **changes)
 
-    def _gone_with(self, job: Job, res: Reservation, now: float | None) -> None:
-        """A job of a reservation's own queue when the reservation ends: a waiting one is
-        deleted, a running one asked to stop (EXITING; one ending already is left to end)."""
-        if job.state in PENDING or job.state == RUNNING:
-            job.comment = f"Job deleted: reservation {res.name} ended"
-            self.delete(job.id, now if now is not None else self.last_pass or 0.0)
-            if job.state == DELETED:
-                self.deleted.append(job)
+    def free_nodes(self, request: Request, start: float, end: float, now: float) -> tuple[str, ...] | None:
+        return self.bookings.free_nodes(request, start, end, now)
+
+    def big_run(self, now: float) -> list[Job]:
+        return self.bookings.big_run(now)
 
     def note_node(self, name: str, note: str) -> None:
         """An operator's note on a node (pbsnodes -N); "" removes it.  The pass never reads it."""
@@ -865,12 +719,6 @@ class Scheduler:
         self.runs.base = None  # the schedulable units changed
 
     # --- planning helpers ------------------------------------------------------------
-    def _access(self, job: Job) -> tuple:
-        if not self.reservations:
-            return ()
-        return tuple(sorted((r.name, a) for r in self.reservations.values()
-                            if (a := r.access(job)) is not Access.BLOCKED))
-
     # --- state as plain dicts ----------------------------------------------------------
     def _job_dict(self, job: Job) -> dict:
         d = job.to_dict()
@@ -885,7 +733,7 @@ class Scheduler:
         return {"version": STATE_VERSION, "next_id": self.next_id, "last_pass": self.last_pass,
                 "jobs": [self._job_dict(j) for j in self.jobs.values()],
                 "reservations": [r.to_dict() for r in self.reservations.values()
-                                 if r.name not in self._calendar_names],  # (those come from the site's calendar)
+                                 if r.name not in self.bookings.calendar_names],  # (those come from the site's calendar)
                 "nodes": self.topology.node_states(), "node_notes": dict(self.node_notes),
                 "usage": self.usage.to_dict(),
                 **({"bank": self.bank.to_dict()} if self.bank is not None else {}),
@@ -904,9 +752,9 @@ class Scheduler:
             for d in state.get("reservations", []):
                 res = Reservation.from_dict(d)
                 self.reservations[res.name] = res
-                self._res_units[res.name] = self.topology.units_of_nodes(res.nodes, res.links)
+                self.bookings.units[res.name] = self.topology.units_of_nodes(res.nodes, res.links)
                 if res.own_queue and res.queue not in self.router.queues:
-                    self._make_queue(res)
+                    self.bookings.make_queue(res)
             for d in state.get("jobs", []):
                 job = Job.from_dict(d)
                 self.jobs[job.id] = job
@@ -944,7 +792,7 @@ class Scheduler:
             self.runs.base = None
             if self.bank is not None:
                 self.bank.restore(state.get("bank", {}))
-            self._front = {j.id for j in self.jobs.values() if j.tier < 0 and j.state in PENDING}
+            self.bookings.front = {j.id for j in self.jobs.values() if j.tier < 0 and j.state in PENDING}
             self._tiered = any(j.tier for j in self.jobs.values())
             self.planner.commented = {j.id for j in self.jobs.values() if j.comment.startswith(QUOTA_COMMENT)}
             usage = state.get("usage", {})
