@@ -10,7 +10,7 @@ def test_fifo_orders_by_submit_time_then_id():
     for t in (5, 0, 0):
         s.submit(job(1, 10), t)
     s.submit(job(1, 10, id=9), 0)
-    order = s.policy.order(list(s._queued.values()), s.context(5))
+    order = s.policy.order(list(s.queued()), s.context(5))
     assert [j.id for j in order] == [2, 3, 9, 1]
 
 
@@ -134,7 +134,7 @@ def test_simon_two_bins_round_robin_and_large_limit():
     s = scheduler(64, policy=pol)
     for owner, n, t in [("a", 8, 0), ("a", 16, 1), ("a", 8, 2), ("b", 8, 3), ("c", 2, 4), ("c", 4, 5)]:
         s.submit(job(n, 100, owner=owner), t)
-    order = pol.order(list(s._queued.values()), s.context(5))
+    order = pol.order(list(s.queued()), s.context(5))
     # upper bin FIFO, one job per user per round: a1, b1, a2, a3; lower bin by size: 4, 2
     assert [j.id for j in order] == [1, 4, 2, 3, 6, 5]
     plan = s.iterate(5)
@@ -152,7 +152,7 @@ def test_simon_puts_an_altered_job_in_the_bin_of_its_new_size():
     s.submit(job(2, 100, owner="c"), 2)
 
     def order(now):
-        return [j.id for j in pol.order(list(s._queued.values()), s.context(now))]
+        return [j.id for j in pol.order(list(s.queued()), s.context(now))]
     assert order(3) == [1, 2, 3]  # the upper bin first
     s.alter(wide.id, 4, request=Request(nodes=1))
     assert order(4) == [2, 3, 1]  # now small: the lower bin, by size

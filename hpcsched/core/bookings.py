@@ -156,6 +156,20 @@ class Bookings:
             if job.state == DELETED:
                 sched.deleted.append(job)
 
+    def to_list(self) -> list[dict]:
+        """The reservations as saved (not the calendar's: the site's configuration makes them)."""
+        return [r.to_dict() for r in self.reservations.values() if r.name not in self.calendar_names]
+
+    def restore(self, saved: list[dict]) -> None:
+        """The reservations of a saved state (`to_list`), with the queues they made."""
+        sched = self.sched
+        for d in saved:
+            res = Reservation.from_dict(d)
+            self.reservations[res.name] = res
+            self.units[res.name] = sched.topology.units_of_nodes(res.nodes, res.links)
+            if res.own_queue and res.queue not in sched.router.queues:
+                self.make_queue(res)
+
     # --- the calendar ----------------------------------------------------------------
     def calendar_events(self, now: float) -> None:
         """Act on each calendar occurrence that ended since the last pass."""

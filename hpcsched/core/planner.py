@@ -70,7 +70,7 @@ class Planner:
         depth = s.settings.depth
         if s.bookings.front:
             s.bookings.front = {j for j in s.bookings.front if j in s.jobs and s.jobs[j].state in PENDING}
-            depth = max(depth, sum(1 for j in s.bookings.front if j in s._queued))
+            depth = max(depth, sum(1 for j in s.bookings.front if j in s.ready.jobs))
         compress = self.dirty  # (arrivals leave it clean: see submit)
         fresh, self.fresh = self.fresh, []
         walk = self.walk
@@ -82,18 +82,18 @@ class Planner:
         # nor after a walk gave up a reservation a job it passed over was judged beside.
         clean = (walk is not None and not self.dirty and not s.runs.overrun and not walk.dropped
                  and not (walk.gate is not None and walk.late) and walk.profile.advance(now))
-        if not s._queued:
+        if not s.ready.jobs:
             # nothing to start or reserve: the plan is empty (estimates are still there)
             self.walk = None
             return Plan(now)
-        if clean and s.policy.static and self._sorts_after(fresh, walk.last):
+        if clean and s.policy.static and s.ready.sort_after(fresh, walk.last):
             # a static order: every new job sorts after every job the last pass walked
-            fresh = self._settled(fresh)  # (a static order needs no context)
+            fresh = s.ready.settled(fresh)  # (a static order needs no context)
             return self._carry_on(walk, now, fresh, last=fresh[-1] if fresh else None)
         gate = Gate(s, now) if self._gated() else None
         order, last = self.prioritise(now, gate.ctx if gate else None)
         if clean and not s.policy.static:
-            fresh = fresh if len(fresh) <= 1 else self._settled(fresh)
+            fresh = fresh if len(fresh) <= 1 else s.ready.settled(fresh)
             if fresh is not None:
                 order, leads = self._still_lead(order, walk)
                 if leads:
@@ -139,11 +139,11 @@ class Planner:
         the kept profile's counts), and give the plan its estimates."""
         s = self.sched
         for start in plan.started:
-            s._apply(s._queued[start.job_id], start, now)
+            s._apply(s.ready.jobs[start.job_id], start, now)
         if s.runs.base is not None:
             s.runs.base.settle()  # (the starts' ends, recorded in one merge: see Profile.occupy)
             if s.settings.depth > 1:  # the next pass's room list from kept counts, if jobs wait for it
-                s.runs.base.keep_counts(bool(s._queued))
+                s.runs.base.keep_counts(bool(s.ready.jobs))
         if s.quotas:  # a job a quota holds back says which (qstat -f's comment), as PBS's scheduler does
             self._quota_comments(plan)
         s.last_pass = now
@@ -224,18 +224,19 @@ class Planner:
     def prioritise(self, now: float, ctx: Context | None) -> tuple[Iterable[Job], Job]:
         """The runnable jobs in priority order, and the last of them."""
         s = self.sched
-        if s._order is not None:  # static order, kept: read only as far as the walk goes
-            return s._order.cursor(), s._order.last()
+        backlog = s.ready.backlog
+        if backlog is not None:  # static order, kept: read only as far as the walk goes
+            return backlog.cursor(), backlog.last()
         ctx = ctx or s.context(now)
         order = s.policy.ordered(ctx)
         if order is None:
-            runnable = list(s._queued.values())
+            runnable = list(s.ready.jobs.values())
             s.policy.prioritise(runnable, ctx)
             order = s.policy.order(runnable, ctx)
-        elif not (s._tiered or s._ranks):
+        elif not s.ready.sorted_first:
             return order, None  # (lazy: the walk reads only as far as it goes)
-        if s._tiered or s._ranks:  # stable: the policy's order within a tier and rank
-            order = sorted(order, key=lambda j: (j.tier, s._rank(j)))
+        if s.ready.sorted_first:  # stable: the policy's order within a tier and rank
+            order = s.ready.by_tier_and_rank(order)
         return order, order[-1]
 
     def _carry_on(self, walk: Walk, now: float, fresh: list[Job], last: Job | None = None) -> Plan:
@@ -268,27 +269,6 @@ class Planner:
             order.resume()  # (no walk reads it: the reading begun goes)
         return order, leads
 
-    def _settled(self, fresh: list[Job]) -> list[Job] | None:
-        """The new jobs in the order they take among themselves in every pass (None: the
-        policy cannot tell): the policy's, then by tier and rank as `_prioritise` sorts."""
-        s = self.sched
-        fresh = s.policy.settled(fresh)
-        if fresh is not None and (s._tiered or s._ranks):
-            fresh.sort(key=lambda j: (j.tier, s._rank(j)))  # (stable: the policy's order within)
-        return fresh
-
-    def _sorts_after(self, fresh: list[Job], last: Job | None) -> bool:
-        """Do all new jobs sort after `last`?  (Static policies only: keys need no context.)"""
-        s = self.sched
-        if last is None or not fresh:
-            return True
-        key = s.policy.key
-        if not (s._tiered or s._ranks):  # (every tier and rank alike: the policy's key alone)
-            bound = key(last, None)
-            return all(key(j, None) > bound for j in fresh)
-        bound = (last.tier, s._rank(last), key(last, None))
-        return all((j.tier, s._rank(j), key(j, None)) > bound for j in fresh)
-
     def counting(self, now: float) -> bool:
         """Does the pass at `now` hold reservations as counts (conservative and depth-N, no
         site reservations, every runnable job one any units serve)?  A count is exact only
@@ -298,7 +278,7 @@ class Planner:
         starts again, reservations on units stand as counts of as many units: a count
         promises less.  Either way the next pass compresses."""
         s = self.sched
-        counting = s.settings.depth > 1 and not s.reservations and not s._scattered
+        counting = s.settings.depth > 1 and not s.reservations and not s.ready.scattered
         if counting != self.counted:
             self.counted = counting
             if not counting and self.booked_counts:
@@ -317,7 +297,7 @@ class Planner:
         s = self.sched
         profile, booked = self.profile(now), {}
         for jid, (t, _) in sorted(self.booked.items(), key=lambda b: (b[1][0], b[0])):
-            job = s._queued.get(jid)
+            job = s.ready.jobs.get(jid)
             if job is None:
                 continue
             request, t0 = s.placed(job), max(t, now)
@@ -364,7 +344,7 @@ class Planner:
         already holds last pass's counts but for what its walk changed, only those are
         read: the jobs reserved anew since (`Plan.moved`), those gone, those whose time came."""
         s = self.sched
-        held, booked, counts, queued = self._holds(), self.booked, self.booked_counts, s._queued
+        held, booked, counts, queued = self._holds(), self.booked, self.booked_counts, s.ready.jobs
         moved, self.moved = self.moved, set()
         if s.reservations:
             want = {}  # (kept in turn, by _keep)
@@ -430,7 +410,7 @@ class Planner:
                 profile.hold(-count, t0, t1)
         for jid, (t, alloc) in self.booked.items():
             count = self.booked_counts.get(jid, 0)
-            job = s._queued.get(jid)
+            job = s.ready.jobs.get(jid)
             if job is None:
                 continue
             lost = True  # (kept here in turn, or given back)
@@ -451,3 +431,29 @@ class Planner:
                 profile.occupy(units, t0, t1)
                 kept[jid] = (t0, units, 0)
         return kept, not lost
+
+    # --- saved state -----------------------------------------------------------------
+    def job_dict(self, job: Job) -> dict:
+        """`job` as saved: with the comment a quota's hold shows (worked out when asked)."""
+        d = job.to_dict()
+        plan = self.plan
+        if plan is not None and plan.passed_reason is not None:
+            shown = self.comment(job)
+            if shown != job.comment:
+                d["comment"] = shown
+        return d
+
+    def booked_list(self) -> list:
+        """The last plan's reservations, saved: [job id, start, nodes, cores, count]."""
+        return [[jid, t, list(a.nodes), [list(c) for c in a.cores], self.booked_counts.get(jid, 0)]
+                for jid, (t, a) in self.booked.items()]
+
+    def restore(self, booked: list) -> None:
+        """What a saved state keeps of the last pass (`booked_list`); the next compresses."""
+        self.booked = {int(b[0]): (float(b[1]), Allocation(0, tuple(b[2]), tuple(tuple(c) for c in b[3])))
+                       for b in booked}
+        self.booked_counts = {int(b[0]): int(b[4]) for b in booked
+                              if len(b) > 4 and int(b[4])}  # (states saved before counts: none)
+        self.changed()
+        self.sched.runs.base = None
+        self.commented = {j.id for j in self.sched.jobs.values() if j.comment.startswith(QUOTA_COMMENT)}

@@ -13,11 +13,9 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from operator import attrgetter
 from typing import Iterable
 
 from .admission import Admission
-from .backlog import Backlog
 from .bank import Bank
 from .billing import Billing
 from .bookings import Bookings
@@ -34,11 +32,11 @@ from .reservations import Reservation
 from .route import Router
 from .topology import NodeState, Tiers, Topology
 from .quotas import Quotas
+from .ready import Ready
 from .running import Running
-from .usage import Key, Usage
+from .usage import Usage, key_of
 
 STATE_VERSION = 1
-_UNRANKED = (0, 0)
 _KINDS = ("user", "group", "project")  # the parts of a usage key, in order
 STANDBY = 1  # the tier of a job whose project is out of allocation under "standby"
 
@@ -99,14 +97,13 @@ class Scheduler:
         if self.quotas.host_sets:
             self.quotas.on_nodes(topology.all_nodes())
         self.admission = Admission(topology, router, bank, self.quotas, self.calendar)
-        self._by_queue = self.settings.queue_priority and not self.policy.weighs_queue_priority
-        self._by_job = self.settings.job_priority and not self.policy.weighs_job_priority
         self._init_indexes()
         self.planner = Planner(self)  # what one pass leaves the next
 
     def _init_indexes(self) -> None:
         """The jobs' indexes and counts, kept in step by `_move` (rebuilt from `jobs` on restore)."""
-        self._queued: dict[int, Job] = {}
+        self.ready = Ready(self.topology, self.router, self.policy, self.settings.queue_priority,
+                           self.settings.job_priority, self.admission.placed)  # the QUEUED jobs, in order
         self._active: dict[int, Job] = {}
         self._waiting: set[int] = set()
         self.runs = Running(self.topology)  # the units running jobs hold, and their kept profile
@@ -115,17 +112,8 @@ class Scheduler:
         #: oldest first: a driver writes their records and clears the list
         self.deleted: list[Job] = []
         self.node_notes: dict[str, str] = {}  # operators' notes on nodes (pbsnodes -N)
-        # for a static policy, the runnable jobs kept in priority order between passes, so
-        # a pass reads only as far as it walks and passes over what cannot start (see
-        # backlog.py)
-        self._order: Backlog | None = Backlog() if self.policy.static else None
         self._array_limits = 0  # jobs with an array slot limit ever seen (turns the gate on)
         self._advres = 0  # jobs bound to a named reservation ever seen (turns the gate on)
-        self._tiered = False  # some job has had a tier (the order then sorts by it first)
-        self._ranks = 0  # runnable jobs with a rank (the order then sorts by it)
-        # runnable jobs no count can hold (Topology.interchangeable): while any waits, every
-        # reservation is on units (a count beside one on units may find no units; see Planner.counting)
-        self._scattered = 0
 
     # --- reading ---------------------------------------------------------------------
     def job(self, job_id: int) -> Job:
@@ -137,11 +125,11 @@ class Scheduler:
     @property
     def runnable(self) -> int:
         """How many jobs are QUEUED (waiting for nothing but resources)."""
-        return len(self._queued)
+        return len(self.ready.jobs)
 
     def queued(self) -> Iterable[Job]:
         """The QUEUED jobs (a view: not to be changed while read)."""
-        return self._queued.values()
+        return self.ready.jobs.values()
 
     def running(self) -> list[Job]:
         return list(self._active.values())
@@ -160,7 +148,7 @@ class Scheduler:
 
     def order(self, now: float) -> list[Job]:
         """The runnable jobs in the order a pass at `now` walks them (showq lists them so)."""
-        return list(self.planner.prioritise(now, None)[0]) if self._queued else []
+        return list(self.planner.prioritise(now, None)[0]) if self.ready.jobs else []
 
     def planned(self, job_id: int) -> tuple[float, Allocation] | None:
         """The start and allocation the last pass reserved for a waiting job (Planner.planned)."""
@@ -175,11 +163,6 @@ class Scheduler:
         return Context(now, elapsed, self.settings.interval, self.topology.node_count, self.size,
                        lambda job: self.topology.occupies(job.request),
                        self.usage, self._active.values() if running is None else running)
-
-    @staticmethod
-    def usage_key(job: Job) -> Key:
-        """Whose usage a job is: (user, group, project)."""
-        return job.owner, job.group, job.account
 
     def _rate(self, job: Job) -> float:
         """What a running job accrues a second in the site's usage metric (nothing while
@@ -202,8 +185,7 @@ class Scheduler:
         jid = job.id
         freed = planner.freed
         if old == QUEUED:
-            del self._queued[jid]
-            self._unorder(job)
+            self.ready.remove(job)
             booked = planner.booked.get(jid)
             if booked is not None and new != RUNNING and freed is not None:  # (a pass's starts: its walk logged them)
                 freed.append((booked[0], booked[0] + job.walltime))  # its reservation is given back
@@ -212,7 +194,7 @@ class Scheduler:
         elif old in ACTIVE and new not in ACTIVE:
             # it ends (or is requeued): its usage stops accruing, and it counts as finished
             if self.usage.kept:
-                self.usage.ended(self.usage_key(job), self._rate(job), now, job.cpu_time)
+                self.usage.ended(key_of(job), self._rate(job), now, job.cpu_time)
             if self.admission.tally is not None:
                 self.admission.count_running(self.admission.tally, job, -1)
             del self._active[jid]
@@ -224,8 +206,7 @@ class Scheduler:
                 freed.append((now, end))
             runs.stop(job, now)
         if new == QUEUED:
-            self._queued[jid] = job
-            self._enorder(job)
+            self.ready.add(job)
         elif new == WAITING:
             self._waiting.add(jid)
         elif new in ACTIVE and old not in ACTIVE:
@@ -234,32 +215,6 @@ class Scheduler:
                 self.admission.count_running(self.admission.tally, job, 1)
         if (old in FINISHED) != (new in FINISHED):  # (it leaves the queue, or comes back to it)
             self.admission.count(job, -1 if new in FINISHED else 1)
-
-    def _runnable_counts(self, job: Job, sign: int) -> None:
-        """Count a job in (1) or out of (-1) the runnable jobs ranked and those scattered."""
-        self._ranks += sign * (self._rank(job) != _UNRANKED)
-        self._scattered += sign * (not self.topology.interchangeable(self.placed(job)))
-
-    def _enorder(self, job: Job) -> None:
-        self._runnable_counts(job, 1)
-        need = self.topology.need(self.placed(job))
-        self.policy.enqueue(job, self.usage_key(job), need)
-        if self._order is not None:
-            self._order.add((job.tier, self._rank(job), self.policy.key(job, None), job.id), job, need)
-
-    def _unorder(self, job: Job) -> None:
-        self._runnable_counts(job, -1)
-        self.policy.dequeue(job)
-        if self._order is not None:
-            self._order.remove((job.tier, self._rank(job), self.policy.key(job, None), job.id))
-
-    def _rank(self, job: Job) -> tuple[int, int]:
-        """Ranked ahead of the policy's order: its queue's priority, then its own (-p),
-        higher first, where the site ranks by them and the policy does not weigh them."""
-        q = self.router.queues.get(job.queue) if self._by_queue else None
-        qp = q.priority if q is not None else 0
-        jp = job.priority if self._by_job else 0
-        return (-qp, -jp) if qp or jp else _UNRANKED
 
     def _settle(self, job: Job, now: float) -> None:
         self._move(job, job.pending_state(now), now)
@@ -299,10 +254,9 @@ class Scheduler:
         job.start_time = job.end_time = job.exit_status = None
         job.allocation = None
         self.jobs[job.id] = job
-        self._queued[job.id] = job
         if job.standing == "exhausted" and self.bank.action(job.account) == "standby":
-            job.tier, self._tiered = STANDBY, True  # Kraken: after every other job (before it joins the order)
-        self._enorder(job)
+            job.tier, self.ready.tiered = STANDBY, True  # Kraken: after every other job (before it joins the order)
+        self.ready.add(job)
         self._array_limits += job.array_limit > 0
         self._advres += bool(job.reservation)
         self.admission.count(job, 1)
@@ -368,7 +322,7 @@ class Scheduler:
             job.comment = ""  # (the scheduler's own comment; an operator's stays)
         self._move(job, RUNNING, now)
         if self.usage.kept:
-            self.usage.started(self.usage_key(job), self._rate(job), now)
+            self.usage.started(key_of(job), self._rate(job), now)
         self.runs.start(job, a.units, now)
         if self._deps:
             self._dependants(job, self._deps.started(job), False, now)
@@ -470,7 +424,7 @@ class Scheduler:
             raise InvalidState(f"job {job.id} is {'suspended' if job.state == RUNNING else job.state.value}, "
                                "not running")
         if self.usage.kept:
-            self.usage.rerate(self.usage_key(job), -self._rate(job), now)
+            self.usage.rerate(key_of(job), -self._rate(job), now)
         job.suspended_at = now
         self.runs.paused.add(job.id)
         self.runs.overrun.discard(job.id)  # (past its walltime, it is not expected to end soon any more)
@@ -484,7 +438,7 @@ class Scheduler:
             raise InvalidState(f"job {job.id} is {'not suspended' if job.state == RUNNING else job.state.value}")
         job.suspended_for, job.suspended_at = job.suspended(now), None
         if self.usage.kept:
-            self.usage.rerate(self.usage_key(job), self._rate(job), now)
+            self.usage.rerate(key_of(job), self._rate(job), now)
         self.runs.paused.discard(job.id)
         self.runs.base = None  # (its end moved: running jobs' ends are built again)
         self.planner.changed()
@@ -554,7 +508,7 @@ class Scheduler:
             self.admission.count(job, -1)
         queued = job.state == QUEUED
         if queued:
-            self._unorder(job)  # its key, walltime or need may change: it goes back in anew
+            self.ready.leave(job)  # its key, walltime or need may change: it goes back in anew
         for key in ALTERABLE | {"submitted_queue", "standing"}:
             setattr(job, key, getattr(new, key))
         self._array_limits += job.array_limit > 0  # (an array's new slot limit turns its gate on)
@@ -562,7 +516,7 @@ class Scheduler:
         if rerouted:
             job.submit_time = now  # (as if submitted now: it ranks after jobs already waiting)
         if queued:
-            self._enorder(job)
+            self.ready.enter(job)
         if rerouted:
             self.admission.count(job, 1)
             # another queue: the job waits afresh, as if submitted now (Cobalt's
@@ -675,11 +629,11 @@ class Scheduler:
         """Put a waiting job in `tier` (ordered by tier first: Kraken's standby and series)."""
         queued = job.state == QUEUED
         if queued:
-            self._unorder(job)
+            self.ready.leave(job)
         job.tier = tier
-        self._tiered = self._tiered or tier != 0
+        self.ready.tiered = self.ready.tiered or tier != 0
         if queued:
-            self._enorder(job)
+            self.ready.enter(job)
         self.planner.changed()
 
     def _site_hold(self, job: Job) -> str | None:
@@ -720,25 +674,15 @@ class Scheduler:
 
     # --- planning helpers ------------------------------------------------------------
     # --- state as plain dicts ----------------------------------------------------------
-    def _job_dict(self, job: Job) -> dict:
-        d = job.to_dict()
-        plan = self.planner.plan
-        if plan is not None and plan.passed_reason is not None:  # (comments worked out when asked: saved)
-            shown = self.comment(job)
-            if shown != job.comment:
-                d["comment"] = shown
-        return d
-
     def to_dict(self) -> dict:
+        """The whole state as plain JSON-able dicts (`restore` loads it); each part saves its own."""
         return {"version": STATE_VERSION, "next_id": self.next_id, "last_pass": self.last_pass,
-                "jobs": [self._job_dict(j) for j in self.jobs.values()],
-                "reservations": [r.to_dict() for r in self.reservations.values()
-                                 if r.name not in self.bookings.calendar_names],  # (those come from the site's calendar)
+                "jobs": [self.planner.job_dict(j) for j in self.jobs.values()],
+                "reservations": self.bookings.to_list(),
                 "nodes": self.topology.node_states(), "node_notes": dict(self.node_notes),
                 "usage": self.usage.to_dict(),
                 **({"bank": self.bank.to_dict()} if self.bank is not None else {}),
-                "booked": [[jid, t, list(a.nodes), [list(c) for c in a.cores], self.planner.booked_counts.get(jid, 0)]
-                           for jid, (t, a) in self.planner.booked.items()]}
+                "booked": self.planner.booked_list()}
 
     def restore(self, state: dict) -> "Scheduler":
         """Load a state saved by `to_dict` into this (freshly configured) scheduler."""
@@ -749,56 +693,44 @@ class Scheduler:
             for name, value in state.get("nodes", {}).items():
                 self.topology.set_state(name, NodeState(value))
             self.node_notes = {str(k): str(v) for k, v in state.get("node_notes", {}).items()}
-            for d in state.get("reservations", []):
-                res = Reservation.from_dict(d)
-                self.reservations[res.name] = res
-                self.bookings.units[res.name] = self.topology.units_of_nodes(res.nodes, res.links)
-                if res.own_queue and res.queue not in self.router.queues:
-                    self.bookings.make_queue(res)
+            self.bookings.restore(state.get("reservations", []))
             for d in state.get("jobs", []):
-                job = Job.from_dict(d)
-                self.jobs[job.id] = job
-                self._array_limits += job.array_limit > 0
-                self._advres += bool(job.reservation)
-                if job.state == QUEUED:
-                    self._queued[job.id] = job
-                elif job.state == WAITING:
-                    self._waiting.add(job.id)
-                elif job.state in ACTIVE:
-                    self._active[job.id] = job
-                    units = self.topology.units_of(job.nodes, job.cores)
-                    self.runs.restored(job, units)
-                    job.allocation = Allocation(units, job.nodes, job.cores)
-                if job.state not in FINISHED:
-                    self.admission.count(job, 1)
-            for job in self.jobs.values():  # after all jobs: an array's tally counts its subjobs
-                if job.dependencies and job.state in PENDING:
-                    self._deps.register(job, self.jobs)
-            needs = {j.id: self.topology.need(self.placed(j)) for j in self._queued.values()}
-            for job in sorted(self._queued.values(), key=attrgetter("id")):
-                self.policy.enqueue(job, self.usage_key(job), needs[job.id])
-                self._runnable_counts(job, 1)
-            if self._order is not None:  # one sort, not an insertion per job
-                self._order = Backlog(sorted(((j.tier, self._rank(j), self.policy.key(j, None), j.id), j,
-                                              needs[j.id]) for j in self._queued.values()))
+                self._restore_job(Job.from_dict(d))
+            self._restore_order()
             self.next_id = int(state.get("next_id", max(map(number, self.jobs), default=0) + 1))
             self.last_pass = state.get("last_pass")
-            booked = state.get("booked", [])
-            self.planner.booked = {int(b[0]): (float(b[1]), Allocation(0, tuple(b[2]), tuple(tuple(c) for c in b[3])))
-                            for b in booked}
-            self.planner.booked_counts = {int(b[0]): int(b[4]) for b in booked
-                                   if len(b) > 4 and int(b[4])}  # (states saved before counts: none)
-            self.planner.changed()
-            self.runs.base = None
+            self.planner.restore(state.get("booked", []))
             if self.bank is not None:
                 self.bank.restore(state.get("bank", {}))
-            self.bookings.front = {j.id for j in self.jobs.values() if j.tier < 0 and j.state in PENDING}
-            self._tiered = any(j.tier for j in self.jobs.values())
-            self.planner.commented = {j.id for j in self.jobs.values() if j.comment.startswith(QUOTA_COMMENT)}
             usage = state.get("usage", {})
             self.usage.restore(usage if "records" in usage else {},  # (states before decayed usage: none)
-                               [(self.usage_key(j), self._rate(j)) for j in self._active.values()],
+                               [(key_of(j), self._rate(j)) for j in self._active.values()],
                                state.get("last_pass"))
         except (KeyError, TypeError, ValueError, AttributeError) as e:
             raise InvalidRequest(f"state is malformed: {e}") from None
         return self
+
+    def _restore_job(self, job: Job) -> None:
+        """A saved job in the indexes its state puts it in."""
+        self.jobs[job.id] = job
+        self._array_limits += job.array_limit > 0
+        self._advres += bool(job.reservation)
+        self.ready.tiered = self.ready.tiered or bool(job.tier)
+        if job.tier < 0 and job.state in PENDING:
+            self.bookings.front.add(job.id)
+        if job.state == WAITING:
+            self._waiting.add(job.id)
+        elif job.state in ACTIVE:
+            self._active[job.id] = job
+            units = self.topology.units_of(job.nodes, job.cores)
+            self.runs.restored(job, units)
+            job.allocation = Allocation(units, job.nodes, job.cores)
+        if job.state not in FINISHED:
+            self.admission.count(job, 1)
+
+    def _restore_order(self) -> None:
+        """The dependencies and the policy's order of the jobs restored."""
+        for job in self.jobs.values():  # after all jobs: an array's tally counts its subjobs
+            if job.dependencies and job.state in PENDING:
+                self._deps.register(job, self.jobs)
+        self.ready.restore([j for j in self.jobs.values() if j.state == QUEUED])

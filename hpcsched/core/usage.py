@@ -38,6 +38,11 @@ _REBASE = 512.0  # half-lives past the epoch before it moves (2 ** 512 is far fr
 Key = tuple[str, str, str]  # (user, group, project)
 
 
+def key_of(job) -> Key:
+    """Whose usage a job is: (user, group, project)."""
+    return job.owner, job.group, job.account
+
+
 @dataclass
 class Record:
     """One (user, group, project)'s charges: bucket index -> [scaled usage, scaled finished jobs]."""
