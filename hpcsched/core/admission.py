@@ -224,8 +224,8 @@ class Gate:
                 return f"its reservation {job.reservation} does not exist"
             if not res.admits(job):
                 return f"its reservation {job.reservation} does not admit {job.owner}"
-        if sched._site_holds:
-            why = sched._site_hold(job)
+        if sched.site_holds:  # the site's own rules: a project refused at zero, Kraken's series
+            why = (sched.billing is not None and sched.billing.refused(job)) or sched.bookings.series_hold(job)
             if why:
                 return why
         if sched.quotas:

@@ -27,6 +27,10 @@ class Bookings:
         # queues pbs_rsub reservations made (the configuration's own win a clash on restore)
         self.made_queues: set[str] = set()
         self.calendar = calendar  # (the site's: fixed by the configuration)
+        for entry in calendar:
+            if entry.big_run and sched.policy.static:
+                raise InvalidRequest(f"calendar {entry.name}: a big run sets scores, which policy "
+                                     f"{sched.policy.name} does not order by (use cobalt)")
         self.calendar_names = frozenset(e.name for e in calendar)
         self.front: set[int] = set()  # the bimodal series: jobs reserved ahead of all others
 

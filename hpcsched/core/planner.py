@@ -17,11 +17,13 @@ changed since the last pass (`changed` sets it), so its decisions would stand.
 """
 from __future__ import annotations
 
+import math
 from itertools import chain, islice
 from typing import Iterable
 
 from .admission import Gate
 from .backlog import Sieved
+from .errors import InvalidRequest
 from .jobs import ACTIVE, COMPLETED, DEP_FAIL, DEP_HOLD, HELD, PENDING, QUEUED, WAITING, Allocation, Hold, Job, number
 from .plan import Plan, Walk
 from .policy import Context
@@ -62,6 +64,52 @@ class Planner:
         """Something the last plan counted on changed (a limit, a node, a walltime, a
         reservation): the next pass compresses and asks every kept count whether it moves."""
         self.dirty, self.freed = True, None
+
+    def run(self, now: float) -> Plan:
+        """One pass at `now`: what time alone changed (`tick`), the plan (`plan_pass`:
+        prioritise, then walk), its starts applied and what the next pass keeps of it
+        (`apply_pass`)."""
+        last = self.sched.last_pass
+        if last is not None and now < last:
+            raise InvalidRequest(f"time went backwards: pass at {now} after one at {last}")
+        self.tick(now)
+        plan = self.plan_pass(now, self.counting(now))
+        self.apply_pass(plan, now)
+        return plan
+
+    def tick(self, now: float) -> None:
+        """What the time alone changed since the last pass: deferred jobs that became
+        eligible, reservations that ended, calendar events, allocation standings, usage."""
+        s = self.sched
+        if s._waiting:
+            for jid in [j for j in s._waiting if s.jobs[j].start_after <= now]:
+                s._settle(s.jobs[jid], now)
+        if s.reservations:
+            for name in [n for n, r in s.reservations.items() if r.expired(now)]:
+                s.bookings.remove(name, now)
+        if s.calendar and s.last_pass is not None:
+            s.bookings.calendar_events(now)
+        if s.billing is not None:
+            s._restand(now)
+        if s.policy.reads_usage:  # running jobs charged as they run, not only at their end
+            s.usage.accrue(now)
+        if s.runs.paused:  # a suspended job's hold on its units grew: every kept count is asked again
+            self.changed()
+
+    def wakeup(self, now: float) -> float:
+        """The first time after `now` at which a pass may decide differently although no job
+        arrives or ends: a reservation begins or ends, a deferred job (`start_after`) becomes
+        eligible.  inf when nothing waits.  A driver with a clock passes then (the simulator
+        does; the server passes every interval anyway)."""
+        s = self.sched
+        if not s._waiting and not s.reservations:
+            return math.inf  # (every pass of a plain replay asks)
+        soonest = min((s.jobs[j].start_after for j in s._waiting), default=math.inf)
+        for r in s.reservations.values() if s.ready.jobs else ():
+            for start, end in r.occurrences(now, soonest):
+                soonest = min(soonest, start if start > now else end)
+                break
+        return soonest
 
     def plan_pass(self, now: float, counting: bool) -> Plan:
         """This pass's decisions: the last walk carried on with the new jobs where nothing
@@ -311,7 +359,7 @@ class Planner:
     def _gated(self) -> bool:
         """Can a queue limit or the policy hold a job back? (Else the walk skips the check.)"""
         s = self.sched
-        return (s.policy.limits or s._array_limits > 0 or s._advres > 0 or s._site_holds
+        return (s.policy.limits or s._array_limits > 0 or s._advres > 0 or s.site_holds
                 or bool(s.quotas) or any(q.gates for q in s.router.queues.values()))
 
     def profile(self, now: float, holds: bool = False) -> Profile:

@@ -37,7 +37,6 @@ from .running import Running
 from .usage import Usage, key_of
 
 STATE_VERSION = 1
-_KINDS = ("user", "group", "project")  # the parts of a usage key, in order
 STANDBY = 1  # the tier of a job whose project is out of allocation under "standby"
 
 #: What `alter` may change on a job that waits, and on one that runs.
@@ -66,6 +65,31 @@ class Settings:
             raise InvalidRequest(f"dependency_failure must be hold or delete, not {self.dependency_failure!r}")
 
 
+def _altered(job: Job, changes: dict) -> Job:
+    """A copy of `job` with `changes` (as qalter or a journal gives them), each checked
+    alone: one `job` may not have in its state, or a value out of range, is refused."""
+    allowed = ALTERABLE if job.state in PENDING else ALTERABLE_RUNNING if job.state in ACTIVE else frozenset()
+    for key in changes:
+        if key not in ALTERABLE:
+            raise InvalidRequest(f"cannot alter {key!r}")
+        if key not in allowed:
+            raise InvalidState(f"job {job.id} is {job.state.value}: cannot alter {key}")
+    new = job.copy()
+    for key, value in changes.items():
+        if key == "request" and isinstance(value, dict):
+            value = Request.from_dict(value)
+        if key == "dependencies":
+            value = [d if isinstance(d, Dependency)  # or [kind, job id(, of)] as stored
+                     else Dependency(DepType(d[0]), int(d[1]), None, int(d[2]) if len(d) > 2 else 0)
+                     for d in value]
+        setattr(new, key, value)
+    if "walltime" in changes and not (new.walltime > 0 and math.isfinite(new.walltime)):
+        raise Rejected(f"walltime must be positive, not {new.walltime!r}")
+    if "array_limit" in changes and not (job.array_id and type(new.array_limit) is int and new.array_limit >= 0):
+        raise Rejected(f"a slot limit is a whole number >= 0 for an array's subjob, not {new.array_limit!r}")
+    return new
+
+
 class Scheduler:
     """Jobs, queues, reservations and a machine, and the pass that schedules them."""
 
@@ -78,13 +102,9 @@ class Scheduler:
         self.settings = settings or Settings()
         self.bank = bank  # allocations (None: nothing is charged)
         self.calendar = list(calendar)
-        for entry in self.calendar:
-            if entry.big_run and self.policy.static:
-                raise InvalidRequest(f"calendar {entry.name}: a big run sets scores, which policy "
-                                     f"{self.policy.name} does not order by (use cobalt)")
         # the site's own rules may hold a runnable job back: a project refused at zero, a
         # capability job outside its week's series (fixed by the configuration)
-        self._site_holds = any(e.kind == "bimodal" for e in self.calendar) or (bank is not None and (
+        self.site_holds = any(e.kind == "bimodal" for e in self.calendar) or (bank is not None and (
             bank.on_exhausted == "refuse" or any(a.on_exhausted == "refuse" for a in bank.accounts.values())))
         self.billing = Billing(bank, topology) if bank is not None else None
         self.jobs: dict[int, Job] = {}
@@ -281,37 +301,12 @@ class Scheduler:
         return job
 
     def iterate(self, now: float) -> Plan:
-        """Run one scheduling pass at `now`: start what can start and plan the rest.
+        """Run one scheduling pass at `now`: start what can start and plan the rest (Planner.run).
 
         The jobs started are RUNNING on return, on the nodes in `plan.started`; the caller
-        launches them (and calls `requeue` if a launch fails).  The pass: what time alone
-        changed (`_tick`), the plan (`Planner.plan_pass`: prioritise, then walk), its starts
-        applied and what the next pass keeps of it (`Planner.apply_pass`).
+        launches them (and calls `requeue` if a launch fails).
         """
-        if self.last_pass is not None and now < self.last_pass:
-            raise InvalidRequest(f"time went backwards: pass at {now} after one at {self.last_pass}")
-        self._tick(now)
-        plan = self.planner.plan_pass(now, self.planner.counting(now))
-        self.planner.apply_pass(plan, now)
-        return plan
-
-    def _tick(self, now: float) -> None:
-        """What the time alone changed since the last pass: deferred jobs that became
-        eligible, reservations that ended, calendar events, allocation standings, usage."""
-        if self._waiting:
-            for jid in [j for j in self._waiting if self.jobs[j].start_after <= now]:
-                self._settle(self.jobs[jid], now)
-        if self.reservations:
-            for name in [n for n, r in self.reservations.items() if r.expired(now)]:
-                self.remove_reservation(name, now)
-        if self.calendar and self.last_pass is not None:
-            self.bookings.calendar_events(now)
-        if self.billing is not None:
-            self._restand(now)
-        if self.policy.reads_usage:  # running jobs charged as they run, not only at their end
-            self.usage.accrue(now)
-        if self.runs.paused:  # a suspended job's hold on its units grew: every kept count is asked again
-            self.planner.changed()
+        return self.planner.run(now)
 
     def _apply(self, job: Job, start: Start, now: float) -> None:
         """A start the plan decided: the job runs on its allocation from `now`."""
@@ -328,18 +323,8 @@ class Scheduler:
             self._dependants(job, self._deps.started(job), False, now)
 
     def wakeup(self, now: float) -> float:
-        """The first time after `now` at which a pass may decide differently although no job
-        arrives or ends: a reservation begins or ends, a deferred job (`start_after`) becomes
-        eligible.  inf when nothing waits.  A driver with a clock passes then (the simulator
-        does; the server passes every interval anyway)."""
-        if not self._waiting and not self.reservations:
-            return math.inf  # (every pass of a plain replay asks)
-        soonest = min((self.jobs[j].start_after for j in self._waiting), default=math.inf)
-        for r in self.reservations.values() if self.runnable else ():
-            for start, end in r.occurrences(now, soonest):
-                soonest = min(soonest, start if start > now else end)
-                break
-        return soonest
+        """When a pass may next decide differently with no arrival or end (Planner.wakeup)."""
+        return self.planner.wakeup(now)
 
     def run_now(self, job_id: int, now: float, nodes: tuple[str, ...] = ()) -> Start:
         """qrun: start a queued job now, ahead of its turn, on free nodes (only `nodes`,
@@ -468,26 +453,7 @@ class Scheduler:
         """qalter: change a waiting job (re-routed and re-checked), or a running job's
         name and walltime.  Nothing changes if any part is refused."""
         job = self.job(job_id)
-        allowed = ALTERABLE if job.state in PENDING else ALTERABLE_RUNNING if job.state in ACTIVE else frozenset()
-        for key in changes:
-            if key not in ALTERABLE:
-                raise InvalidRequest(f"cannot alter {key!r}")
-            if key not in allowed:
-                raise InvalidState(f"job {job.id} is {job.state.value}: cannot alter {key}")
-        new = job.copy()
-        for key, value in changes.items():
-            if key == "request" and isinstance(value, dict):
-                value = Request.from_dict(value)
-            if key == "dependencies":
-                value = [d if isinstance(d, Dependency)  # or [kind, job id(, of)] as stored
-                         else Dependency(DepType(d[0]), int(d[1]), None, int(d[2]) if len(d) > 2 else 0)
-                         for d in value]
-            setattr(new, key, value)
-        if "walltime" in changes and not (new.walltime > 0 and math.isfinite(new.walltime)):
-            raise Rejected(f"walltime must be positive, not {new.walltime!r}")
-        if "array_limit" in changes and not (job.array_id and type(new.array_limit) is int
-                                             and new.array_limit >= 0):
-            raise Rejected(f"a slot limit is a whole number >= 0 for an array's subjob, not {new.array_limit!r}")
+        new = _altered(job, changes)
         if job.state in PENDING:
             self.admission.count(job, -1)
             try:
@@ -538,23 +504,9 @@ class Scheduler:
         return job
 
     def set_usage(self, kind: str, name: str | None, now: float, amount: float | None = None) -> int:
-        """An operator's reset (`amount` None) or setting of the decayed usage of a user,
-        group or project (`name` None: everyone's); returns how many usage records it
-        touched.  A setting goes on the first of the name's records (by key), or a new one."""
-        if kind not in _KINDS:
-            raise InvalidRequest(f"usage kind must be user, group or project, not {kind!r}")
-        if amount is not None and not (amount >= 0 and math.isfinite(amount)):
-            raise InvalidRequest(f"usage must be a non-negative number, not {amount!r}")
-        i = _KINDS.index(kind)
-        self.usage.accrue(now)
-        # (a setting leaves the decayed finished-job counts, which the share tree divides by)
-        n = self.usage.reset(now, lambda key: name is None or key[i] == name, finished=amount is None)
-        if amount is not None and name is not None:
-            mine = sorted(k for k in self.usage.records if k[i] == name)
-            tree = getattr(self.policy, "tree", None)  # (no record: where the share tree has its node)
-            key = mine[0] if mine else (tree is not None and tree.key_for(kind, name)) or \
-                tuple(name if k == i else "" for k in range(3))
-            self.usage.charge(key, amount, now)
+        """An operator's reset (`amount` None) or setting of a user's, group's or project's
+        decayed usage (Usage.set_by_name); how many usage records it touched."""
+        n = self.usage.set_by_name(kind, name, now, amount, getattr(self.policy, "tree", None))
         self.planner.changed()
         return n
 
@@ -635,13 +587,6 @@ class Scheduler:
         if queued:
             self.ready.enter(job)
         self.planner.changed()
-
-    def _site_hold(self, job: Job) -> str | None:
-        """Why the site's rules keep a runnable `job` from starting in this pass."""
-        why = self.billing.refused(job) if self.billing is not None else None
-        if why:
-            return why
-        return self.bookings.series_hold(job)
 
     # --- reservations and nodes (bookings.py) ------------------------------------------
     def add_reservation(self, res: Reservation, now: float) -> Reservation:

@@ -36,6 +36,7 @@ BUCKETS = 64
 _REBASE = 512.0  # half-lives past the epoch before it moves (2 ** 512 is far from overflow)
 
 Key = tuple[str, str, str]  # (user, group, project)
+KINDS = ("user", "group", "project")  # the parts of a key, in order
 
 
 def key_of(job) -> Key:
@@ -180,6 +181,26 @@ class Usage:
                 n += 1
         self.version += 1
         self.generation += 1
+        return n
+
+    def set_by_name(self, kind: str, name: str | None, t: float, amount: float | None = None, tree=None) -> int:
+        """An operator's reset (`amount` None) or setting of the decayed usage of a user,
+        group or project (`name` None: everyone's) at `t`; returns how many records it
+        touched.  A setting goes on the first of the name's records (by key), else where
+        the share `tree` (if any) has the name's node, else on a new record."""
+        if kind not in KINDS:
+            raise InvalidRequest(f"usage kind must be user, group or project, not {kind!r}")
+        if amount is not None and not (amount >= 0 and math.isfinite(amount)):
+            raise InvalidRequest(f"usage must be a non-negative number, not {amount!r}")
+        i = KINDS.index(kind)
+        self.accrue(t)
+        # (a setting leaves the decayed finished-job counts, which the share tree divides by)
+        n = self.reset(t, lambda key: name is None or key[i] == name, finished=amount is None)
+        if amount is not None and name is not None:
+            mine = sorted(k for k in self.records if k[i] == name)
+            key = mine[0] if mine else (tree is not None and tree.key_for(kind, name)) or \
+                tuple(name if k == i else "" for k in range(3))
+            self.charge(key, amount, t)
         return n
 
     # --- reading -------------------------------------------------------------------------
