@@ -1,13 +1,17 @@
 """The scheduling core: the one pass every driver (library, simulator, commands, server) runs.
 
-    route       submit / alter: the router picks the job's queue (route.py)
-    prioritise  iterate: the policy orders the runnable jobs (policy.py, policies/)
-    plan        iterate: the walk starts, reserves and backfills in a profile (plan.py)
+    route       submit / alter: the router picks the job's queue (admission.py)
+    prioritise  iterate: the policy orders the ready jobs (ready.py, policy.py, policies/)
+    plan        iterate: the walk starts, reserves and backfills in a profile (planner.py, plan.py)
     apply       iterate: the starts the plan decided change the jobs, after the walk
 
-`Scheduler` holds the jobs, queues, reservations and machine; it does no I/O and never
-reads a clock: every call takes `now` (seconds on the caller's clock).  Its whole state
-round-trips through plain JSON-able dicts (`to_dict` / `restore`).
+`Scheduler` holds the jobs and moves them through their states (jobs.py's TRANSITIONS);
+`_move` is the only place a job changes state, and keeps every index in step: `ready`
+(QUEUED), `_waiting`, `_active` and `runs` (running), the queues' counts (`admission`).
+Its parts: `admission`, `ready`, `planner`, `runs`, `bookings`, `billing`, each in its own
+module with its invariant.  It does no I/O and never reads a clock: every call takes `now`
+(seconds on the caller's clock).  Its whole state round-trips through plain JSON-able
+dicts (`to_dict` / `restore`), each part saving its own.
 """
 from __future__ import annotations
 
