@@ -43,6 +43,36 @@ class Start(NamedTuple):
     backfill: bool  # started while a job ahead of it waited for resources
 
 
+class Kept(NamedTuple):
+    """Last pass's reservation of a job, as a pass keeps it in its profile: over [start,
+    end), held as `count` units on no unit in particular (Profile.hold), or, with count 0,
+    occupying `units`.  (A count moved or held anew is a new Kept: Walk._stands asks by
+    identity.)"""
+    start: float
+    end: float
+    count: int
+    units: int
+
+
+class Carried(NamedTuple):
+    """What a pass hands its walk of the last one (conservative and depth-N).
+
+    kept      job id -> Kept: last pass's reservations still valid, in the profile
+    shown     job id -> last pass's (start, allocation) of each (the plan shows it again)
+    compress  something freed resources since the last pass: each kept reservation is
+              given back just before its job's turn, so it can only move earlier and no
+              job ahead can take it (conservative backfill's guarantee)
+    freed     (with compress, counts, no gate) the spans where room grew since each kept
+              count was last found unable to move (see _Freed); None: unknown
+    log       where this walk notes the spans it gives back, for the next compressing pass
+    """
+    kept: dict[int, Kept]
+    shown: dict[int, tuple[float, Allocation]]
+    compress: bool
+    freed: list[tuple[float, float]] | None
+    log: list[tuple[float, float]] | None
+
+
 RESOURCES = "waiting for resources"
 NO_START = "no start found within the planning horizon with the nodes now up"  # (the walk's one reason not the gate's)
 
@@ -295,53 +325,31 @@ class Walk:
         self._standing: tuple | None = None  # (now, kept, shown, plan) while runs of jobs may be taken at once
         self._stood = 0  # jobs `_stands` took last
         self._log: list[tuple[float, float]] | None = None
+        self._shown_kept: dict[int, tuple[float, Allocation]] | None = None  # (Carried.shown, see run)
 
-    def run(self, now: float, jobs: Iterable[Job], plan: Plan,
-            kept: dict[int, tuple[float, float | int, int]] | None = None, last: Job | None = None,
-            compress: bool = True, freed: list[tuple[float, float]] | None = None,
-            log: list[tuple[float, float]] | None = None,
-            shown: dict[int, tuple[float, Allocation]] | None = None) -> None:
+    def run(self, now: float, jobs: Iterable[Job], plan: Plan, carried: Carried | None = None,
+            last: Job | None = None) -> None:
         """Walk `jobs` in order, carrying on from where an earlier `run` stopped, adding the
         starts, reservations and reasons it decides to `plan` (it changes no job: the
         scheduler applies the starts after the walk).
 
-        `kept` holds last pass's reservations still valid, already occupied (or held) in
-        the profile: job id -> (start, end, count) held as a count, (start, units, 0) on
-        units; `shown` (given with `kept`) has last pass's (start, allocation) of each.  With `compress` (a job
-        ended, or anything else freed resources, since the last pass) each job's own is
-        given back just before its turn, so that it can only move earlier and no job ahead
-        can take it (conservative backfill's guarantee that no reservation is ever
-        delayed); without it, a reservation whose time has not come stands as it is.
-
-        `freed` (with `compress`, counts held and no gate) lists the spans where room grew
-        since each kept count was last found unable to move: a count needing more units
-        than any of them has room for stands as it is (see _Freed).  The spans of reservations this walk gives
-        back are added to it, and to `log`, the spans the next compressing pass reads."""
+        `carried` is what the last pass left (see Carried): its reservations, already in
+        the profile.  Without `compress` each stands while its start has not come; with it,
+        a count that cannot move earlier stands (`_unmoved`, `_kept_count`) and any other
+        is given back just before its job's turn, so it can only move earlier."""
         if last is not None:
             self.last = last  # every job up to it has had its turn, walked or cut short
         if self.blocked:
             return
         prof, depth, gate = self.profile, self.depth, self.gate
-        kept = dict(kept) if kept else None  # (the caller's dict is left alone)
-        made, waiting_ahead = self.made, self.waiting_ahead
-        self._log = log
-        settled = self._freed = (_Freed(prof, freed) if compress and kept and freed is not None and gate is None
-                                 and self.counts else None)
+        kept = dict(carried.kept) if carried and carried.kept else None  # (the caller's dict is left alone)
+        compress = carried is None or carried.compress
+        self._shown_kept, self._log = (carried.shown, carried.log) if carried else (None, None)
+        settled = self._freed = (_Freed(prof, carried.freed) if kept and compress and carried.freed is not None
+                                 and gate is None and self.counts else None)
         now_ = _Now(self, now)
-        # A sieved order (a backlog's cursor, the share tree's) passes over whole blocks of
-        # jobs the bound test would pass over one by one: the walk tells it the bounds while
-        # nothing else decides.
-        cursor = jobs if isinstance(jobs, Sieved) else None
-        # An order that can (the share tree's) passes over every job of a subtree the gate
-        # holds back whole, such as a group at its quota, once it has held back one.
-        closer = cursor if cursor is not None and cursor.closable and gate is not None else None
-        # Conservative, compressing, reading a backlog in order: a run of jobs whose counts
-        # stay where they are held is taken at once (see _stands), not job by job.
-        whole = (settled is not None and depth == ALL and cursor is not None and cursor.in_order
-                 and len(kept) >= DEEP)
-        if whole:
-            self._standing, cursor.stand = (now, kept, shown, plan), self._stands
-        read = self.read
+        cursor, closer, whole = self._reading(jobs, now, kept, plan, settled)
+        made, waiting_ahead, read = self.made, self.waiting_ahead, self.read
         for job in jobs:
             if job is None:  # (jobs `_stands` took: read, their reservations stand)
                 made += self._stood
@@ -359,56 +367,23 @@ class Walk:
             if made >= depth and not now_.upper and not kept:
                 break  # nothing is free now and no reservation is left to make
             mine = kept.pop(job.id, None) if kept else None  # last pass's reservation, if kept
-            if mine is not None and mine[0] > now and (not compress or (
-                    settled is not None and mine[2] and made < depth
-                    and (not (mine[2] <= settled.most or settled.may(mine[2]))  # (`may` reads on past `most`)
-                         or prof.stays(mine[2], mine[0], job.walltime)))):
-                # nothing freed since, nothing where it could use, or it cannot move earlier:
-                # its reservation stands (with `settled`, a count is its job's need now:
-                # whatever changes one drops the freed spans, see Planner.changed)
-                plan.reserved[job.id] = shown[job.id]  # (its start has not come: the same)
-                if mine[2]:
-                    self.held[job.id] = mine[2]
+            if mine is not None and mine.start > now and (not compress or self._unmoved(job, mine, made, settled)):
+                self._stand(plan, job, mine.count)  # its reservation stands
                 made += 1
                 waiting_ahead = True
                 continue
-            if gate is not None:
-                why = gate(job)
-                if why:
-                    self._held_back(plan, job, mine, why, None if kept else closer)
-                    continue
-            request = job.request if self.placed is None else self.placed(job)
-            if gate is not None and gate.narrows:
-                request = gate.narrow(job, request)
-                if isinstance(request, str):
-                    self._held_back(plan, job, mine, request, None if kept else closer)
-                    continue
+            if gate is None:
+                request = job.request if self.placed is None else self.placed(job)
+            else:
+                request = self._through_gate(plan, job, mine, None if kept else closer)
+                if request is None:
+                    continue  # held back
             need = self.topology.need(request)
             if mine is not None:
-                t0, _, count = mine
-                acc = self.access(job)
-                if (count == need and t0 > now and made < depth and not acc and not prof.reservations
-                        and self.topology.interchangeable(request)):
-                    if settled is None and prof.stays(need, t0, job.walltime):  # (else asked above)
-                        # A held count that cannot move earlier stays where it is, as the walk
-                        # would find it again: no start now, the same earliest start (and the
-                        # same nodes named for it).
-                        plan.reserved[job.id] = shown[job.id]
-                        self.held[job.id] = count
-                        made += 1
-                        waiting_ahead = True
-                        continue
-                    t = prof.earliest_count(job.walltime, acc, need, now, own=t0)
-                    if t is not None and now < t:
-                        # It moves earlier, to t, and cannot start now (then t would be
-                        # now): the count moves where its two windows differ, not given
-                        # back whole and held again.
-                        self._moved(job, count, t0, t)
-                        plan.reserved[job.id] = t, self._shown(request, t, acc)
-                        plan.moved.add(job.id)
-                        made += 1
-                        waiting_ahead = True
-                        continue
+                if made < depth and self._kept_count(plan, job, mine, request, need, now, settled):
+                    made += 1
+                    waiting_ahead = True
+                    continue
                 self._give_back(job, mine)  # given back for its turn: it can only move earlier
             given_back = mine is not None
             if made >= depth and now_.hopeless(job, need):
@@ -418,33 +393,11 @@ class Walk:
             acc = self.access(job)
             alloc = now_.fit(job, request, need, acc)
             if alloc is not None:  # it fits now: start it
-                prof.occupy(alloc.units, now, now + job.walltime)
-                if given_back:
-                    self._retook(now + job.walltime)
-                plan.started.append(Start(job.id, alloc, waiting_ahead))
-                self.begun += 1
-                if self.begun < read:
-                    self.late = True
-                if gate is not None:
-                    gate.started(job, alloc)
+                self._start(plan, job, alloc, now, given_back, waiting_ahead, read)
                 continue
             waiting_ahead = True
             if made < depth:  # reserve its earliest start
-                if self.counts and self.topology.interchangeable(request):
-                    found = self._hold(job, request, need, acc, now)
-                else:
-                    found = prof.earliest(self.topology, request, job.walltime, acc, need, now)
-                    if found is not None:
-                        prof.occupy(found[1].units, found[0], found[0] + job.walltime)
-                if found is None:
-                    plan.reasons[job.id] = NO_START
-                    self._passed_over(given_back)
-                else:
-                    plan.reserved[job.id] = found
-                    plan.moved.add(job.id)
-                    made += 1
-                    if given_back:
-                        self._retook(found[0] + job.walltime)
+                made += self._reserve(plan, job, request, need, acc, now, given_back)
             else:
                 self._passed_over(given_back)
             if not self.backfill:  # nothing may pass it
@@ -456,6 +409,110 @@ class Walk:
         if cursor is not None and cursor.passed:
             waiting_ahead = True
         self.made, self.waiting_ahead, self.read = made, waiting_ahead, read
+
+    def _reading(self, jobs: Iterable[Job], now: float, kept: dict[int, Kept] | None, plan: Plan,
+                 settled: "_Freed | None") -> tuple[Sieved | None, Sieved | None, bool]:
+        """How the walk reads `jobs`: a sieved order (a backlog's cursor, the share tree's)
+        passes over whole blocks of jobs the bound test would pass over one by one, told
+        the bounds while nothing else decides; one that can (the share tree's) passes over
+        every job of a subtree the gate holds back whole (`closer`); conservative,
+        compressing and reading a backlog in order, a run of jobs whose counts stay where
+        they are held is taken at once (`whole`, see _stands), not job by job."""
+        cursor = jobs if isinstance(jobs, Sieved) else None
+        closer = cursor if cursor is not None and cursor.closable and self.gate is not None else None
+        whole = (settled is not None and self.depth == ALL and cursor is not None and cursor.in_order
+                 and len(kept) >= DEEP)
+        if whole:
+            self._standing, cursor.stand = (now, kept, self._shown_kept, plan), self._stands
+        return cursor, closer, whole
+
+    def _unmoved(self, job: Job, mine: Kept, made: int, settled: "_Freed | None") -> bool:
+        """In a compressing pass, does `job`'s kept count stand without its turn: nothing
+        freed where it could use, or it cannot move earlier?  (With `settled`, a count is
+        its job's need now: whatever changes one drops the freed spans, see Planner.changed.)"""
+        count = mine.count
+        return (settled is not None and count > 0 and made < self.depth
+                and (not (count <= settled.most or settled.may(count))  # (`may` reads on past `most`)
+                     or self.profile.stays(count, mine.start, job.walltime)))
+
+    def _stand(self, plan: Plan, job: Job, count: int) -> None:
+        """`job`'s kept reservation stands: its start has not come, so the same (start,
+        allocation) as last pass's; a count stays held."""
+        plan.reserved[job.id] = self._shown_kept[job.id]
+        if count:
+            self.held[job.id] = count
+
+    def _through_gate(self, plan: Plan, job: Job, mine: Kept | None, closer: Sieved | None) -> Request | None:
+        """What `job` places, within the nodes the gate's quotas let it use, or None: the
+        gate holds it back (its reason noted, its kept reservation given back)."""
+        gate = self.gate
+        why = gate(job)
+        if why:
+            self._held_back(plan, job, mine, why, closer)
+            return None
+        request = job.request if self.placed is None else self.placed(job)
+        if gate.narrows:
+            request = gate.narrow(job, request)
+            if isinstance(request, str):
+                self._held_back(plan, job, mine, request, closer)
+                return None
+        return request
+
+    def _kept_count(self, plan: Plan, job: Job, mine: Kept, request: Request, need: int, now: float,
+                    settled: "_Freed | None") -> bool:
+        """A kept count of `job`'s need, on units any serve and no site reservation: it
+        stands if it cannot move earlier (as the walk would find it again: no start now,
+        the same earliest start and nodes named), or moves earlier where it can but cannot
+        start now, changing the profile only where its two windows differ.  False: neither
+        (it is given back for its turn)."""
+        t0, count, prof = mine.start, mine.count, self.profile
+        acc = self.access(job)
+        if not (count == need and t0 > now and not acc and not prof.reservations
+                and self.topology.interchangeable(request)):
+            return False
+        if settled is None and prof.stays(need, t0, job.walltime):  # (else asked in _unmoved)
+            self._stand(plan, job, count)
+            return True
+        t = prof.earliest_count(job.walltime, acc, need, now, own=t0)
+        if t is None or t <= now:
+            return False
+        self._moved(job, count, t0, t)
+        plan.reserved[job.id] = t, self._shown(request, t, acc)
+        plan.moved.add(job.id)
+        return True
+
+    def _start(self, plan: Plan, job: Job, alloc: Allocation, now: float, given_back: bool,
+               backfill: bool, read: int) -> None:
+        """`job` starts now on `alloc` (`backfill`: a job ahead of it waits)."""
+        self.profile.occupy(alloc.units, now, now + job.walltime)
+        if given_back:
+            self._retook(now + job.walltime)
+        plan.started.append(Start(job.id, alloc, backfill))
+        self.begun += 1
+        if self.begun < read:
+            self.late = True
+        if self.gate is not None:
+            self.gate.started(job, alloc)
+
+    def _reserve(self, plan: Plan, job: Job, request: Request, need: int, acc: AccessKey, now: float,
+                 given_back: bool) -> int:
+        """Reserve `job`'s earliest start (a count where any units serve it and the walk
+        holds counts); 1 if one was found, else 0 (its reason noted)."""
+        if self.counts and self.topology.interchangeable(request):
+            found = self._hold(job, request, need, acc, now)
+        else:
+            found = self.profile.earliest(self.topology, request, job.walltime, acc, need, now)
+            if found is not None:
+                self.profile.occupy(found[1].units, found[0], found[0] + job.walltime)
+        if found is None:
+            plan.reasons[job.id] = NO_START
+            self._passed_over(given_back)
+            return 0
+        plan.reserved[job.id] = found
+        plan.moved.add(job.id)
+        if given_back:
+            self._retook(found[0] + job.walltime)
+        return 1
 
     def _stands(self, block, lo: int, hi: int) -> int:
         """How many jobs of block.jobs[lo:hi] (a backlog's), from the first, keep a count
@@ -472,8 +529,8 @@ class Walk:
             jobs = block.jobs[lo:hi]
             ids = [job.id for job in jobs]
             mine = [kept.get(i) for i in ids]
-            group = HeldGroup([(m[0], m[2], job.walltime) for m, job in zip(mine, jobs)]) if all(
-                m is not None and m[2] for m in mine) else None
+            group = HeldGroup([(m.start, m.count, job.walltime) for m, job in zip(mine, jobs)]) if all(
+                m is not None and m.count for m in mine) else None
             stood[lo] = ids, mine, group, jobs
         if group is None or group.first <= now:
             return 0
@@ -481,7 +538,7 @@ class Walk:
         if n:
             taken = ids[:n]
             plan.reserved.update(zip(taken, map(shown.__getitem__, taken)))
-            self.held.update(zip(taken, (m[2] for m in mine)))
+            self.held.update(zip(taken, (m.count for m in mine)))
             self._stood = n
         return n
 
@@ -533,15 +590,15 @@ class Walk:
         self._grew((t0, t0 + wall))
         self._retook(t + wall)
 
-    def _give_back(self, job: Job, mine: tuple[float, float | int, int] | None) -> None:
+    def _give_back(self, job: Job, mine: Kept | None) -> None:
         """Take a kept reservation out of the profile (held as a count or occupying units)."""
         if mine is not None:
-            t0, units, count = mine
-            if count:
+            t0 = mine.start
+            if mine.count:
                 self.held.pop(job.id, None)
-                self.profile.hold(-count, t0, t0 + job.walltime)
+                self.profile.hold(-mine.count, t0, t0 + job.walltime)
             else:
-                self.profile.release(units, t0, t0 + job.walltime)
+                self.profile.release(mine.units, t0, t0 + job.walltime)
             self._grew((t0, t0 + job.walltime))
 
     def _grew(self, span: tuple[float, float]) -> None:

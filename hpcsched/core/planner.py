@@ -25,7 +25,7 @@ from .admission import Gate
 from .backlog import Sieved
 from .errors import InvalidRequest
 from .jobs import ACTIVE, COMPLETED, DEP_FAIL, DEP_HOLD, HELD, PENDING, QUEUED, WAITING, Allocation, Hold, Job, number
-from .plan import Plan, Walk
+from .plan import Carried, Kept, Plan, Walk
 from .policy import Context
 from .profile import Profile
 
@@ -170,7 +170,7 @@ class Planner:
         freed = self.freed
         if compress:  # every kept count is settled by this walk: spans from here on are the next one's
             self.freed = []
-        walk.run(now, order, plan, kept, last, compress, freed, self.freed, self.booked)
+        walk.run(now, order, plan, Carried(kept, self.booked, compress, freed, self.freed), last)
         if walk.closer is not None:  # jobs passed over with a subtree the gate held back whole
             closer, jobs, new = walk.closer, s.jobs, s.next_id  # (jobs submitted since: not this pass's)
 
@@ -372,7 +372,7 @@ class Planner:
         resv = [(r, s.bookings.units[r.name]) for r in s.reservations.values()]
         profile = base.derive(now, resv, s.settings.reservation_slop, rooms=holds and not resv)
         if not holds:
-            for t0, t1, count in self._holds().values():
+            for t0, t1, count, _ in self._holds().values():
                 profile.hold(-count, t0, t1)
         s.runs.hold_late(profile, now, s._active, max(s.settings.overrun_grace, 1.0))
         return profile
@@ -398,22 +398,22 @@ class Planner:
             want = {}  # (kept in turn, by _keep)
         elif held and self.freed is not None and len(counts) == len(booked):  # (None: a walltime may have moved)
             look = moved | (held.keys() - booked.keys()) | (held.keys() - queued.keys())
-            look.update(jid for jid, span in held.items() if span[0] < now)
+            look.update(jid for jid, span in held.items() if span.start < now)
             for jid in sorted(look):
                 old, new, job = held.get(jid), None, queued.get(jid)
                 if job is not None and jid in booked:
                     t0 = max(booked[jid][0], now)
-                    new = (t0, t0 + job.walltime, counts[jid])
+                    new = Kept(t0, t0 + job.walltime, counts[jid], 0)
                 if old != new:
-                    if old is not None and new is not None and old[2] == new[2]:  # (moved: only where it moved)
-                        s.runs.base.shift(new[2], old[:2], new[:2])
+                    if old is not None and new is not None and old.count == new.count:  # (moved: only where it moved)
+                        s.runs.base.shift(new.count, (old.start, old.end), (new.start, new.end))
                         held[jid] = new
                         continue
                     if old is not None:
-                        s.runs.base.hold(-old[2], old[0], old[1])
+                        s.runs.base.hold(-old.count, old.start, old.end)
                         del held[jid]
                     if new is not None:
-                        s.runs.base.hold(new[2], new[0], new[1])
+                        s.runs.base.hold(new.count, new.start, new.end)
                         held[jid] = new
             return
         else:
@@ -427,20 +427,19 @@ class Planner:
                     want = {}  # (a reservation on units: all are kept in turn, by _keep)
                     break
                 t0 = t if t > now else now
-                want[jid] = (t0, t0 + job.walltime, count)
+                want[jid] = Kept(t0, t0 + job.walltime, count, 0)
         if want != held:  # (the spans that differ, found as sets: most stand from pass to pass)
             base = s.runs.base
-            for _, (t0, t1, count) in held.items() - want.items():
+            for _, (t0, t1, count, _) in held.items() - want.items():
                 base.hold(-count, t0, t1)
-            for _, (t0, t1, count) in want.items() - held.items():
+            for _, (t0, t1, count, _) in want.items() - held.items():
                 base.hold(count, t0, t1)
         self.base_holds = want
 
-    def _keep(self, profile: Profile, now: float) -> tuple[dict[int, tuple[float, float | int, int]], bool]:
+    def _keep(self, profile: Profile, now: float) -> tuple[dict[int, Kept], bool]:
         """Last pass's reservations that still hold, occupied (or held as counts) in
-        `profile` (depth > 1): job id -> (start, end, count) for a count, (start, units, 0)
-        on units (as Walk.run takes them); and whether every one still queued was kept
-        (False: some were given back).
+        `profile` (depth > 1), as Walk.run takes them (job id -> Kept); and whether every
+        one still queued was kept (False: some were given back).
 
         `profile` comes with last pass's counts in place, as this pass keeps them
         (`profile(holds=True)`).  If no segment is promised more units than it has free,
@@ -454,7 +453,7 @@ class Planner:
         if held:
             if not profile.overpromised():
                 return held, True  # (the walk reads a copy)
-            for t0, t1, count in held.values():
+            for t0, t1, count, _ in held.values():
                 profile.hold(-count, t0, t1)
         for jid, (t, alloc) in self.booked.items():
             count = self.booked_counts.get(jid, 0)
@@ -471,13 +470,13 @@ class Planner:
                     if kept_it:
                         profile.hold(count, t0, t1)
                 if kept_it:
-                    kept[jid] = (t0, t1, count)
+                    kept[jid] = Kept(t0, t1, count, 0)
                 continue
             units = alloc.units or s.topology.units_of(alloc.nodes, alloc.cores)
             if profile.holds(units, t0, t1, access) and (not profile.holding or
                                                          profile.room(t0, t1, access) >= units.bit_count()):
                 profile.occupy(units, t0, t1)
-                kept[jid] = (t0, units, 0)
+                kept[jid] = Kept(t0, t1, 0, units)
         return kept, not lost
 
     # --- saved state -----------------------------------------------------------------
