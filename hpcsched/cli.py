@@ -308,7 +308,8 @@ def cmd_init(args) -> int:
 
 
 def cmd_server(args) -> int:
-    from .server.loop import Server, open_log
+    from .server.loop import Server
+    from .server.shared import open_log
     from .store.site import load_site
     try:
         if args.log:

@@ -582,9 +582,9 @@ def test_a_job_that_ended_before_its_start_time_was_read_still_ends(rig, monkeyp
     import io
 
     from hpcsched.pbs import qsub
-    from hpcsched.server import loop as server
+    from hpcsched.server import launch, loop as server
     from hpcsched.store.site import load_site
-    monkeypatch.setattr(server, "_wait_start", lambda pid: None)
+    monkeypatch.setattr(launch, "wait_start", lambda pid: None)
     qsub.submit(["-l", "walltime=60"], stdin=io.StringIO("true\n"), cwd=str(rig), env={})
     srv = server.Server(load_site(), grace=1)
     assert srv.step() == 1
@@ -767,7 +767,7 @@ def test_an_interactive_job_whose_qsub_never_comes_is_aborted_not_run_again(rig,
     import io
 
     from hpcsched.pbs import accounting, qsub
-    from hpcsched.server import loop as server
+    from hpcsched.server import loop as server, shared
     from hpcsched.store.journaled import Batch
     from hpcsched.store.site import load_site
     monkeypatch.setattr(qsub.commands, "server_answers", lambda: True)  # (the server below is in-process)
@@ -775,10 +775,10 @@ def test_an_interactive_job_whose_qsub_never_comes_is_aborted_not_run_again(rig,
     srv = server.Server(load_site(), grace=1)
     t = time.time()
     assert srv.step(t) == 1
-    srv.step(t + server.INTERACTIVE_WAIT - 1)  # (still waiting for its qsub)
+    srv.step(t + shared.INTERACTIVE_WAIT - 1)  # (still waiting for its qsub)
     with Batch(load_site()).open(write=False) as batch:
         assert batch.sched.jobs[int(jid.split(".")[0])].state.value == "running"
-    srv.step(t + server.INTERACTIVE_WAIT + 1)
+    srv.step(t + shared.INTERACTIVE_WAIT + 1)
     with Batch(load_site()).open(write=False) as batch:
         job = batch.sched.jobs[int(jid.split(".")[0])]
     assert job.state.value == "completed" and job.exit_status == -1 and job.run_count == 1
@@ -818,7 +818,7 @@ def test_peak_memory_is_noted_with_the_end_and_at_most_every_status_interval(rig
     import json
 
     from hpcsched.pbs import qctl, qsub
-    from hpcsched.server import loop as server
+    from hpcsched.server import loop as server, shared
     from hpcsched.store.journaled import Batch
     from hpcsched.store.site import load_site
     qsub.submit(["-l", "walltime=600"], stdin=io.StringIO("sleep 600\n"), cwd=str(rig), env={})
@@ -833,14 +833,14 @@ def test_peak_memory_is_noted_with_the_end_and_at_most_every_status_interval(rig
     srv.step(t0 + 1)
     srv.step(t0 + 2)
     assert not [r for r in records() if "used_mem" in r.get("set", {})]  # (steps within the interval)
-    srv.step(t0 + server.PEAK_EVERY + 1)
+    srv.step(t0 + shared.PEAK_EVERY + 1)
     noted = [r for r in records() if "used_mem" in r.get("set", {})]
     assert len(noted) == 1 and noted[0]["op"] == "process" and noted[0]["set"]["used_mem"] > 0
-    srv.step(t0 + server.PEAK_EVERY + 2)  # (no growth: no note)
+    srv.step(t0 + shared.PEAK_EVERY + 2)  # (no growth: no note)
     assert len([r for r in records() if "used_mem" in r.get("set", {})]) == 1
     assert qctl.QDEL(["1"], out=io.StringIO()) == 0
     for _ in range(100):
-        srv.step(t0 + server.PEAK_EVERY + 3)
+        srv.step(t0 + shared.PEAK_EVERY + 3)
         ended = [r for r in records() if r["op"] == "ended"]
         if ended:
             break
@@ -1187,7 +1187,7 @@ def test_an_epilogue_its_server_died_before_starting_is_started_by_the_next(rig,
     import io
 
     from hpcsched.pbs import qsub
-    from hpcsched.server import loop as server
+    from hpcsched.server import hooks, loop as server
     from hpcsched.store.journaled import Batch
     from hpcsched.store.site import load_site
     config = rig / "home" / "config.toml"
@@ -1200,14 +1200,14 @@ def test_an_epilogue_its_server_died_before_starting_is_started_by_the_next(rig,
 
     def die(*_):
         raise Died
-    real = server.Server._script
-    monkeypatch.setattr(server.Server, "_script", die)  # (the site has no prologue: the epilogue's start)
+    real = hooks.Hooks.script
+    monkeypatch.setattr(hooks.Hooks, "script", die)  # (the site has no prologue: the epilogue's start)
     srv, deadline = server.Server(load_site(), grace=0.5), time.time() + 10
     with pytest.raises(Died):
         while time.time() < deadline:
             srv.step()
             time.sleep(0.05)
-    monkeypatch.setattr(server.Server, "_script", real)
+    monkeypatch.setattr(hooks.Hooks, "script", real)
 
     def job():
         with Batch(load_site()).open(write=False) as batch:
@@ -1276,18 +1276,20 @@ def test_a_fault_in_the_servers_own_code_sets_that_job_aside_and_the_server_goes
     from hpcsched.core.scheduler import Scheduler
     from hpcsched.pbs import qsub
     from hpcsched.server import loop as server
+    from hpcsched.server.launch import Launching
+    from hpcsched.server.runs import Runs
     from hpcsched.store.journaled import Batch
     from hpcsched.store.site import load_site
     for _ in range(3):
         qsub.submit(["-l", "nodes=1:ppn=4,walltime=60"], stdin=io.StringIO("sleep 0.2\n"), cwd=str(rig), env={})
     srv = server.Server(load_site(), grace=0.5)
-    launch, watch = server.Server._launch, server.Server._watch
+    launch, watch = Launching.launch, Runs.watch
 
     def broken_launch(self, job, now):
         if job.id == 1:
             raise RuntimeError("launch bug")
         return launch(self, job, now)
-    monkeypatch.setattr(server.Server, "_launch", broken_launch)
+    monkeypatch.setattr(Launching, "launch", broken_launch)
     assert srv.step() == 0  # (job 1 came first: the step ended there)
     assert srv.step() == 2  # job 1 back in the queue, held; jobs 2 and 3 launched
     batch = Batch(load_site())
@@ -1301,7 +1303,7 @@ def test_a_fault_in_the_servers_own_code_sets_that_job_aside_and_the_server_goes
         if job.id == 2:
             raise ValueError("watch bug")
         return watch(self, job, now)
-    monkeypatch.setattr(server.Server, "_watch", broken_watch)
+    monkeypatch.setattr(Runs, "watch", broken_watch)
     deadline = time.time() + 10
     while srv.step() == 0 and time.time() < deadline:
         with batch.open(write=False):
@@ -1315,7 +1317,7 @@ def test_a_fault_in_the_servers_own_code_sets_that_job_aside_and_the_server_goes
     assert err.count("internal error handling job 1: RuntimeError: launch bug; set aside") == 1
     assert err.count("internal error handling job 2: ValueError: watch bug; set aside") == 1
     assert "Traceback (most recent call last)" in err and "in broken_watch" in err
-    monkeypatch.setattr(server.Server, "_watch", watch)
+    monkeypatch.setattr(Runs, "watch", watch)
     srv.fault_retry = 0.0  # (its next try is due)
     real = Scheduler.iterate
     monkeypatch.setattr(Scheduler, "iterate", lambda self, now: 1 / 0)
@@ -1437,9 +1439,9 @@ def test_what_a_wrapper_wrote_is_read_safely(tmp_path):
     (tmp_path / "x").write_text("x\n")
     (tmp_path / "link").symlink_to(tmp_path / "n")
     os.mkfifo(tmp_path / "fifo")
-    assert Server._read_int(tmp_path / "n") == 12
-    assert [Server._read_int(tmp_path / name) for name in ("missing", "x", "link", "fifo")] == [None] * 4
-    assert Server._read(tmp_path / "n", 1) == b"1"
+    assert Server.read_int(tmp_path / "n") == 12
+    assert [Server.read_int(tmp_path / name) for name in ("missing", "x", "link", "fifo")] == [None] * 4
+    assert Server.read(tmp_path / "n", 1) == b"1"
 
 
 @pytest.fixture

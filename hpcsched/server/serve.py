@@ -20,7 +20,8 @@ from ..pbs import common, forwarded
 from ..pbs import front as commands
 from ..store.site import SOCKET, user_name
 from . import door, privilege
-from .loop import Server, log
+from .loop import Server
+from .shared import log
 
 STEP_EVERY = 0.2  # seconds: under a stream of commands, a poke's step waits no longer
 SLICE_JOBS = 500  # jobs one command acts on between two steps (common.SLICE): qdel of a large array
