@@ -209,7 +209,7 @@ def taking_blocks(monkeypatch) -> list[tuple[int, int]]:
 
 def test_blocks_of_counts_that_stay_taken_whole_decide_as_each_tried_in_turn(monkeypatch):
     """A conservative pass takes whole a block of the backlog whose counts all stay
-    (Walk._stands, Profile.staying): against a scheduler that tries each in turn, under
+    (Walk._stands, counts.staying): against a scheduler that tries each in turn, under
     the same overruns, nodes, altered walltimes, deletions and holds, with the blocks
     each answer and those it must read job by job both seen."""
     answers = taking_blocks(monkeypatch)

@@ -9,6 +9,7 @@ reserved ahead of all others (tier < 0) since the last drain ended.
 from __future__ import annotations
 
 from dataclasses import replace
+from . import fitting
 from .calendar import Entry
 from .errors import InvalidRequest, Rejected
 from .jobs import DELETED, FINISHED, PENDING, RUNNING, Job, Request
@@ -79,7 +80,8 @@ class Bookings:
         topology = self.sched.topology
         request = replace(request, exclusive=True)
         start = max(start, now)
-        alloc = self.sched.planner.profile(now).fit(topology, request, start, end - start, (), topology.need(request))
+        alloc = fitting.fit(self.sched.planner.profile(now), topology, request, start, end - start, (),
+                            topology.need(request))
         return None if alloc is None else alloc.nodes
 
     def make_queue(self, res: Reservation) -> None:

@@ -28,7 +28,9 @@ from typing import Callable, Iterable, NamedTuple, Protocol
 
 from .backlog import Sieved
 from .jobs import Allocation, Job, Request
-from .profile import AccessKey, HeldGroup, Profile
+from . import counts, fitting
+from .counts import HeldGroup
+from .profile import AccessKey, Profile
 from .timefmt import hms
 from .topology import Tiers, Topology
 
@@ -253,7 +255,7 @@ class _Now:
         if fails and any(a <= amount and w <= wall for a, w in fails):
             return None
         prof = self.walk.profile
-        alloc = prof.fit(topo, req, self.now, wall, access, need)
+        alloc = fitting.fit(prof, topo, req, self.now, wall, access, need)
         if alloc is not None and prof.holding and prof.room(self.now, self.now + wall, access) < need:
             alloc = None  # it would take units a held reservation counts on
         if alloc is None:  # keep only the failures no other one implies
@@ -268,7 +270,7 @@ class _Freed:
     window that meets none had room before, when the count could not use it.  Room at a
     time in a span, read at any time after the span was added, is at least what it is now
     (it can have grown since only where a later span says).  So a count needing more than
-    the most room read in every span stays where it is, without asking `Profile.stays`."""
+    the most room read in every span stays where it is, without asking `counts.stays`."""
 
     __slots__ = ("profile", "spans", "read", "most")
 
@@ -280,7 +282,7 @@ class _Freed:
         """Might a count of `need` move earlier?  (Spans added since the last read are read
         only if the answer hangs on them: the most room only grows with them.)"""
         if need > self.most and self.read < len(self.spans):
-            most = max(self.profile.most(a, b) for a, b in self.spans[self.read:])
+            most = max(counts.most(self.profile, a, b) for a, b in self.spans[self.read:])
             self.most, self.read = max(self.most, most), len(self.spans)
         return need <= self.most
 
@@ -433,7 +435,7 @@ class Walk:
         count = mine.count
         return (settled is not None and count > 0 and made < self.depth
                 and (not (count <= settled.most or settled.may(count))  # (`may` reads on past `most`)
-                     or self.profile.stays(count, mine.start, job.walltime)))
+                     or counts.stays(self.profile, count, mine.start, job.walltime)))
 
     def _stand(self, plan: Plan, job: Job, count: int) -> None:
         """`job`'s kept reservation stands: its start has not come, so the same (start,
@@ -470,10 +472,10 @@ class Walk:
         if not (count == need and t0 > now and not acc and not prof.reservations
                 and self.topology.interchangeable(request)):
             return False
-        if settled is None and prof.stays(need, t0, job.walltime):  # (else asked in _unmoved)
+        if settled is None and counts.stays(prof, need, t0, job.walltime):  # (else asked in _unmoved)
             self._stand(plan, job, count)
             return True
-        t = prof.earliest_count(job.walltime, acc, need, now, own=t0)
+        t = counts.earliest_count(prof, job.walltime, acc, need, now, own=t0)
         if t is None or t <= now:
             return False
         self._moved(job, count, t0, t)
@@ -501,7 +503,7 @@ class Walk:
         if self.counts and self.topology.interchangeable(request):
             found = self._hold(job, request, need, acc, now)
         else:
-            found = self.profile.earliest(self.topology, request, job.walltime, acc, need, now)
+            found = fitting.earliest(self.profile, self.topology, request, job.walltime, acc, need, now)
             if found is not None:
                 self.profile.occupy(found[1].units, found[0], found[0] + job.walltime)
         if found is None:
@@ -534,7 +536,7 @@ class Walk:
             stood[lo] = ids, mine, group, jobs
         if group is None or group.first <= now:
             return 0
-        n = self.profile.staying(group, self._freed.may)
+        n = counts.staying(self.profile, group, self._freed.may)
         if n:
             taken = ids[:n]
             plan.reserved.update(zip(taken, map(shown.__getitem__, taken)))
@@ -564,7 +566,7 @@ class Walk:
         """Reserve `job`'s earliest start as a count; the allocation shown with it is the
         nodes it could take at that time, named for people, not booked."""
         prof = self.profile
-        t = prof.earliest_count(job.walltime, access, need, now)
+        t = counts.earliest_count(prof, job.walltime, access, need, now)
         if t is None:
             return None
         prof.hold(need, t, t + job.walltime)

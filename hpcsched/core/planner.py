@@ -27,6 +27,7 @@ from .errors import InvalidRequest
 from .jobs import ACTIVE, COMPLETED, DEP_FAIL, DEP_HOLD, HELD, PENDING, QUEUED, WAITING, Allocation, Hold, Job, number
 from .plan import Carried, Kept, Plan, Walk
 from .policy import Context
+from . import fitting
 from .profile import Profile
 
 QUOTA_HOLD = "exceeds limit"  # how a quota's reason begins (quotas.py)
@@ -208,7 +209,7 @@ class Planner:
             if not profiles:
                 profiles.append(self.profile(now))
             request = s.placed(job)
-            found = profiles[0].earliest(s.topology, request, job.walltime, s.bookings.access(job),
+            found = fitting.earliest(profiles[0], s.topology, request, job.walltime, s.bookings.access(job),
                                          s.topology.need(request), max(now, job.start_after or now))
             return found[0] if found else None
 
@@ -349,7 +350,7 @@ class Planner:
             if job is None:
                 continue
             request, t0 = s.placed(job), max(t, now)
-            alloc = profile.fit(s.topology, request, t0, job.walltime, s.bookings.access(job),
+            alloc = fitting.fit(profile, s.topology, request, t0, job.walltime, s.bookings.access(job),
                                 s.topology.need(request))
             if alloc is not None:
                 profile.occupy(alloc.units, t0, t0 + job.walltime)

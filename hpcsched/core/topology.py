@@ -96,7 +96,7 @@ def mask_of(bits: list[int]) -> int:
 class Tiers:
     """Free units split into disjoint preference tiers, best first: what `Topology.choose`
     picks from.  `units`, their union, is known up front; the tiers may be worked out as
-    they are read (see Profile.tiers), so they are read once, before the profile changes,
+    they are read (see fitting.tiers), so they are read once, before the profile changes,
     first to last or, where `last_first` offers it, last to first."""
 
     __slots__ = ("units", "_tiers", "_last_first")

@@ -10,7 +10,7 @@ from __future__ import annotations
 import re
 import sys
 
-from ..core import nodelist
+from ..core import fitting, nodelist
 from ..core.depends import describe
 from ..core.errors import InvalidRequest
 from ..core.jobs import (ACTIVE, COMPLETED, DELETED, DEP_FAIL, DEP_HOLD, EXITING, FINISHED, HELD, PENDING, QUEUED,
@@ -479,7 +479,7 @@ def showbf(opts: list[tuple[str, str]], operands: list[str], out, now: float) ->
     user = whoami()
     sched, plan = preview(batch, now)
     profile = plan.profile or sched.profile(now)
-    windows = profile.windows()
+    windows = fitting.windows(profile)
     w = out.write
     w(f"backfill window (user: '{user}' group: 'ALL' partition: ALL) {when(now)}\n\n")
     if not windows:
