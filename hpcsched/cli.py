@@ -432,9 +432,26 @@ def main(argv=None) -> int:
     if argv[:1] == ["node"]:  # the node side, run over ssh for every request: no more than it needs
         from .server import node
         return node.main(argv[1:])
+    ap = _parser()
+    args = ap.parse_args(argv)
+    _check(ap, args)
+    return _run(args)
+
+
+def _parser() -> argparse.ArgumentParser:
+    """`hpcsched`'s commands and their options."""
     ap = _Parser(prog="hpcsched", description="hpcsched: batch scheduling core, simulator and commands")
     ap.add_argument("--version", action="version", version=f"hpcsched {__version__}")
     sub = ap.add_subparsers(dest="command", required=True, parser_class=_Parser)
+    _site_commands(sub)
+    _simulate_command(sub)
+    _sweep_and_report_commands(sub)
+    _drain_command(sub)
+    return ap
+
+
+def _site_commands(sub) -> None:
+    """demo, man, init, server, node, store, nodes, usage: a site and its server."""
     d = sub.add_parser("demo", help="run real jobs on the embedded default test rig, in a temporary directory")
     d.add_argument("--library", action="store_true",
                    help="instead, drive the scheduling core alone with a simulated clock")
@@ -481,6 +498,9 @@ def main(argv=None) -> int:
     u.add_argument("--reset", action="store_true", help="forget the usage (of the name, or of all)")
     u.add_argument("--set", type=float, metavar="HOURS", help="set the name's usage to HOURS of the metric")
     u.set_defaults(func=cmd_usage)
+
+
+def _simulate_command(sub) -> None:
     s = sub.add_parser("simulate", help="replay an SWF trace on the scheduling core")
     s.add_argument("trace", help="SWF file, plain or gzipped")
     s.add_argument("--config", help="a site configuration (hpcsched.toml(5)): queues and router, reservations, "
@@ -529,6 +549,9 @@ def main(argv=None) -> int:
     s.add_argument("--groups", help="drain by job size: groups' lowest sizes in nodes "
                    "(default 1,129,1000,2000,4000,8000,16000)")
     s.set_defaults(func=cmd_simulate)
+
+
+def _sweep_and_report_commands(sub) -> None:
     w = sub.add_parser("sweep", help="replay a grid of configurations x traces on every core (or as a job array)")
     w.add_argument("grid", nargs="?", help="the grid file (TOML; see man 1 hpcsched), or with --cell the "
                    "array's directory")
@@ -548,6 +571,9 @@ def main(argv=None) -> int:
     p.add_argument("results", nargs="+", help="results.json files from simulate --out or sweep --out")
     p.add_argument("-o", "--output", default="report.html", help="the HTML file (default report.html)")
     p.set_defaults(func=cmd_report)
+
+
+def _drain_command(sub) -> None:
     r = sub.add_parser("drain", help="drain-time report from Moab-format node-status logs (one file per day)")
     r.add_argument("logs", nargs="+", help="log files or directories (plain or .gz), in time order")
     r.add_argument("--jobs", action="append", help="job records: a Torque accounting log (file or directory), "
@@ -563,7 +589,10 @@ def main(argv=None) -> int:
     r.add_argument("--skip-bad", action="store_true",
                    help="pass over (and name) job record lines that do not parse, instead of stopping")
     r.set_defaults(func=cmd_drain)
-    args = ap.parse_args(argv)
+
+
+def _check(ap: argparse.ArgumentParser, args) -> None:
+    """What argparse's types cannot say (one line and status 2, as argparse's own errors)."""
     if args.command == "sweep" and args.jobs is not None and args.jobs < 1:
         ap.error("--jobs must be at least 1")
     if getattr(args, "nodes", None) is not None and args.nodes < 1 or getattr(args, "ppn", None) is not None \
@@ -578,6 +607,11 @@ def main(argv=None) -> int:
                 ap.error(f"--{name} must be a positive number of seconds")
     if args.command == "drain" and not (0 <= args.gap < math.inf and args.top >= 0):
         ap.error("--gap must be a non-negative number of seconds and --top a count of at least 0")
+
+
+def _run(args) -> int:
+    """Run the command; an interrupt, a reader gone or an output that failed is one line
+    (or nothing), never a traceback."""
     try:
         return args.func(args)
     except KeyboardInterrupt:
