@@ -146,11 +146,23 @@ def submit_parsed(cmd: list[tuple[str, str]], rest: list[str], stdin=None, cwd: 
     """`submit` with the command line already parsed: (options in order, operands).
     `extra`: more of the job's record (a Cobalt job's own); `stdin_file`: the standard
     input of a program given after `--` (Cobalt's -i); `check(sched, job, queue)`: what the
-    job must also meet on this machine, asked before its walltime defaults (Cobalt's)."""
+    job must also meet on this machine, asked before its walltime defaults (Cobalt's).
+    The steps: its script read, the job made from the options and directives, the job
+    stored (routed, checked, journaled)."""
     stdin = stdin if stdin is not None else sys.stdin
     env = dict(os.environ if env is None else env)
     cwd = cwd or os.getcwd()
     now = time.time() if now is None else now
+    script, script_name, rest, program, interactive = _script_of(cmd, rest, stdin, stdin_file)
+    site = load_site()
+    made = _job_of(site, cmd, rest, program, script, script_name, cwd, env, now, extra, interactive)
+    return _store(site, *made, interactive, check, now)
+
+
+def _script_of(cmd: list[tuple[str, str]], rest: list[str], stdin, stdin_file: str):
+    """The job's script and its name, as the operands say: a program after `--`, a file
+    (read by the client, with its rights), standard input, or none (qsub -I); and the
+    operands left, the program, whether it is interactive."""
     program = rest[1:] if rest[:1] == ["--"] else None  # OpenPBS's `qsub [options] -- program [args]`
     if program is not None:
         if not program or not program[0]:
@@ -187,7 +199,13 @@ def submit_parsed(cmd: list[tuple[str, str]], rest: list[str], stdin=None, cwd: 
         script, script_name = raw.read().decode("utf-8", errors="replace") if raw else stdin.read(), ""
     if "\r\n" in script:  # the job's shell would read each CR as part of a word: Torque and OpenPBS refuse it
         raise common.CommandError("script is written in DOS/Windows text format", common.SYSTEM)
-    site = load_site()
+    return script, script_name, rest, program, interactive
+
+
+def _job_of(site, cmd, rest, program, script, script_name, cwd, env, now, extra, interactive):
+    """The job the options and the script's directives make (after the site's submit
+    filter), its owner checked: (job, its owner, options, resources, dependencies,
+    befores, a Python filter)."""
     words = [part for letter, value in cmd for part in (f"-{letter}", value) if part] + rest + (
         ["--", *program] if program is not None else [])
     python_filter = site.config.get("submit_filter") if isinstance(site.config.get("submit_filter"), str) else None
@@ -227,6 +245,12 @@ def submit_parsed(cmd: list[tuple[str, str]], rest: list[str], stdin=None, cwd: 
     for key in ("output", "error"):
         if job.extra[key]:
             job.extra[key] = resolve_path(job.extra[key], cwd, siteprog.isdir_for(site, job.owner))
+    return job, user, options, resources, deps, befores, python_filter
+
+
+def _store(site, job, user, options, resources, deps, befores, python_filter, interactive, check,
+           now) -> tuple[str, bool]:
+    """Route, check and journal `job` (and its array's subjobs): (its id, -z)."""
     batch = Batch.of(site)
     # Only dependencies, a named reservation (or its queue: pbs_rsub's), queued-job limits
     # and allocations (a project's standing routes the job) need the state already stored;
