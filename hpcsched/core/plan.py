@@ -332,23 +332,15 @@ class Walk:
     def run(self, now: float, jobs: Iterable[Job], plan: Plan, carried: Carried | None = None,
             last: Job | None = None) -> None:
         """Walk `jobs` in order, carrying on from where an earlier `run` stopped, adding the
-        starts, reservations and reasons it decides to `plan` (it changes no job: the
-        scheduler applies the starts after the walk).
-
-        `carried` is what the last pass left (see Carried): its reservations, already in
-        the profile.  Without `compress` each stands while its start has not come; with it,
-        a count that cannot move earlier stands (`_unmoved`, `_kept_count`) and any other
-        is given back just before its job's turn, so it can only move earlier."""
-        if last is not None:
-            self.last = last  # every job up to it has had its turn, walked or cut short
+        starts, reservations and reasons it decides to `plan` (it changes no job).  `carried`:
+        what the last pass left (Carried), its reservations in the profile; each stands while
+        its start has not come, or, compressing, if it cannot move earlier (`_kept_count`);
+        any other is given back just before its job's turn, so it can only move earlier."""
+        self.last = last if last is not None else self.last  # (every job up to it has had its turn)
         if self.blocked:
             return
         prof, depth, gate = self.profile, self.depth, self.gate
-        kept = dict(carried.kept) if carried and carried.kept else None  # (the caller's dict is left alone)
-        compress = carried is None or carried.compress
-        self._shown_kept, self._log = (carried.shown, carried.log) if carried else (None, None)
-        settled = self._freed = (_Freed(prof, carried.freed) if kept and compress and carried.freed is not None
-                                 and gate is None and self.counts else None)
+        kept, compress, shown, settled = self._carry(carried)
         now_ = _Now(self, now)
         cursor, closer, whole = self._reading(jobs, now, kept, plan, settled)
         made, waiting_ahead, read = self.made, self.waiting_ahead, self.read
@@ -361,16 +353,22 @@ class Walk:
             read += 1
             # (`current`'s own test first, sparing the call for the run of standing counts)
             if now_.seen != prof.changes and now_.current() and cursor is not None:
-                sift = made >= depth and self.backfill and gate is None and not kept
-                # (no units: no job passes, as `hopeless` says)
+                sift = made >= depth and self.backfill and gate is None and not kept  # (no units: none passes)
                 cursor.sieve = (now_.upper or -1, now_.horizon, now_.lasting or -1) if sift else None
             if cursor is not None and cursor.passed:
                 waiting_ahead = self.passed = True
-            if made >= depth and not now_.upper and not kept:
-                break  # nothing is free now and no reservation is left to make
+            if made >= depth and not now_.upper and not kept:  # nothing is free now, no reservation left to make
+                break
             mine = kept.pop(job.id, None) if kept else None  # last pass's reservation, if kept
-            if mine is not None and mine.start > now and (not compress or self._unmoved(job, mine, made, settled)):
-                self._stand(plan, job, mine.count)  # its reservation stands
+            if mine is not None and mine.start > now and (not compress or (
+                    settled is not None and mine.count and made < depth
+                    and (not (mine.count <= settled.most or settled.may(mine.count))  # (`may` reads on past `most`)
+                         or counts.stays(prof, mine.count, mine.start, job.walltime)))):
+                # nothing freed since, nothing where it could use, or it cannot move earlier: it
+                # stands (a count is its job's need now: a change drops the spans, Planner.changed)
+                plan.reserved[job.id] = shown[job.id]  # (its start has not come: the same)
+                if mine.count:
+                    self.held[job.id] = mine.count
                 made += 1
                 waiting_ahead = True
                 continue
@@ -412,6 +410,18 @@ class Walk:
             waiting_ahead = True
         self.made, self.waiting_ahead, self.read = made, waiting_ahead, read
 
+    def _carry(self, carried: Carried | None) -> tuple[dict[int, Kept] | None, bool, dict | None, "_Freed | None"]:
+        """What the walk takes of `carried`: its kept reservations (a copy: the caller's
+        dict is left alone), whether it compresses, the (start, allocation) of each, and
+        where room grew (`_Freed`: with compress, counts and no gate)."""
+        kept = dict(carried.kept) if carried and carried.kept else None
+        compress = carried is None or carried.compress
+        shown = self._shown_kept = carried.shown if carried else None
+        self._log = carried.log if carried else None
+        self._freed = (_Freed(self.profile, carried.freed) if kept and compress and carried.freed is not None
+                       and self.gate is None and self.counts else None)
+        return kept, compress, shown, self._freed
+
     def _reading(self, jobs: Iterable[Job], now: float, kept: dict[int, Kept] | None, plan: Plan,
                  settled: "_Freed | None") -> tuple[Sieved | None, Sieved | None, bool]:
         """How the walk reads `jobs`: a sieved order (a backlog's cursor, the share tree's)
@@ -427,15 +437,6 @@ class Walk:
         if whole:
             self._standing, cursor.stand = (now, kept, self._shown_kept, plan), self._stands
         return cursor, closer, whole
-
-    def _unmoved(self, job: Job, mine: Kept, made: int, settled: "_Freed | None") -> bool:
-        """In a compressing pass, does `job`'s kept count stand without its turn: nothing
-        freed where it could use, or it cannot move earlier?  (With `settled`, a count is
-        its job's need now: whatever changes one drops the freed spans, see Planner.changed.)"""
-        count = mine.count
-        return (settled is not None and count > 0 and made < self.depth
-                and (not (count <= settled.most or settled.may(count))  # (`may` reads on past `most`)
-                     or counts.stays(self.profile, count, mine.start, job.walltime)))
 
     def _stand(self, plan: Plan, job: Job, count: int) -> None:
         """`job`'s kept reservation stands: its start has not come, so the same (start,
@@ -472,7 +473,7 @@ class Walk:
         if not (count == need and t0 > now and not acc and not prof.reservations
                 and self.topology.interchangeable(request)):
             return False
-        if settled is None and counts.stays(prof, need, t0, job.walltime):  # (else asked in _unmoved)
+        if settled is None and counts.stays(prof, need, t0, job.walltime):  # (else asked in `run`)
             self._stand(plan, job, count)
             return True
         t = counts.earliest_count(prof, job.walltime, acc, need, now, own=t0)
