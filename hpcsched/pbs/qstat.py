@@ -470,6 +470,19 @@ def qstat(opts: list[tuple[str, str]], ids: list[str], out, now: float) -> int:
     batch = Batch.of(site)
     with batch.open(write=False):
         sched = batch.sched
+    if _queues_or_server(o, ids, site, sched, out, now):
+        return 0
+    viewer = whoami()
+    jobs, status = _selected(o, site, sched, now, viewer)
+    if o["f"] or o["F"] or (o["x"] and site.flavor == "torque"):
+        _write_jobs_full(o, jobs, site, sched, out, now, viewer)
+    else:
+        _write_listing(o, jobs, site, sched, batch, out, now)
+    return status
+
+
+def _queues_or_server(o: dict, ids: list[str], site, sched, out, now: float) -> bool:
+    """qstat -Q, -q and -B (queues, limits, the server): written to `out`; False if none was asked."""
     torque = site.flavor == "torque"
     if o["Q"] or o["q"]:
         named = [q.split("@")[0] for q in ids]  # (qstat -Q [queue[@server] ...]: those queues alone)
@@ -485,22 +498,28 @@ def qstat(opts: list[tuple[str, str]], ids: list[str], out, now: float) -> int:
                 rows.insert(2, ("state_count", _state_count(site, sched, name, flavor)))
                 listed.append((name, rows))
             _write_full(out, "Queue", listed, o, site, now)
-            return 0
+            return True
         lines = (queue_listing if o["Q"] else limits_listing)(site, sched, named)
         out.write("\n".join(lines) + "\n")
-        return 0
+        return True
     if o["B"]:
         if o["f"]:  # qstat -Bf: the server's attributes, as qmgr lists them
             from .qmgr import server_attributes
             rows = server_attributes(site, sched, "openpbs" if o["F"] == "json" else site.flavor)
             rows.insert(1, ("server_host", site.server))
             _write_full(out, "Server", [(site.server, rows)], o, site, now)
-            return 0
+            return True
         out.write("\n".join(server_listing(site, sched)) + "\n")
-        return 0
+        return True
+    return False
+
+
+def _selected(o: dict, site, sched, now: float, viewer: str) -> tuple[list[Job], int]:
+    """The jobs to list: those of the queues and ids named (each refused one said on stderr,
+    with its status), or every one the viewer may see, by -u, -r and -i; in id order."""
+    torque = site.flavor == "torque"
     history = (o["x"] and not torque) or o["H"]
     status = 0
-    viewer = whoami()
     # destinations (queue, queue@server, @server) list their jobs; the rest are job ids
     ids = [t for t in o["ids"] if not _DESTINATION.fullmatch(t)]
     queues = [t.split("@")[0] for t in o["ids"] if _DESTINATION.fullmatch(t)]
@@ -551,39 +570,47 @@ def qstat(opts: list[tuple[str, str]], ids: list[str], out, now: float) -> int:
     if o["r"] != o["i"]:  # running (and exiting) jobs, or the others not finished ("idle")
         jobs = [j for j in jobs if (j.state in (RUNNING, EXITING)) == o["r"] and j.state not in FINISHED]
     jobs.sort(key=lambda j: (j.array_id or j.id, -1 if j.array_index == "" else j.array_index))
-    if o["f"] or o["F"] or (o["x"] and torque):
-        # -F json is OpenPBS's format in either flavor: its keys and state letters (F, Exit_status)
-        vocabulary = "openpbs" if o["F"] == "json" else site.flavor
-        policy, ctx = sched.policy, sched.context(now)
+    return jobs, status
 
-        def priority(j: Job) -> float | None:  # (a policy whose factors hold no such number: none)
-            factors = policy.describe(j, ctx)
-            return factors.get("priority", factors.get("score"))
-        items = [(common.display_id(j, site.server), attributes(j, site, now, sched.jobs, vocabulary,
-                                                                   sched.topology, priority, viewer,
-                                                                   sched.comment(j), sched.planned(j.id)))
-                 for j in jobs]
-        if o["F"] == "json":
-            doc = {"timestamp": int(now), "pbs_version": common.VERSION, "pbs_server": site.server}
-            if items:
-                doc["Jobs"] = dict(items)  # attributes are typed already: numbers stay numbers
-            out.write(json.dumps(doc, indent=4) + "\n")
-        elif o["F"] == "dsv":
-            for fid, a in items:
-                fields = [f"Job Id: {fid}"]
-                for name, value in a.items():
-                    if isinstance(value, dict) and name != "Variable_List":
-                        fields.extend(f"{name}.{k}={v}" for k, v in value.items())
-                    else:
-                        fields.append(f"{name}={_plain(value)}")
-                out.write(o["D"].join(fields) + "\n")
-        elif o["x"] and torque:
-            out.write(xml_listing(items) + "\n")
-        else:
-            fold = not (o["one"] or o["w"])
-            for fid, a in items:
-                out.write("\n".join(full_lines(fid, a, fold, 77 if torque else 78)) + "\n")
-        return status
+
+def _write_jobs_full(o: dict, jobs: list[Job], site, sched, out, now: float, viewer: str) -> None:
+    """qstat -f, -F json|dsv, and Torque's -x (XML): every attribute of each job."""
+    torque = site.flavor == "torque"
+    # -F json is OpenPBS's format in either flavor: its keys and state letters (F, Exit_status)
+    vocabulary = "openpbs" if o["F"] == "json" else site.flavor
+    policy, ctx = sched.policy, sched.context(now)
+
+    def priority(j: Job) -> float | None:  # (a policy whose factors hold no such number: none)
+        factors = policy.describe(j, ctx)
+        return factors.get("priority", factors.get("score"))
+    items = [(common.display_id(j, site.server), attributes(j, site, now, sched.jobs, vocabulary,
+                                                           sched.topology, priority, viewer,
+                                                           sched.comment(j), sched.planned(j.id)))
+             for j in jobs]
+    if o["F"] == "json":
+        doc = {"timestamp": int(now), "pbs_version": common.VERSION, "pbs_server": site.server}
+        if items:
+            doc["Jobs"] = dict(items)  # attributes are typed already: numbers stay numbers
+        out.write(json.dumps(doc, indent=4) + "\n")
+    elif o["F"] == "dsv":
+        for fid, a in items:
+            fields = [f"Job Id: {fid}"]
+            for name, value in a.items():
+                if isinstance(value, dict) and name != "Variable_List":
+                    fields.extend(f"{name}.{k}={v}" for k, v in value.items())
+                else:
+                    fields.append(f"{name}={_plain(value)}")
+            out.write(o["D"].join(fields) + "\n")
+    elif o["x"] and torque:
+        out.write(xml_listing(items) + "\n")
+    else:
+        fold = not (o["one"] or o["w"])
+        for fid, a in items:
+            out.write("\n".join(full_lines(fid, a, fold, 77 if torque else 78)) + "\n")
+
+
+def _write_listing(o: dict, jobs: list[Job], site, sched, batch, out, now: float) -> None:
+    """The one-line-a-job listing: the alternate format (-a, -n, -s, -T, ...) or the default."""
     if o["a"] or o["n"] or o["u"] or o["i"] or o["r"] or o["s"] or o["T"]:
         starts = None
         if o["T"]:  # (OpenPBS's: the next pass's estimates, running jobs first, then soonest)
@@ -595,10 +622,11 @@ def qstat(opts: list[tuple[str, str]], ids: list[str], out, now: float) -> int:
         if jobs:
             comments = {j.id: sched.comment(j) for j in jobs} if o["s"] else None
             out.write("\n".join(alternate_listing(jobs, site, o["n"], o["one"], now, comments, starts)) + "\n")
-        return status
+        return
     if jobs:
         out.write("\n".join(default_listing(jobs, site)) + "\n")
-    return status
+
+
 
 
 def est_start(t: float | None, now: float) -> str:
