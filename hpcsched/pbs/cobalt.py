@@ -310,6 +310,43 @@ def qsub_action(opts: list[tuple[str, str]], operands: list[str], out, now: floa
     given_cwd = dict(opts).get("cwd")
     cwd = os.path.normpath(os.path.join(os.getcwd(), given_cwd)) if given_cwd else os.getcwd()
     interactive = any(k == "interactive" or (k, v) == ("mode", "interactive") for k, v in opts)
+    o, envs, opts, command, args = _options(opts, operands, cwd, interactive)
+    if not os.path.isdir(cwd) and sitemod.caller is None:
+        raise CommandError(f"directory {cwd} does not exist")
+    nodes = positive(o["nodecount"], "node count")
+    walltime = minutes(o["time"])
+    cobalt = _record(o, envs, nodes, "interactive" if interactive else o.get("mode"))
+    if interactive and sitemod.caller is None and not client.owns_site():
+        # (a multi-user site: the server submits it, the session runs here)
+        return qsub.remote_session([f"--{k}={v}" if v else f"--{k}" for k, v in opts])
+    cmd = _pbs_options(o, envs, cwd, nodes, walltime, interactive)
+    stdin_file = ""
+    if "inputfile" in o:
+        stdin_file = o["inputfile"] if o["inputfile"].startswith("/") else os.path.join(cwd, o["inputfile"])
+        if sitemod.caller is None and not os.path.isfile(stdin_file):
+            raise CommandError(f"file {stdin_file} not found, or is not a file")
+    rest = [] if interactive else ["--", command, *args]
+    try:
+        jid, _ = qsub.submit_parsed(cmd, rest, cwd=cwd, now=now, extra={"cobalt": cobalt}, stdin_file=stdin_file,
+                                    check=_on_this_machine(o, cobalt, nodes, walltime))
+    except CommandError as e:
+        raise CommandError(str(e)) from None  # (Cobalt's status: 1)
+    number = int(jid.split(".")[0].split("[")[0])
+    if "$" in o.get("jobname", ""):
+        _rename(number, o["jobname"], now)
+    out.write(f"{number}\n")
+    if interactive and sitemod.caller is None:  # (the server answers remote_session with the id)
+        out.flush()
+        sitemod.notify(load_site().home)  # the server starts it as soon as it can
+        return qsub.session(str(number))
+    return 0
+
+
+
+
+def _options(opts: list[tuple[str, str]], operands: list[str], cwd: str, interactive: bool):
+    """The options (a script's `#COBALT` lines first, the command line's after: they win),
+    each --env's pairs together, the command and its arguments: (o, envs, opts, command, args)."""
     command, args = "", []
     if interactive and operands:
         raise CommandError("An executable may not be specified if using the interactive option.")
@@ -333,11 +370,11 @@ def qsub_action(opts: list[tuple[str, str]], operands: list[str], out, now: floa
         raise CommandError("'time' not provided")
     if "nodecount" not in o:
         raise CommandError("'nodecount' not provided")
-    if not os.path.isdir(cwd) and sitemod.caller is None:
-        raise CommandError(f"directory {cwd} does not exist")
-    nodes = positive(o["nodecount"], "node count")
-    mode = "interactive" if interactive else o.get("mode")
-    walltime = minutes(o["time"])
+    return o, envs, opts, command, args
+
+
+def _record(o: dict[str, str], envs: dict[str, str], nodes: int, mode: str | None) -> dict:
+    """The job's Cobalt record (qstat's and the job's own: mode, procs, attrs, kernel, ...)."""
     attrs = attributes(o["attrs"]) if "attrs" in o else {}
     cobalt = {"nodes": nodes, "mode": mode, "env": envs, **({"attrs": attrs} if attrs else {}),
               **({"geometry": o["geometry"]} if "geometry" in o else {}),
@@ -349,7 +386,11 @@ def qsub_action(opts: list[tuple[str, str]], operands: list[str], out, now: floa
         cobalt["run_users"] = run_users(o["run_users"], whoami(), load_site())
     if "run_project" in o and not o.get("project"):
         raise CommandError("--run_project needs a project (-A)")
+    return cobalt
 
+
+def _on_this_machine(o: dict[str, str], cobalt: dict, nodes: int, walltime: float):
+    """What the job must meet on this machine (qsub's `check`)."""
     def on_this_machine(sched, job: Job, queue: str) -> None:
         """What the job must meet here: its nodes, its mode, and -t 0 as the queue's most."""
         bluegene = sched.topology.places_blocks
@@ -374,9 +415,12 @@ def qsub_action(opts: list[tuple[str, str]], operands: list[str], out, now: floa
         within = kept_to(cobalt, sched.topology)
         if within:  # (it runs there alone: inside that block, on those nodes, on a block of that shape)
             job.request = replace(job.request, within=within)
-    if interactive and sitemod.caller is None and not client.owns_site():
-        # (a multi-user site: the server submits it, the session runs here)
-        return qsub.remote_session([f"--{k}={v}" if v else f"--{k}" for k, v in opts])
+    return on_this_machine
+
+
+def _pbs_options(o: dict[str, str], envs: dict[str, str], cwd: str, nodes: int, walltime: float,
+                 interactive: bool) -> list[tuple[str, str]]:
+    """Cobalt's options as qsub's (-d, -l nodes and walltime, -A, -q, -M, -N, -h, -I, -W, -o, -e, -v)."""
     cmd: list[tuple[str, str]] = [("d", cwd), ("l", f"nodes={nodes}"), ("n", "")]
     if walltime > 0:
         cmd.append(("l", f"walltime={int(walltime)}"))
@@ -401,26 +445,7 @@ def qsub_action(opts: list[tuple[str, str]], operands: list[str], out, now: floa
         cmd.append((letter, path if path.startswith("/") else os.path.join(cwd, path)))
     if envs:
         cmd.append(("v", ",".join(f"{k}={_quoted(v)}" for k, v in envs.items())))
-    stdin_file = ""
-    if "inputfile" in o:
-        stdin_file = o["inputfile"] if o["inputfile"].startswith("/") else os.path.join(cwd, o["inputfile"])
-        if sitemod.caller is None and not os.path.isfile(stdin_file):
-            raise CommandError(f"file {stdin_file} not found, or is not a file")
-    rest = [] if interactive else ["--", command, *args]
-    try:
-        jid, _ = qsub.submit_parsed(cmd, rest, cwd=cwd, now=now, extra={"cobalt": cobalt}, stdin_file=stdin_file,
-                                    check=on_this_machine)
-    except CommandError as e:
-        raise CommandError(str(e)) from None  # (Cobalt's status: 1)
-    number = int(jid.split(".")[0].split("[")[0])
-    if "$" in o.get("jobname", ""):
-        _rename(number, o["jobname"], now)
-    out.write(f"{number}\n")
-    if interactive and sitemod.caller is None:  # (the server answers remote_session with the id)
-        out.flush()
-        sitemod.notify(load_site().home)  # the server starts it as soon as it can
-        return qsub.session(str(number))
-    return 0
+    return cmd
 
 
 def _rename(jid: int, name: str, now: float) -> None:
