@@ -353,6 +353,55 @@ def simulate(workload, *, policy: str | None = None, backfill: str | None = None
     node occupancy the result keeps for a report.  Python's cycle collector is paused
     while it runs and restored after."""
     read_stats = swf.ReadStats()
+    header, records, nodes = _workload(workload, skip_bad, read_stats, machine, nodes, config)
+    cfg, machine, policy, backfill = _site(config, machine, nodes, ppn, shared, header, records, size_map,
+                                           placement, policy, backfill, period)
+    site_filter = cfg.get("submit_filter")
+    if site_filter is not None and not isinstance(site_filter, str):
+        raise SimulationError("submit_filter: the simulator runs Python filters (\"module:function\") only")
+    sched = _scheduler(cfg)
+    mapping = MapStats()
+    total, epoch = header.number("MaxRecords") or header.number("MaxJobs"), header.unix_start_time or 0
+    engine = Engine(sched, period, submit_filter=site_filter and sitefilter.load(site_filter), progress=progress and (
+        lambda done: progress(mapping.records, done, (sched.last_pass or 0.0) + epoch, total)),
+                    estimates=None if estimate == "request" else estimates.model(estimate))
+    recorder = Recorder(sched, Accounts(offset=_utc_offset(header)), header.unix_start_time or 0.0) if drain else None
+    strip = Strip(*gantt) if gantt else None
+    blocks = FreeBlocks(sched) if sched.topology.places_blocks else None
+    watch = _watching([w.watch for w in (recorder, strip, blocks) if w])
+    # A replay keeps two objects per job (its record and its Finished) to the end and
+    # leaves no cyclic garbage, so Python's cycle collector would only scan them over and
+    # over, all of them at every full collection (8 % of a RICC replay when measured).  It
+    # is paused for the replay, as timeit pauses it, and restored after.
+    collecting = gc.isenabled()
+    gc.disable()
+    try:
+        finished, acc = engine.run(arrivals(records, machine, mapping, trace_map), watch=watch)
+        metrics = compute(finished, acc, warmup, cooldown, size_classes, capability, series_step, capability_split)
+        if blocks:
+            metrics.free_blocks = blocks.shares()
+        if recorder and groups is None:
+            groups = drain_groups(sched, machine, size_classes)
+        report = recorder and recorder.accounts.report(job_records(finished, recorder.epoch), groups=groups)
+    finally:
+        if collecting:
+            gc.enable()
+    mapping.skipped_bad_lines = read_stats.skipped
+    mapping.rejected, mapping.unplaceable = len(engine.rejected), engine.unplaceable
+    for _, reason in engine.rejected:
+        shape = re.sub(r"\d+(?:[.:]\d+)*", "N", reason)
+        mapping.rejections[shape] = mapping.rejections.get(shape, 0) + 1
+    return Result(finished, metrics, machine, mapping, policy, backfill, header, report, estimate, trace_map,
+                  strip.occupancy(finished, acc["units"]) if strip else None,
+                  bank_report(sched.bank, sched.last_pass or 0.0) if sched.bank is not None else None)
+
+
+
+
+def _workload(workload, skip_bad: bool, read_stats, machine: str | None, nodes: int | None, config: dict | None):
+    """(the trace's header, its records, the node count): an SWF path streams its records
+    (its header sizes the machine); a list of records on a pool with no size given is
+    sized by its widest job."""
     if isinstance(workload, (str, os.PathLike)):
         header = swf.header(workload)  # sizes the machine; the records then stream
         records = swf.read(workload, skip_bad=skip_bad, stats=read_stats)
@@ -362,6 +411,13 @@ def simulate(workload, *, policy: str | None = None, backfill: str | None = None
         on_pool = machine == "pool" or (machine is None and (config or {}).get("machine") is None)
         if nodes is None and not (config or {}).get("nodes") and on_pool:
             nodes = max((r.procs if r.procs > 0 else r.req_procs for r in records), default=1)
+    return header, records, nodes
+
+
+def _site(config, machine, nodes, ppn, shared, header, records, size_map, placement, policy, backfill, period):
+    """The replay's site configuration: the machine (built-in, the options', the config's
+    nodes, or the header's), placement, policy and backfill as given or configured:
+    (cfg, the machine's shape, policy, backfill)."""
     cfg = dict(config or {})
     if machine == "pool":  # a pool of nodes, whatever machine the config describes
         cfg.pop("machine", None)
@@ -387,53 +443,27 @@ def simulate(workload, *, policy: str | None = None, backfill: str | None = None
     if period:
         cfg.setdefault("interval", period)
     _clocked(cfg, header.unix_start_time)
+    return cfg, machine, policy, backfill
+
+
+def _scheduler(cfg: dict):
+    """The core for a replay: no ledger line per job, usage kept only for a policy that reads it."""
     sched = build(cfg, extra_keys=DRIVER_KEYS)
     if sched.bank is not None:
         sched.bank.keep_ledger = False  # totals per project: a ledger line per job is no replay's business
     sched.usage.kept = sched.policy.reads_usage  # (a replay reports no usage: kept for a policy that reads it)
-    site_filter = cfg.get("submit_filter")
-    if site_filter is not None and not isinstance(site_filter, str):
-        raise SimulationError("submit_filter: the simulator runs Python filters (\"module:function\") only")
-    mapping = MapStats()
-    total, epoch = header.number("MaxRecords") or header.number("MaxJobs"), header.unix_start_time or 0
-    engine = Engine(sched, period, submit_filter=site_filter and sitefilter.load(site_filter), progress=progress and (
-        lambda done: progress(mapping.records, done, (sched.last_pass or 0.0) + epoch, total)),
-                    estimates=None if estimate == "request" else estimates.model(estimate))
-    recorder = Recorder(sched, Accounts(offset=_utc_offset(header)), header.unix_start_time or 0.0) if drain else None
-    strip = Strip(*gantt) if gantt else None
-    blocks = FreeBlocks(sched) if sched.topology.places_blocks else None
-    watchers = [w.watch for w in (recorder, strip, blocks) if w]
+    return sched
+
+
+def _watching(watchers: list):
+    """What watches every pass: None, the one watcher, or each in turn."""
+    if len(watchers) <= 1:
+        return watchers[0] if watchers else None
 
     def watch(plan):
         for w in watchers:
             w(plan)
-    if len(watchers) == 1:
-        watch = watchers[0]
-    # A replay keeps two objects per job (its record and its Finished) to the end and
-    # leaves no cyclic garbage, so Python's cycle collector would only scan them over and
-    # over, all of them at every full collection (8 % of a RICC replay when measured).  It
-    # is paused for the replay, as timeit pauses it, and restored after.
-    collecting = gc.isenabled()
-    gc.disable()
-    try:
-        finished, acc = engine.run(arrivals(records, machine, mapping, trace_map), watch=watch if watchers else None)
-        metrics = compute(finished, acc, warmup, cooldown, size_classes, capability, series_step, capability_split)
-        if blocks:
-            metrics.free_blocks = blocks.shares()
-        if recorder and groups is None:
-            groups = drain_groups(sched, machine, size_classes)
-        report = recorder and recorder.accounts.report(job_records(finished, recorder.epoch), groups=groups)
-    finally:
-        if collecting:
-            gc.enable()
-    mapping.skipped_bad_lines = read_stats.skipped
-    mapping.rejected, mapping.unplaceable = len(engine.rejected), engine.unplaceable
-    for _, reason in engine.rejected:
-        shape = re.sub(r"\d+(?:[.:]\d+)*", "N", reason)
-        mapping.rejections[shape] = mapping.rejections.get(shape, 0) + 1
-    return Result(finished, metrics, machine, mapping, policy, backfill, header, report, estimate, trace_map,
-                  strip.occupancy(finished, acc["units"]) if strip else None,
-                  bank_report(sched.bank, sched.last_pass or 0.0) if sched.bank is not None else None)
+    return watch
 
 
 class FreeBlocks:
