@@ -120,6 +120,7 @@ class Topology(ABC):
     #: does a job get a whole block (a Blue Gene's), named for it, rather than nodes with
     #: node ids?  (Cobalt's c1..c64 modes and geometries, partlist, block sizes.)
     places_blocks = False
+    numbered = False  # its tools name nodes by number (a Cray's nids: `node_ids`, `places`)
 
     #: nodes in the machine (the router's and Cobalt's MAX_SIZE)
     node_count: int
@@ -210,6 +211,11 @@ class Topology(ABC):
             raise InvalidRequest("it names nothing")
         self.units_of_nodes(names)
         return names
+
+    def node_ids(self, nodes: tuple[str, ...]) -> str | None:
+        """The machine's own numbers of `nodes` as its tools list them (a Cray's `nid_list`,
+        of those it still has); None: it numbers its nodes by name alone."""
+        return None
 
     def place_size(self, nodes: tuple[str, ...]) -> int:
         """The machine nodes the place `nodes` is (a Blue Gene's block: its size)."""

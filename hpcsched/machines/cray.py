@@ -57,6 +57,8 @@ def _repunit(n: int, stride: int) -> int:
 class Cray(NodePool):
     """Nid-numbered nodes on a torus of routers; see the module docstring."""
 
+    numbered = True
+
     def __init__(self, groups, torus=(1, 1, 1), per_router: int = 1, placement: str = "first-fit"):
         if len(torus) != 3 or not all(isinstance(d, int) and not isinstance(d, bool) and d >= 1 for d in torus):
             raise ConfigError(f"machine.torus: three router counts >= 1 (X, Y, Z), not {list(torus)!r}")
@@ -126,6 +128,10 @@ class Cray(NodePool):
 
     def place(self, nodes: tuple[str, ...]) -> str:
         return compress_nids([self.node(n).nid for n in nodes])
+
+    def node_ids(self, nodes: tuple[str, ...]) -> str:
+        known = self.by_name  # (a finished job's node may since have left the configuration)
+        return compress_nids([self.nodes[known[n]].nid for n in nodes if n in known])
 
     def places(self, text: str) -> tuple[str, ...]:
         """Node-id ranges, `10..12,30` or Cobalt's `10-12,30`."""

@@ -25,7 +25,6 @@ import sys
 from ..core.errors import SchedulerError
 from ..core.jobs import ACTIVE, FINISHED, PENDING, RUNNING, Hold, Job
 from ..core.timefmt import hms
-from ..machines.cray import Cray
 from ..store.journaled import Batch
 from ..store.site import load_site, whoami
 from . import common, qctl
@@ -186,7 +185,7 @@ def jobs(o: dict, ids: list[int], now: float) -> int:
     failed = []
     batch = Batch.of(site)
     with batch.open(write=True), batch.store.one_sync():
-        if hosts and isinstance(batch.sched.topology, Cray):  # (a Cray's location: nid ranges, 10-12:30)
+        if hosts and batch.sched.topology.numbered:  # (a Cray's location: nid ranges, 10-12:30)
             hosts = places(",".join(hosts), batch.sched.topology)
         for jid in ids:
             job = batch.sched.jobs.get(jid)

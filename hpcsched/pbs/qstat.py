@@ -15,7 +15,6 @@ from xml.sax.saxutils import escape
 from ..core import nodelist
 from ..core.jobs import COMPLETED, DELETED, EXITING, FINISHED, QUEUED, RUNNING, Job
 from ..core.timefmt import hms
-from ..machines.cray import Cray
 from ..store.journaled import Batch
 from ..store.site import Site, load_site, whoami
 from . import common
@@ -96,9 +95,9 @@ def attributes(job: Job, site: Site, now: float, jobs: dict | None = None, flavo
         a["exec_host"] = exec_host(job)
         if x.get("gpus"):  # the GPUs the server gave it (Torque's exec_gpus)
             a["exec_gpus"] = "+".join(f"{n}-gpu/{i}" for n, held in x["gpus"].items() for i in held)
-        if isinstance(topology, Cray):
-            known = topology.by_name  # (a finished job's node may since have left the configuration)
-            a["nid_list"] = nodelist.compress_nids([topology.nodes[known[n]].nid for n in job.nodes if n in known])
+        nids = topology.node_ids(job.nodes) if topology is not None else None
+        if nids is not None:  # (a Cray's: PSC's attribute)
+            a["nid_list"] = nids
     a["Hold_Types"] = common.hold_letters(job)
     a["Join_Path"] = x.get("join", "n")
     a["Keep_Files"] = x.get("keep", "n")
@@ -148,23 +147,36 @@ def attributes(job: Job, site: Site, now: float, jobs: dict | None = None, flavo
     if comment or not torque:
         a["comment"] = comment or _comment(job)
     if planned is not None and not torque and job.state == QUEUED:  # (as the last pass planned it)
-        start, alloc = planned
-        a["estimated"] = {"exec_vnode": "+".join(f"({n}:ncpus={len(c)})" if c else f"({n})"
-                                                 for n, c in zip(alloc.nodes, alloc.cores)),
-                          "start_time": ctime(start)}
-        if not alloc.nodes:
-            del a["estimated"]["exec_vnode"]
-    if "submit_args" in x and not private:
+        a["estimated"] = _estimated(*planned)
+    if not private:
+        a.update(_command_line(x, torque))
+    if job.array_id:
+        a.update(array_attributes(job, jobs or {}, site.server, torque))
+    return a
+
+
+def _estimated(start: float, alloc) -> dict:
+    """OpenPBS's `estimated`: the start and the nodes the last pass reserved."""
+    out = {"exec_vnode": "+".join(f"({n}:ncpus={len(c)})" if c else f"({n})" for n, c in zip(alloc.nodes, alloc.cores)),
+           "start_time": ctime(start)}
+    if not alloc.nodes:
+        del out["exec_vnode"]
+    return out
+
+
+def _command_line(x: dict, torque: bool) -> dict:
+    """The job's command line as qstat -f shows it to its owner: qsub's arguments, Torque's
+    -F, OpenPBS's `qsub -- program args` as it shows them."""
+    a = {}
+    if "submit_args" in x:
         a["submit_args" if torque else "Submit_arguments"] = x["submit_args"]
-    if x.get("arguments") and not private:  # Torque's -F
+    if x.get("arguments"):  # Torque's -F
         a["job_arguments"] = shlex.join(x["arguments"])
-    if x.get("program") and not torque and not private:  # OpenPBS's `qsub -- program args`, as it shows them
+    if x.get("program") and not torque:
         a["executable"] = f"<jsdl-hpcpa:Executable>{x['program'][0]}</jsdl-hpcpa:Executable>"
         if x["program"][1:]:
             a["argument_list"] = "".join(f"<jsdl-hpcpa:Argument>{arg}</jsdl-hpcpa:Argument>"
                                          for arg in x["program"][1:])
-    if job.array_id:
-        a.update(array_attributes(job, jobs or {}, site.server, torque))
     return a
 
 
