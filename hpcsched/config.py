@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import math
 import tomllib
-from datetime import date, datetime
 
 from .core.bank import MAX_AMOUNT, Account, Bank, Window
 from .core.calendar import Entry
@@ -17,6 +16,7 @@ from .core.policy import Fifo, Policy
 from .core.reservations import Reservation, pattern
 from .core.route import Queue, Router
 from .core.scheduler import Scheduler, Settings
+from .core import timefmt
 from .core.timefmt import WEEKDAYS, parse_duration
 from . import machines
 from .core.quotas import Quotas
@@ -180,23 +180,12 @@ def _choice(config: dict, key: str, choices: tuple[str, ...]) -> str:
 
 
 def _time(value, where: str) -> float:
-    """Epoch seconds from seconds, a TOML date or time, or an ISO date (local time unless
-    it names its offset); ConfigError for anything else, or a time no calendar holds."""
+    """Epoch seconds from seconds, a TOML date or time, or an ISO date (timefmt.epoch);
+    ConfigError for anything else, or a time no calendar holds."""
     try:
-        if isinstance(value, (int, float)) and not isinstance(value, bool):
-            t = float(value)
-        elif isinstance(value, datetime):
-            t = value.timestamp()
-        elif isinstance(value, date):  # a TOML date: its midnight, local time
-            t = datetime(value.year, value.month, value.day).timestamp()
-        else:
-            t = datetime.fromisoformat(str(value)).timestamp()
-    except (ValueError, OverflowError, OSError):  # (9999-12-31T23:59 east of UTC is past year 9999)
-        t = math.nan
-    if not math.isfinite(t):
-        what = "a time this zone cannot place" if isinstance(value, date) else "neither epoch seconds nor an ISO date"
-        raise ConfigError(f"{where}: {value!r} is {what}") from None
-    return t
+        return timefmt.epoch(value)
+    except InvalidRequest as e:
+        raise ConfigError(f"{where}: {value!r} is {e}") from None
 
 
 def _flag(d: dict, key: str, where: str, default: bool = False) -> bool:

@@ -10,9 +10,9 @@ import os
 import re
 import shlex
 from dataclasses import dataclass, replace
-from datetime import datetime, timedelta
 
 from ..core.depends import ALL as ALL_ARRAY
+from ..core import timefmt
 from ..core.errors import InvalidRequest
 from ..core.jobs import Dependency, DepType, Request
 from ..core.timefmt import parse_duration
@@ -429,32 +429,11 @@ def nidmask(text: str, nodes) -> tuple[str, ...]:
 
 
 def parse_start_after(text: str, now: float, what: str = "-a") -> float:
-    """`-a [[[[CC]YY]MM]DD]hhmm[.SS]` in local time; as Torque and PBS read it, a bare hhmm
-    already past is tomorrow, and a DDhhmm already past is that day next month.
-    (`-W deadline=` takes the same form; `what` names the option in errors.)"""
-    m = re.match(r"^([0-9]{4,12})(?:\.([0-9]{2}))?$", text)
-    if not m or len(m.group(1)) % 2:
-        raise UsageError(f"illegal {what} value {text!r}")
-    digits, secs = m.group(1), int(m.group(2) or 0)
-    base = datetime.fromtimestamp(now)
-    hh, mm = int(digits[-4:-2]), int(digits[-2:])
-    fields = {"hour": hh, "minute": mm, "second": secs}
-    rest = digits[:-4]
+    """`-a [[[[CC]YY]MM]DD]hhmm[.SS]` in local time (timefmt.wall_clock).  (`-W deadline=`
+    takes the same form; `what` names the option in errors.)"""
     try:
-        if rest:
-            fields["day"] = int(rest[-2:])
-        if len(rest) >= 4:
-            fields["month"] = int(rest[-4:-2])
-        if len(rest) >= 6:
-            yy = rest[:-4]
-            fields["year"] = int(yy) if len(yy) == 4 else 2000 + int(yy)
-        when = base.replace(microsecond=0, **fields)
-        if not rest and when.timestamp() < now:
-            when += timedelta(days=1)
-        elif len(rest) == 2 and when.timestamp() < now:
-            when = when.replace(year=when.year + when.month // 12, month=when.month % 12 + 1)
-        return when.timestamp()
-    except (ValueError, OverflowError, OSError):  # (also a time this zone cannot place: year 9999 east of UTC)
+        return timefmt.wall_clock(text, now)
+    except InvalidRequest:
         raise UsageError(f"illegal {what} value {text!r}") from None
 
 

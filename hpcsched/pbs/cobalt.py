@@ -39,7 +39,8 @@ import sys
 import time
 from dataclasses import replace
 
-from ..core.errors import InvalidState, SchedulerError
+from ..core import timefmt
+from ..core.errors import InvalidRequest, InvalidState, SchedulerError
 from ..core.jobs import (ACTIVE, DEP_FAIL, DEP_HOLD, EXITING, FINISHED, HELD, PENDING, QUEUED, RUNNING, WAITING,
                          Hold, Job, Request)
 from ..core.timefmt import hms
@@ -147,16 +148,11 @@ def job_ids(operands: list[str]) -> list[int]:
 
 
 def minutes(text: str, what: str = "time") -> float:
-    """Cobalt's -t: whole minutes, or HH:MM:SS (MM:SS too), as seconds."""
-    parts = text.strip().split(":")
-    if len(parts) > 3 or not all(map(number, parts)):
-        raise CommandError(f"invalid {what} specification: {text!r} (minutes, or HH:MM:SS)")
-    if len(parts) == 1:
-        return int(parts[0]) * 60.0
-    seconds = 0
-    for p in parts:
-        seconds = seconds * 60 + int(p)
-    return float(seconds)
+    """Cobalt's -t: whole minutes, or HH:MM:SS (MM:SS too), as seconds (timefmt.minutes)."""
+    try:
+        return timefmt.minutes(text)
+    except InvalidRequest:
+        raise CommandError(f"invalid {what} specification: {text!r} (minutes, or HH:MM:SS)") from None
 
 
 def positive(text: str, what: str) -> int:

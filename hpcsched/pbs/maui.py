@@ -10,7 +10,7 @@ from __future__ import annotations
 import re
 import sys
 
-from ..core import fitting, nodelist
+from ..core import fitting, nodelist, timefmt
 from ..core.depends import describe
 from ..core.errors import InvalidRequest
 from ..core.jobs import (ACTIVE, COMPLETED, DELETED, DEP_FAIL, DEP_HOLD, EXITING, FINISHED, HELD, PENDING, QUEUED,
@@ -552,46 +552,14 @@ def _fairshare(sched, ctx, out) -> int:
     return 0
 
 
-#: the latest time a command takes (the end of year 9999: what dates can show)
-LATEST = 253402300799.0
-_MAUI_TIME = re.compile(r"([0-9]{1,2})(?::([0-9]{1,2}))?(?::([0-9]{1,2}))?"
-                        r"(?:_([0-9]{1,2})(?:/([0-9]{1,2})(?:/([0-9]{2}|[0-9]{4}))?)?)?")
-
-
 def parse_when(text: str, now: float) -> float:
-    """`now`, `+[[DD:]HH:]MM:SS` (from now), Maui's `HH[:MM[:SS]][_MO[/DD[/YY]]]` (local
-    time; a bare time of day already past is tomorrow), epoch seconds, or an ISO date."""
-    from datetime import datetime, timedelta
-    bad = common.CommandError(f"bad time {text!r} (now, +[[DD:]HH:]MM:SS, HH[:MM[:SS]][_MO[/DD[/YY]]], "
-                              f"epoch seconds or an ISO date)", common.USAGE)
+    """`now`, `+[[DD:]HH:]MM:SS`, Maui's `HH[:MM[:SS]][_MO[/DD[/YY]]]`, epoch seconds or an
+    ISO date (timefmt.maui_time)."""
     try:
-        if text == "now":
-            when = now
-        elif text.startswith("+"):
-            when = now + parse_duration(text[1:])
-        elif (m := _MAUI_TIME.fullmatch(text)) and (":" in text or "_" in text):
-            hh, mi, ss, mo, dd, yy = m.groups()
-            base = datetime.fromtimestamp(now).replace(microsecond=0)
-            fields = {"hour": int(hh), "minute": int(mi or 0), "second": int(ss or 0)}
-            if mo:
-                fields["month"] = int(mo)
-            if dd:
-                fields["day"] = int(dd)
-            if yy:
-                fields["year"] = int(yy) if len(yy) == 4 else 2000 + int(yy)
-            at = base.replace(**fields)
-            if not mo and at.timestamp() < now:
-                at += timedelta(days=1)
-            when = at.timestamp()
-        elif re.fullmatch(r"[0-9]{1,12}(\.[0-9]*)?", text):
-            when = float(text)
-        else:
-            when = datetime.fromisoformat(text).timestamp()
-    except (ValueError, OverflowError, OSError, InvalidRequest):
-        raise bad from None
-    if not 0 <= when <= LATEST:  # (NaN and infinities fail this too)
-        raise bad
-    return when
+        return timefmt.maui_time(text, now)
+    except InvalidRequest:
+        raise common.CommandError(f"bad time {text!r} (now, +[[DD:]HH:]MM:SS, HH[:MM[:SS]][_MO[/DD[/YY]]], "
+                                  f"epoch seconds or an ISO date)", common.USAGE) from None
 
 
 def setres(options: list[tuple[str, str]], operands: list[str], out, now: float) -> int:

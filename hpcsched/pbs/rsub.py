@@ -26,11 +26,12 @@ import math
 import re
 import sys
 import time
-from datetime import datetime, timezone
+from datetime import datetime
 
 from ..core.errors import InvalidRequest, SchedulerError
 from ..core.jobs import Request
-from ..core.reservations import FREQUENCIES, Reservation, overlapping, pattern
+from ..core.reservations import FREQUENCIES, Reservation, overlapping
+from ..core import timefmt
 from ..core.timefmt import WEEKDAYS, hms, parse_duration
 from ..store.site import load_site, whoami
 from . import common
@@ -42,9 +43,6 @@ from .maui import load, name_cores, node_count, release
 UNKNOWN_RESV = 236  # PBSE_UNKRESVID 15084 mod 256
 BAD_TIME = 238  # PBSE_BADTSPEC 15086 mod 256
 UNAVAILABLE = 196  # PBSE_RESCUNAV 15044 mod 256: no nodes free for its window
-_RULE_HELP = ("give FREQ=MINUTELY|HOURLY|DAILY|WEEKLY[;INTERVAL=n][;BYDAY=MO,...][;BYHOUR=h,...]"
-              "[;COUNT=n|;UNTIL=YYYYMMDD[THHMMSS[Z]]]; BYDAY and BYHOUR with DAILY or WEEKLY")
-
 
 class _Rsub(Command):
     """pbs_rsub's table, and `--hosts h1 h2 ...` ending the command line."""
@@ -66,46 +64,12 @@ def _names(text: str) -> frozenset[str]:
 
 
 def _rrule(text: str, start: float) -> tuple[float, float, tuple[float, ...], float]:
-    """(first start, period, offsets, last start; 0 none) of an iCalendar recurrence,
-    `FREQ=...;INTERVAL=n;BYDAY=MO,...;BYHOUR=h,...;COUNT=n|UNTIL=date`, from `start` on.
-    BYDAY and BYHOUR pick days and hours (the minutes are `start`'s) in local time; the
-    first occurrence is the first they pick at or after `start`, and the pattern then
-    repeats every period, of fixed seconds (a daylight-saving change does not move it)."""
-    fields = {}
-    for part in filter(None, text.upper().replace(" ", "").split(";")):
-        key, eq, value = part.partition("=")
-        if not eq or key in fields:
-            raise UsageError(f"illegal -r value {text!r}")
-        fields[key] = value
-    freq = fields.get("FREQ")
-    unknown = sorted(set(fields) - {"FREQ", "INTERVAL", "COUNT", "UNTIL", "BYDAY", "BYHOUR"})
-    if unknown or freq not in FREQUENCIES or ("COUNT" in fields and "UNTIL" in fields) \
-            or (fields.keys() & {"BYDAY", "BYHOUR"} and freq not in ("DAILY", "WEEKLY")):
-        not_taken = f"; {unknown[0]} is not taken" if unknown else ""
-        raise UsageError(f"illegal -r value {text!r} ({_RULE_HELP}{not_taken})")
+    """(first start, period, offsets, last start; 0 none) of -r's iCalendar recurrence
+    (timefmt.recurrence)."""
     try:
-        interval = int(fields.get("INTERVAL", "1"))
-        count = int(fields.get("COUNT", "0"))
-        days = sorted({WEEKDAYS.index(d) for d in fields["BYDAY"].split(",")}) if "BYDAY" in fields else []
-        hours = sorted({int(h) for h in fields["BYHOUR"].split(",")}) if "BYHOUR" in fields else []
-        if not 1 <= interval <= 10 ** 4 or count < 0 or "COUNT" in fields and count < 1 \
-                or any(not 0 <= h <= 23 for h in hours):
-            raise ValueError
-        first, period, offsets = pattern(freq, interval, days, hours, start)
-        if "UNTIL" in fields:
-            u = fields["UNTIL"]  # local time, or UTC with a Z
-            until = datetime.strptime(u.removesuffix("Z"), "%Y%m%dT%H%M%S" if "T" in u else "%Y%m%d")
-            last = (until.replace(tzinfo=timezone.utc) if u.endswith("Z") else until).timestamp()
-            if last < first:
-                raise ValueError
-        elif count:
-            k, i = divmod(count - 1, len(offsets))
-            last = first + k * period + offsets[i]
-        else:
-            last = 0.0
-    except (ValueError, OverflowError, OSError):
-        raise UsageError(f"illegal -r value {text!r}") from None
-    return first, period, offsets, last
+        return timefmt.recurrence(text, start)
+    except InvalidRequest as e:
+        raise UsageError(f"illegal -r value {text!r}" + (f" ({e})" if str(e) else "")) from None
 
 
 def _window(opts: dict, resources: dict, now: float) -> tuple[float, float]:
