@@ -12,7 +12,7 @@ The copies are shell scripts the server writes into the run's directory and the 
 wrapper runs as the job's owner (store.layout.WRAPPER): `cp -p` where `hostname` is the
 node itself (localhost or any of its names), else `scp -Bpq`.  A stagein that fails stops
 the job before it runs, and the wrapper says so in `stagein_failed` (the server holds the
-job: Server._watch); a stageout that fails leaves a line in the job's error file.
+job: runs.Runs.watch); a stageout that fails leaves a line in the job's error file.
 """
 from __future__ import annotations
 
