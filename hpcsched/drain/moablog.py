@@ -218,6 +218,17 @@ def _read_one(f, path: str, acc: Accounts, q: Quality) -> None:
         rekeyed.add(id(run))
         return 0
 
+    lineno, skipped = _read_blocks(f, one, get, stamp, rekeyed)
+    q.lines += lineno
+    q.samples += lineno - skipped
+    for node, run in by_node.items():  # a node's last sample accrues nothing
+        _close(run, _time(clock, run), node, add, seen_running, seen_on)
+
+
+
+def _read_blocks(f, one, get, stamp: list, rekeyed: set) -> tuple[int, int]:
+    """`_read_one`'s loop over the file a block at a time (see there): (lines read, lines
+    `one` found no good sample)."""
     lineno = skipped = 0
     while True:
         lines = f.readlines(_CHUNK)
@@ -261,10 +272,7 @@ def _read_one(f, path: str, acc: Accounts, q: Quality) -> None:
                 at = stop + 1
             pos += n
         lineno += len(lines)
-    q.lines += lineno
-    q.samples += lineno - skipped
-    for node, run in by_node.items():  # a node's last sample accrues nothing
-        _close(run, _time(clock, run), node, add, seen_running, seen_on)
+    return lineno, skipped
 
 
 def _time(clock: _Clock, run: list) -> float:
