@@ -175,39 +175,12 @@ def alter_changes(job: Job, options: dict[str, str], resources: dict[str, str], 
     """(core alter changes, hold letters to add) for qalter's options on `job`; `topology`
     places a nidmask; `consumables` are the site's, which -l may ask for; `isdir` tells a
     directory -o/-e names as the caller sees it (siteprog.isdir_for)."""
-    from .attributes import (COUNT_RES, advance_reservation, build_request, consumption, cput_of, parse_depend,
-                             parse_job_name, parse_join, parse_keep, parse_mail_points, parse_memory, parse_names,
-                             parse_path, parse_priority, parse_staging, parse_umask, resolve_depend,
-                             resolve_path, variable_list, with_nidmask, W_ITEMS)
+    from .attributes import (parse_job_name, parse_join, parse_keep, parse_mail_points, parse_names, parse_path,
+                             parse_priority, resolve_path, variable_list)
     changes: dict = {}
     extra = dict(job.extra)
     if resources:
-        merged = dict(extra.get("resources", {}))
-        if job.state not in PENDING and any(merged.get(k) != v for k, v in resources.items() if k != "walltime"):
-            # (as Torque: of a running job's resources only the walltime may change; its
-            # limits were set as it started)
-            raise InvalidState("running")
-        if any(k in resources for k in COUNT_RES):
-            for key in COUNT_RES + ("ppn", "place") + (() if "ngpus" in consumables else ("ngpus",)):
-                merged.pop(key, None)
-        merged.update(resources)
-        request, walltime = build_request(merged, consumables)
-        request = with_nidmask(request, merged, topology)
-        consumes = consumption(merged, consumables)
-        if consumes != job.consumes:
-            changes["consumes"] = consumes
-        if cput_of(merged) != job.cput:
-            changes["cput"] = cput_of(merged)
-        disk = parse_memory(merged["file"]) if "file" in merged else 0
-        if disk != job.disk:
-            changes["disk"] = disk
-        if request != job.request and any(k != "walltime" for k in resources):
-            changes["request"] = request.to_dict()
-        if walltime is not None and walltime != job.walltime:
-            changes["walltime"] = walltime
-        if "advres" in resources and advance_reservation(merged) != job.reservation:
-            changes["reservation"] = merged["advres"].strip()
-        extra["resources"] = merged
+        _resource_changes(job, resources, changes, extra, consumables, topology)
     if "N" in options:
         changes["name"] = parse_job_name(options["N"])
     if "A" in options:
@@ -216,24 +189,8 @@ def alter_changes(job: Job, options: dict[str, str], resources: dict[str, str], 
         changes["priority"] = parse_priority(options["p"])
     if "a" in options:
         changes["start_after"] = parse_start_after(options["a"], now)
-    for item in W_ITEMS.split(options["W"]) if "W" in options else ():  # (each -W attribute given)
-        key, _, val = (part.strip() for part in item.partition("="))
-        if key in ("umask", "stagein", "stageout"):
-            if key == "umask":
-                parse_umask(val)
-            else:
-                parse_staging(val, key)
-            extra["W"] = {**extra.get("W", {}), key: val}
-        elif key == "deadline":
-            changes["deadline"] = parse_start_after(val, now, "-W deadline")
-        elif key == "depend":
-            deps, befores = parse_depend(val, flavor)
-            if befores:
-                raise common.CommandError("before dependencies are given at qsub time", common.USAGE)
-            changes["dependencies"] = [[d.kind.value, d.job_id, d.of]
-                                       for d in resolve_depend(deps, jobs or {}, server)]
-        else:
-            raise UsageError(f"illegal -W value {item!r}")
+    if "W" in options:
+        _w_changes(options["W"], changes, extra, now, jobs, server, flavor)
     for letter, key, parse in (("j", "join", parse_join), ("m", "mail_points", parse_mail_points),
                                ("M", "mail_users", lambda v: parse_names(v, "-M")), ("k", "keep", parse_keep),
                                ("S", "shell", lambda v: parse_path(v, "-S"))):
@@ -258,6 +215,66 @@ def alter_changes(job: Job, options: dict[str, str], resources: dict[str, str], 
     if holds and any(h not in "uosn" for h in holds):
         raise UsageError("illegal -h value")
     return changes, holds
+
+
+
+
+def _resource_changes(job: Job, resources: dict[str, str], changes: dict, extra: dict, consumables, topology) -> None:
+    """qalter -l: the request, walltime, consumables, cput, disk and reservation it changes
+    (of a running job only the walltime, as Torque), into `changes`; the resources kept in
+    `extra`."""
+    from .attributes import (COUNT_RES, advance_reservation, build_request, consumption, cput_of, parse_memory,
+                             with_nidmask)
+    merged = dict(extra.get("resources", {}))
+    if job.state not in PENDING and any(merged.get(k) != v for k, v in resources.items() if k != "walltime"):
+        # (as Torque: of a running job's resources only the walltime may change; its
+        # limits were set as it started)
+        raise InvalidState("running")
+    if any(k in resources for k in COUNT_RES):
+        for key in COUNT_RES + ("ppn", "place") + (() if "ngpus" in consumables else ("ngpus",)):
+            merged.pop(key, None)
+    merged.update(resources)
+    request, walltime = build_request(merged, consumables)
+    request = with_nidmask(request, merged, topology)
+    consumes = consumption(merged, consumables)
+    if consumes != job.consumes:
+        changes["consumes"] = consumes
+    if cput_of(merged) != job.cput:
+        changes["cput"] = cput_of(merged)
+    disk = parse_memory(merged["file"]) if "file" in merged else 0
+    if disk != job.disk:
+        changes["disk"] = disk
+    if request != job.request and any(k != "walltime" for k in resources):
+        changes["request"] = request.to_dict()
+    if walltime is not None and walltime != job.walltime:
+        changes["walltime"] = walltime
+    if "advres" in resources and advance_reservation(merged) != job.reservation:
+        changes["reservation"] = merged["advres"].strip()
+    extra["resources"] = merged
+
+
+def _w_changes(text: str, changes: dict, extra: dict, now: float, jobs: dict | None, server: str,
+               flavor: str) -> None:
+    """qalter -W: umask, stagein, stageout (kept in `extra`), deadline and depend (into `changes`)."""
+    from .attributes import W_ITEMS, parse_depend, parse_staging, parse_umask, resolve_depend
+    for item in W_ITEMS.split(text):  # (each -W attribute given)
+        key, _, val = (part.strip() for part in item.partition("="))
+        if key in ("umask", "stagein", "stageout"):
+            if key == "umask":
+                parse_umask(val)
+            else:
+                parse_staging(val, key)
+            extra["W"] = {**extra.get("W", {}), key: val}
+        elif key == "deadline":
+            changes["deadline"] = parse_start_after(val, now, "-W deadline")
+        elif key == "depend":
+            deps, befores = parse_depend(val, flavor)
+            if befores:
+                raise common.CommandError("before dependencies are given at qsub time", common.USAGE)
+            changes["dependencies"] = [[d.kind.value, d.job_id, d.of]
+                                       for d in resolve_depend(deps, jobs or {}, server)]
+        else:
+            raise UsageError(f"illegal -W value {item!r}")
 
 
 def qalter(opts: list[tuple[str, str]], ids: list[str], out, now: float) -> int:
