@@ -58,14 +58,22 @@ class Ready:
         need = self.topology.need(self.placed(job))
         self.policy.enqueue(job, key_of(job), need)
         if self.backlog is not None:
-            self.backlog.add((job.tier, self.rank(job), self.policy.key(job, None), job.id), job, need)
+            self.backlog.add(self._key(job), job, need)
 
     def leave(self, job: Job) -> None:
         """`job` leaves the order (for good, or to enter it again with another key)."""
         self._count(job, -1)
         self.policy.dequeue(job)
         if self.backlog is not None:
-            self.backlog.remove((job.tier, self.rank(job), self.policy.key(job, None), job.id))
+            self.backlog.remove(self._key(job))
+
+    def _key(self, job: Job) -> tuple:
+        """`job`'s place in the backlog: (tier, rank, the policy's key, id)."""
+        return job.tier, self.rank(job), self.policy.key(job, None), job.id
+
+    def tier_rank(self, job: Job) -> tuple:
+        """The keys sorted on before the policy's (stable sorts keep its order within)."""
+        return job.tier, self.rank(job)
 
     def _count(self, job: Job, sign: int) -> None:
         self.ranks += sign * (self.rank(job) != UNRANKED)
@@ -86,14 +94,14 @@ class Ready:
 
     def by_tier_and_rank(self, jobs: Iterable[Job]) -> list[Job]:
         """`jobs` sorted by tier and rank, the given order kept within each (stable)."""
-        return sorted(jobs, key=lambda j: (j.tier, self.rank(j)))
+        return sorted(jobs, key=self.tier_rank)
 
     def settled(self, fresh: list[Job]) -> list[Job] | None:
         """New jobs in the order they take among themselves in every pass (None: the
         policy cannot tell): the policy's, then by tier and rank."""
         fresh = self.policy.settled(fresh)
         if fresh is not None and self.sorted_first:
-            fresh.sort(key=lambda j: (j.tier, self.rank(j)))  # (stable: the policy's order within)
+            fresh.sort(key=self.tier_rank)  # (stable: the policy's order within)
         return fresh
 
     def sort_after(self, fresh: list[Job], last: Job | None) -> bool:
@@ -104,8 +112,8 @@ class Ready:
         if not self.sorted_first:  # (every tier and rank alike: the policy's key alone)
             bound = key(last, None)
             return all(key(j, None) > bound for j in fresh)
-        bound = (last.tier, self.rank(last), key(last, None))
-        return all((j.tier, self.rank(j), key(j, None)) > bound for j in fresh)
+        bound = self._key(last)[:3]
+        return all(self._key(j)[:3] > bound for j in fresh)
 
     def restore(self, jobs: Iterable[Job]) -> None:
         """The QUEUED jobs of a saved state, in the order they became so: the policy's
@@ -117,5 +125,5 @@ class Ready:
             self.policy.enqueue(job, key_of(job), needs[job.id])
             self._count(job, 1)
         if self.backlog is not None:
-            self.backlog = Backlog(sorted(((j.tier, self.rank(j), self.policy.key(j, None), j.id), j, needs[j.id])
+            self.backlog = Backlog(sorted((self._key(j), j, needs[j.id])
                                           for j in self.jobs.values()))

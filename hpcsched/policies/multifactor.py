@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 
 from ..core.jobs import Job
 from ..core.policy import Context, Policy, tie_break
+from ..core.usage import key_of
 from .sharetree import Node, ShareTree
 
 
@@ -68,7 +69,7 @@ class Multifactor(Policy):
         """The job's user's share of the whole machine (Slurm's normalised shares)."""
         if self._flat:
             return 1.0 / len(self._users) if self._users else 1.0
-        key = (job.owner, job.group, job.account)
+        key = key_of(job)
         share = self._shares.get(key)
         if share is None:
             share = self._shares[key] = _share_of(self.tree.node_of(key))
