@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from hpcsched.pbs import accounting
+from hpcsched.store.layout import WRAPPER
 from hpcsched.store.site import init_site
 from scenarios import group_alive
 
@@ -1553,6 +1554,52 @@ def test_a_launch_whose_note_was_never_journaled_is_not_run_again(rig, monkeypat
     srv.multi = multi
     job = stepped_until_completed(srv, 1)
     assert (job.state.name, job.exit_status, job.run_count) == ("COMPLETED", 4, 1)
+    assert runs.read_text() == "ran\n"
+
+
+def _launched_unnoted(rig, monkeypatch, wrapper):
+    """A job launched by a server that could not journal its launch (a full disk) and
+    stopped, its wrapper `wrapper`: the job as stepped by the next server, and its runs."""
+    import errno
+    import io
+
+    from hpcsched.pbs import qsub
+    from hpcsched.server import launch
+    from hpcsched.server import loop as server
+    from hpcsched.store import journal
+    from hpcsched.store.site import load_site
+    runs = rig / "runs.log"
+    qsub.submit(["-l", "walltime=60"], stdin=io.StringIO(f'echo ran >> "{runs}"; sleep 0.5; exit 4\n'),
+                cwd=str(rig), env={})
+    real = journal.Store.append
+
+    def refuse_the_launch_note(self, record, before=None):
+        if record.get("op") == "process" and "launched" in record.get("set", {}):
+            raise OSError(errno.ENOSPC, "No space left on device")
+        return real(self, record, before)
+    monkeypatch.setattr(journal.Store, "append", refuse_the_launch_note)
+    monkeypatch.setattr(launch, "WRAPPER", wrapper)
+    server.Server(load_site(), grace=0.5).step()
+    monkeypatch.setattr(journal.Store, "append", real)
+    monkeypatch.setattr(launch, "WRAPPER", WRAPPER)
+    return stepped_until_completed(server.Server(load_site(), grace=0.5), 1), runs
+
+
+def test_a_wrapper_found_starting_is_waited_for_not_run_again(rig, monkeypatch):
+    """The next server finds the wrapper between its `started` and its pid (a loaded
+    machine): it waits for the pid rather than call the run lost and run the job again."""
+    slow = WRAPPER.replace("|| exit 0\n", "|| exit 0\nsleep 1\n", 1)
+    job, runs = _launched_unnoted(rig, monkeypatch, slow)
+    assert (job.state.name, job.exit_status, job.run_count) == ("COMPLETED", 4, 1)
+    assert runs.read_text() == "ran\n"
+
+
+def test_a_wrapper_that_never_got_past_started_is_lost_after_a_while(rig, monkeypatch):
+    """`started` and nothing more, long ago (its wrapper killed at once): the run is lost,
+    and the job requeued runs again (once)."""
+    never = 'mkdir "$1/started"; touch -d @1 "$1/started"; exit 0\n'
+    job, runs = _launched_unnoted(rig, monkeypatch, never)
+    assert (job.state.name, job.exit_status, job.run_count) == ("COMPLETED", 4, 2)
     assert runs.read_text() == "ran\n"
 
 

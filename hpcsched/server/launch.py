@@ -37,8 +37,9 @@ class Launching:
         srv = self.server
         if os.path.isdir(srv.jobdir(job) / "started"):
             # launched by a server whose note of it was never journaled (it stopped, or a
-            # full disk refused the note): its wrapper ran, so it is not run again; _watch
-            # finds its pid, or its status, in the run directory
+            # full disk refused the note): its wrapper ran, so it is not run again; the
+            # watch finds its pid, or its status, in the run directory (waiting for a
+            # wrapper still starting: Runs._starting)
             srv.note(job, now, set={"launched": now}, records=srv.started_record)
             return 0
         try:

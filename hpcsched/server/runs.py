@@ -12,7 +12,7 @@ import signal
 
 from ..core.jobs import EXITING, RUNNING, Job
 from ..pbs import accounting, common, mail
-from .shared import INTERACTIVE_WAIT, LOST, Phase, log, phase, remove
+from .shared import INTERACTIVE_WAIT, LOST, STARTING, Phase, log, phase, remove
 from .tracking import process_start
 
 
@@ -71,7 +71,20 @@ class Runs:
         if pid is None and job.extra.get("interactive") and job.state == RUNNING \
                 and now < job.extra["launched"] + INTERACTIVE_WAIT:
             return None  # its qsub -I has not started the session yet
+        if pid is None and self._starting(job, now):
+            return None  # its wrapper took the run and has not written its pid yet
         return pid, alive
+
+    def _starting(self, job: Job, now: float) -> bool:
+        """Is the run's wrapper between taking the run (`started`) and writing its pid, as
+        far as a server can tell (no status either, taken less than STARTING ago)?  A server
+        that finds a launch it never noted must wait for it, not call it lost and run the
+        job again."""
+        try:
+            taken = os.stat(self.server.jobdir(job) / "started").st_mtime
+        except OSError:
+            return False
+        return now < taken + STARTING and self._status(job) is None
 
     def _process_ended(self, job: Job, pid: int | None, now: float, seen: dict | None) -> None:
         """The run's process is gone: its end recorded (after the site's epilogue, if any),

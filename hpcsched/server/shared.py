@@ -16,6 +16,7 @@ from .tracking import process_start
 
 LOST = -1  # exit status of a job whose process vanished without one
 INTERACTIVE_WAIT = 60.0  # seconds a started interactive job waits for its qsub -I
+STARTING = 30.0  # seconds a wrapper found past `started` has to write its pid before its run is lost
 FAULT_RETRY = 60.0  # seconds before the server tries again what failed in its own code
 
 
