@@ -212,7 +212,9 @@ def test_a_script_with_dos_line_ends_is_refused_at_both_doors(rig, capsys):
         done = subprocess.run([sys.executable, os.path.join(ROOT, "bin", "qsub"), *argv[1:]], input=stdin or b"",
                               capture_output=True, env=os.environ)
         assert (done.returncode, done.stderr) == (1, b"qsub: script is written in DOS/Windows text format\n")
-    reply = run_for(front.encode_request("qsub", [], "/", dict(os.environ), dos), None, os.environ["HPCSCHED_HOME"])
+    from hpcsched.store.request import Request
+    reply = run_for(front.encode_request("qsub", [], "/", dict(os.environ), dos), Request(),
+                    os.environ["HPCSCHED_HOME"])
     assert reply.startswith(b"1\0") and reply.endswith(b"qsub: script is written in DOS/Windows text format\n")
     assert not (rig / "home" / "journal.jsonl").exists()  # nothing stored
     assert submit(script="#!/bin/sh\nprintf 'a\\rb'\n") == "1.headnode"  # (a CR inside a line is the script's own)
@@ -1379,22 +1381,22 @@ def test_qalter_takes_every_W_attribute_given(rig):
 
 
 def test_a_sliced_command_resumes_where_it_stopped_and_acts_on_each_job_once(rig, monkeypatch, capsys):
-    """A serving server bounds one command to common.SLICE jobs, then runs it on from
-    `resume` after a step: qdel of an array, of a list of ids (one unknown) and of `all`
-    acts on every job once and says each error once."""
-    from hpcsched.pbs import common
+    """A serving server bounds one command to its request's `slice` of jobs, then runs it
+    on from the request's `resume` after a step: qdel of an array, of a list of ids (one
+    unknown) and of `all` acts on every job once and says each error once."""
     from hpcsched.store.journaled import Batch
+    from hpcsched.store.request import Request, serving
     from hpcsched.store.site import load_site
     array = submit("-h", "-t", "0-24").split(".")[0]
     singles = [submit("-h").split(".")[0] for _ in range(12)]
-    monkeypatch.setattr(common, "SLICE", 10)
 
     def until_done(argv):
-        statuses, slices = [], 0
+        statuses, slices, request = [], 0, Request(slice=10)
         while True:
-            statuses.append(qctl.QDEL(argv, out=io.StringIO()))
+            with serving(request):
+                statuses.append(qctl.QDEL(argv, out=io.StringIO()))
             slices += 1
-            if common.resume is None:
+            if request.resume is None:
                 return statuses, slices
             assert slices < 10
 

@@ -11,6 +11,7 @@ from hpcsched.pbs import front as commands
 from hpcsched.pbs.forwarded import decode_request, run_for
 from hpcsched.pbs.front import encode_request
 from hpcsched.store.journal import Store
+from hpcsched.store.request import Request, current
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -32,7 +33,7 @@ def test_request_round_trip_keeps_every_byte():
 
 def serve(data: bytes) -> bytes:
     """The server's answer to `data`, on the rig's site, from its own user."""
-    return run_for(data, None, os.environ["HPCSCHED_HOME"])
+    return run_for(data, Request(), os.environ["HPCSCHED_HOME"])
 
 
 def reply(data):
@@ -92,6 +93,28 @@ def test_a_named_user_that_is_no_user_name_is_refused_at_both_doors(rig, monkeyp
     assert here == 1 and local.err.startswith(message) and local.out == ""
     status, out, _ = reply(serve(encode_request("qstat", [], "/", dict(env, HPCSCHED_USER="alice"), None)))
     assert (status, out) == (0, "")  # (nothing submitted)
+
+
+def test_a_forwarded_command_runs_for_its_request_and_leaves_none_behind(rig, monkeypatch):
+    """The caller, the script its client read and qterm's stop travel in one Request, set
+    around the command alone: after it (also after a command's internal error) a command
+    run here runs for nobody else."""
+    stopped = []
+    request = Request(caller="root", stop=lambda: stopped.append(True))
+    assert reply(run_for(encode_request("qterm", [], "/", {}, None), request, os.environ["HPCSCHED_HOME"]))[0] == 0
+    assert stopped == [True] and current() == Request()
+    status, out, _ = reply(run_for(encode_request("qsub", ["job.sh"], "/", {}, b"echo sent\n", flag=b"2"),
+                                   Request(caller="bob"), os.environ["HPCSCHED_HOME"]))
+    assert status == 0 and current() == Request()
+    status, out, _ = reply(serve(encode_request("qstat", ["-f", out.split(".")[0]], "/", {}, None)))
+    assert "Job_Owner = bob@" in out and "echo sent" not in out
+    assert reply(serve(encode_request("qterm", [], "/", dict(os.environ, HPCSCHED_USER="root"), None)))[2] == \
+        "qterm: cannot connect to the hpcsched server (it is not running)\n"  # (nobody's stop now)
+    from hpcsched.pbs import qstat
+    monkeypatch.setattr(qstat, "QSTAT", lambda argv: 1 / 0)
+    assert reply(run_for(encode_request("qstat", [], "/", {}, None), Request(caller="bob"),
+                         os.environ["HPCSCHED_HOME"]))[2].startswith("qstat: internal error")
+    assert current() == Request()
 
 
 def test_run_for_refuses_what_it_must_not_run(rig):

@@ -140,3 +140,36 @@ def test_the_reader_sees_imports_inside_functions_and_relative_forms(tmp_path):
     (pkg / "a" / "x.py").write_text("def f():\n    from ..b import y\n    from . import z\n")
     known = {"a": "", "a.x": "", "a.z": "", "b": ""}
     assert imports("a.x", str(pkg / "a" / "x.py"), known) == {"b", "a.z"}
+
+
+def rebound(path: str) -> list[str]:
+    """`module.name = ...` in `path` where `module` is one of the package's own: a module's
+    state set from another (each as `line: target`)."""
+    tree = ast.parse(open(path).read())
+    mods = {a.asname or a.name for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)
+            and (n.level or (n.module or "").startswith("hpcsched")) for a in n.names}
+    mods |= {a.asname or a.name.split(".")[0] for n in ast.walk(tree) if isinstance(n, ast.Import)
+             for a in n.names if a.name.startswith("hpcsched")}
+    found = []
+    for n in ast.walk(tree):
+        targets = n.targets if isinstance(n, ast.Assign) else [n.target] if isinstance(n, (ast.AugAssign, ast.AnnAssign)) else []
+        for t in targets:
+            for e in t.elts if isinstance(t, ast.Tuple) else [t]:
+                if isinstance(e, ast.Attribute) and isinstance(e.value, ast.Name) and e.value.id in mods:
+                    found.append(f"{n.lineno}: {ast.unparse(e)}")
+    return found
+
+
+def test_no_module_sets_another_modules_state():
+    """A command's context (who calls, the script its client read, the server's bounds on
+    it) is its Request (store/request.py), never another module's global set around it:
+    `site.caller = ...` read by whoami() anywhere below."""
+    wrong = [f"{name}:{where}" for name, path in modules().items() for where in rebound(path)]
+    assert not wrong, "\n".join(sorted(wrong))
+
+
+def test_the_rebinding_reader_sees_tuples_and_aliases(tmp_path):
+    path = tmp_path / "m.py"
+    path.write_text("from . import common as c\nimport hpcsched.x\nfrom .site import whoami\n"
+                    "c.a, b = 1, 2\nhpcsched.y = 3\nwhoami.z = 4\nlocal = object()\nlocal.w = 5\n")
+    assert rebound(str(path)) == ["4: c.a", "5: hpcsched.y", "6: whoami.z"]

@@ -46,6 +46,7 @@ from ..core.jobs import (ACTIVE, DEP_FAIL, DEP_HOLD, EXITING, FINISHED, HELD, PE
 from ..core.timefmt import hms
 from ..store import site as sitemod
 from ..store.journaled import Batch
+from ..store.request import current
 from ..store.site import load_site, whoami
 from . import client, common, qctl, qsub, siteprog
 from .errors import SYSTEM, USAGE, CommandError, UsageError
@@ -287,9 +288,10 @@ def directives(head: str) -> list[str]:
 
 def _command_head(command: str) -> str:
     """The first bytes of the job's command, read as qsub's caller may read them."""
-    if qsub.sent_script is not None:  # read by the client, with its rights
-        return qsub.sent_script.decode("utf-8", errors="replace")
-    if sitemod.caller is not None:  # the server opens no path for a user
+    script = current().script
+    if script is not None:  # read by the client, with its rights
+        return script.decode("utf-8", errors="replace")
+    if current().caller is not None:  # the server opens no path for a user
         raise CommandError(f"command {command} not found, or is not a file")
     if not os.path.isfile(command):
         raise CommandError(f"command {command} not found, or is not a file")
@@ -307,19 +309,19 @@ def qsub_action(opts: list[tuple[str, str]], operands: list[str], out, now: floa
     cwd = os.path.normpath(os.path.join(os.getcwd(), given_cwd)) if given_cwd else os.getcwd()
     interactive = any(k == "interactive" or (k, v) == ("mode", "interactive") for k, v in opts)
     o, envs, opts, command, args = _options(opts, operands, cwd, interactive)
-    if not os.path.isdir(cwd) and sitemod.caller is None:
+    if not os.path.isdir(cwd) and current().caller is None:
         raise CommandError(f"directory {cwd} does not exist")
     nodes = positive(o["nodecount"], "node count")
     walltime = minutes(o["time"])
     cobalt = _record(o, envs, nodes, "interactive" if interactive else o.get("mode"))
-    if interactive and sitemod.caller is None and not client.owns_site():
+    if interactive and current().caller is None and not client.owns_site():
         # (a multi-user site: the server submits it, the session runs here)
         return qsub.remote_session([f"--{k}={v}" if v else f"--{k}" for k, v in opts])
     cmd = _pbs_options(o, envs, cwd, nodes, walltime, interactive)
     stdin_file = ""
     if "inputfile" in o:
         stdin_file = o["inputfile"] if o["inputfile"].startswith("/") else os.path.join(cwd, o["inputfile"])
-        if sitemod.caller is None and not os.path.isfile(stdin_file):
+        if current().caller is None and not os.path.isfile(stdin_file):
             raise CommandError(f"file {stdin_file} not found, or is not a file")
     rest = [] if interactive else ["--", command, *args]
     try:
@@ -331,7 +333,7 @@ def qsub_action(opts: list[tuple[str, str]], operands: list[str], out, now: floa
     if "$" in o.get("jobname", ""):
         _rename(number, o["jobname"], now)
     out.write(f"{number}\n")
-    if interactive and sitemod.caller is None:  # (the server answers remote_session with the id)
+    if interactive and current().caller is None:  # (the server answers remote_session with the id)
         out.flush()
         sitemod.notify(load_site().home)  # the server starts it as soon as it can
         return qsub.session(str(number))

@@ -21,17 +21,6 @@ from ..core.timefmt import hms
 from . import options
 from .errors import SYSTEM, USAGE, CommandError, UsageError
 
-#: A serving server's bound on one command: the most jobs it acts on before the server
-#: takes a step (qdel of a 100,000-subjob array must not hold walltimes up); None (a
-#: command in its own process): every one at once.  A command that stops at the bound
-#: leaves `resume`, where the server runs it on from after the step (qctl.act).
-SLICE: int | None = None
-resume: tuple[int, int] | None = None
-#: True in a command the front door ran itself because no server answered (front.main):
-#: what it says of when a job starts is then "once a server runs"
-serverless = False
-#: set by a serving server (server/loop.py): what qterm calls, in the server's process, to stop it
-stop_server = None
 NO_SERVER = "no server is running: the job waits until `hpcsched server` starts"
 
 #: the most a count or a number of seconds given to a command may be (a 32-bit PBS long)

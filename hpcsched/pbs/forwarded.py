@@ -7,7 +7,7 @@ import time
 
 from ..core.errors import ConfigError
 from ..store import site
-from . import qsub
+from ..store.request import Request, serving
 from .front import COMMANDS, MAGIC, NOTHING, SCRIPT, STDIN, _runs_here, run_here
 
 
@@ -33,24 +33,27 @@ def encode_reply(status: int, out: bytes, err: bytes) -> bytes:
 
 
 def merged(first: bytes, then: bytes) -> bytes:
-    """One reply of two slices of a command (common.SLICE): the first failure's status,
+    """One reply of two slices of a command (its request's `slice`): the first failure's status,
     both outputs in order."""
     (s1, n1, b1), (s2, n2, b2) = (r.split(b"\0", 2) for r in (first, then))
     out1, err1, out2, err2 = b1[:int(n1)], b1[int(n1):], b2[:int(n2)], b2[int(n2):]
     return encode_reply(int(s1) or int(s2), out1 + out2, err1 + err2)
 
 
-def run_for(request: bytes, caller: str | None, home: str) -> bytes:
+def run_for(data: bytes, request: Request, home: str) -> bytes:
     """Run a forwarded command in this process (the server) as the client would have run
     it: its arguments, directory, environment and standard input; the reply to send back.
-    `caller`: the user the kernel says sent it (None: the server's own user, who may name
-    another with $HPCSCHED_USER on a test rig).  `home`: the server's own site, fixed when
-    it started: a request names no site (its $HPCSCHED_HOME is replaced), so a user who
-    links the socket into a site of her own still talks to this one.  The state change is
-    serial (one command at a time), so swapping the process's context is safe; it is
+    `request`: what the server knows of it (request.py): its `caller`, the user the kernel
+    says sent it (None: the server's own user, who may name another with $HPCSCHED_USER on
+    a test rig), and the server's bounds; the script the client read is added to it.
+    `home`: the server's own site, fixed when it started: a request names no site (its
+    $HPCSCHED_HOME is replaced), so a user who links the socket into a site of her own
+    still talks to this one.  The state change is serial (one command at a time), so
+    swapping the process's directory, environment and standard streams is safe; they are
     restored whatever the command does."""
+    caller = request.caller
     try:
-        prog, argv, cwd, env, stdin, flag = decode_request(request)
+        prog, argv, cwd, env, stdin, flag = decode_request(data)
     except ValueError:
         return encode_reply(1, b"", b"hpcsched: malformed request to the server\n")
     env["HPCSCHED_HOME"] = home
@@ -70,14 +73,14 @@ def run_for(request: bytes, caller: str | None, home: str) -> bytes:
             return encode_reply(1, b"", f"{prog}: {e}\n".encode(errors="surrogateescape"))
     try:
         _become_environment(env)
-        site.caller = caller
-        qsub.sent_script = stdin if flag == SCRIPT else None
+        request.script = stdin if flag == SCRIPT else None
         sys.stdin = io.TextIOWrapper(io.BytesIO(stdin if flag == STDIN else b""), encoding="utf-8",
                                      errors="replace")
         sys.stdout, sys.stderr = out, err
         try:
             os.chdir(cwd)
-            status = run_here(prog, argv)
+            with serving(request):
+                status = run_here(prog, argv)
         except OSError as e:
             err.write(f"{prog}: {cwd}: {e.strerror}\n")
             status = 1
@@ -85,7 +88,7 @@ def run_for(request: bytes, caller: str | None, home: str) -> bytes:
             err.write(f"{prog}: internal error: {e!r}\n")
             status = 1
     finally:
-        site.caller, qsub.sent_script = None, None
+        request.script = None
         os.fchdir(here)
         os.close(here)
         sys.stdin, sys.stdout, sys.stderr = saved_io

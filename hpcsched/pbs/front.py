@@ -106,11 +106,12 @@ def main(prog: str, *, exit_when_answered: bool = False) -> int:
         _distrust_environment(prog)
     if here:
         return run_here(prog)
-    from . import common
-    common.serverless = True  # (no server answered: a job waits until one runs)
-    status = run_here(prog)
+    from ..store.request import Request, serving
+    from .common import NO_SERVER
+    with serving(Request(serverless=True)):  # (no server answered: a job waits until one runs)
+        status = run_here(prog)
     if prog == "qsub" and status == 0:
-        sys.stderr.write(f"qsub: {common.NO_SERVER}\n")
+        sys.stderr.write(f"qsub: {NO_SERVER}\n")
     return status
 
 

@@ -18,6 +18,7 @@ from ..core.jobs import (ACTIVE, COMPLETED, DELETED, DEP_FAIL, DEP_HOLD, EXITING
 from ..core.reservations import Reservation
 from ..core.timefmt import parse_duration
 from ..store.journaled import Batch
+from ..store.request import current
 from ..store.site import load_site, whoami
 from . import common, qstat
 from .attributes import build_request
@@ -262,7 +263,7 @@ def checkjob(opts: list[tuple[str, str]], operands: list[str], out, now: float) 
         if any(s.job_id == job.id for s in plan.started):
             w("job can start now, but scheduling is stopped (schedctl --start starts it again)\n"
               if not site.config.get("scheduling", True) else
-              f"job can start now, but {common.NO_SERVER}\n" if common.serverless else
+              f"job can start now, but {common.NO_SERVER}\n" if current().serverless else
               "job can start now: it starts at the next scheduling pass\n")
         elif job.state == QUEUED:
             reason = plan.reason(job.id)

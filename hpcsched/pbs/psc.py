@@ -18,7 +18,7 @@ from ..core import nodelist
 from ..core.errors import ConfigError
 from ..core.jobs import ACTIVE
 from ..core.topology import NodeState
-from ..store import site as sitemod
+from ..store.request import current
 from . import client, common
 from .common import Command
 from .errors import UsageError
@@ -56,7 +56,7 @@ def pbsyod(opts: list[tuple[str, str]], argv: list[str], out, now: float) -> int
     (`planned`) and the job runs it."""
     if not argv:
         raise UsageError("give a program to run")
-    if sitemod.caller is None and not client.owns_site():
+    if current().caller is None and not client.owns_site():
         answer = client.ask("pbsyod", argv)
         if answer is None:
             raise common.CommandError("the hpcsched server is not running", common.SYSTEM)
@@ -67,7 +67,7 @@ def pbsyod(opts: list[tuple[str, str]], argv: list[str], out, now: float) -> int
         command, env = plan["command"], dict(os.environ, **plan["env"])
     else:
         command, env = _plan(argv)
-        if sitemod.caller is not None:  # (the server, for a multi-user site's pbsyod)
+        if current().caller is not None:  # (the server, for a multi-user site's pbsyod)
             out.write(json.dumps({"command": command, "env": {k: env[k] for k in YOD_KEYS}}))
             return 0
     try:
@@ -89,7 +89,7 @@ def _plan(argv: list[str]) -> tuple[list[str], dict[str, str]]:
     job = found[0] if len(found) == 1 else None
     if job is None or job.state not in ACTIVE:
         raise common.CommandError(f"job {jid_text} is not running", common.UNKNOWN_JOB)
-    if sitemod.caller is not None and not common.may_touch(site, sitemod.caller, job):
+    if current().caller is not None and not common.may_touch(site, current().caller, job):
         raise common.deny("pbsyod", job, site)
     topo = batch.sched.topology
     if topo.places_blocks:

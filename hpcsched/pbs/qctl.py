@@ -14,6 +14,7 @@ from typing import Callable
 from ..core.errors import BadDependency, InvalidState, Rejected, SchedulerError
 from ..core.jobs import EXITING, FINISHED, PENDING, RUNNING, Hold, Job
 from ..store.journaled import Batch
+from ..store.request import current
 from ..store.site import load_site, whoami
 from . import accounting, common, siteprog
 from .attributes import parse_array, parse_start_after
@@ -46,9 +47,10 @@ def act(prog: str, ids: list[str], action: Callable[[Batch, Job, dict], None], o
     def idle(job: Job) -> bool:  # (a subjob an array's id leaves alone)
         return job.state in FINISHED or job.state == EXITING or only is not None and not only(job)
     # a server's slices: (the id of the command line, the last job) acted on before, and
-    # how many jobs this run may act on (common.SLICE)
-    start, common.resume = common.resume or (0, -1), None
-    budget, last = common.SLICE, start[1]
+    # how many jobs this run may act on (the request's `slice`)
+    request = current()
+    start, request.resume = request.resume or (0, -1), None
+    budget, last = request.slice, start[1]
     with batch.open(write=True), batch.store.one_sync():
         sched = batch.sched
         if every and ids == ["all"]:  # (each job as itself: resolving each id again read every job)
@@ -87,7 +89,7 @@ def act(prog: str, ids: list[str], action: Callable[[Batch, Job, dict], None], o
                     continue  # an array's ending or finished subjobs are left as they are
                 if budget is not None:
                     if budget == 0:
-                        common.resume = (position(i), last)
+                        request.resume = (position(i), last)
                         return status
                     budget -= 1
                 last = job.id

@@ -21,6 +21,7 @@ from ..core.timefmt import parse_duration
 from ..store import site as sitemod
 from ..store.journaled import Batch
 from ..store.layout import INTERACTIVE, WRAPPER
+from ..store.request import current
 from ..store.site import load_site, notify, whoami
 from . import accounting, common, siteprog
 from . import client as commands
@@ -128,9 +129,6 @@ def make_job(options: dict[str, str], resources: dict[str, str], script: str, sc
     return job, deps, befores
 
 
-#: the script a forwarded qsub's client read for it, with its own rights (set by the
-#: server around the command: forwarded.py); None: qsub reads its operand itself
-sent_script: bytes | None = None
 MAX_SCRIPT = 16 << 20  # bytes of a job script (config `max_request`, as the server's door)
 
 
@@ -173,17 +171,17 @@ def _script_of(cmd: list[tuple[str, str]], rest: list[str], stdin, stdin_file: s
     interactive = any(letter == "I" for letter, _ in cmd)
     if program is not None and interactive:
         raise UsageError("an interactive job (-I) runs no program given after --")
-    if interactive and sitemod.caller is None and not commands.server_answers():
+    if interactive and current().caller is None and not commands.server_answers():
         raise common.CommandError("interactive jobs (-I) need a running server (hpcsched server)", common.SYSTEM)
     if program is not None:  # its script runs the program in the job's shell (no directives to read)
         script, script_name = f"exec {shlex.join(program)}{stdin_file and ' < ' + shlex.quote(stdin_file)}\n", \
             program[0]
     elif interactive and not rest:
         script, script_name = "", ""  # the terminal is the session's, not a script
-    elif rest and sent_script is not None:  # read by the client, with its rights
-        script, script_name = sent_script.decode("utf-8", errors="replace"), rest[0]
-    elif rest and sitemod.caller is not None:  # the server opens no path for a user
-        raise common.CommandError(f"script file cannot be loaded - not readable by {sitemod.caller}: {rest[0]}",
+    elif rest and current().script is not None:  # read by the client, with its rights
+        script, script_name = current().script.decode("utf-8", errors="replace"), rest[0]
+    elif rest and current().caller is not None:  # the server opens no path for a user
+        raise common.CommandError(f"script file cannot be loaded - not readable by {current().caller}: {rest[0]}",
                                   common.SYSTEM)
     elif rest:
         try:
@@ -558,9 +556,9 @@ def qsub(opts: list[tuple[str, str]], operands: list[str], out, now: float) -> i
     """Submit, print the id (not with -z); with -I, wait for the job and run its session;
     with -W block=true, wait for its end and exit with its exit status."""
     argv = [part for letter, value in opts for part in (f"-{letter}", value) if part] + operands
-    if ("I", "") in opts and sitemod.caller is None and not commands.owns_site():
+    if ("I", "") in opts and current().caller is None and not commands.owns_site():
         return remote_session(argv)
-    if commands.blocks(opts) and sitemod.caller is None and not commands.owns_site():
+    if commands.blocks(opts) and current().caller is None and not commands.owns_site():
         quiet = ("z", "") in opts  # (the id is needed here: asked for, not shown)
         # (the server submits it, the wait is here)
         answer = commands.ask("qsub", [a for a in argv if a != "-z"] if quiet else argv)
@@ -574,13 +572,13 @@ def qsub(opts: list[tuple[str, str]], operands: list[str], out, now: float) -> i
             out.flush()
         return status or blocked(said.decode().strip(), remote=True)
     jid, quiet = submit_parsed(opts, operands, now=now)
-    if commands.blocks(opts) and sitemod.caller is None:
+    if commands.blocks(opts) and current().caller is None:
         if not quiet:
             out.write(jid + "\n")
             out.flush()
         notify(load_site().home)  # the server starts it as soon as it can
         return blocked(jid, remote=False)
-    if ("I", "") in opts and sitemod.caller is not None:  # (the server, for remote_session)
+    if ("I", "") in opts and current().caller is not None:  # (the server, for remote_session)
         out.write(f"{jid}\n")
         return 0
     if ("I", "") in opts:

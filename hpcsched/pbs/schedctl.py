@@ -18,6 +18,7 @@ import math
 from ..core.errors import InvalidRequest
 from ..core.jobs import QUEUED
 from ..store.journaled import Batch
+from ..store.request import current
 from ..store.site import load_site, whoami
 from . import common
 from .common import Command
@@ -99,9 +100,10 @@ def qterm(opts: list[tuple[str, str]], operands: list[str], out, now: float) -> 
     site = load_site()
     if not site.is_manager(whoami()):
         raise common.CommandError(f"Unauthorized Request  {site.server}", common.UNAUTHORIZED)
-    if common.stop_server is None:  # (run here: no server answered)
+    stop = current().stop
+    if stop is None:  # (run here: no server answered)
         raise common.CommandError("cannot connect to the hpcsched server (it is not running)", 1)
-    common.stop_server()
+    stop()
     return 0
 
 

@@ -16,15 +16,16 @@ import signal
 import socket
 import time
 
-from ..pbs import common, forwarded
+from ..pbs import forwarded
 from ..pbs import front as commands
+from ..store.request import Request
 from ..store.site import SOCKET, user_name
 from . import door, privilege
 from .loop import Server
 from .shared import log
 
 STEP_EVERY = 0.2  # seconds: under a stream of commands, a poke's step waits no longer
-SLICE_JOBS = 500  # jobs one command acts on between two steps (common.SLICE): qdel of a large array
+SLICE_JOBS = 500  # jobs one command acts on between two steps (its request's `slice`): qdel of a large array
 #: commands whose refusals the log keeps (those that would change something; a refused
 #: qstat of an unknown job is a client's routine poll)
 CHANGES = frozenset({"qsub", "qdel", "qalter", "qhold", "qrls", "qmove", "qrerun", "qsig", "qrun", "qmsg",
@@ -40,7 +41,7 @@ class Loop:
         self.server = server
         self.home = server.home
         self.stopping = False
-        self.sliced: list[tuple] = []  # commands between two slices (common.SLICE)
+        self.sliced: list[tuple] = []  # commands between two slices (SLICE_JOBS)
 
     def run(self, until: float | None = None) -> None:
         """Step on every wake-up or deadline until SIGTERM/SIGINT or qterm (or `until`);
@@ -62,7 +63,6 @@ class Loop:
         listener.listen(128)
         sel.register(listener, selectors.EVENT_READ)
         self.door = server.door = door.Door(sel, listener, server.multi, server.max_request)
-        common.SLICE = SLICE_JOBS
         wake_r, wake_w = socket.socketpair()
         wake_r.setblocking(False)
         wake_w.setblocking(False)
@@ -72,7 +72,6 @@ class Loop:
         signal.signal(signal.SIGPIPE, signal.SIG_IGN)  # a client that hangs up is an OSError, not our end
         for sig in (signal.SIGTERM, signal.SIGINT):
             signal.signal(sig, self.stop)
-        common.stop_server = self.stop  # (qterm)
         server.batch.keep()
         try:
             due, deadline, last = True, 0.0, 0.0
@@ -98,10 +97,8 @@ class Loop:
                     server.step()
                     due, last = False, now
                     deadline = server.next_step(time.time())
-                    due = self._answer_sliced()  # (a step, then the next slice: common.SLICE)
+                    due = self._answer_sliced()  # (a step, then the next slice)
         finally:
-            common.stop_server = None
-            common.SLICE = common.resume = None
             self.door.close()
             server.shutdown()
             signal.set_wakeup_fd(-1)
@@ -140,23 +137,27 @@ class Loop:
             return False
         replies = []
         with self.server.batch.store.one_sync():
-            for conn, request, caller in ready:
-                replies.append(self._run(conn, request, caller, b""))
+            for conn, data, caller in ready:
+                replies.append(self._run(conn, data, self._request(caller), b""))
         for conn, reply in filter(None, replies):
             self.door.answer(conn, reply)
         return True
 
-    def _run(self, conn, request: bytes, caller: str | None, before: bytes) -> tuple | None:
+    def _request(self, caller: str | None) -> Request:
+        """What this server knows of a command from `caller` (None: its own user): qterm
+        stops it, and the command acts on SLICE_JOBS jobs at most before a step."""
+        return Request(caller=caller, stop=self.stop, slice=SLICE_JOBS)
+
+    def _run(self, conn, data: bytes, request: Request, before: bytes) -> tuple | None:
         """Run (a slice of) a request: (connection, reply), or None when the command stopped
-        at common.SLICE jobs: it goes on after the next step (_answer_sliced)."""
-        reply = forwarded.run_for(request, caller, str(self.home))
+        at its `slice` of jobs: it goes on after the next step (_answer_sliced)."""
+        reply = forwarded.run_for(data, request, str(self.home))
         if not reply.startswith(b"0\0"):
-            _refused(request, caller, reply)
+            _refused(data, request.caller, reply)
         if before:
             reply = forwarded.merged(before, reply)
-        if common.resume is not None:
-            self.sliced.append((conn, request, caller, reply, common.resume))
-            common.resume = None
+        if request.resume is not None:
+            self.sliced.append((conn, data, request, reply))
             return None
         return conn, reply
 
@@ -166,9 +167,8 @@ class Loop:
         sliced, self.sliced = self.sliced, []
         replies = []
         with self.server.batch.store.one_sync():
-            for conn, request, caller, before, resume in sliced:
-                common.resume = resume
-                replies.append(self._run(conn, request, caller, before))
+            for conn, data, request, before in sliced:
+                replies.append(self._run(conn, data, request, before))  # (from its `resume`)
         for conn, reply in filter(None, replies):
             self.door.answer(conn, reply)
         return bool(self.sliced)

@@ -12,7 +12,7 @@ and qmove as Cobalt's, the rest as Torque's; $HPCSCHED_FLAVOR overrides it per c
 `multi_user` (the server is the only door: see server/privilege.py) and `acl_roots`.
 
 Who calls: on a multi-user site, the kernel's word (the server reads the peer's uid from
-its socket and sets `caller`); on a single-user test rig, $HPCSCHED_USER if set, else the
+its socket and names the request's `caller`, request.py); on a single-user test rig, $HPCSCHED_USER if set, else the
 real user.
 """
 from __future__ import annotations
@@ -34,6 +34,7 @@ from ..core.errors import ConfigError, InvalidRequest
 from ..core.timefmt import parse_duration
 from ..core.scheduler import Scheduler
 from .journal import default_home, write_atomic
+from .request import current
 
 SOCKET = "server.sock"  # a running server listens here for "something changed"
 
@@ -329,11 +330,6 @@ max_walltime = "24:00:00"
     return path
 
 
-#: the user a forwarded command runs for, as the kernel names the client (set by the
-#: server around each command); None: a command run in its caller's own process
-caller: str | None = None
-
-
 def check_named_user(environ) -> None:
     """$HPCSCHED_USER, if set, must be a user name: it goes into owner@host, accounting's
     key=value records and qstat's columns (ConfigError if not)."""
@@ -343,8 +339,9 @@ def check_named_user(environ) -> None:
 
 
 def _whoami() -> str:
-    """The calling user: the server's `caller`, else $HPCSCHED_USER on a test rig, else the
-    real user."""
+    """The calling user: the caller the server's door named (request.py), else
+    $HPCSCHED_USER on a test rig, else the real user."""
+    caller = current().caller
     if caller is not None:
         return caller
     if os.environ.get("HPCSCHED_USER"):
