@@ -190,6 +190,76 @@ def test_profile_masks_match_a_naive_timeline(seed):
         assert q.mask(q.segment(when)) == naive_free(ops, available, max(when, 50.0))
 
 
+class NaivePlanner:
+    """Flux's planner as a list of spans, every read a scan of them: the reference model of
+    Profile's span interface (add_span, remove_span, room, counts.earliest_count)."""
+
+    def __init__(self, now, available):
+        self.now, self.available, self.spans = now, available, {}
+
+    def room_at(self, t):
+        busy, held = 0, 0
+        for units, count, t0, t1 in self.spans.values():
+            if t0 <= t < t1:
+                busy, held = busy | units, held + count
+        return (self.available & ~busy).bit_count() - held
+
+    def room(self, t0, t1):
+        t0 = max(t0, self.now)
+        edges = {t for _, _, a, b in self.spans.values() for t in (a, b) if t0 < t < t1}
+        return min(self.room_at(t) for t in [t0, *edges])
+
+    def earliest(self, need, duration, not_before):
+        not_before = max(not_before, self.now)
+        edges = sorted({t for _, _, a, b in self.spans.values() for t in (a, b) if t > not_before})
+        return next((t for t in [not_before, *edges] if self.room(t, t + duration) >= need), None)
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_spans_added_and_removed_by_id_read_as_a_naive_planner(seed):
+    """Bookings (units) and promises (counts) added as spans, each given back by its id:
+    the room over any window and the earliest start with room for a count are what
+    scanning the spans gives."""
+    rnd = random.Random(seed)
+    n = 16
+    available = (1 << n) - 1
+    running = [(float(rnd.randrange(1, 20) * 10), 1 << u) for u in rnd.sample(range(n), 5)]
+    p = Profile.from_running(0.0, available, running)
+    model = NaivePlanner(0.0, available)
+    ids = {}  # span id -> (units, count, t0, t1), as the model holds it
+    for sid, (end, units) in zip(p.spans, running):
+        ids[sid] = model.spans[sid] = (units, 0, -INF, end)
+    for _ in range(60):
+        if rnd.random() < 0.6 or not ids:
+            t0 = float(rnd.randrange(0, 30) * 10)
+            t1 = t0 + rnd.randrange(1, 20) * 10
+            free = available
+            for units, _, a, b in model.spans.values():
+                if a < t1 and t0 < b:
+                    free &= ~units
+            bits = [b for b in range(n) if free >> b & 1]
+            units = sum(1 << b for b in rnd.sample(bits, min(len(bits), rnd.randrange(0, 3))))
+            count = rnd.randrange(0, 3) if units else rnd.randrange(1, 3)
+            sid = p.add_span(t0, t1, units=units, count=count)
+            assert sid not in ids
+            ids[sid] = model.spans[sid] = (units, count, t0, t1)
+        else:
+            sid = rnd.choice(sorted(ids))
+            del ids[sid], model.spans[sid]
+            p.remove_span(sid)
+            with pytest.raises(KeyError):
+                p.remove_span(sid)
+        check_profile_invariants(p)
+        for _ in range(4):
+            t0 = float(rnd.randrange(0, 40) * 10)
+            t1 = t0 + rnd.choice([5.0, 10.0, 55.0, 200.0])
+            assert p.room(t0, t1) == model.room(t0, t1), (seed, t0, t1)
+            need, duration = rnd.randrange(0, n + 1), rnd.choice([10.0, 35.0, 120.0])
+            not_before = float(rnd.randrange(0, 40) * 10)
+            assert counts.earliest_count(p, duration, (), need, not_before) == \
+                model.earliest(need, duration, not_before), (seed, need, duration, not_before)
+
+
 def naive_tiers(p, m, t0, t1):
     """`tiers` spelled out unit by unit: the units of `m` grouped by how soon after t1 their
     free period ends (soonest first), then by how late before t0 it began (latest first)."""

@@ -93,11 +93,17 @@ class Profile:
         # one was copied from, which lays its far masks that far for the next copy
         self.reach = [now]
         self._copies: list[float] | None = None  # the last copy's _reach (see derive)
+        # span id -> (units, count, t0, t1) of each span added and not yet removed (add_span)
+        self.spans: dict[int, tuple[int, int, float, float]] = {}
+        self._last_span = 0
 
     @classmethod
     def from_running(cls, now: float, available: int, busy: list[tuple[float, int]]) -> "Profile":
-        """Build from (expected end, units) pairs of running jobs."""
+        """Build from (expected end, units) pairs of running jobs, each pair a span of its
+        units that are available (`spans` lists their ids in the pairs' order)."""
         p = cls(now, available)
+        p.spans = {i: (units & available, 0, -INF, e) for i, (e, units) in enumerate(busy, 1)}
+        p._last_span = len(busy)
         ends = sorted({e for e, _ in busy if e > now})
         if ends:
             at = {e: i for i, e in enumerate(ends, 1)}
@@ -345,6 +351,30 @@ class Profile:
         self.settle()
         if self._change(units, t0, t1, True) is not None and t0 > self.now:
             insort(self.takes, t0)
+
+    # --- spans: Flux's planner interface ----------------------------------------------
+    # A span books units or promises a count over a window and is given back by its id
+    # (Flux's planner_add_span, planner_rem_span); `room` is the room during [t0, t1) and
+    # counts.earliest_count the earliest time with room for a count.  The kept profile of
+    # running jobs (running.py) is kept by spans; a pass books and promises directly.
+    def add_span(self, t0: float, t1: float, units: int = 0, count: int = 0) -> int:
+        """Book `units` (`occupy`) and promise `count` more on no unit in particular (`hold`)
+        over [t0, t1), as one span: its id, which `remove_span` takes."""
+        if units:
+            self.occupy(units, t0, t1)
+        if count:
+            self.hold(count, t0, t1)
+        self._last_span += 1
+        self.spans[self._last_span] = (units, count, t0, t1)
+        return self._last_span
+
+    def remove_span(self, span: int) -> None:
+        """Give back what span `span` holds from now on (KeyError if none has that id)."""
+        units, count, t0, t1 = self.spans.pop(span)
+        if units:
+            self.release(units, t0, t1)
+        if count:
+            self.hold(-count, t0, t1)
 
     def settle(self) -> None:
         """Make the pending bookings' ends boundaries (see `occupy`): few one by one, many

@@ -2,7 +2,8 @@
 
 Invariants: `busy` is the OR of `units` (job id -> the units it holds).  `base`, once built,
 is the machine's available units over time with each running job's units held up to its
-base end (`base_end`); jobs starting and ending keep it so, and whatever it cannot follow
+base end (`base_end`), as one span (`span`: job id -> its span's id in `base`, while `base`
+is not None); jobs starting and ending keep it so, and whatever it cannot follow
 (a walltime altered, a node's state changed, a job resumed) drops it, to be built again
 from the running jobs (None).  `ends` is a heap of (base end, id) of the running jobs not
 yet found past it; `overrun` holds those found past it, `paused` the suspended ones: a
@@ -30,6 +31,7 @@ class Running:
         self.units: dict[int, int] = {}  # running job id -> the units it holds
         self.busy = 0  # the OR of `units`
         self.base: Profile | None = None
+        self.span: dict[int, int] = {}  # running job id -> its span in `base` (see Profile.add_span)
         self.ends: list[tuple[float, int]] = []  # (base_end, job id) of running jobs
         self.overrun: set[int] = set()  # running past their walltime
         self.paused: set[int] = set()  # suspended: they hold their units, their ends move on with the clock
@@ -39,7 +41,7 @@ class Running:
         self.units[job.id] = units
         self.busy |= units
         if self.base is not None:
-            self.base.occupy(units, now, now + job.walltime)
+            self.span[job.id] = self.base.add_span(now, now + job.walltime, units=units)
         heapq.heappush(self.ends, (now + job.walltime, job.id))
 
     def stop(self, job: Job, now: float) -> None:
@@ -48,8 +50,8 @@ class Running:
         units = self.units.pop(jid, None)
         if units:
             self.busy ^= units
-            if self.base is not None:  # (those up: the kept profile holds no other)
-                self.base.release(units & self.topology.available(), now, base_end(job))
+        if units is not None and self.base is not None:
+            self.base.remove_span(self.span.pop(jid))
         self.overrun.discard(jid)
         self.paused.discard(jid)
 
@@ -66,6 +68,7 @@ class Running:
         if self.base is None:
             self.base = Profile.from_running(now, self.topology.available(), [
                 (base_end(j), self.units[j.id]) for j in active.values()])
+            self.span = dict(zip(active, self.base.spans))  # (ids in the pairs' order)
             self.ends = [(base_end(j), j.id) for j in active.values()]
             heapq.heapify(self.ends)
         return self.base
