@@ -45,7 +45,7 @@ def check_profile_invariants(p):
     """The invariants profile.py's docstring states."""
     n = len(p.times)
     assert p.times[0] == p.now and all(a < b for a, b in zip(p.times, p.times[1:]))
-    assert len(p.free) == len(p.rel) == len(p.take) == len(p.resv) == n
+    assert len(p.free) == len(p.rel) == len(p.take) == len(p.resv) == len(p.held) == n
     assert p.rel[0] == p.take[0] == 0 and all(r & t == 0 for r, t in zip(p.rel, p.take))
     for i in range(1, n):
         if i < p.known:
@@ -348,7 +348,7 @@ def test_the_first_segment_with_enough_free_units_is_the_one_a_linear_scan_finds
     for _ in range(rnd.choice([0, 0, 3, 30])):  # bookings after now: takes inside strides
         t0 = float(rnd.randrange(1, 3 * n))
         t1 = t0 + float(rnd.randrange(1, n))
-        u = lowest(p.window(t0, t1, (), available, 1), rnd.randrange(1, 4))  # (free throughout)
+        u = lowest(fitting.usable_over(p, t0, t1, (), available, 1), rnd.randrange(1, 4))  # (free throughout)
         p.occupy(u, t0, t1)
     for _ in range(60):
         eligible = available if rnd.random() < 0.5 else rnd.getrandbits(n)
@@ -392,7 +392,7 @@ def test_far_masks_stay_exact_as_a_base_profile_changes_and_copies_read_them(see
             if rnd.random() < 0.5:  # a booking in the copy, later on: a take past the far masks
                 t0 = rnd.choice(p.times)
                 t1 = t0 + float(rnd.randrange(1, n))
-                u = lowest(p.window(t0, t1, (), available, 1), rnd.randrange(1, 3))
+                u = lowest(fitting.usable_over(p, t0, t1, (), available, 1), rnd.randrange(1, 3))
                 p.occupy(u, t0, t1)
             check_profile_invariants(p)
         laid += len(base.far_t)
@@ -426,7 +426,7 @@ def test_a_future_start_chooses_from_its_last_tiers_as_from_its_first(seed):
         req = Request(nodes=rnd.randrange(1, n // 2), features=("ib",) if rnd.random() < 0.3 else ())
         t = rnd.choice(p.times)
         p.ensure(t + 100.0)
-        m = p.window(t, t + 100.0, (), pool.eligible(req), 1)
+        m = fitting.usable_over(p, t, t + 100.0, (), pool.eligible(req), 1)
         tiers = fitting.tiers(p, m, t, t + 100.0, ())
         back = tiers.last_first()
         forward = list(fitting.tiers(p, m, t, t + 100.0, ()))

@@ -146,7 +146,7 @@ class Bookings:
         units = self.units.pop(name)
         planner.changed()
         try:
-            free = planner.profile(now).window(lo, end, (), units, units.bit_count())
+            free = fitting.usable_over(planner.profile(now), lo, end, (), units, units.bit_count())
         finally:
             self.reservations[name], self.units[name] = old, units
             planner.changed()

@@ -1,6 +1,7 @@
 """Where and when a job fits in a profile: an allocation free throughout a window (`fit`),
 the earliest start with one (`earliest`), the free units' tiers a machine chooses from
-(`tiers`: tightest in time first), and how long the units free now stay free (`windows`).
+(`tiers`: tightest in time first), how long the units free now stay free (`windows`), and
+which units are usable throughout a window (`usable_over`, `holds`).
 
 These only read the profile (and keep its far masks: Profile.found); tests/test_backlog.py
 holds their readable models (`naive_tiers`, a scan for `earliest`).
@@ -78,11 +79,47 @@ def _since_now(p: Profile, m: int, k: int) -> Iterator[int]:
         yield came
 
 
+def usable_over(p: Profile, t0: float, t1: float, access: AccessKey, mask: int, need: int) -> int:
+    """Units of `mask` usable over all of [t0, t1); 0 as soon as fewer than `need` remain."""
+    if p.pending and (t0 > p.now or p.takes):
+        p.settle()
+    k = p.segment(t0)
+    m = mask & p.usable(k, access)
+    if k == 0:
+        # From now on a unit stops being free only at a take (a booking or a
+        # reservation starting); running jobs only ever give units back.  So a window
+        # starting now need only look at the takes inside it.
+        takes = p.takes
+        i = bisect_right(takes, t0)
+        while m and i < len(takes) and takes[i] < t1:
+            m &= p.usable(p.segment(takes[i]), access)
+            i += 1
+    else:
+        # Units of m are free in segment k - 1, so in segment k they are what `take[k]`
+        # leaves of them, unless the reservations change there: no need to work out
+        # segment k's whole free mask.
+        times, take, resv, n = p.times, p.take, p.resv, len(p.times)
+        k += 1
+        while m and k < n and times[k] < t1:
+            if resv[k] != resv[k - 1]:
+                m &= p.usable(k, access)
+            elif take[k]:
+                m = (m | take[k]) ^ take[k]
+            k += 1
+    return m if (m and need == 1) or m.bit_count() >= need else 0  # (one unit: no count)
+
+
+def holds(p: Profile, units: int, t0: float, t1: float, access: AccessKey) -> bool:
+    """Are all of `units` usable over [t0, t1)?"""
+    p.ensure(t1)
+    return usable_over(p, t0, t1, access, units, units.bit_count()) == units
+
+
 def fit(p: Profile, topology: Topology, request: Request, t0: float, duration: float,
         access: AccessKey, need: int) -> Allocation | None:
     """An allocation free over [t0, t0 + duration), or None."""
     p.ensure(t0 + duration)
-    m = p.window(t0, t0 + duration, access, topology.eligible(request), need)
+    m = usable_over(p, t0, t0 + duration, access, topology.eligible(request), need)
     if not m:
         return None
     return topology.choose(request, tiers(p, m, t0, t0 + duration, access))
@@ -108,7 +145,7 @@ def earliest(p: Profile, topology: Topology, request: Request, duration: float, 
         if end > p.horizon:
             p.ensure(end)
         if plain or (eligible & p.usable(c, access)).bit_count() >= need:  # (`_enough` said so)
-            m = p.window(t, end, access, eligible, need)
+            m = usable_over(p, t, end, access, eligible, need)
             if m and (not p.holding or p.room(t, end, access) >= need):
                 alloc = topology.choose(request, tiers(p, m, t, end, access))
                 if alloc is not None:

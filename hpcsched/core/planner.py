@@ -474,7 +474,7 @@ class Planner:
                     kept[jid] = Kept(t0, t1, count, 0)
                 continue
             units = alloc.units or s.topology.units_of(alloc.nodes, alloc.cores)
-            if profile.holds(units, t0, t1, access) and (not profile.holding or
+            if fitting.holds(profile, units, t0, t1, access) and (not profile.holding or
                                                          profile.room(t0, t1, access) >= units.bit_count()):
                 profile.occupy(units, t0, t1)
                 kept[jid] = Kept(t0, t1, 0, units)

@@ -9,17 +9,18 @@ Invariants of a Profile (`naive_free` in tests/test_backlog.py is the readable m
 free units at t are the available ones less every occupy and release replayed at t):
 
     times[0] == now < times[1] < ... ; segment i is [times[i], times[i+1]), the last open
-    the parallel lists times, free, rel, take, resv have one entry per segment
+    the parallel lists times, free, rel, take, resv, held have one entry per segment
+    spans: what add_span added and remove_span has not given back (its id -> the span)
     at the boundary i > 0 the units rel[i] become free and take[i] stop being free:
         rel[i] & take[i] == 0, and rel[0] == take[0] == 0
-    free[i] is segment i's free mask for i < _known, derived front to back:
-        free[i] == (free[i-1] | rel[i] | take[i]) ^ take[i];  free[i] is None from _known on
+    free[i] is segment i's free mask for i < known, derived front to back:
+        free[i] == (free[i-1] | rel[i] | take[i]) ^ take[i];  free[i] is None from known on
     resv[i] lists the reservation occurrences covering segment i (name, units, real)
     takes holds, sorted, every time after now where some unit stops being free
-    _ends holds bookings from now whose end is not yet a boundary (see occupy); while it is
-        not empty, takes is empty, _known == 1 and only segment 0 is exact
-    _far_t, _far_m: far masks, exact free masks at sorted times after now, kept by every
-        change: _far_m[j] is the free mask of the segment holding _far_t[j] (see `_at`)
+    pending holds bookings from now whose end is not yet a boundary (see occupy); while it is
+        not empty, takes is empty, known == 1 and only segment 0 is exact
+    far_t, far_m: far masks, exact free masks at sorted times after now, kept by every
+        change: far_m[j] is the free mask of the segment holding far_t[j] (see `at`)
 """
 from __future__ import annotations
 
@@ -50,7 +51,7 @@ class Profile:
     Stored as changes: at times[i], the units `rel[i]` become free and the units `take[i]`
     stop being free (no unit is in both).  So booking a job, or giving back one that ended
     early, costs a few mask operations however many segments its window spans; a segment's
-    free mask is worked out front to back when first read (`free[i]`, known for i < `_known`),
+    free mask is worked out front to back when first read (`free[i]`, known for i < `known`),
     and a pass reads only as far as it plans.
 
     Masks lose units as `(m | u) ^ u` or `m ^ (m & u)`, never `m & ~u`: the negative int
@@ -86,7 +87,7 @@ class Profile:
         self.runs_by_need, self.ladders = {}, {}  # (see counts.Runs, counts.stays)
         self._counts: list[int] | None = None  # free units per segment, where kept (see derive)
         self.pending: list[tuple[float, int]] = []  # bookings from now not yet ended in the lists
-        # far masks (see `_at`): the times, and the free masks there
+        # far masks (see `at`): the times, and the free masks there
         self.far_t: list[float] = []
         self.far_m: list[int] = []
         # [the latest time a far mask was read at or made for], shared with the profile this
@@ -194,7 +195,7 @@ class Profile:
     # boundary, every pass.  A base profile lays out exact masks every FAR segments as far
     # as its last copy read (`_lay_far`), every change keeps them exact (`_far_change`,
     # one operation per far mask it spans), and a copy reads a segment from the nearest
-    # one before it (`_at`), leaving its known prefix short.  (A performance trick of
+    # one before it (`at`), leaving its known prefix short.  (A performance trick of
     # `earliest`: the share tree's heads on RICC read about 200 segments ahead, FIFO's 25;
     # its replay of RICC records 250,000-330,000 took 16.4 s against 18.4-18.8 s without.)
     def at(self, k: int) -> int:
@@ -404,7 +405,7 @@ class Profile:
             self.rel[:], self.take[:] = widen(self.rel, 0), widen(self.take, 0)
             times += fresh
             times.sort()
-            self.free[:] = [self.free[0]] + [None] * (len(times) - 1)  # (_known is 1)
+            self.free[:] = [self.free[0]] + [None] * (len(times) - 1)  # (known is 1)
         rel, take = self.rel, self.take
         for t, units in ends:
             if t < INF:
@@ -574,11 +575,6 @@ class Profile:
             self._keep_rooms()
         return True
 
-    def holds(self, units: int, t0: float, t1: float, access: AccessKey) -> bool:
-        """Are all of `units` usable over [t0, t1)?"""
-        self.ensure(t1)
-        return self.window(t0, t1, access, units, units.bit_count()) == units
-
     def ensure(self, until: float) -> None:
         """Lay out reservation occurrences up to `until` (cyclic ones are unbounded)."""
         until = min(until, self.limit)
@@ -632,37 +628,8 @@ class Profile:
     def segment(self, t: float) -> int:
         return bisect_right(self.times, t) - 1
 
-    def window(self, t0: float, t1: float, access: AccessKey, mask: int, need: int) -> int:
-        """Units of `mask` usable over all of [t0, t1); 0 as soon as fewer than `need` remain."""
-        if self.pending and (t0 > self.now or self.takes):
-            self.settle()
-        k = self.segment(t0)
-        m = mask & self.usable(k, access)
-        if k == 0:
-            # From now on a unit stops being free only at a take (a booking or a
-            # reservation starting); running jobs only ever give units back.  So a window
-            # starting now need only look at the takes inside it.
-            takes = self.takes
-            i = bisect_right(takes, t0)
-            while m and i < len(takes) and takes[i] < t1:
-                m &= self.usable(self.segment(takes[i]), access)
-                i += 1
-        else:
-            # Units of m are free in segment k - 1, so in segment k they are what `take[k]`
-            # leaves of them, unless the reservations change there: no need to work out
-            # segment k's whole free mask.
-            times, take, resv, n = self.times, self.take, self.resv, len(self.times)
-            k += 1
-            while m and k < n and times[k] < t1:
-                if resv[k] != resv[k - 1]:
-                    m &= self.usable(k, access)
-                elif take[k]:
-                    m = (m | take[k]) ^ take[k]
-                k += 1
-        return m if (m and need == 1) or m.bit_count() >= need else 0  # (one unit: no count)
-
     def found(self, k: int, m: int) -> int:
-        """Segment k, as far as a search or `_at` read: its free mask `m` kept as a far
+        """Segment k, as far as a search or `at` read: its free mask `m` kept as a far
         mask (unless known already), and the reach moved out to it."""
         t = self.times[k]
         if t > self.reach[0]:
