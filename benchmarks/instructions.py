@@ -37,7 +37,7 @@ for rec in swf.read({path!r}):
     if len(records) == {first}:
         break
     records.append(rec)
-r = simulate(records, policy="fifo", backfill={mode!r}, nodes=swf.header({path!r}).max_procs)
+r = simulate(records, policy="fifo", backfill={mode!r}, nodes=swf.header({path!r}).max_procs, drain=True)
 print(hashlib.sha256(repr([(j.submit, j.start, j.end, j.units) for j in r.jobs]).encode()).hexdigest()[:16])
 """
 

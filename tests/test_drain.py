@@ -497,13 +497,13 @@ def test_logs_written_by_a_run_give_the_runs_own_accounts(tmp_path):
 
 def test_simulate_reports_drain(tmp_path):
     jobs = [record(1, 0, 2, 100, 100), record(2, 0, 4, 100, 100), record(3, 10, 1, 20, 20)]
-    r = simulate(jobs, nodes=4)
+    r = simulate(jobs, nodes=4, drain=True)
     # two nodes wait 100 s for job 2; job 3 backfills on one of them for 20 s
     assert r.drain["drain_node_hours"] == pytest.approx((2 * 100 - 20) / 3600)
     # by size in the classes of the waits that fit a machine of 4 (not Blue Waters' 1-128, 129-999, ...)
     assert [g["group"] for g in r.drain["by_size"]] == ["1", "2+"]
     assert r.drain["by_size"][1]["drained_jobs"] == 1  # (job 2, 4 nodes)
-    assert [g["group"] for g in simulate(jobs, nodes=4, size_classes=[1, 3]).drain["by_size"]] == ["1-2", "3+"]
+    assert [g["group"] for g in simulate(jobs, nodes=4, size_classes=[1, 3], drain=True).drain["by_size"]] == ["1-2", "3+"]
     assert "drain time" in r.summary()
     data = r.to_json()
     assert data["drain"]["drain_pct"] == r.drain["drain_pct"]
@@ -583,7 +583,7 @@ def test_records_readers(tmp_path):
 
 @pytest.mark.skipif(not os.path.exists(KTH), reason="KTH trace not present")
 def test_kth_replay_accounts_every_node_second():
-    r = simulate(KTH, nodes=100)
+    r = simulate(KTH, nodes=100, drain=True)
     d = r.drain
     assert d["nodes"] == 100
     shares = d["drain_pct"] + d["unallocated_idle_pct"] + d["down_pct"] + d["utilization_pct"]

@@ -296,7 +296,7 @@ def test_report_is_self_contained_and_its_svg_well_formed(tmp_path):
 
 def test_report_shows_drain_per_day_and_by_size(tmp_path):
     path = trace(tmp_path, [(i, i * 30, 200 + 37 * (i % 5), 1 + i % 4, 400, i % 3, 1, 1) for i in range(1, 60)])
-    result = simulate(path, nodes=4, groups=((("1", 1), ("2+", 2)))).to_json()
+    result = simulate(path, nodes=4, groups=((("1", 1), ("2+", 2))), drain=True).to_json()
     page = report.html([report.run_of(result, "easy")])
     table = re.search(r"<h2>Drain time.*?</table>", page, re.S).group(0)
     assert f"<td>{result['drain']['drain_pct']:.2f}</td>" in table
@@ -314,7 +314,7 @@ def test_simulate_sweep_and_report_commands(tmp_path):
     def hpcsched(*args):
         return subprocess.run([sys.executable, "-m", "hpcsched", *args], cwd=ROOT, capture_output=True, text=True,
                               timeout=120)
-    done = hpcsched("simulate", path, "--quiet", "--estimate", "perfect", "--out", str(tmp_path / "o"),
+    done = hpcsched("simulate", path, "--quiet", "--estimate", "perfect", "--drain", "--out", str(tmp_path / "o"),
                     "--report", str(tmp_path / "one.html"))
     assert done.returncode == 0, done.stderr
     assert "estimate=perfect" in done.stdout and (tmp_path / "one.html").exists()

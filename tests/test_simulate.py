@@ -377,10 +377,28 @@ def test_cli_live_demo_runs_real_jobs_and_cleans_up():
 def test_simulate_groups_the_drain_by_size_as_asked(tmp_path):
     """--groups sets the drain table's job-size groups (it was parsed and ignored)."""
     path = write_trace(tmp_path)
-    p = run_cli("simulate", path, "--groups", "1,3", "--quiet")
+    p = run_cli("simulate", path, "--groups", "1,3", "--drain", "--quiet")
     assert p.returncode == 0, p.stderr
     rows = [line.split()[0] for line in p.stdout.split("drain by job size")[1].splitlines()[2:4]]
     assert rows == ["1-2", "3+"]
+
+
+def test_drain_accounting_is_opt_in_and_the_summary_says_so(tmp_path):
+    """A replay accounts drain time only when asked (--drain, drain = true, drain=True):
+    it costs about a tenth of a replay (benchmarks/versus.py); without it the summary says
+    how to ask, and --no-drain (the default) is still accepted."""
+    path = write_trace(tmp_path)
+    for extra in ([], ["--no-drain"]):
+        p = run_cli("simulate", path, "--quiet", *extra)
+        assert p.returncode == 0 and "drain by job size" not in p.stdout
+        assert p.stdout.rstrip().endswith("drain time: not accounted (opt-in: hpcsched simulate --drain, "
+                                          "drain = true in a replay file)")
+    p = run_cli("simulate", path, "--quiet", "--drain")
+    assert p.returncode == 0 and "drain by job size" in p.stdout and "not accounted" not in p.stdout
+    p = run_cli("simulate", path, "--quiet", "--drain", "--no-drain")
+    assert p.returncode == 2 and "not allowed with argument" in p.stderr
+    assert simulate(path, drain=False).drain is None and simulate(path).drain is None
+    assert simulate(path, drain=True).drain is not None
 
 
 def test_load_compresses_the_arrivals_and_keeps_the_jobs():

@@ -241,6 +241,9 @@ def _request(nodes: int, ppn: int, cores: int) -> Request:
     return Request(nodes=nodes, ppn=ppn, cores=cores) if not cores else Request(cores=cores)
 
 
+NO_DRAIN = "drain time: not accounted (opt-in: hpcsched simulate --drain, drain = true in a replay file)"
+
+
 @dataclass
 class Result:
     jobs: list[Finished]
@@ -260,6 +263,8 @@ class Result:
         out = self.metrics.text(self)
         if self.drain is not None:
             out += "\n" + drain_text(self.drain, daily=False)
+        else:
+            out += "\n" + NO_DRAIN
         return out
 
     def to_json(self) -> dict:
@@ -326,7 +331,7 @@ def record(job: int, submit: float, procs: int, run: float, req_time: float = -1
 def simulate(workload, *, policy: str | None = None, backfill: str | None = None, nodes: int | None = None,
              ppn: int | None = None, shared: bool = False, period: float | None = None,
              skip_bad: bool = False, warmup: float = 0.0, cooldown: bool = False, config: dict | None = None,
-             progress: Callable[..., None] | None = None, drain: bool = True,
+             progress: Callable[..., None] | None = None, drain: bool = False,
              groups=None, placement: str | None = None, estimate: str = "request",
              trace_map: TraceMap = TraceMap(), size_classes=None, capability: int | None = None,
              series_step: float = 86400.0, gantt=(0.0, 2.0), machine: str | None = None,
@@ -347,7 +352,8 @@ def simulate(workload, *, policy: str | None = None, backfill: str | None = None
     `estimate` is the runtime estimate model (estimates.py), `trace_map` how records
     become jobs.  `warmup` excludes that fraction of the first jobs (by submit order) from
     the per-job statistics, `cooldown` the jobs ending after the last submission.  With
-    `drain`, every pass's node picture is accounted (drain/), reported by job-size
+    `drain` (opt-in: it costs about a tenth of a replay's time), every pass's node picture is
+    accounted (drain/), reported by job-size
     `groups` (None: the size classes of the waits, up to the machine's size; Blue Waters'
     own on the built-in bluewaters).  `gantt` (start day, days after the first submission) is the window whose
     node occupancy the result keeps for a report.  Python's cycle collector is paused
