@@ -1557,9 +1557,10 @@ def test_a_launch_whose_note_was_never_journaled_is_not_run_again(rig, monkeypat
     assert runs.read_text() == "ran\n"
 
 
-def _launched_unnoted(rig, monkeypatch, wrapper):
+def _launched_unnoted(rig, monkeypatch, wrapper, then=WRAPPER, multi=False, runs_for=0.5):
     """A job launched by a server that could not journal its launch (a full disk) and
-    stopped, its wrapper `wrapper`: the job as stepped by the next server, and its runs."""
+    stopped, its wrapper `wrapper`: the job as stepped by the next server (its wrapper
+    `then`, on a multi-user site if `multi`), and its runs."""
     import errno
     import io
 
@@ -1569,7 +1570,7 @@ def _launched_unnoted(rig, monkeypatch, wrapper):
     from hpcsched.store import journal
     from hpcsched.store.site import load_site
     runs = rig / "runs.log"
-    qsub.submit(["-l", "walltime=60"], stdin=io.StringIO(f'echo ran >> "{runs}"; sleep 0.5; exit 4\n'),
+    qsub.submit(["-l", "walltime=60"], stdin=io.StringIO(f'echo ran >> "{runs}"; sleep {runs_for}; exit 4\n'),
                 cwd=str(rig), env={})
     real = journal.Store.append
 
@@ -1581,8 +1582,10 @@ def _launched_unnoted(rig, monkeypatch, wrapper):
     monkeypatch.setattr(launch, "WRAPPER", wrapper)
     server.Server(load_site(), grace=0.5).step()
     monkeypatch.setattr(journal.Store, "append", real)
-    monkeypatch.setattr(launch, "WRAPPER", WRAPPER)
-    return stepped_until_completed(server.Server(load_site(), grace=0.5), 1), runs
+    monkeypatch.setattr(launch, "WRAPPER", then)
+    srv = server.Server(load_site(), grace=0.5)
+    srv.multi = multi
+    return stepped_until_completed(srv, 1), runs
 
 
 def test_a_wrapper_found_starting_is_waited_for_not_run_again(rig, monkeypatch):
@@ -1590,6 +1593,16 @@ def test_a_wrapper_found_starting_is_waited_for_not_run_again(rig, monkeypatch):
     machine): it waits for the pid rather than call the run lost and run the job again."""
     slow = WRAPPER.replace("|| exit 0\n", "|| exit 0\nsleep 1\n", 1)
     job, runs = _launched_unnoted(rig, monkeypatch, slow)
+    assert (job.state.name, job.exit_status, job.run_count) == ("COMPLETED", 4, 1)
+    assert runs.read_text() == "ran\n"
+
+
+@pytest.mark.parametrize("multi", [False, True])
+def test_a_launch_that_finds_the_run_taken_waits_for_the_run(rig, monkeypatch, multi):
+    """The next server finds no `started` yet and launches again; the first wrapper takes
+    the run, the second finds it taken and exits at once: that is not the job's end (it
+    was taken as exit status 0 and the running job killed as leftovers), the first's is."""
+    job, runs = _launched_unnoted(rig, monkeypatch, "sleep 0.5\n" + WRAPPER, "sleep 1\n" + WRAPPER, multi, 1.5)
     assert (job.state.name, job.exit_status, job.run_count) == ("COMPLETED", 4, 1)
     assert runs.read_text() == "ran\n"
 

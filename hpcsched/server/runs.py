@@ -12,6 +12,7 @@ import signal
 
 from ..core.jobs import EXITING, RUNNING, Job
 from ..pbs import accounting, common, mail
+from ..store.layout import TAKEN
 from .shared import INTERACTIVE_WAIT, LOST, STARTING, Phase, log, phase, remove
 from .tracking import process_start
 
@@ -107,6 +108,13 @@ class Runs:
             status = 256 + sent  # as PBS records a job it killed
         if status is None and pid is not None and pid in srv.children:
             ws = srv.children[pid]  # (forgotten only once the end is in the store)
+            if os.WIFEXITED(ws) and os.WEXITSTATUS(ws) == TAKEN:
+                # this launch's wrapper found the run taken by an earlier launch's (one
+                # an earlier server made and never noted): that one is the run, found
+                # from now on by the run directory's pid (or waited for: _starting)
+                srv.children.pop(pid, None), srv.cpu.pop(pid, None)
+                srv.note(job, now, clear=["pid", "pid_start", "session"])
+                return
             status = 256 + os.WTERMSIG(ws) if os.WIFSIGNALED(ws) else os.WEXITSTATUS(ws)
         if status is None and pid is None and job.extra.get("interactive"):
             # its qsub -I never came for the session (it is gone): aborted, as PBS's mom

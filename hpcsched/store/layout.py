@@ -49,10 +49,13 @@ def home() -> str:
     return f"{data.rstrip('/') or ''}/hpcsched"
 
 
+#: a wrapper's exit status when another wrapper took its run first (see WRAPPER): not the job's
+TAKEN = 120
+
 WRAPPER = (  # $1 job dir, $2 shell, $3 script, then the script's arguments: pid first, status last, both atomically
     # mkdir is atomic: if a restarted server launches a job whose first launch it could
-    # not see, only one of the two wrappers runs it
-    'mkdir "$1/started" 2>/dev/null || exit 0\n'
+    # not see, only one of the two wrappers runs it; the other says so (TAKEN)
+    f'mkdir "$1/started" 2>/dev/null || exit {TAKEN}\n'
     # the run's cgroup, when the server made one: joined before anything of the job runs
     # (the `cgroup` file says it was), its name not passed on to the job
     '[ -z "$HPCSCHED_CGROUP" ] || { echo $$ > "$HPCSCHED_CGROUP/cgroup.procs" && : > "$1/cgroup"; } 2>/dev/null\n'
