@@ -21,7 +21,6 @@ EASY (Lifka) starts, and with counts held, exactly those count-based conservativ
 from __future__ import annotations
 
 import math
-from bisect import bisect_right
 from dataclasses import dataclass, field
 from operator import is_
 from typing import Callable, Iterable, NamedTuple, Protocol
@@ -220,11 +219,11 @@ class _Now:
         self.seen = prof.changes
         self.free.clear()
         self.failed.clear()
-        self.upper = prof.free[0].bit_count()
-        i = bisect_right(prof.takes, self.now)
-        if i < len(prof.takes) and not prof.reservations and self.walk.backfill:
-            self.horizon = reach(self.now, prof.takes[i])
-            self.lasting = (prof.usable(0) & prof.usable(prof.segment(prof.takes[i]))).bit_count()
+        self.upper = prof.free_now().bit_count()
+        take = prof.next_take(self.now)
+        if take is not None and not prof.reservations and self.walk.backfill:
+            self.horizon = reach(self.now, take)
+            self.lasting = (prof.usable(0) & prof.usable(prof.segment(take))).bit_count()
         else:
             self.horizon = INF
         return True
@@ -245,8 +244,8 @@ class _Now:
                 eligible = topo.eligible(req)
                 whole = self.whole[shape[0]] = eligible | topo.available() == eligible
             prof = self.walk.profile
-            if whole and not access and not prof.resv[0]:  # (a reservation given back since `current` adds units)
-                count = self.free[shape] = self.upper if prof.changes == self.seen else prof.free[0].bit_count()
+            if whole and not access and not prof.reserved_now():  # (a reservation given back since `current` adds units)
+                count = self.free[shape] = self.upper if prof.changes == self.seen else prof.free_now().bit_count()
             else:
                 count = self.free[shape] = (prof.usable(0, access) & topo.eligible(req)).bit_count()
         if count < need:

@@ -101,23 +101,12 @@ class Profile:
     @classmethod
     def from_running(cls, now: float, available: int, busy: list[tuple[float, int]]) -> "Profile":
         """Build from (expected end, units) pairs of running jobs, each pair a span of its
-        units that are available (`spans` lists their ids in the pairs' order)."""
+        units that are available (`spans` lists their ids in the pairs' order); their ends
+        become boundaries in one merge (see `occupy`)."""
         p = cls(now, available)
-        p.spans = {i: (units & available, 0, -INF, e) for i, (e, units) in enumerate(busy, 1)}
-        p._last_span = len(busy)
-        ends = sorted({e for e, _ in busy if e > now})
-        if ends:
-            at = {e: i for i, e in enumerate(ends, 1)}
-            n = len(ends) + 1
-            p.times = [now] + ends
-            p.rel, p.take = [0] * n, [0] * n
-            free = available
-            for e, units in busy:
-                if e > now:
-                    p.rel[at[e]] |= units & available
-                    free = (free | units) ^ units
-            p.free = [free] + [None] * (n - 1)
-            p.resv, p.held = [()] * n, [0] * n
+        for e, units in busy:
+            p.add_span(-INF, e, units & available)
+        p.settle()
         return p
 
     def derive(self, now: float, reservations=(), slop: float = 0.0, rooms: bool = False) -> "Profile":
@@ -605,6 +594,19 @@ class Profile:
                 insort(self.takes, t)
 
     # --- queries ---------------------------------------------------------------------
+    def free_now(self) -> int:
+        """The units free now (site reservations not taken out: see `usable`)."""
+        return self.free[0]
+
+    def reserved_now(self) -> bool:
+        """Does a site reservation's occurrence (or the slop before one) cover now?"""
+        return bool(self.resv[0])
+
+    def next_take(self, t: float) -> float | None:
+        """The first time after `t` at which some unit stops being free (None: none)."""
+        i = bisect_right(self.takes, t)
+        return self.takes[i] if i < len(self.takes) else None
+
     def usable(self, k: int, access: AccessKey = ()) -> int:
         """Units a job with `access` may take in segment k."""
         if not access:

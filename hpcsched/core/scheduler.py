@@ -158,6 +158,11 @@ class Scheduler:
     def running(self) -> list[Job]:
         return list(self._active.values())
 
+    @property
+    def busy(self) -> int:
+        """The units running jobs hold (the OR of their allocations' units)."""
+        return self.runs.busy
+
     def size(self, job: Job) -> int:
         return self.topology.size(job.request)
 
