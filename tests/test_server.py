@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from hpcsched.pbs import accounting
-from hpcsched.store.layout import WRAPPER
+from hpcsched.store.layout import TAKEN, WRAPPER
 from hpcsched.store.site import init_site
 from scenarios import group_alive
 
@@ -1531,28 +1531,7 @@ def test_a_launch_whose_note_was_never_journaled_is_not_run_again(rig, monkeypat
     the next server finds the wrapper's run directory and takes the job as launched: it
     runs once and ends with its own status (also where the pid noted at launch is believed
     before the file's, as on a multi-user site)."""
-    import errno
-    import io
-
-    from hpcsched.pbs import qsub
-    from hpcsched.server import loop as server
-    from hpcsched.store import journal
-    from hpcsched.store.site import load_site
-    runs = rig / "runs.log"
-    qsub.submit(["-l", "walltime=60"], stdin=io.StringIO(f'echo ran >> "{runs}"; sleep 0.5; exit 4\n'),
-                cwd=str(rig), env={})
-    real = journal.Store.append
-
-    def refuse_the_launch_note(self, record, before=None):
-        if record.get("op") == "process" and "launched" in record.get("set", {}):
-            raise OSError(errno.ENOSPC, "No space left on device")
-        return real(self, record, before)
-    monkeypatch.setattr(journal.Store, "append", refuse_the_launch_note)
-    server.Server(load_site(), grace=0.5).step()  # (launched; the note refused; this server stops)
-    monkeypatch.setattr(journal.Store, "append", real)
-    srv = server.Server(load_site(), grace=0.5)
-    srv.multi = multi
-    job = stepped_until_completed(srv, 1)
+    job, runs = _launched_unnoted(rig, monkeypatch, WRAPPER, WRAPPER, multi)
     assert (job.state.name, job.exit_status, job.run_count) == ("COMPLETED", 4, 1)
     assert runs.read_text() == "ran\n"
 
@@ -1591,7 +1570,8 @@ def _launched_unnoted(rig, monkeypatch, wrapper, then=WRAPPER, multi=False, runs
 def test_a_wrapper_found_starting_is_waited_for_not_run_again(rig, monkeypatch):
     """The next server finds the wrapper between its `started` and its pid (a loaded
     machine): it waits for the pid rather than call the run lost and run the job again."""
-    slow = WRAPPER.replace("|| exit 0\n", "|| exit 0\nsleep 1\n", 1)
+    slow = WRAPPER.replace(f"|| exit {TAKEN}\n", f"|| exit {TAKEN}\nsleep 1\n", 1)
+    assert slow != WRAPPER
     job, runs = _launched_unnoted(rig, monkeypatch, slow)
     assert (job.state.name, job.exit_status, job.run_count) == ("COMPLETED", 4, 1)
     assert runs.read_text() == "ran\n"
