@@ -4,14 +4,13 @@
                                    [--pool 49152]
 
 Replays a trace's first --jobs jobs (KTH-SP2 on its 100 nodes, or RICC-2010 on 1,024 as
-benchmarks/conservative.md does; FIFO, EASY or conservative backfill) and records
-every pass's copy of the kept profile (Profile.derive): how many there are and how many
-segments each copies; and with --pool N, benchmarks/pass_scale.py's pass on a pool of N
-nodes (half busy, 10,000 queued).  Then, on segment lists of those sizes, times what a pass pays for its copy as the profile keeps
-it (a slice of each of six lists) against the same segments as records (one mutable
-object each, so a copy makes one object per segment), and the mask updates a booking makes
-(`Profile._change`) both ways.  Printed: each figure per copy, and what the copies would
-add to the replay.
+benchmarks/conservative.md does; FIFO, EASY or conservative backfill) and records every
+pass's copy of the kept profile (Profile.derive): how many there are and how many segments
+each copies; with --pool N, also benchmarks/pass_scale.py's pass on a pool of N nodes (half
+busy, 10,000 queued).  Then, at the mean segment count, times the copy as the profile
+makes it (a slice of each of six lists) against the same segments as records (one mutable
+object each, so a copy makes one object per segment), and a booking's mask update
+(`Profile._change`) both ways.  Printed: each figure, and what the copies would add.
 """
 from __future__ import annotations
 

@@ -98,7 +98,8 @@ def cmd_simulate(args) -> int:
              "shared": args.shared or None, "period": args.period, "skip_bad": args.skip_bad or None,
              "warmup": args.warmup, "cooldown": args.cooldown or None, "size_classes": args.size_classes,
              "capability": args.capability, "series": args.series, "gantt": args.gantt,
-             "drain": True if args.drain else False if args.no_drain else None, "machine": args.machine, "size_map": args.size_map,
+             "drain": True if args.drain else False if args.no_drain else None, "machine": args.machine,
+             "size_map": args.size_map,
              "capability_split": args.capability_split, "groups": args.groups}
     settings = {k: v for k, v in given.items() if v is not None}
     if not _outputs_ready("simulate", args.out, [args.report]):

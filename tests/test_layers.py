@@ -152,7 +152,8 @@ def rebound(path: str) -> list[str]:
              for a in n.names if a.name.startswith("hpcsched")}
     found = []
     for n in ast.walk(tree):
-        targets = n.targets if isinstance(n, ast.Assign) else [n.target] if isinstance(n, (ast.AugAssign, ast.AnnAssign)) else []
+        targets = n.targets if isinstance(n, ast.Assign) else \
+            [n.target] if isinstance(n, (ast.AugAssign, ast.AnnAssign)) else []
         for t in targets:
             for e in t.elts if isinstance(t, ast.Tuple) else [t]:
                 if isinstance(e, ast.Attribute) and isinstance(e.value, ast.Name) and e.value.id in mods:
