@@ -160,10 +160,9 @@ def summary(nodes, jobs_of, note, gpus_used, flavor: str, with_jobs: bool, long:
     return lines
 
 
-def pbsnodes(opts: list[tuple[str, str]], operands: list[str], out, now: float) -> int:
-    o = dict(opts)
-    site = load_site()
-    flavor = site.flavor
+def _change_asked(o: dict, operands: list[str]) -> str:
+    """The change the options ask for: o (offline), c or r (clear), N (a note), "" (none,
+    a listing); UsageError for options that do not go together."""
     modes = [m for m in "olcr" if m in o]
     if len(modes) > 1 or (modes and modes[0] in "ocr" and not operands) or o.get("F", "json") not in ("json", "dsv"):
         raise UsageError("give one of -a, -l, -o, -c, -r (the last three with node names)")
@@ -174,6 +173,25 @@ def pbsnodes(opts: list[tuple[str, str]], operands: list[str], out, now: float) 
     change = modes[0] if modes and modes[0] in "ocr" else ("N" if "N" in o or "C" in o else "")
     if change == "N" and not operands:
         raise UsageError("-N needs node names")
+    return change
+
+
+def _change(batch: Batch, nodes: list, change: str, note: str | None, now: float) -> None:
+    """Mark `nodes` offline (o) or clear them (c, r), and set or clear (`n`) their note."""
+    for node in nodes:
+        if change == "o" and node.state == NodeState.UP:
+            batch.do("node", now, name=node.name, state="offline")
+        elif change in "cr" and node.state == NodeState.OFFLINE:
+            batch.do("node", now, name=node.name, state="up")
+        if note is not None:
+            batch.do("node", now, name=node.name, note="" if note == "n" else note)
+
+
+def pbsnodes(opts: list[tuple[str, str]], operands: list[str], out, now: float) -> int:
+    o = dict(opts)
+    site = load_site()
+    flavor = site.flavor
+    change = _change_asked(o, operands)
     quiet = "q" in o
     batch = Batch.of(site)
     status = 0
@@ -195,14 +213,7 @@ def pbsnodes(opts: list[tuple[str, str]], operands: list[str], out, now: float) 
                                  else f"pbsnodes: Unknown node {name}\n")
             status = UNKNOWN_NODE
         if change:
-            note = o.get("N")
-            for name in names:
-                if change == "o" and known[name].state == NodeState.UP:
-                    batch.do("node", now, name=name, state="offline")
-                elif change in "cr" and known[name].state == NodeState.OFFLINE:
-                    batch.do("node", now, name=name, state="up")
-                if note is not None:
-                    batch.do("node", now, name=name, note="" if note == "n" else note)
+            _change(batch, [known[name] for name in names], change, o.get("N"), now)
             return status
         def note(n) -> str:  # an operator's note, or why the node is on the bad list
             return sched.node_notes.get(n.name) or ("bad: failed a pre-job node scan" if n.state == NodeState.BAD else "")

@@ -52,35 +52,19 @@ def act(prog: str, ids: list[str], action: Callable[[Batch, Job, dict], None], o
     start, request.resume = request.resume or (0, -1), None
     budget, last = request.slice, start[1]
     with batch.open(write=True), batch.store.one_sync():
-        sched = batch.sched
-        if every and ids == ["all"]:  # (each job as itself: resolving each id again read every job)
-            named = [[j] for j in sorted(sched.jobs.values(), key=lambda j: j.id)
-                     if j.state not in FINISHED and (j.owner == user or site.is_operator(user))]
-            position = lambda i: 0  # noqa: E731 (`all`: one list, resumed by job id)
-        else:
-            named = ids
-            position = lambda i: i  # noqa: E731
+        named, position = _named(batch.sched, ids, every and ids == ["all"], site, user)
         for i, text in enumerate(named):
             if position(i) < start[0]:
                 continue  # (acted on in an earlier slice)
             try:
-                jobs = text if isinstance(text, list) else common.resolve(sched.jobs, text, site.server)
-                if wanted is not None:
-                    jobs = [j for j in jobs if j.array_index in wanted]
-                    if not jobs:
-                        raise common.CommandError(f"Unknown Job Id {text[:-1]}{opts['t']}].{site.server}",
-                                                  common.UNKNOWN_JOB)
+                jobs = _resolved(batch.sched, text, wanted, opts, site)
             except common.CommandError as e:
                 sys.stderr.write(f"{prog}: {e}\n")
                 status = status or e.status
                 continue
             if len(jobs) > 1 and all(map(idle, jobs)):  # (no subjob to act on: the array answers as one job)
-                if not common.may_touch(site, user, jobs[0]):
-                    sys.stderr.write(f"{prog}: Unauthorized Request  {jobs[0].array_id}[].{site.server}\n")
-                    status = status or common.UNAUTHORIZED
-                else:
-                    sys.stderr.write(f"{prog}: Request invalid for state of job {jobs[0].array_id}[].{site.server}\n")
-                    status = status or common.BAD_STATE
+                refused = _refuse_array(prog, jobs[0], site, user)
+                status = status or refused
                 continue
             for job in jobs:
                 if position(i) == start[0] and job.id <= start[1]:
@@ -93,21 +77,58 @@ def act(prog: str, ids: list[str], action: Callable[[Batch, Job, dict], None], o
                         return status
                     budget -= 1
                 last = job.id
-                try:
-                    action(batch, job, opts)
-                except common.CommandError as e:
-                    sys.stderr.write(f"{prog}: {e}\n")
-                    status = status or e.status
-                except InvalidState:
-                    sys.stderr.write(f"{prog}: Request invalid for state of job {common.display_id(job, site.server)}\n")
-                    status = status or common.BAD_STATE
-                except BadDependency as e:
-                    sys.stderr.write(f"{prog}: Invalid Job Dependency MSG={e}\n")
-                    status = status or common.BAD_DEPEND
-                except Rejected as e:
-                    sys.stderr.write(f"{prog}: Job exceeds queue resource limits MSG={e}\n")
-                    status = status or common.LIMITS
+                failed = _act_on(prog, batch, job, action, opts, site)
+                status = status or failed
     return status
+
+
+def _named(sched, ids: list[str], every: bool, site, user: str) -> tuple[list, Callable[[int], int]]:
+    """What `act` walks: the ids given, or for `all` each job the caller may touch (as a
+    one-job list, by id), and the position a slice resumes from for the i-th of them."""
+    if every:  # (each job as itself: resolving each id again read every job)
+        named = [[j] for j in sorted(sched.jobs.values(), key=lambda j: j.id)
+                 if j.state not in FINISHED and (j.owner == user or site.is_operator(user))]
+        return named, lambda i: 0  # (`all`: one list, resumed by job id)
+    return ids, lambda i: i
+
+
+def _resolved(sched, text, wanted: frozenset | None, opts: dict, site) -> list[Job]:
+    """The jobs an id (or `all`'s one-job list) names, only the subjobs -t wants (CommandError if none)."""
+    jobs = text if isinstance(text, list) else common.resolve(sched.jobs, text, site.server)
+    if wanted is not None:
+        jobs = [j for j in jobs if j.array_index in wanted]
+        if not jobs:
+            raise common.CommandError(f"Unknown Job Id {text[:-1]}{opts['t']}].{site.server}", common.UNKNOWN_JOB)
+    return jobs
+
+
+def _refuse_array(prog: str, first: Job, site, user: str) -> int:
+    """Say why an array none of whose subjobs may be acted on is refused; its status."""
+    if not common.may_touch(site, user, first):
+        sys.stderr.write(f"{prog}: Unauthorized Request  {first.array_id}[].{site.server}\n")
+        return common.UNAUTHORIZED
+    sys.stderr.write(f"{prog}: Request invalid for state of job {first.array_id}[].{site.server}\n")
+    return common.BAD_STATE
+
+
+def _act_on(prog: str, batch: Batch, job: Job, action: Callable[[Batch, Job, dict], None], opts: dict,
+            site) -> int:
+    """`action` on one job: 0, or the status of the line it printed for a refusal."""
+    try:
+        action(batch, job, opts)
+    except common.CommandError as e:
+        sys.stderr.write(f"{prog}: {e}\n")
+        return e.status
+    except InvalidState:
+        sys.stderr.write(f"{prog}: Request invalid for state of job {common.display_id(job, site.server)}\n")
+        return common.BAD_STATE
+    except BadDependency as e:
+        sys.stderr.write(f"{prog}: Invalid Job Dependency MSG={e}\n")
+        return common.BAD_DEPEND
+    except Rejected as e:
+        sys.stderr.write(f"{prog}: Job exceeds queue resource limits MSG={e}\n")
+        return common.LIMITS
+    return 0
 
 
 def _array_of(text: str) -> str:

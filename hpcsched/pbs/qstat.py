@@ -92,12 +92,7 @@ def attributes(job: Job, site: Site, now: float, jobs: dict | None = None, flavo
     out_default, err_default = f"{where}/{job.name}.o{seq}", f"{where}/{job.name}.e{seq}"
     a["Error_Path"] = _path(x.get("error"), err_default, job, "e", site)
     if job.nodes and job.state not in (DELETED,):
-        a["exec_host"] = exec_host(job)
-        if x.get("gpus"):  # the GPUs the server gave it (Torque's exec_gpus)
-            a["exec_gpus"] = "+".join(f"{n}-gpu/{i}" for n, held in x["gpus"].items() for i in held)
-        nids = topology.node_ids(job.nodes) if topology is not None else None
-        if nids is not None:  # (a Cray's: PSC's attribute)
-            a["nid_list"] = nids
+        a.update(_placed(job, topology))
     a["Hold_Types"] = common.hold_letters(job)
     a["Join_Path"] = x.get("join", "n")
     a["Keep_Files"] = x.get("keep", "n")
@@ -115,13 +110,7 @@ def attributes(job: Job, site: Site, now: float, jobs: dict | None = None, flavo
     a["Resource_List"] = resource_list(job)
     if topology.places_blocks:  # the block size it gets (or got)
         a["block_size"] = topology.size(job.request)
-    if x.get("shell"):
-        a["Shell_Path_List"] = x["shell"]
-    if "umask" in x.get("W", {}):
-        a["umask"] = x["W"]["umask"]
-    for key in ("stagein", "stageout"):
-        if x.get("W", {}).get(key):
-            a[key] = x["W"][key]
+    a.update(_run_as_asked(x))
     if job.account:
         a["Account_Name"] = job.account
     if job.dependencies:
@@ -152,6 +141,28 @@ def attributes(job: Job, site: Site, now: float, jobs: dict | None = None, flavo
         a.update(_command_line(x, torque))
     if job.array_id:
         a.update(array_attributes(job, jobs or {}, site.server, torque))
+    return a
+
+
+def _placed(job: Job, topology) -> dict:
+    """Where a placed job runs: its hosts, the GPUs the server gave it (Torque's
+    exec_gpus), and on a Cray its node ids (PSC's nid_list)."""
+    a = {"exec_host": exec_host(job)}
+    if job.extra.get("gpus"):
+        a["exec_gpus"] = "+".join(f"{n}-gpu/{i}" for n, held in job.extra["gpus"].items() for i in held)
+    nids = topology.node_ids(job.nodes) if topology is not None else None
+    if nids is not None:
+        a["nid_list"] = nids
+    return a
+
+
+def _run_as_asked(x: dict) -> dict:
+    """How qsub asked the job to run: its shell (-S), umask and staged files (-W)."""
+    a = {"Shell_Path_List": x["shell"]} if x.get("shell") else {}
+    w = x.get("W", {})
+    if "umask" in w:
+        a["umask"] = w["umask"]
+    a.update((key, w[key]) for key in ("stagein", "stageout") if w.get(key))
     return a
 
 

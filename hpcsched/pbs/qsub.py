@@ -61,32 +61,7 @@ def make_job(options: dict[str, str], resources: dict[str, str], script: str, sc
     if dest_server and dest_server.split(".")[0] != server:
         raise common.CommandError(f"Unknown server {dest_server}", common.SYSTEM)
     priority = parse_priority(options["p"]) if "p" in options else 0
-    extra_w, deps, befores, group, deadline = {}, [], [], "", None
-    if "W" in options:
-        for item in W_ITEMS.split(options["W"]):
-            key, eq, val = item.strip().partition("=")
-            if not eq:
-                raise UsageError(f"illegal -W value {options['W']!r}")
-            if key == "depend":
-                deps, befores = parse_depend(val, flavor)
-            elif key == "group_list":
-                group = parse_names(val, "-W group_list").split("@")[0]
-            elif key == "deadline":  # Grid Engine's qsub -dl: the deadline initiation time
-                deadline = parse_start_after(val.strip(), now, "-W deadline")
-            elif key == "umask":
-                parse_umask(val)
-                extra_w[key] = val
-            elif key == "block":
-                if val.strip().lower() not in ("true", "false"):
-                    raise UsageError(f"illegal -W value block={val} (true or false)")
-                extra_w[key] = val
-            elif key in ("stagein", "stageout"):
-                parse_staging(val, key)
-                extra_w[key] = val
-            elif key in ("x", "sandbox", "run_count"):
-                extra_w[key] = val
-            else:
-                raise UsageError(f"illegal -W value {key}")
+    extra_w, deps, befores, group, deadline = _w_items(options.get("W"), flavor, now)
     if "x" in extra_w:  # Maui's -W x=ADVRES:NAME;NACCESSPOLICY:SINGLEJOB, as -l would ask them
         given, resources = resources, x_resources(extra_w["x"], resources)
         if resources != given:
@@ -106,15 +81,7 @@ def make_job(options: dict[str, str], resources: dict[str, str], script: str, sc
     workdir = options.get("d") or options.get("w") or ""  # none: the owner's home, found at launch
     if workdir and not os.path.isabs(workdir):
         workdir = os.path.normpath(os.path.join(cwd, workdir))
-    variables = {f"PBS_O_{k}": env[k] for k in ("HOME", "LANG", "LOGNAME", "PATH", "MAIL", "SHELL", "TZ")
-                 if k in env}
-    variables.update(PBS_O_HOST=socket.gethostname(), PBS_O_WORKDIR=cwd, PBS_O_QUEUE=queue or "")
-    if workdir:
-        variables["PBS_O_INITDIR"] = workdir
-    if "V" in options:
-        variables.update({k: v for k, v in env.items() if k not in variables})
-    for k, v in variable_list(options.get("v", "")):
-        variables[k] = v if v is not None else env.get(k, "")
+    variables = _variables(options, env, cwd, queue, workdir)
     job = Job(name=name, owner=user, group=group, account=options.get("A", ""), queue=queue,
               request=request, walltime=walltime or 0.0, priority=priority,
               start_after=parse_start_after(options["a"], now) if "a" in options else None, deadline=deadline,
@@ -127,6 +94,51 @@ def make_job(options: dict[str, str], resources: dict[str, str], script: str, sc
                  "mail_points": mail_points, "mail_users": options.get("M", ""), "keep": keep,
                  "shell": options.get("S", ""), **({"W": extra_w} if extra_w else {})}
     return job, deps, befores
+
+
+def _w_items(given: str | None, flavor: str, now: float) -> tuple[dict, list, list, str, float | None]:
+    """-W's items: (those kept as given, the dependencies, the `before` ones, the group,
+    the deadline); UsageError for one qsub does not know or a bad value."""
+    extra_w, deps, befores, group, deadline = {}, [], [], "", None
+    for item in W_ITEMS.split(given) if given is not None else ():
+        key, eq, val = item.strip().partition("=")
+        if not eq:
+            raise UsageError(f"illegal -W value {given!r}")
+        if key == "depend":
+            deps, befores = parse_depend(val, flavor)
+        elif key == "group_list":
+            group = parse_names(val, "-W group_list").split("@")[0]
+        elif key == "deadline":  # Grid Engine's qsub -dl: the deadline initiation time
+            deadline = parse_start_after(val.strip(), now, "-W deadline")
+        elif key == "umask":
+            parse_umask(val)
+            extra_w[key] = val
+        elif key == "block":
+            if val.strip().lower() not in ("true", "false"):
+                raise UsageError(f"illegal -W value block={val} (true or false)")
+            extra_w[key] = val
+        elif key in ("stagein", "stageout"):
+            parse_staging(val, key)
+            extra_w[key] = val
+        elif key in ("x", "sandbox", "run_count"):
+            extra_w[key] = val
+        else:
+            raise UsageError(f"illegal -W value {key}")
+    return extra_w, deps, befores, group, deadline
+
+
+def _variables(options: dict[str, str], env: dict[str, str], cwd: str, queue: str, workdir: str) -> dict[str, str]:
+    """The job's environment as PBS gives it: PBS_O_* of the submitter's, then -V's and -v's."""
+    variables = {f"PBS_O_{k}": env[k] for k in ("HOME", "LANG", "LOGNAME", "PATH", "MAIL", "SHELL", "TZ")
+                 if k in env}
+    variables.update(PBS_O_HOST=socket.gethostname(), PBS_O_WORKDIR=cwd, PBS_O_QUEUE=queue or "")
+    if workdir:
+        variables["PBS_O_INITDIR"] = workdir
+    if "V" in options:
+        variables.update({k: v for k, v in env.items() if k not in variables})
+    for k, v in variable_list(options.get("v", "")):
+        variables[k] = v if v is not None else env.get(k, "")
+    return variables
 
 
 MAX_SCRIPT = 16 << 20  # bytes of a job script (config `max_request`, as the server's door)

@@ -94,7 +94,7 @@ class Engine:
             watch: Callable[[Plan], None] | None = None, keep: bool = False) -> tuple[list[Finished], dict]:
         """Run to the end; (the jobs in the order they ended, the machine's accounting:
         busy and idle-while-waiting unit-seconds, first submit, last end, passes, units)."""
-        sched, period, progress, estimates = self.scheduler, self.period, self.progress, self.estimates
+        sched, period, progress = self.scheduler, self.period, self.progress
         ends: list[tuple[float, int]] = []  # (end time, job id)
         running: dict[int, tuple] = {}  # job id -> tag, submit, start, size, units, backfill, queue
         waiting: dict[int, tuple] = {}  # job id -> tag, run time
@@ -104,20 +104,12 @@ class Engine:
         finished: list[Finished] = []
         source = iter(arrivals)
         nxt = next(source, None)
-        measure = sched.topology.measure
-        total_units = measure(sched.topology.available())
+        total_units = sched.topology.measure(sched.topology.available())
         busy_units = 0
         busy = idle_while_waiting = 0.0  # unit-seconds
         first = last_t = None
         last_end, passes = 0.0, 0
         next_tick = INF
-
-        def outlived(jid: int, tag):  # a running job reached its estimate: give it a new one
-            def event(sched: Scheduler, now: float) -> None:
-                if jid in running:
-                    sched.alter(jid, now, walltime=estimates.corrected(sched.jobs[jid], tag, now))
-            return event
-
         while nxt is not None or ends or timed or next_tick < INF:
             now = min(nxt[0] if nxt is not None else INF, ends[0][0] if ends else INF,
                       timed[0][0] if timed else INF, next_tick)
@@ -127,50 +119,22 @@ class Engine:
                 if sched.runnable:
                     idle_while_waiting += (total_units - busy_units) * dt
             last_t = now
-            while ends and ends[0][0] == now:
-                _, jid = heapq.heappop(ends)
-                tag, submit, start, size, units, backfill, queue = running.pop(jid)
-                ended = sched.job_ended(jid, now, 0)
-                if not keep:
-                    sched.forget(jid)
-                busy_units -= units
-                finished.append(Finished(tag, submit, start, now, size, units, backfill, queue))
-                if estimates:
-                    estimates.ended(ended, now - start)
+            while ends and ends[0][0] == now:  # the jobs whose run time is up end
+                busy_units -= self._end(heapq.heappop(ends)[1], now, running, finished, keep)
                 last_end = now
-            while nxt is not None and nxt[0] == now:
+            while nxt is not None and nxt[0] == now:  # then this instant's arrivals, in order
                 _, job, run, tag = nxt
-                if estimates:
-                    estimates.predict(job, tag, run, now)
-                try:
-                    if self.submit_filter is not None:
-                        sitefilter.apply(self.submit_filter, job, sched, now)
-                    job = sched.submit(job, now)
-                except Rejected as e:
-                    self.rejected.append((tag, str(e)))
-                    self.unplaceable += isinstance(e, Unplaceable)
-                else:
-                    waiting[job.id] = (tag, run)
+                self._arrive(job, run, tag, now, waiting)
                 if first is None:
                     first = now
                 nxt = next(source, None)
                 if nxt is not None and nxt[0] < now:
                     raise SimulationError(f"arrivals not sorted by submit time at job {nxt[1].id or nxt[3]}")
-            while timed and timed[0][0] == now:
+            while timed and timed[0][0] == now:  # then its events
                 heapq.heappop(timed)[2](sched, now)
-            plan = sched.iterate(now)
+            plan = sched.iterate(now)  # and one pass
             passes += 1
-            for st in plan.started:
-                jid = st.job_id
-                tag, run = waiting.pop(jid)
-                units = measure(st.allocation.units)
-                busy_units += units
-                job = sched.jobs[jid]
-                running[jid] = (tag, job.submit_time, now, sched.topology.size(job.request), units, st.backfill,
-                                job.queue)
-                heapq.heappush(ends, (now + run, jid))
-                if estimates and run > job.walltime:
-                    self.at(now + job.walltime, outlived(jid, tag))
+            busy_units += self._started(plan, now, waiting, running, ends)
             if watch:
                 watch(plan)
             # a pass also when a reservation begins or ends or a deferred job becomes eligible
@@ -182,3 +146,56 @@ class Engine:
         acc = {"busy": busy, "idle_while_waiting": idle_while_waiting, "first": first, "last": last_end,
                "passes": passes, "units": total_units}
         return finished, acc
+
+    def _end(self, jid: int, now: float, running: dict, finished: list, keep: bool) -> int:
+        """Running job `jid` ends at `now` (forgotten unless `keep`), kept as Finished; the
+        units it held."""
+        sched = self.scheduler
+        tag, submit, start, size, units, backfill, queue = running.pop(jid)
+        ended = sched.job_ended(jid, now, 0)
+        if not keep:
+            sched.forget(jid)
+        finished.append(Finished(tag, submit, start, now, size, units, backfill, queue))
+        if self.estimates:
+            self.estimates.ended(ended, now - start)
+        return units
+
+    def _arrive(self, job: Job, run: float, tag, now: float, waiting: dict) -> None:
+        """`job` arrives: its estimate set, the site's filter run, submitted (waiting for a
+        start) or kept in `rejected` with the reason."""
+        sched = self.scheduler
+        if self.estimates:
+            self.estimates.predict(job, tag, run, now)
+        try:
+            if self.submit_filter is not None:
+                sitefilter.apply(self.submit_filter, job, sched, now)
+            job = sched.submit(job, now)
+        except Rejected as e:
+            self.rejected.append((tag, str(e)))
+            self.unplaceable += isinstance(e, Unplaceable)
+        else:
+            waiting[job.id] = (tag, run)
+
+    def _started(self, plan: Plan, now: float, waiting: dict, running: dict, ends: list) -> int:
+        """The jobs `plan` started run until their run times are up (and past its estimate,
+        one is given a new one); the units they took."""
+        sched, taken = self.scheduler, 0
+        for st in plan.started:
+            jid = st.job_id
+            tag, run = waiting.pop(jid)
+            units = sched.topology.measure(st.allocation.units)
+            taken += units
+            job = sched.jobs[jid]
+            running[jid] = (tag, job.submit_time, now, sched.topology.size(job.request), units, st.backfill,
+                            job.queue)
+            heapq.heappush(ends, (now + run, jid))
+            if self.estimates and run > job.walltime:
+                self.at(now + job.walltime, self._outlived(jid, tag, running))
+        return taken
+
+    def _outlived(self, jid: int, tag, running: dict) -> Callable[[Scheduler, float], None]:
+        """The event of a running job reaching its estimate: it is given a new one."""
+        def event(sched: Scheduler, now: float) -> None:
+            if jid in running:
+                sched.alter(jid, now, walltime=self.estimates.corrected(sched.jobs[jid], tag, now))
+        return event
